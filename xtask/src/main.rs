@@ -1,0 +1,128 @@
+//! `cargo xtask`: the developer entry points of masq.
+//!
+//! * `build-ebpf`: installs what the eBPF build needs and builds the datapath object;
+//! * `test`: prepares the machine, then runs formatting, lints and every test (as root);
+//! * `demo`: a sandbox of namespaces showing what masq masquerades;
+//! * `bench`: masq against iptables MASQUERADE and no NAT, side by side.
+
+#![expect(clippy::print_stderr, reason = "xtask reports progress on stderr")]
+#![expect(
+    clippy::print_stdout,
+    reason = "xtask prints results for the developer"
+)]
+
+mod command;
+mod setup;
+
+use std::{
+    io::{BufRead as _, BufReader},
+    path::PathBuf,
+    process::Stdio,
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+
+use crate::command::{cargo, run};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Developer tasks for masq")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install the eBPF toolchain parts if needed and build the datapath object.
+    BuildEbpf,
+    /// Prepare the machine (toolchain, packages, bpffs), then check formatting and lints and
+    /// run every test. Needs root.
+    Test {
+        /// Skip `cargo fmt --check` and clippy.
+        #[arg(long)]
+        no_lint: bool,
+        /// Arguments passed to `cargo test` after `--` (test name filters, --nocapture, ...).
+        #[arg(last = true)]
+        test_args: Vec<String>,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::BuildEbpf => build_ebpf(),
+        Task::Test { no_lint, test_args } => test(no_lint, &test_args),
+    }
+}
+
+fn build_ebpf() -> Result<()> {
+    setup::ensure_ebpf_toolchain()?;
+    let object = build_userspace_and_locate_object()?;
+    let size = std::fs::metadata(&object)
+        .map(|meta| meta.len())
+        .unwrap_or(0);
+    println!("eBPF object: {} ({size} bytes)", object.display());
+    Ok(())
+}
+
+/// Builds `masq-userspace`, whose build script compiles the eBPF object, and returns the path of
+/// the object it embedded.
+fn build_userspace_and_locate_object() -> Result<PathBuf> {
+    let mut build = cargo();
+    build
+        .args([
+            "build",
+            "--package",
+            "masq-userspace",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stdout(Stdio::piped());
+    let mut child = build.spawn().context("could not start cargo build")?;
+    let stdout = child.stdout.take().context("cargo build has no stdout")?;
+    let mut out_dir = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        let is_ours = message["package_id"]
+            .as_str()
+            .is_some_and(|id| id.contains("masq-userspace"));
+        if message["reason"] == "build-script-executed" && is_ours {
+            out_dir = message["out_dir"].as_str().map(PathBuf::from);
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("building masq-userspace (and with it the eBPF object) failed");
+    }
+    let object = out_dir
+        .context("cargo did not report masq-userspace's build script")?
+        .join("masq-ebpf");
+    if !object.is_file() {
+        bail!("the eBPF object was not produced at {}", object.display());
+    }
+    Ok(object)
+}
+
+fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
+    setup::ensure_privileged_environment(setup::TEST_PACKAGES)?;
+    if !no_lint {
+        run(cargo().args(["fmt", "--all", "--", "--check"]))
+            .context("formatting differs; run `cargo fmt --all`")?;
+        run(cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+    }
+    let mut tests = cargo();
+    tests.args(["test", "--workspace"]);
+    if !test_args.is_empty() {
+        tests.arg("--").args(test_args);
+    }
+    run(&mut tests)
+}

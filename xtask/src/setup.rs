@@ -1,0 +1,262 @@
+//! Making a fresh machine ready: toolchain parts, bpf-linker, Debian packages, bpffs.
+//!
+//! Every step checks first and acts only when something is missing, so a prepared machine pays
+//! a few milliseconds. A step that cannot fix things itself stops with a message naming what is
+//! missing and the command that installs it.
+
+use std::{
+    env, fs,
+    os::unix::fs::symlink,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::command::{describe, output, run, succeeds};
+
+/// The toolchain the eBPF object is built with (aya-build runs `rustup run nightly cargo`).
+const EBPF_TOOLCHAIN: &str = "nightly";
+/// bpf-linker release known to work with the pinned aya set.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// Debian packages the tests and the demo use.
+pub(crate) const TEST_PACKAGES: &[&str] = &[
+    "iproute2", // ip, nstat: namespaces, veths, routes, checksum counters
+    "iptables", // the iptables backend and the MASQUERADE comparison
+    "ethtool",  // toggling veth checksum offload
+    "bpftool",  // inspecting pinned maps in tests and by hand
+    "procps",   // sysctl
+];
+
+/// Everything `cargo xtask build-ebpf` needs.
+pub(crate) fn ensure_ebpf_toolchain() -> Result<()> {
+    ensure_rust_src()?;
+    ensure_bpf_linker()
+}
+
+/// Everything the tests, the demo and the benchmarks need: the toolchain, packages, bpffs, root.
+pub(crate) fn ensure_privileged_environment(packages: &[&str]) -> Result<()> {
+    ensure_root()?;
+    ensure_ebpf_toolchain()?;
+    ensure_packages(packages)?;
+    ensure_bpffs()
+}
+
+fn ensure_root() -> Result<()> {
+    // The tests create network namespaces, load eBPF programs and change sysctls.
+    let uid = output(Command::new("id").arg("-u"))?;
+    if uid.trim() != "0" {
+        bail!(
+            "the tests, the demo and the benchmarks need root (network namespaces, eBPF, \
+             sysctls); run them as root, e.g. `sudo -E cargo xtask test`"
+        );
+    }
+    Ok(())
+}
+
+fn ensure_rust_src() -> Result<()> {
+    let toolchains = output(Command::new("rustup").args(["toolchain", "list"]))
+        .context("rustup is needed to build the eBPF object")?;
+    if !toolchains
+        .lines()
+        .any(|line| line.starts_with(EBPF_TOOLCHAIN))
+    {
+        bail!(
+            "the `{EBPF_TOOLCHAIN}` toolchain is missing; install it with \
+             `rustup toolchain install {EBPF_TOOLCHAIN} --component rust-src`"
+        );
+    }
+    let installed = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        EBPF_TOOLCHAIN,
+    ]))?;
+    if installed.lines().any(|line| line.starts_with("rust-src")) {
+        return Ok(());
+    }
+    eprintln!("xtask: installing rust-src for {EBPF_TOOLCHAIN} (needed by -Z build-std)");
+    run(Command::new("rustup").args([
+        "component",
+        "add",
+        "rust-src",
+        "--toolchain",
+        EBPF_TOOLCHAIN,
+    ]))
+    .context(format!(
+        "could not install rust-src; run `rustup component add rust-src --toolchain \
+             {EBPF_TOOLCHAIN}` by hand"
+    ))
+}
+
+/// The nightly toolchain's LLVM: its major version and the shared library rustc uses.
+struct NightlyLlvm {
+    major: u32,
+    library: PathBuf,
+}
+
+fn nightly_llvm() -> Result<NightlyLlvm> {
+    let version = output(Command::new("rustc").args([&format!("+{EBPF_TOOLCHAIN}"), "-vV"]))?;
+    let major = version
+        .lines()
+        .find_map(|line| line.strip_prefix("LLVM version: "))
+        .and_then(|llvm| llvm.split('.').next())
+        .and_then(|major| major.trim().parse().ok())
+        .context("`rustc +nightly -vV` did not report an LLVM version")?;
+    let sysroot =
+        output(Command::new("rustc").args([&format!("+{EBPF_TOOLCHAIN}"), "--print", "sysroot"]))?;
+    let lib_dir = Path::new(sysroot.trim()).join("lib");
+    // rustup ships libLLVM as `libLLVM.so.<major>.<minor>-rust-<version>` (plus an alias).
+    let library = fs::read_dir(&lib_dir)
+        .with_context(|| format!("reading {}", lib_dir.display()))?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .find(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with(&format!("libLLVM.so.{major}.")))
+        })
+        .with_context(|| format!("no libLLVM.so.{major}.* in {}", lib_dir.display()))?;
+    Ok(NightlyLlvm { major, library })
+}
+
+fn cargo_home() -> Result<PathBuf> {
+    if let Some(home) = env::var_os("CARGO_HOME") {
+        return Ok(PathBuf::from(home));
+    }
+    let home = env::var_os("HOME").context("neither CARGO_HOME nor HOME is set")?;
+    Ok(PathBuf::from(home).join(".cargo"))
+}
+
+/// bpf-linker must link the same LLVM as rustc, or it cannot read rustc's bitcode. This one is
+/// built against the nightly toolchain's own libLLVM, through a prefix of symlinks that must
+/// outlive the build (the binary finds libLLVM through an rpath into it).
+fn ensure_bpf_linker() -> Result<()> {
+    let llvm = nightly_llvm()?;
+    let library_name = llvm
+        .library
+        .file_name()
+        .and_then(|name| name.to_str())
+        .context("libLLVM has a non-UTF-8 name")?
+        .to_owned();
+    if let Some(linker) = find_in_path("bpf-linker")
+        && succeeds(&linker, &["--version"])
+    {
+        let linked = output(Command::new("ldd").arg(&linker)).unwrap_or_default();
+        let uses_nightly_llvm = linked
+            .lines()
+            .any(|line| line.contains(&library_name) && !line.contains("not found"));
+        if uses_nightly_llvm {
+            return Ok(());
+        }
+        eprintln!(
+            "xtask: {} does not use the nightly toolchain's {library_name}; rebuilding it",
+            linker.display()
+        );
+    }
+
+    let prefix = cargo_home()?.join("masq-llvm");
+    let prefix_lib = prefix.join("lib");
+    fs::create_dir_all(&prefix_lib)
+        .with_context(|| format!("creating {}", prefix_lib.display()))?;
+    for alias in ["libLLVM.so", library_name.as_str()] {
+        let link = prefix_lib.join(alias);
+        if fs::symlink_metadata(&link).is_ok() {
+            fs::remove_file(&link).with_context(|| format!("replacing {}", link.display()))?;
+        }
+        symlink(&llvm.library, &link).with_context(|| format!("creating {}", link.display()))?;
+    }
+    eprintln!(
+        "xtask: building bpf-linker {BPF_LINKER_VERSION} against LLVM {} (about a minute)",
+        llvm.major
+    );
+    let mut install = Command::new("cargo");
+    install
+        .args([
+            "install",
+            "--force",
+            &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+        ])
+        .args([
+            "--no-default-features",
+            "--features",
+            &format!("llvm-{}", llvm.major),
+        ])
+        .env("LLVM_PREFIX", &prefix);
+    let line = describe(&install);
+    run(&mut install).with_context(|| {
+        format!(
+            "could not build bpf-linker; the command was `LLVM_PREFIX={} {line}`",
+            prefix.display()
+        )
+    })?;
+    if !succeeds("bpf-linker", &["--version"]) {
+        bail!(
+            "bpf-linker was installed but does not run; is {} on PATH?",
+            cargo_home()?.join("bin").display()
+        );
+    }
+    Ok(())
+}
+
+fn find_in_path(program: &str) -> Option<PathBuf> {
+    env::split_paths(&env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Installs the Debian packages in `packages` that are missing.
+pub(crate) fn ensure_packages(packages: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = packages
+        .iter()
+        .copied()
+        .filter(|package| {
+            let status = output(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]));
+            !status.is_ok_and(|status| status.ends_with("installed"))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing Debian packages: {}", missing.join(" "));
+    let install = || {
+        let mut command = Command::new("apt-get");
+        command
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing);
+        run(&mut command)
+    };
+    if install().is_err() {
+        // A fresh machine may have no package lists yet.
+        run(Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["update", "-qq"]))?;
+        install().with_context(|| {
+            format!(
+                "could not install {}; run `apt-get install {}`",
+                missing.join(", "),
+                missing.join(" ")
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Mounts bpffs on /sys/fs/bpf unless it is mounted already; pinning needs it.
+fn ensure_bpffs() -> Result<()> {
+    let mounts = fs::read_to_string("/proc/mounts").context("reading /proc/mounts")?;
+    let mounted = mounts.lines().any(|line| {
+        let mut fields = line.split_whitespace();
+        let _device = fields.next();
+        fields.next() == Some("/sys/fs/bpf") && fields.next() == Some("bpf")
+    });
+    if mounted {
+        return Ok(());
+    }
+    eprintln!("xtask: mounting bpffs on /sys/fs/bpf");
+    fs::create_dir_all("/sys/fs/bpf").context("creating /sys/fs/bpf")?;
+    run(Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"]))
+        .context("could not mount bpffs; run `mount -t bpf bpf /sys/fs/bpf`")
+}
