@@ -1,0 +1,120 @@
+//! Packet counters kept by the datapath in a per-CPU array.
+//!
+//! Every path through the programs ends by counting exactly one outcome, so the counters of a
+//! direction add up to the packets that direction saw. Drops have their own counters.
+
+macro_rules! counters {
+    ($($(#[doc = $doc:literal])* $variant:ident = $name:literal,)+) => {
+        /// One datapath outcome; the discriminant is the index in the counters map.
+        #[repr(u32)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Counter {
+            $($(#[doc = $doc])* $variant,)+
+        }
+
+        impl Counter {
+            /// Every counter, in index order.
+            pub const ALL: &[Counter] = &[$(Counter::$variant,)+];
+
+            /// Stable snake_case name, used in metrics and `masq status`.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Counter::$variant => $name,)+
+                }
+            }
+
+            /// One-line description, used as metrics help text.
+            pub const fn help(self) -> &'static str {
+                match self {
+                    $(Counter::$variant => concat!($($doc),+),)+
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Egress packets rewritten to the node address by an existing mapping.
+    EgressMasqueraded = "egress_masqueraded",
+    /// Egress packets that created a new mapping (and were rewritten).
+    EgressNewMapping = "egress_new_mapping",
+    /// Egress packets left alone because the destination is in a non-masquerade CIDR.
+    EgressExemptCidr = "egress_exempt_cidr",
+    /// Egress packets left alone because the destination is link-local.
+    EgressExemptLinkLocal = "egress_exempt_link_local",
+    /// Egress packets sent by the node itself, left alone.
+    EgressHostPassed = "egress_host_passed",
+    /// Egress TCP packets without a mapping that do not open a connection (for example replies
+    /// of connections opened from outside), left alone as conntrack would.
+    EgressTcpMidstreamPassed = "egress_tcp_midstream_passed",
+    /// Egress packets of the node's own flows that use a port in the SNAT range (tracked).
+    EgressHostTracked = "egress_host_tracked",
+    /// Egress ICMP errors whose embedded packet was translated.
+    EgressIcmpErrorTranslated = "egress_icmp_error_translated",
+    /// Egress non-first fragments translated like their datagram's first fragment.
+    EgressFragmentTranslated = "egress_fragment_translated",
+    /// Egress non-first fragments left alone like their datagram's first fragment.
+    EgressFragmentPassed = "egress_fragment_passed",
+    /// Egress packets dropped because no free port was found in the SNAT range.
+    EgressDropNoPort = "egress_drop_no_port",
+    /// Egress SCTP packets dropped because their source port is taken towards that remote.
+    EgressDropSctpPortInUse = "egress_drop_sctp_port_in_use",
+    /// Egress packets dropped because rewriting them failed half-way.
+    EgressDropRewriteFailed = "egress_drop_rewrite_failed",
+    /// Egress IPv4 packets of a kind that is not translated (e.g. ICMP informational types).
+    EgressUnsupported = "egress_unsupported",
+    /// Egress frames that are not IPv4 (IPv6, ARP, ...), left alone.
+    EgressNotIpv4 = "egress_not_ipv4",
+    /// Egress IPv4 packets too short or inconsistent to parse, left alone.
+    EgressMalformed = "egress_malformed",
+    /// Egress packets seen before the agent configured the datapath, left alone.
+    EgressNotConfigured = "egress_not_configured",
+    /// Ingress packets whose reply mapping restored the pod address.
+    IngressReverseNat = "ingress_reverse_nat",
+    /// Ingress ICMP errors whose embedded packet was translated back to the pod.
+    IngressIcmpErrorTranslated = "ingress_icmp_error_translated",
+    /// Ingress non-first fragments translated like their datagram's first fragment.
+    IngressFragmentTranslated = "ingress_fragment_translated",
+    /// Ingress non-first fragments to the node whose first fragment was not seen.
+    IngressFragmentUnmatched = "ingress_fragment_unmatched",
+    /// Ingress packets without a mapping (the node's own traffic), left alone.
+    IngressPassed = "ingress_passed",
+    /// Ingress packets dropped because rewriting them failed half-way.
+    IngressDropRewriteFailed = "ingress_drop_rewrite_failed",
+    /// Ingress frames that are not IPv4, left alone.
+    IngressNotIpv4 = "ingress_not_ipv4",
+    /// Ingress IPv4 packets too short or inconsistent to parse, left alone.
+    IngressMalformed = "ingress_malformed",
+    /// Ingress packets seen before the agent configured the datapath, left alone.
+    IngressNotConfigured = "ingress_not_configured",
+    /// Mapping halves found missing (evicted) and recreated from their peer.
+    MappingRepaired = "mapping_repaired",
+    /// Mappings dropped because their missing half could not be recreated.
+    MappingConflict = "mapping_conflict",
+}
+
+/// Number of counters, the size of the counters map.
+pub const COUNTER_COUNT: u32 = Counter::ALL.len() as u32;
+
+/// Most ports tried for one new flow before it is dropped and counted.
+pub const MAX_ALLOC_ATTEMPTS: u32 = 32;
+/// Buckets of the allocation histogram: bucket `i < MAX_ALLOC_ATTEMPTS` counts flows that got a
+/// port at attempt `i + 1`; the last bucket counts flows that got none.
+pub const ALLOC_HISTOGRAM_BUCKETS: u32 = MAX_ALLOC_ATTEMPTS + 1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indices_are_dense_and_names_unique() {
+        for (index, counter) in Counter::ALL.iter().enumerate() {
+            assert_eq!(*counter as usize, index);
+            let duplicates = Counter::ALL
+                .iter()
+                .filter(|other| other.name() == counter.name());
+            assert_eq!(duplicates.count(), 1, "{} is not unique", counter.name());
+            assert!(!counter.help().is_empty());
+        }
+    }
+}

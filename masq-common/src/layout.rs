@@ -1,0 +1,66 @@
+//! Names and layout identity of the maps that are pinned under bpffs.
+//!
+//! A running agent pins its maps so that a restart or an upgrade adopts the live state instead of
+//! breaking flows. Adopting a map whose layout differs from what the new programs expect would
+//! corrupt state silently, so every pinned map set carries [`MAP_LAYOUT_VERSION`] in its metadata
+//! map and the agent refuses to adopt anything else.
+
+/// Version of the pinned map layout. Bump it whenever a shared struct, a map type, or the meaning
+/// of a stored value changes; the agent then refuses to adopt old pins instead of misreading them.
+pub const MAP_LAYOUT_VERSION: u32 = 1;
+
+/// Longest-prefix-match trie of IPv4 destinations that keep their source address.
+pub const MAP_NOMASQ_V4: &str = "masq_nomasq_v4";
+/// Single-entry array holding the datapath [`crate::settings::Settings`].
+pub const MAP_SETTINGS: &str = "masq_settings";
+/// LRU hash holding both halves of every IPv4 translation.
+pub const MAP_NAT_V4: &str = "masq_nat_v4";
+/// LRU hash remembering how the first fragment of a datagram was translated.
+pub const MAP_FRAGS_V4: &str = "masq_frags_v4";
+/// Per-CPU array of packet counters, indexed by [`crate::counters::Counter`].
+pub const MAP_COUNTERS: &str = "masq_counters";
+/// Per-CPU array histogram of port allocation attempts.
+pub const MAP_ALLOC_RETRIES: &str = "masq_retries";
+/// Single-entry array describing the layout of the pinned map set.
+pub const MAP_META: &str = "masq_meta";
+
+/// Every map the datapath defines, in the order the agent pins and reports them.
+pub const ALL_MAPS: [&str; 7] = [
+    MAP_META,
+    MAP_SETTINGS,
+    MAP_NOMASQ_V4,
+    MAP_NAT_V4,
+    MAP_FRAGS_V4,
+    MAP_COUNTERS,
+    MAP_ALLOC_RETRIES,
+];
+
+/// Name of the TC egress program.
+pub const PROG_EGRESS: &str = "masq_egress";
+/// Name of the TC ingress program.
+pub const PROG_INGRESS: &str = "masq_ingress";
+
+/// Default capacity of the IPv4 LPM trie. Upstream limits a config to 64 CIDRs by default; the
+/// trie is sized for configs that raise `cidrLimit` into the thousands.
+pub const NOMASQ_V4_MAX_ENTRIES: u32 = 16_384;
+/// Default capacity of the NAT table in entries; every flow uses two (one per direction).
+pub const NAT_V4_DEFAULT_MAX_ENTRIES: u32 = 262_144;
+/// Capacity of the fragment table. Entries live only while a fragmented datagram is in flight.
+pub const FRAGS_V4_MAX_ENTRIES: u32 = 8_192;
+
+/// Value of a non-masquerade trie entry: a CIDR from the config.
+pub const NOMASQ_KIND_CIDR: u32 = 1;
+/// Value of a non-masquerade trie entry: link-local, exempt because `masqLinkLocal` is false.
+pub const NOMASQ_KIND_LINK_LOCAL: u32 = 2;
+
+/// Contents of the metadata map: which layout the pinned maps were created with.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapMeta {
+    /// [`MAP_LAYOUT_VERSION`] of the agent that created the maps.
+    pub layout_version: u32,
+    /// Capacity the NAT table was created with, so a restart can tell a resize from a match.
+    pub nat_max_entries: u32,
+}
+
+crate::impl_pod!(MapMeta);

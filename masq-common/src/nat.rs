@@ -1,0 +1,278 @@
+//! Entries of the NAT table.
+//!
+//! Every translated flow is stored twice in one LRU hash, like conntrack's original and reply
+//! tuples:
+//!
+//! * the **egress** half is keyed by the tuple as the pod sent it (`pod:port -> remote:port`)
+//!   and holds the address and port the flow leaves with;
+//! * the **ingress** half is keyed by the tuple of a reply as it arrives (`remote:port ->
+//!   node:nat_port`) and holds the pod address and port to restore.
+//!
+//! The ingress half is inserted first and only if absent, so it doubles as the lock that makes a
+//! `(remote, remote port, node, nat port, protocol)` tuple belong to exactly one flow. For ICMP
+//! queries the identifier plays the part of the local port: it is the source "port" of an egress
+//! key and the destination "port" of an ingress key, the remote side's port being zero.
+
+/// IP protocol numbers the datapath knows.
+pub mod proto {
+    /// Internet Control Message Protocol.
+    pub const ICMP: u8 = 1;
+    /// Transmission Control Protocol.
+    pub const TCP: u8 = 6;
+    /// User Datagram Protocol.
+    pub const UDP: u8 = 17;
+    /// Stream Control Transmission Protocol.
+    pub const SCTP: u8 = 132;
+}
+
+/// Which half of a flow an entry is.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Keyed by the original tuple; leaves through the uplink.
+    Egress = 0,
+    /// Keyed by the reply tuple; arrives on the uplink.
+    Ingress = 1,
+}
+
+impl Direction {
+    /// Decodes the `direction` byte of a key.
+    pub const fn from_u8(value: u8) -> Option<Self> {
+        match value {
+            0 => Some(Self::Egress),
+            1 => Some(Self::Ingress),
+            _ => None,
+        }
+    }
+}
+
+/// Key of the NAT table.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NatKeyV4 {
+    /// Source address of the packet this key matches, network byte order.
+    pub src_addr: [u8; 4],
+    /// Destination address of the packet this key matches, network byte order.
+    pub dst_addr: [u8; 4],
+    /// Source port, host byte order (ICMP: identifier on egress, 0 on ingress).
+    pub src_port: u16,
+    /// Destination port, host byte order (ICMP: 0 on egress, identifier on ingress).
+    pub dst_port: u16,
+    /// IP protocol number.
+    pub protocol: u8,
+    /// [`Direction`] as a byte.
+    pub direction: u8,
+    /// Keeps the key free of implicit padding; always zero.
+    pub pad: [u8; 2],
+}
+
+/// The TCP SYN flag was seen in this direction (without ACK: a connection attempt).
+pub const FLOW_TCP_SYN: u8 = 1 << 0;
+/// The TCP FIN flag was seen in this direction.
+pub const FLOW_TCP_FIN: u8 = 1 << 1;
+/// The TCP RST flag was seen in this direction.
+pub const FLOW_TCP_RST: u8 = 1 << 2;
+/// At least one packet matched this half after it was created (for the ingress half: a reply).
+pub const FLOW_SEEN: u8 = 1 << 3;
+/// Flags that mark a TCP connection as closing.
+pub const FLOW_TCP_CLOSING: u8 = FLOW_TCP_FIN | FLOW_TCP_RST;
+
+/// The flow was started by a pod (or any address other than the node's).
+pub const ORIGIN_POD: u8 = 0;
+/// The flow was started by the node itself with a port inside the SNAT range; it is tracked so
+/// that no pod flow is given the same port towards the same remote endpoint.
+pub const ORIGIN_HOST: u8 = 1;
+
+/// Value of the NAT table.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NatEntryV4 {
+    /// Egress half: address the flow leaves with. Ingress half: the pod address to restore.
+    pub addr: [u8; 4],
+    /// Egress half: port the flow leaves with. Ingress half: the pod port to restore.
+    pub port: u16,
+    /// `FLOW_*` bits seen in this direction.
+    pub flags: u8,
+    /// `ORIGIN_*` of the flow.
+    pub origin: u8,
+    /// When the flow was created (`bpf_ktime_get_coarse_ns`, CLOCK_MONOTONIC).
+    pub created_ns: u64,
+    /// Last packet in this direction, refreshed at most once per [`TOUCH_INTERVAL_NS`].
+    pub last_seen_ns: u64,
+}
+
+/// How stale `last_seen_ns` may get before a packet refreshes it. Refreshing on every packet
+/// would write to a shared cache line per packet; flow lifetimes are measured in seconds.
+pub const TOUCH_INTERVAL_NS: u64 = 1_000_000_000;
+
+impl NatKeyV4 {
+    /// A key of the given direction.
+    #[inline(always)]
+    pub const fn new(
+        src_addr: [u8; 4],
+        dst_addr: [u8; 4],
+        src_port: u16,
+        dst_port: u16,
+        protocol: u8,
+        direction: Direction,
+    ) -> Self {
+        Self {
+            src_addr,
+            dst_addr,
+            src_port,
+            dst_port,
+            protocol,
+            direction: direction as u8,
+            pad: [0; 2],
+        }
+    }
+
+    /// Which half this key belongs to, or `None` for a corrupt entry.
+    pub const fn direction(&self) -> Option<Direction> {
+        Direction::from_u8(self.direction)
+    }
+
+    /// The key of the other half of the flow whose half is `(self, entry)`.
+    ///
+    /// For an egress half `pod:p -> remote:r` translated to `node:n`, that is the reply tuple
+    /// `remote:r -> node:n`; for an ingress half it is the original tuple. ICMP keeps the
+    /// identifier on the local side of both keys.
+    #[inline(always)]
+    pub const fn peer(&self, entry: &NatEntryV4) -> Self {
+        match Direction::from_u8(self.direction) {
+            Some(Direction::Ingress) => Self::new(
+                entry.addr,
+                self.src_addr,
+                entry.port,
+                self.src_port,
+                self.protocol,
+                Direction::Egress,
+            ),
+            _ => Self::new(
+                self.dst_addr,
+                entry.addr,
+                self.dst_port,
+                entry.port,
+                self.protocol,
+                Direction::Ingress,
+            ),
+        }
+    }
+
+    /// The value the other half of the flow holds: the translation that undoes this one.
+    #[inline(always)]
+    pub const fn peer_entry(&self, entry: &NatEntryV4) -> NatEntryV4 {
+        let (addr, port) = match Direction::from_u8(self.direction) {
+            Some(Direction::Ingress) => (self.dst_addr, self.dst_port),
+            _ => (self.src_addr, self.src_port),
+        };
+        NatEntryV4 {
+            addr,
+            port,
+            flags: 0,
+            origin: entry.origin,
+            created_ns: entry.created_ns,
+            last_seen_ns: 0,
+        }
+    }
+}
+
+crate::impl_pod!(NatKeyV4, NatEntryV4);
+
+/// Key of the fragment table: identifies one IPv4 datagram in flight.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FragKeyV4 {
+    /// Source address as the fragment carries it.
+    pub src_addr: [u8; 4],
+    /// Destination address as the fragment carries it.
+    pub dst_addr: [u8; 4],
+    /// IPv4 identification field, host byte order.
+    pub id: u16,
+    /// IP protocol number.
+    pub protocol: u8,
+    /// [`Direction`] as a byte.
+    pub direction: u8,
+}
+
+/// The datagram was translated; later fragments get `addr` as their new address.
+pub const FRAG_TRANSLATED: u8 = 1;
+/// The datagram was left alone; later fragments are too.
+pub const FRAG_UNTOUCHED: u8 = 2;
+
+/// Value of the fragment table.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FragEntryV4 {
+    /// New source (egress) or destination (ingress) address of the datagram's fragments.
+    pub addr: [u8; 4],
+    /// `FRAG_*` decision taken for the first fragment.
+    pub decision: u8,
+    /// Keeps the value free of implicit padding; always zero.
+    pub pad: [u8; 3],
+    /// When the first fragment was seen; the agent drops entries older than a reassembly timeout.
+    pub created_ns: u64,
+}
+
+/// How long fragment decisions are kept (Linux's `ipfrag_time`).
+pub const FRAG_LIFETIME_NS: u64 = 30_000_000_000;
+
+crate::impl_pod!(FragKeyV4, FragEntryV4);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: [u8; 4] = [10, 244, 1, 5];
+    const REMOTE: [u8; 4] = [203, 0, 113, 10];
+    const NODE: [u8; 4] = [192, 0, 2, 1];
+
+    fn entry(addr: [u8; 4], port: u16) -> NatEntryV4 {
+        NatEntryV4 {
+            addr,
+            port,
+            flags: 0,
+            origin: ORIGIN_POD,
+            created_ns: 7,
+            last_seen_ns: 9,
+        }
+    }
+
+    #[test]
+    fn peer_of_egress_is_the_reply_tuple() {
+        let egress = NatKeyV4::new(POD, REMOTE, 40_000, 443, proto::TCP, Direction::Egress);
+        let translated = entry(NODE, 2_000);
+        let ingress = egress.peer(&translated);
+        assert_eq!(
+            ingress,
+            NatKeyV4::new(REMOTE, NODE, 443, 2_000, proto::TCP, Direction::Ingress)
+        );
+        let restore = egress.peer_entry(&translated);
+        assert_eq!((restore.addr, restore.port), (POD, 40_000));
+        assert_eq!(restore.created_ns, 7);
+        assert_eq!(restore.last_seen_ns, 0);
+    }
+
+    #[test]
+    fn peer_is_an_involution() {
+        let egress = NatKeyV4::new(POD, REMOTE, 5, 0, proto::ICMP, Direction::Egress);
+        let translated = entry(NODE, 1_500);
+        let ingress = egress.peer(&translated);
+        assert_eq!(
+            ingress,
+            NatKeyV4::new(REMOTE, NODE, 0, 1_500, proto::ICMP, Direction::Ingress)
+        );
+        let restore = egress.peer_entry(&translated);
+        assert_eq!(ingress.peer(&restore), egress);
+        assert_eq!(ingress.peer_entry(&restore).addr, NODE);
+        assert_eq!(ingress.peer_entry(&restore).port, 1_500);
+    }
+
+    #[test]
+    fn layouts_have_no_implicit_padding() {
+        assert_eq!(size_of::<NatKeyV4>(), 16);
+        assert_eq!(size_of::<NatEntryV4>(), 24);
+        assert_eq!(size_of::<FragKeyV4>(), 12);
+        assert_eq!(size_of::<FragEntryV4>(), 16);
+    }
+}

@@ -1,0 +1,158 @@
+//! Runtime settings of the datapath, written by the agent into a one-entry array map.
+//!
+//! They live in a map rather than in load-time constants so that the agent can change the node
+//! address or the port range of running programs, and so that a restarted agent can read back
+//! what the datapath is doing.
+
+use crate::ports::PortRange;
+
+/// Most port intervals a `--to-ports` specification may list.
+pub const MAX_PORT_RANGES: usize = 8;
+
+/// The datapath translates nothing until the agent has written settings with this bit.
+pub const SETTING_ENABLED: u32 = 1 << 0;
+/// Pick every port at random (iptables `--random-fully`); without it the original source port is
+/// tried first and kept when free.
+pub const SETTING_RANDOM_FULLY: u32 = 1 << 1;
+/// Emit aya-log debug records for datapath decisions. Off by default: it costs per packet.
+pub const SETTING_DEBUG_LOG: u32 = 1 << 2;
+
+/// Value of the settings map (key 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Address masqueraded traffic leaves with, in network byte order.
+    pub node_ip: [u8; 4],
+    /// `SETTING_*` bits.
+    pub flags: u32,
+    /// Number of valid entries in `port_ranges`.
+    pub port_range_count: u32,
+    /// Sum of the sizes of the valid port ranges.
+    pub total_ports: u32,
+    /// Port intervals translated flows may use, in the order given by the operator.
+    pub port_ranges: [PortRange; MAX_PORT_RANGES],
+}
+
+impl Settings {
+    /// Settings that translate nothing: what the datapath sees before the agent configured it.
+    pub const DISABLED: Self = Self {
+        node_ip: [0; 4],
+        flags: 0,
+        port_range_count: 0,
+        total_ports: 0,
+        port_ranges: [PortRange::EMPTY; MAX_PORT_RANGES],
+    };
+
+    /// Whether the datapath should translate at all.
+    #[inline(always)]
+    pub const fn enabled(&self) -> bool {
+        self.flags & SETTING_ENABLED != 0 && self.total_ports != 0
+    }
+
+    /// Whether every port is chosen at random.
+    #[inline(always)]
+    pub const fn random_fully(&self) -> bool {
+        self.flags & SETTING_RANDOM_FULLY != 0
+    }
+
+    /// Whether datapath debug logging is on.
+    #[inline(always)]
+    pub const fn debug_log(&self) -> bool {
+        self.flags & SETTING_DEBUG_LOG != 0
+    }
+
+    /// The configured port ranges.
+    pub fn ranges(&self) -> &[PortRange] {
+        let count = (self.port_range_count as usize).min(MAX_PORT_RANGES);
+        self.port_ranges.get(..count).unwrap_or(&[])
+    }
+
+    /// Whether `port` lies inside one of the configured ranges.
+    #[inline(always)]
+    pub fn port_in_range(&self, port: u16) -> bool {
+        let mut index = 0;
+        while index < MAX_PORT_RANGES {
+            if index as u32 >= self.port_range_count {
+                return false;
+            }
+            if let Some(range) = self.port_ranges.get(index)
+                && range.contains(port)
+            {
+                return true;
+            }
+            index += 1;
+        }
+        false
+    }
+
+    /// The port at position `offset` when all ranges are laid end to end, or `None` when
+    /// `offset` is past the last one.
+    #[inline(always)]
+    pub fn port_at(&self, offset: u32) -> Option<u16> {
+        let mut remaining = offset;
+        let mut index = 0;
+        while index < MAX_PORT_RANGES {
+            if index as u32 >= self.port_range_count {
+                return None;
+            }
+            let range = self.port_ranges.get(index)?;
+            let size = range.size();
+            if remaining < size {
+                return Some(range.first.wrapping_add(remaining as u16));
+            }
+            remaining -= size;
+            index += 1;
+        }
+        None
+    }
+}
+
+crate::impl_pod!(Settings);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings_with(ranges: &[PortRange]) -> Settings {
+        let mut settings = Settings::DISABLED;
+        for (slot, range) in settings.port_ranges.iter_mut().zip(ranges) {
+            *slot = *range;
+        }
+        settings.port_range_count = ranges.len() as u32;
+        settings.total_ports = ranges.iter().map(PortRange::size).sum();
+        settings.flags = SETTING_ENABLED;
+        settings
+    }
+
+    #[test]
+    fn port_at_walks_ranges_in_order() {
+        let settings = settings_with(&[PortRange::new(100, 101), PortRange::new(200, 202)]);
+        let ports: [Option<u16>; 6] =
+            core::array::from_fn(|offset| settings.port_at(offset as u32));
+        assert_eq!(
+            ports,
+            [Some(100), Some(101), Some(200), Some(201), Some(202), None]
+        );
+    }
+
+    #[test]
+    fn port_in_range_only_counts_configured_ranges() {
+        let settings = settings_with(&[PortRange::new(1024, 2047)]);
+        assert!(settings.port_in_range(1024));
+        assert!(settings.port_in_range(2047));
+        assert!(!settings.port_in_range(2048));
+        assert!(
+            !settings.port_in_range(0),
+            "unused slots must not match port 0"
+        );
+    }
+
+    #[test]
+    fn disabled_until_flagged_and_given_ports() {
+        assert!(!Settings::DISABLED.enabled());
+        let mut settings = settings_with(&[PortRange::new(1, 1)]);
+        assert!(settings.enabled());
+        settings.total_ports = 0;
+        assert!(!settings.enabled());
+    }
+}

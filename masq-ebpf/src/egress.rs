@@ -1,0 +1,168 @@
+//! The egress classifier: source NAT towards masqueraded destinations.
+//!
+//! Order of decisions for a packet leaving the uplink:
+//!
+//! 1. an existing mapping wins, whatever the policy says now: like iptables with conntrack, a
+//!    config change never re-translates a live flow;
+//! 2. the node's own packets stay as they are, except flows that use a port inside the SNAT
+//!    range, which are tracked (keeping their port when free) so no pod flow can take it;
+//! 3. destinations in the non-masquerade trie keep the pod address;
+//! 4. everything else gets a new mapping to the node address, except TCP segments that cannot
+//!    open a connection (replies of connections opened from outside).
+
+use aya_ebpf::{btf_maps::lpm_trie::Key, programs::TcContext};
+use masq_common::{
+    counters::Counter,
+    layout::NOMASQ_KIND_LINK_LOCAL,
+    nat::{Direction, NatEntryV4, NatKeyV4, ORIGIN_HOST, ORIGIN_POD, proto},
+    settings::Settings,
+};
+
+use crate::{
+    counters::count,
+    frag, icmp,
+    maps::{self, NOMASQ_V4},
+    nat::{self, AllocError},
+    packet::{self, Frame, Ipv4, Transport},
+    rewrite::{self, End},
+    verdict::Verdict,
+};
+
+/// Entry point of `masq_egress`.
+#[inline(always)]
+pub(crate) fn classify(ctx: &TcContext) -> i32 {
+    let ip = match packet::parse(ctx) {
+        Frame::Ipv4(ip) => ip,
+        Frame::NotIpv4 => {
+            count(Counter::EgressNotIpv4);
+            return Verdict::Pass.tc_action();
+        }
+        Frame::Malformed => {
+            count(Counter::EgressMalformed);
+            return Verdict::Pass.tc_action();
+        }
+    };
+    let Some(settings) = maps::settings() else {
+        count(Counter::EgressNotConfigured);
+        return Verdict::Pass.tc_action();
+    };
+    classify_ipv4(ctx, settings, &ip).tc_action()
+}
+
+#[inline(always)]
+fn classify_ipv4(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict {
+    if ip.is_later_fragment() {
+        return frag::egress(ctx, settings, ip);
+    }
+    let Ok(transport) = packet::transport(ctx, ip) else {
+        count(Counter::EgressMalformed);
+        return Verdict::Pass;
+    };
+    let (src_port, dst_port, tcp_opens) = match transport {
+        Transport::Ports {
+            src,
+            dst,
+            tcp_opens,
+            ..
+        } => (src, dst, tcp_opens),
+        Transport::IcmpQuery { id, request: true } => (id, 0, false),
+        Transport::IcmpError => return icmp::egress(ctx, settings, ip),
+        // A query reply without a mapping answers a query that came from outside.
+        Transport::IcmpQuery { request: false, .. } | Transport::IcmpOther => {
+            count(if ip.src == settings.node_ip {
+                Counter::EgressHostPassed
+            } else {
+                Counter::EgressUnsupported
+            });
+            return Verdict::Pass;
+        }
+        Transport::Other => (0, 0, false),
+    };
+    let key = NatKeyV4::new(
+        ip.src,
+        ip.dst,
+        src_port,
+        dst_port,
+        ip.protocol,
+        Direction::Egress,
+    );
+    let flow_flags = transport.flow_flags();
+
+    if let Some(entry) = nat::lookup(&key, flow_flags, tcp_opens) {
+        let counter = if ip.src == settings.node_ip {
+            Counter::EgressHostTracked
+        } else {
+            Counter::EgressMasqueraded
+        };
+        return translate(ctx, ip, &key, &entry, counter);
+    }
+
+    let origin = if ip.src == settings.node_ip {
+        let has_port = matches!(
+            ip.protocol,
+            proto::TCP | proto::UDP | proto::SCTP | proto::ICMP
+        );
+        if !has_port || !settings.port_in_range(src_port) {
+            count(Counter::EgressHostPassed);
+            return Verdict::Pass;
+        }
+        ORIGIN_HOST
+    } else {
+        match NOMASQ_V4.get(&Key::new(32, ip.dst)) {
+            Some(&NOMASQ_KIND_LINK_LOCAL) => {
+                count(Counter::EgressExemptLinkLocal);
+                frag::remember(ip, Direction::Egress, None);
+                return Verdict::Pass;
+            }
+            Some(_) => {
+                count(Counter::EgressExemptCidr);
+                frag::remember(ip, Direction::Egress, None);
+                return Verdict::Pass;
+            }
+            None => ORIGIN_POD,
+        }
+    };
+    if ip.protocol == proto::TCP && !tcp_opens {
+        count(Counter::EgressTcpMidstreamPassed);
+        return Verdict::Pass;
+    }
+
+    match nat::allocate(settings, &key, origin, flow_flags) {
+        Ok(entry) => {
+            let counter = if origin == ORIGIN_HOST {
+                Counter::EgressHostTracked
+            } else {
+                Counter::EgressNewMapping
+            };
+            translate(ctx, ip, &key, &entry, counter)
+        }
+        Err(AllocError::NoPort) => {
+            count(Counter::EgressDropNoPort);
+            Verdict::Drop
+        }
+        Err(AllocError::SctpPortInUse) => {
+            count(Counter::EgressDropSctpPortInUse);
+            Verdict::Drop
+        }
+    }
+}
+
+/// Rewrites the packet's source to the mapping's address and port.
+#[inline(always)]
+fn translate(
+    ctx: &TcContext,
+    ip: &Ipv4,
+    key: &NatKeyV4,
+    entry: &NatEntryV4,
+    counter: Counter,
+) -> Verdict {
+    let rewritten = rewrite::address(ctx, ip, End::Source, entry.addr)
+        .and_then(|()| rewrite::port(ctx, ip, End::Source, key.src_port, entry.port));
+    if rewritten.is_err() {
+        count(Counter::EgressDropRewriteFailed);
+        return Verdict::Drop;
+    }
+    frag::remember(ip, Direction::Egress, Some(entry.addr));
+    count(counter);
+    Verdict::Pass
+}

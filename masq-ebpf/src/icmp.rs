@@ -1,0 +1,256 @@
+//! ICMP errors (destination unreachable, fragmentation needed, time exceeded, ...).
+//!
+//! An error quotes the header of the packet that caused it. For the error to reach the right
+//! socket the quoted header must be translated like the flow it belongs to, or path MTU
+//! discovery and connection failures break for masqueraded flows:
+//!
+//! * **ingress**: a router or the remote complains about a packet the node sent (`node:nat_port
+//!   -> remote`); the quote is rewritten to `pod:port -> remote` and the error goes to the pod;
+//! * **egress**: a pod (or the node while forwarding) complains about a reply it received
+//!   (`remote -> pod:port`); the quote is rewritten to `remote -> node:nat_port` and the error
+//!   leaves from the node address.
+//!
+//! The quoted fields are payload to the kernel, so their checksums (quoted IPv4 header, quoted
+//! transport header when present, and the ICMP checksum over all of it) are updated here with
+//! RFC 1624 arithmetic. Each change is mirrored into the ICMP checksum, which keeps the packet's
+//! total sum, and therefore a `CHECKSUM_COMPLETE` value, unchanged.
+
+use aya_ebpf::programs::TcContext;
+use masq_common::{
+    checksum::{replace16, replace16_udp, replace32, replace32_udp},
+    counters::Counter,
+    nat::{Direction, NatEntryV4, NatKeyV4, proto},
+    settings::Settings,
+};
+
+use crate::{
+    counters::count,
+    maps::NAT_V4,
+    packet::{IP_DST, IP_SRC, Ipv4, Ipv4Header, icmp_type},
+    rewrite::{self, End},
+    verdict::Verdict,
+};
+
+/// Offset of the quoted IPv4 header within the ICMP message.
+const QUOTE_OFF: usize = 8;
+
+/// Where the translatable fields of a quoted packet are.
+struct Quote {
+    /// Offset of the quoted address to rewrite (the local end of the quoted packet).
+    addr_off: usize,
+    addr: [u8; 4],
+    /// Offset of the quoted port (or ICMP identifier) to rewrite.
+    port_off: usize,
+    port: u16,
+    /// Offset of the quoted transport checksum, when the quote includes it.
+    l4_check_off: Option<usize>,
+    ip_check_off: usize,
+}
+
+/// An error leaving through the uplink.
+#[inline(always)]
+pub(crate) fn egress(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict {
+    match translate(ctx, ip, Direction::Egress) {
+        Ok(Some(_)) => {
+            count(Counter::EgressIcmpErrorTranslated);
+            Verdict::Pass
+        }
+        Ok(None) if ip.src == settings.node_ip => {
+            count(Counter::EgressHostPassed);
+            Verdict::Pass
+        }
+        // An error about a flow masq did not translate: conntrack would leave it alone too.
+        Ok(None) => {
+            count(Counter::EgressUnsupported);
+            Verdict::Pass
+        }
+        Err(()) => {
+            count(Counter::EgressDropRewriteFailed);
+            Verdict::Drop
+        }
+    }
+}
+
+/// An error arriving for the node.
+#[inline(always)]
+pub(crate) fn ingress(ctx: &TcContext, ip: &Ipv4) -> Verdict {
+    match translate(ctx, ip, Direction::Ingress) {
+        Ok(Some(_)) => {
+            count(Counter::IngressIcmpErrorTranslated);
+            Verdict::Pass
+        }
+        Ok(None) => {
+            count(Counter::IngressPassed);
+            Verdict::Pass
+        }
+        Err(()) => {
+            count(Counter::IngressDropRewriteFailed);
+            Verdict::Drop
+        }
+    }
+}
+
+/// Translates the error `ip` travelling in `direction` if it quotes a packet of a mapped flow.
+/// `Ok(None)`: nothing to translate; `Err`: a write failed and the packet is inconsistent.
+#[inline(always)]
+fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Option<NatEntryV4>, ()> {
+    let quote_ip_off = ip.l4_off + QUOTE_OFF;
+    let Ok(quoted) = ctx.load::<Ipv4Header>(quote_ip_off) else {
+        return Ok(None);
+    };
+    let Some(quoted_header_len) = quoted.header_len() else {
+        return Ok(None);
+    };
+    let quoted_l4 = quote_ip_off + quoted_header_len;
+    let protocol = quoted.protocol;
+
+    // The quoted packet's local end: its destination when it came in (egress errors), its
+    // source when it went out (ingress errors). (local port offset, remote port offset, check)
+    let (local_port_off, remote_port_off, l4_check_off) = match (protocol, direction) {
+        (proto::TCP, Direction::Egress) => (2, Some(0), Some(16)),
+        (proto::TCP, Direction::Ingress) => (0, Some(2), Some(16)),
+        (proto::UDP, Direction::Egress) => (2, Some(0), Some(6)),
+        (proto::UDP, Direction::Ingress) => (0, Some(2), Some(6)),
+        (proto::SCTP, Direction::Egress) => (2, Some(0), None),
+        (proto::SCTP, Direction::Ingress) => (0, Some(2), None),
+        (proto::ICMP, _) => (4, None, Some(2)),
+        _ => return Ok(None),
+    };
+    if protocol == proto::ICMP {
+        // Only queries are mapped; an error about an error is never translated.
+        let Ok(quoted_type) = ctx.load::<u8>(quoted_l4) else {
+            return Ok(None);
+        };
+        let query = match direction {
+            Direction::Egress => {
+                matches!(
+                    quoted_type,
+                    icmp_type::ECHO_REPLY | icmp_type::TIMESTAMP_REPLY
+                )
+            }
+            Direction::Ingress => {
+                matches!(
+                    quoted_type,
+                    icmp_type::ECHO_REQUEST | icmp_type::TIMESTAMP_REQUEST
+                )
+            }
+        };
+        if !query {
+            return Ok(None);
+        }
+    }
+    let Ok(local_port) = ctx.load::<[u8; 2]>(quoted_l4 + local_port_off) else {
+        return Ok(None);
+    };
+    let local_port = u16::from_be_bytes(local_port);
+    let remote_port = match remote_port_off {
+        Some(offset) => match ctx.load::<[u8; 2]>(quoted_l4 + offset) {
+            Ok(port) => u16::from_be_bytes(port),
+            Err(_) => return Ok(None),
+        },
+        None => 0,
+    };
+
+    let (key, quote) = match direction {
+        Direction::Egress => (
+            NatKeyV4::new(
+                quoted.dst,
+                quoted.src,
+                local_port,
+                remote_port,
+                protocol,
+                direction,
+            ),
+            Quote {
+                addr_off: quote_ip_off + IP_DST,
+                addr: quoted.dst,
+                port_off: quoted_l4 + local_port_off,
+                port: local_port,
+                l4_check_off: l4_check_off.map(|offset| quoted_l4 + offset),
+                ip_check_off: quote_ip_off + 10,
+            },
+        ),
+        Direction::Ingress => (
+            NatKeyV4::new(
+                quoted.dst,
+                quoted.src,
+                remote_port,
+                local_port,
+                protocol,
+                direction,
+            ),
+            Quote {
+                addr_off: quote_ip_off + IP_SRC,
+                addr: quoted.src,
+                port_off: quoted_l4 + local_port_off,
+                port: local_port,
+                l4_check_off: l4_check_off.map(|offset| quoted_l4 + offset),
+                ip_check_off: quote_ip_off + 10,
+            },
+        ),
+    };
+    let Some(entry) = NAT_V4.get_ptr(key) else {
+        return Ok(None);
+    };
+    // SAFETY: the pointer comes from a successful lookup and is read once, immediately.
+    let entry = unsafe { *entry };
+
+    rewrite_quote(ctx, ip, protocol, &quote, &entry)?;
+    let end = match direction {
+        Direction::Egress => End::Source,
+        Direction::Ingress => End::Destination,
+    };
+    rewrite::address(ctx, ip, end, entry.addr)?;
+    Ok(Some(entry))
+}
+
+/// Rewrites the quoted local address and port to `entry`'s and fixes the three checksums.
+#[inline(always)]
+fn rewrite_quote(
+    ctx: &TcContext,
+    ip: &Ipv4,
+    protocol: u8,
+    quote: &Quote,
+    entry: &NatEntryV4,
+) -> Result<(), ()> {
+    let icmp_check_off = ip.l4_off + 2;
+    let mut icmp_check = u16::from_be_bytes(ctx.load::<[u8; 2]>(icmp_check_off).map_err(|_| ())?);
+    let old_ip_check = u16::from_be_bytes(ctx.load::<[u8; 2]>(quote.ip_check_off).map_err(|_| ())?);
+
+    let new_ip_check = replace32(old_ip_check, quote.addr, entry.addr);
+    icmp_check = replace32(icmp_check, quote.addr, entry.addr);
+    icmp_check = replace16(icmp_check, old_ip_check, new_ip_check);
+    icmp_check = replace16(icmp_check, quote.port, entry.port);
+
+    // The quote may stop before the transport checksum (only 8 bytes are guaranteed).
+    if let Some(offset) = quote.l4_check_off
+        && let Ok(old_l4_check) = ctx.load::<[u8; 2]>(offset)
+    {
+        let old_l4_check = u16::from_be_bytes(old_l4_check);
+        let new_l4_check = match protocol {
+            proto::TCP => replace16(
+                replace32(old_l4_check, quote.addr, entry.addr),
+                quote.port,
+                entry.port,
+            ),
+            proto::UDP => replace16_udp(
+                replace32_udp(old_l4_check, quote.addr, entry.addr),
+                quote.port,
+                entry.port,
+            ),
+            // ICMP checksums cover no pseudo-header: only the identifier changes.
+            _ => replace16(old_l4_check, quote.port, entry.port),
+        };
+        icmp_check = replace16(icmp_check, old_l4_check, new_l4_check);
+        ctx.store(offset, &new_l4_check.to_be_bytes(), 0)
+            .map_err(|_| ())?;
+    }
+
+    ctx.store(quote.addr_off, &entry.addr, 0).map_err(|_| ())?;
+    ctx.store(quote.ip_check_off, &new_ip_check.to_be_bytes(), 0)
+        .map_err(|_| ())?;
+    ctx.store(quote.port_off, &entry.port.to_be_bytes(), 0)
+        .map_err(|_| ())?;
+    ctx.store(icmp_check_off, &icmp_check.to_be_bytes(), 0)
+        .map_err(|_| ())
+}

@@ -1,0 +1,66 @@
+//! masq's TC datapath.
+//!
+//! Two classifiers sit on the node's uplink:
+//!
+//! * [`masq_egress`] sends traffic towards masqueraded destinations out with the node's
+//!   address, allocating a port mapping for each new flow;
+//! * [`masq_ingress`] restores the pod address and port on the replies.
+//!
+//! Everything the programs know comes from maps the agent fills (see `maps`). Every path counts
+//! exactly one outcome; nothing is logged per packet unless the agent turns on debug logging.
+
+#![cfg_attr(target_arch = "bpf", no_std)]
+#![cfg_attr(target_arch = "bpf", no_main)]
+
+mod counters;
+mod egress;
+mod frag;
+mod icmp;
+mod ingress;
+mod maps;
+mod nat;
+mod packet;
+mod rewrite;
+mod verdict;
+
+use aya_ebpf::{macros::classifier, programs::TcContext};
+
+/// TC egress classifier for the uplink: masquerades pod traffic towards destinations outside
+/// the non-masquerade CIDRs. Attached by the agent (tcx, last in the chain so that policy
+/// programs see pod addresses); returns "next" for every packet it does not drop.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_egress(ctx: TcContext) -> i32 {
+    egress::classify(&ctx)
+}
+
+/// TC ingress classifier for the uplink: reverses the translation for replies of masqueraded
+/// flows and leaves everything else alone.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_ingress(ctx: TcContext) -> i32 {
+    ingress::classify(&ctx)
+}
+
+/// The kernel requires a GPL-compatible license for the helpers the programs call.
+#[cfg(target_arch = "bpf")]
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
+
+#[cfg(target_arch = "bpf")]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
+    // Unreachable in a verified program: the verifier rejects any path that could get here.
+    loop {}
+}
+
+/// Host builds (clippy, `cargo check`) only type-check the programs.
+#[cfg(not(target_arch = "bpf"))]
+fn main() {}

@@ -1,0 +1,66 @@
+//! The maps shared by both programs and the agent. All are pinned by the agent under its pin
+//! path so a restarted agent adopts them; names and layouts come from `masq_common::layout`.
+
+use aya_ebpf::{
+    btf_maps::{Array, LpmTrie, LruHashMap, PerCpuArray},
+    macros::btf_map,
+};
+use masq_common::{
+    counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
+    layout::{FRAGS_V4_MAX_ENTRIES, MapMeta, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES},
+    nat::{FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
+    settings::Settings,
+};
+
+/// Datapath settings (node address, SNAT port ranges, flags) at index 0. Written by the agent
+/// when it starts and whenever its flags or the node address change; read by both programs on
+/// every packet. Until the agent writes it, the programs translate nothing.
+#[btf_map(name = "masq_settings")]
+pub(crate) static SETTINGS: Array<Settings, 1> = Array::new();
+
+/// Layout identity of the pinned map set at index 0. Written by the agent when it creates the
+/// maps, read by later agents before they adopt them; the programs never touch it.
+#[btf_map(name = "masq_meta")]
+pub(crate) static META: Array<MapMeta, 1> = Array::new();
+
+/// Non-masquerade IPv4 destinations, longest-prefix match, value `NOMASQ_KIND_*`. Written by the
+/// agent from the config (diff-synced: additions before removals); read by the egress program
+/// for flows that have no mapping yet.
+#[btf_map(name = "masq_nomasq_v4")]
+pub(crate) static NOMASQ_V4: LpmTrie<[u8; 4], u32, { NOMASQ_V4_MAX_ENTRIES as usize }> =
+    LpmTrie::new();
+
+/// Both halves of every translated flow (see `masq_common::nat`). Written by the programs
+/// (new mappings, last-seen refreshes at most once a second, TCP flags); expired flows are
+/// deleted by the agent's garbage collector. LRU eviction only acts when the table is full.
+/// The agent sizes it at load time (`--nat-max-entries`).
+#[btf_map(name = "masq_nat_v4")]
+pub(crate) static NAT_V4: LruHashMap<
+    NatKeyV4,
+    NatEntryV4,
+    { NAT_V4_DEFAULT_MAX_ENTRIES as usize },
+> = LruHashMap::new();
+
+/// Translation decided for the first fragment of each fragmented datagram, so later fragments
+/// (which carry no ports) follow it. Written and read by the programs; stale entries are removed
+/// by the agent and evicted by LRU.
+#[btf_map(name = "masq_frags_v4")]
+pub(crate) static FRAGS_V4: LruHashMap<FragKeyV4, FragEntryV4, { FRAGS_V4_MAX_ENTRIES as usize }> =
+    LruHashMap::new();
+
+/// Per-CPU packet counters indexed by `masq_common::counters::Counter`. Incremented by the
+/// programs; summed by the agent for metrics and `masq status`.
+#[btf_map(name = "masq_counters")]
+pub(crate) static COUNTERS: PerCpuArray<u64, { COUNTER_COUNT as usize }> = PerCpuArray::new();
+
+/// Per-CPU histogram of how many ports new flows tried before one was free; the last bucket
+/// counts flows that found none. Incremented by the egress program; read by the agent.
+#[btf_map(name = "masq_retries")]
+pub(crate) static ALLOC_RETRIES: PerCpuArray<u64, { ALLOC_HISTOGRAM_BUCKETS as usize }> =
+    PerCpuArray::new();
+
+/// The settings in force, or `None` before the agent configured the datapath.
+#[inline(always)]
+pub(crate) fn settings() -> Option<&'static Settings> {
+    SETTINGS.get(0).filter(|settings| settings.enabled())
+}

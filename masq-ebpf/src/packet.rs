@@ -1,0 +1,246 @@
+//! Parsing of Ethernet, IPv4 and the transport headers the datapath translates.
+//!
+//! Reads go through `bpf_skb_load_bytes`, which copes with headers outside the linear part of
+//! the skb and with variable offsets (IPv4 options), at the price of a copy of a few bytes.
+
+use aya_ebpf::programs::TcContext;
+use masq_common::nat::{FLOW_TCP_FIN, FLOW_TCP_RST, FLOW_TCP_SYN, proto};
+
+/// Length of the Ethernet header; the uplink is an Ethernet device.
+pub(crate) const ETH_HLEN: usize = 14;
+/// Offset of the IPv4 header in the frame.
+pub(crate) const IP_OFF: usize = ETH_HLEN;
+/// Offset of the IPv4 header checksum within the header.
+pub(crate) const IP_CHECK: usize = 10;
+/// Offset of the IPv4 source address within the header.
+pub(crate) const IP_SRC: usize = 12;
+/// Offset of the IPv4 destination address within the header.
+pub(crate) const IP_DST: usize = 16;
+
+const ETH_P_IP: [u8; 2] = [0x08, 0x00];
+const IP_MF: u16 = 0x2000;
+const IP_OFFSET_MASK: u16 = 0x1fff;
+
+const TCP_FIN: u8 = 0x01;
+const TCP_SYN: u8 = 0x02;
+const TCP_RST: u8 = 0x04;
+const TCP_ACK: u8 = 0x10;
+
+/// ICMP types of queries whose identifier acts as a port (RFC 792, RFC 950).
+pub(crate) mod icmp_type {
+    pub(crate) const ECHO_REPLY: u8 = 0;
+    pub(crate) const DEST_UNREACH: u8 = 3;
+    pub(crate) const SOURCE_QUENCH: u8 = 4;
+    pub(crate) const REDIRECT: u8 = 5;
+    pub(crate) const ECHO_REQUEST: u8 = 8;
+    pub(crate) const TIME_EXCEEDED: u8 = 11;
+    pub(crate) const PARAMETER_PROBLEM: u8 = 12;
+    pub(crate) const TIMESTAMP_REQUEST: u8 = 13;
+    pub(crate) const TIMESTAMP_REPLY: u8 = 14;
+}
+
+/// The fixed part of an IPv4 header, as bytes so that it has no alignment requirement.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Ipv4Header {
+    pub(crate) version_ihl: u8,
+    pub(crate) tos: u8,
+    pub(crate) total_len: [u8; 2],
+    pub(crate) id: [u8; 2],
+    pub(crate) frag: [u8; 2],
+    pub(crate) ttl: u8,
+    pub(crate) protocol: u8,
+    pub(crate) check: [u8; 2],
+    pub(crate) src: [u8; 4],
+    pub(crate) dst: [u8; 4],
+}
+
+impl Ipv4Header {
+    /// Header length in bytes, or `None` when the header is not a valid IPv4 header.
+    #[inline(always)]
+    pub(crate) fn header_len(&self) -> Option<usize> {
+        let ihl = usize::from(self.version_ihl & 0x0f) * 4;
+        (self.version_ihl >> 4 == 4 && ihl >= 20).then_some(ihl)
+    }
+}
+
+/// A parsed IPv4 packet.
+#[derive(Clone, Copy)]
+pub(crate) struct Ipv4 {
+    pub(crate) src: [u8; 4],
+    pub(crate) dst: [u8; 4],
+    pub(crate) protocol: u8,
+    /// Offset of the transport header in the frame.
+    pub(crate) l4_off: usize,
+    /// Bytes of transport header and payload the IPv4 header accounts for.
+    pub(crate) l4_len: usize,
+    /// Identification field, for matching fragments of one datagram.
+    pub(crate) id: u16,
+    pub(crate) more_fragments: bool,
+    pub(crate) fragment_offset: u16,
+}
+
+impl Ipv4 {
+    /// A fragment other than the first: it carries no transport header.
+    #[inline(always)]
+    pub(crate) const fn is_later_fragment(&self) -> bool {
+        self.fragment_offset != 0
+    }
+
+    /// The first fragment of a fragmented datagram.
+    #[inline(always)]
+    pub(crate) const fn is_first_fragment(&self) -> bool {
+        self.more_fragments && self.fragment_offset == 0
+    }
+}
+
+/// What the Ethernet frame holds.
+pub(crate) enum Frame {
+    NotIpv4,
+    Malformed,
+    Ipv4(Ipv4),
+}
+
+/// Parses the Ethernet and IPv4 headers.
+#[inline(always)]
+pub(crate) fn parse(ctx: &TcContext) -> Frame {
+    let Ok(ethertype) = ctx.load::<[u8; 2]>(12) else {
+        return Frame::Malformed;
+    };
+    if ethertype != ETH_P_IP {
+        return Frame::NotIpv4;
+    }
+    let Ok(header) = ctx.load::<Ipv4Header>(IP_OFF) else {
+        return Frame::Malformed;
+    };
+    let Some(header_len) = header.header_len() else {
+        return Frame::Malformed;
+    };
+    let frame_len = ctx.len() as usize;
+    let available = frame_len.saturating_sub(IP_OFF);
+    let total_len = usize::from(u16::from_be_bytes(header.total_len));
+    // A zero total length marks a BIG TCP aggregate larger than 64 KiB: the skb length counts.
+    let total_len = if total_len == 0 && available > 0xffff {
+        available
+    } else {
+        total_len
+    };
+    if total_len < header_len || total_len > available {
+        return Frame::Malformed;
+    }
+    let frag = u16::from_be_bytes(header.frag);
+    Frame::Ipv4(Ipv4 {
+        src: header.src,
+        dst: header.dst,
+        protocol: header.protocol,
+        l4_off: IP_OFF + header_len,
+        l4_len: total_len - header_len,
+        id: u16::from_be_bytes(header.id),
+        more_fragments: frag & IP_MF != 0,
+        fragment_offset: frag & IP_OFFSET_MASK,
+    })
+}
+
+/// The transport-level identity of a packet.
+#[derive(Clone, Copy)]
+pub(crate) enum Transport {
+    /// TCP, UDP or SCTP.
+    Ports {
+        src: u16,
+        dst: u16,
+        /// `FLOW_TCP_*` bits of this segment (TCP only).
+        tcp_flags: u8,
+        /// A TCP SYN without ACK: the only segment that may open a connection.
+        tcp_opens: bool,
+    },
+    /// ICMP echo or timestamp; `request` tells the direction.
+    IcmpQuery { id: u16, request: bool },
+    /// ICMP error quoting another packet.
+    IcmpError,
+    /// ICMP of a type the datapath does not translate.
+    IcmpOther,
+    /// Any other IP protocol: translated by address only.
+    Other,
+}
+
+impl Transport {
+    /// The `FLOW_*` bits a packet contributes to its flow's state.
+    #[inline(always)]
+    pub(crate) const fn flow_flags(&self) -> u8 {
+        match self {
+            Self::Ports { tcp_flags, .. } => *tcp_flags,
+            _ => 0,
+        }
+    }
+}
+
+/// Reads the transport header of a packet that is not a later fragment.
+/// `Err` means the header is truncated.
+#[inline(always)]
+pub(crate) fn transport(ctx: &TcContext, ip: &Ipv4) -> Result<Transport, ()> {
+    match ip.protocol {
+        proto::TCP | proto::UDP | proto::SCTP => {
+            let needed = match ip.protocol {
+                proto::TCP => 20,
+                proto::UDP => 8,
+                _ => 12,
+            };
+            if ip.l4_len < needed {
+                return Err(());
+            }
+            let ports = ctx.load::<[u8; 4]>(ip.l4_off).map_err(|_| ())?;
+            let (tcp_flags, tcp_opens) = if ip.protocol == proto::TCP {
+                let raw = ctx.load::<u8>(ip.l4_off + 13).map_err(|_| ())?;
+                (
+                    tcp_flow_flags(raw),
+                    raw & (TCP_SYN | TCP_ACK | TCP_RST) == TCP_SYN,
+                )
+            } else {
+                (0, false)
+            };
+            Ok(Transport::Ports {
+                src: u16::from_be_bytes([ports[0], ports[1]]),
+                dst: u16::from_be_bytes([ports[2], ports[3]]),
+                tcp_flags,
+                tcp_opens,
+            })
+        }
+        proto::ICMP => {
+            if ip.l4_len < 8 {
+                return Err(());
+            }
+            let header = ctx.load::<[u8; 8]>(ip.l4_off).map_err(|_| ())?;
+            let id = u16::from_be_bytes([header[4], header[5]]);
+            Ok(match header[0] {
+                icmp_type::ECHO_REQUEST | icmp_type::TIMESTAMP_REQUEST => {
+                    Transport::IcmpQuery { id, request: true }
+                }
+                icmp_type::ECHO_REPLY | icmp_type::TIMESTAMP_REPLY => {
+                    Transport::IcmpQuery { id, request: false }
+                }
+                icmp_type::DEST_UNREACH
+                | icmp_type::SOURCE_QUENCH
+                | icmp_type::REDIRECT
+                | icmp_type::TIME_EXCEEDED
+                | icmp_type::PARAMETER_PROBLEM => Transport::IcmpError,
+                _ => Transport::IcmpOther,
+            })
+        }
+        _ => Ok(Transport::Other),
+    }
+}
+
+#[inline(always)]
+const fn tcp_flow_flags(raw: u8) -> u8 {
+    let mut flags = 0;
+    if raw & (TCP_SYN | TCP_ACK) == TCP_SYN {
+        flags |= FLOW_TCP_SYN;
+    }
+    if raw & TCP_FIN != 0 {
+        flags |= FLOW_TCP_FIN;
+    }
+    if raw & TCP_RST != 0 {
+        flags |= FLOW_TCP_RST;
+    }
+    flags
+}

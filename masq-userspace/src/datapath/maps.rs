@@ -1,0 +1,183 @@
+//! Typed handles on the datapath maps, whether freshly loaded or adopted from pins.
+
+use std::path::Path;
+
+use aya::{
+    Ebpf,
+    maps::{Array, HashMap, LpmTrie, Map, MapData, MapError, PerCpuArray, lpm_trie::Key},
+};
+use masq_common::{
+    counters::{ALLOC_HISTOGRAM_BUCKETS, Counter},
+    layout::{
+        MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_FRAGS_V4, MAP_META, MAP_NAT_V4, MAP_NOMASQ_V4,
+        MAP_SETTINGS, MapMeta,
+    },
+    nat::{FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
+    settings::Settings,
+};
+
+use super::error::DatapathError;
+
+/// Owned, typed handles on every datapath map.
+pub struct DatapathMaps {
+    /// Layout identity of the map set.
+    pub meta: Array<MapData, MapMeta>,
+    /// Datapath settings.
+    pub settings: Array<MapData, Settings>,
+    /// Non-masquerade IPv4 destinations.
+    pub nomasq_v4: LpmTrie<MapData, [u8; 4], u32>,
+    /// Both halves of every translated flow.
+    pub nat_v4: HashMap<MapData, NatKeyV4, NatEntryV4>,
+    /// Decisions for fragmented datagrams in flight.
+    pub frags_v4: HashMap<MapData, FragKeyV4, FragEntryV4>,
+    /// Per-CPU packet counters.
+    pub counters: PerCpuArray<MapData, u64>,
+    /// Per-CPU port allocation histogram.
+    pub alloc_retries: PerCpuArray<MapData, u64>,
+}
+
+impl std::fmt::Debug for DatapathMaps {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("DatapathMaps")
+            .finish_non_exhaustive()
+    }
+}
+
+fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, DatapathError> {
+    ebpf.take_map(name)
+        .ok_or(DatapathError::Missing { kind: "map", name })
+}
+
+fn typed<T>(map: Map, name: &'static str) -> Result<T, DatapathError>
+where
+    T: TryFrom<Map, Error = MapError>,
+{
+    T::try_from(map).map_err(DatapathError::map("opening", name))
+}
+
+fn from_pin(dir: &Path, name: &'static str) -> Result<Map, DatapathError> {
+    let path = dir.join(name);
+    if !path.exists() {
+        return Err(DatapathError::NotPinned(dir.to_path_buf()));
+    }
+    let data = MapData::from_pin(&path).map_err(DatapathError::map("opening pinned", name))?;
+    Map::from_map_data(data).map_err(DatapathError::map("opening pinned", name))
+}
+
+impl DatapathMaps {
+    /// Takes the maps out of a loaded object (the programs keep their own references).
+    pub fn take(ebpf: &mut Ebpf) -> Result<Self, DatapathError> {
+        Self::assemble(|name| take(ebpf, name))
+    }
+
+    /// Opens the maps pinned under `dir` by a running or previous agent.
+    pub fn from_pins(dir: &Path) -> Result<Self, DatapathError> {
+        Self::assemble(|name| from_pin(dir, name))
+    }
+
+    fn assemble(
+        mut get: impl FnMut(&'static str) -> Result<Map, DatapathError>,
+    ) -> Result<Self, DatapathError> {
+        Ok(Self {
+            meta: typed(get(MAP_META)?, MAP_META)?,
+            settings: typed(get(MAP_SETTINGS)?, MAP_SETTINGS)?,
+            nomasq_v4: typed(get(MAP_NOMASQ_V4)?, MAP_NOMASQ_V4)?,
+            nat_v4: typed(get(MAP_NAT_V4)?, MAP_NAT_V4)?,
+            frags_v4: typed(get(MAP_FRAGS_V4)?, MAP_FRAGS_V4)?,
+            counters: typed(get(MAP_COUNTERS)?, MAP_COUNTERS)?,
+            alloc_retries: typed(get(MAP_ALLOC_RETRIES)?, MAP_ALLOC_RETRIES)?,
+        })
+    }
+
+    /// The settings the datapath runs with.
+    pub fn settings(&self) -> Result<Settings, DatapathError> {
+        self.settings
+            .get(&0, 0)
+            .map_err(DatapathError::map("reading", MAP_SETTINGS))
+    }
+
+    /// Replaces the datapath settings; packets see them from their next lookup on.
+    pub fn set_settings(&mut self, settings: &Settings) -> Result<(), DatapathError> {
+        self.settings
+            .set(0, settings, 0)
+            .map_err(DatapathError::map("writing", MAP_SETTINGS))
+    }
+
+    /// The layout record of the map set.
+    pub fn meta(&self) -> Result<MapMeta, DatapathError> {
+        self.meta
+            .get(&0, 0)
+            .map_err(DatapathError::map("reading", MAP_META))
+    }
+
+    /// Records the layout the maps were created with.
+    pub fn set_meta(&mut self, meta: &MapMeta) -> Result<(), DatapathError> {
+        self.meta
+            .set(0, meta, 0)
+            .map_err(DatapathError::map("writing", MAP_META))
+    }
+
+    /// Every counter summed over all CPUs, in index order.
+    pub fn counter_totals(&self) -> Result<Vec<(Counter, u64)>, DatapathError> {
+        Counter::ALL
+            .iter()
+            .map(|&counter| {
+                let per_cpu = self
+                    .counters
+                    .get(&(counter as u32), 0)
+                    .map_err(DatapathError::map("reading", MAP_COUNTERS))?;
+                Ok((counter, per_cpu.iter().sum()))
+            })
+            .collect()
+    }
+
+    /// One counter summed over all CPUs.
+    pub fn counter(&self, counter: Counter) -> Result<u64, DatapathError> {
+        let per_cpu = self
+            .counters
+            .get(&(counter as u32), 0)
+            .map_err(DatapathError::map("reading", MAP_COUNTERS))?;
+        Ok(per_cpu.iter().sum())
+    }
+
+    /// The allocation histogram summed over all CPUs: bucket `i` counts flows that got a port at
+    /// attempt `i + 1`; the last bucket counts flows that got none.
+    pub fn alloc_histogram(&self) -> Result<Vec<u64>, DatapathError> {
+        (0..ALLOC_HISTOGRAM_BUCKETS)
+            .map(|bucket| {
+                let per_cpu = self
+                    .alloc_retries
+                    .get(&bucket, 0)
+                    .map_err(DatapathError::map("reading", MAP_ALLOC_RETRIES))?;
+                Ok(per_cpu.iter().sum())
+            })
+            .collect()
+    }
+
+    /// A snapshot of the NAT table. Entries created or deleted during the walk may be missed.
+    pub fn nat_entries(&self) -> Result<Vec<(NatKeyV4, NatEntryV4)>, DatapathError> {
+        let mut entries = Vec::new();
+        for item in self.nat_v4.iter() {
+            match item {
+                Ok(entry) => entries.push(entry),
+                // The entry vanished between listing its key and reading it.
+                Err(MapError::KeyNotFound) => {}
+                Err(error) => return Err(DatapathError::map("walking", MAP_NAT_V4)(error)),
+            }
+        }
+        Ok(entries)
+    }
+
+    /// The non-masquerade trie's entries as (address, prefix length, kind).
+    pub fn nomasq_entries(&self) -> Result<Vec<([u8; 4], u8, u32)>, DatapathError> {
+        let mut entries = Vec::new();
+        for item in self.nomasq_v4.iter() {
+            let (key, kind): (Key<[u8; 4]>, u32) =
+                item.map_err(DatapathError::map("walking", MAP_NOMASQ_V4))?;
+            let prefix = u8::try_from(key.prefix_len()).unwrap_or(u8::MAX);
+            entries.push((key.data(), prefix, kind));
+        }
+        Ok(entries)
+    }
+}

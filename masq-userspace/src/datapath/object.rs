@@ -1,0 +1,108 @@
+//! The compiled datapath object and how it is loaded.
+
+use std::path::PathBuf;
+
+use aya::{Ebpf, EbpfLoader, programs::SchedClassifier};
+use masq_common::layout::{
+    ALL_MAPS, MAP_NAT_V4, NAT_V4_DEFAULT_MAX_ENTRIES, PROG_EGRESS, PROG_INGRESS,
+};
+
+use super::{error::DatapathError, maps::DatapathMaps};
+
+/// The eBPF object built from `masq-ebpf`, embedded at build time.
+pub static DATAPATH_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/masq-ebpf"));
+
+/// How to instantiate the datapath.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Capacity of the NAT table in entries (two per flow).
+    pub nat_max_entries: u32,
+    /// Directory whose pinned maps are reused, and where new maps are pinned. `None` creates
+    /// private maps that vanish with the process (tests, benchmarks).
+    pub pin_dir: Option<PathBuf>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            nat_max_entries: NAT_V4_DEFAULT_MAX_ENTRIES,
+            pin_dir: None,
+        }
+    }
+}
+
+/// The datapath programs loaded into the kernel (not attached) and their maps.
+#[derive(Debug)]
+pub struct Datapath {
+    ebpf: Ebpf,
+    /// Typed handles on the maps the programs use.
+    pub maps: DatapathMaps,
+}
+
+impl Datapath {
+    /// Creates (or, with a pin directory, adopts) the maps and loads both programs.
+    pub fn load(options: &LoadOptions) -> Result<Self, DatapathError> {
+        let mut loader = EbpfLoader::new();
+        loader.map_max_entries(MAP_NAT_V4, options.nat_max_entries);
+        if let Some(dir) = &options.pin_dir {
+            for name in ALL_MAPS {
+                loader.map_pin_path(name, dir.join(name));
+            }
+        }
+        let mut ebpf = loader.load(DATAPATH_OBJECT)?;
+        for name in [PROG_EGRESS, PROG_INGRESS] {
+            classifier_mut(&mut ebpf, name)?
+                .load()
+                .map_err(DatapathError::program("loading", name))?;
+        }
+        let maps = DatapathMaps::take(&mut ebpf)?;
+        Ok(Self { ebpf, maps })
+    }
+
+    /// The egress classifier.
+    pub fn egress(&self) -> Result<&SchedClassifier, DatapathError> {
+        classifier(&self.ebpf, PROG_EGRESS)
+    }
+
+    /// The ingress classifier.
+    pub fn ingress(&self) -> Result<&SchedClassifier, DatapathError> {
+        classifier(&self.ebpf, PROG_INGRESS)
+    }
+
+    /// The egress classifier, for attaching.
+    pub fn egress_mut(&mut self) -> Result<&mut SchedClassifier, DatapathError> {
+        classifier_mut(&mut self.ebpf, PROG_EGRESS)
+    }
+
+    /// The ingress classifier, for attaching.
+    pub fn ingress_mut(&mut self) -> Result<&mut SchedClassifier, DatapathError> {
+        classifier_mut(&mut self.ebpf, PROG_INGRESS)
+    }
+}
+
+fn classifier<'a>(
+    ebpf: &'a Ebpf,
+    name: &'static str,
+) -> Result<&'a SchedClassifier, DatapathError> {
+    let program = ebpf.program(name).ok_or(DatapathError::Missing {
+        kind: "program",
+        name,
+    })?;
+    program
+        .try_into()
+        .map_err(DatapathError::program("opening", name))
+}
+
+fn classifier_mut<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut SchedClassifier, DatapathError> {
+    let program = ebpf.program_mut(name).ok_or(DatapathError::Missing {
+        kind: "program",
+        name,
+    })?;
+    program
+        .try_into()
+        .map_err(DatapathError::program("opening", name))
+}

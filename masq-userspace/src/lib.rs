@@ -1,0 +1,4 @@
+//! The masq control plane: ip-masq-agent compatible configuration, the policy derived from it,
+//! the iptables rendering, and the management of the eBPF datapath.
+
+pub mod datapath;

@@ -1,0 +1,687 @@
+//! The datapath through `BPF_PROG_TEST_RUN`: crafted frames in, rewritten frames and map state
+//! out, every checksum verified from scratch. Needs root (loads eBPF programs).
+
+use masq_common::{
+    counters::{ALLOC_HISTOGRAM_BUCKETS, Counter},
+    layout::NOMASQ_KIND_CIDR,
+    nat::{Direction, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, NatKeyV4, ORIGIN_HOST},
+    ports::PortRange,
+};
+use masq_testbed::{
+    check::Ipv4View,
+    harness::{Action, Harness, node_ip},
+    pktgen::{
+        GRE, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, ICMP_PORT_UNREACH, Packet, TCP_ACK, TCP_FIN,
+        TCP_PSH, TCP_RST, TCP_SYN, addr, arp_frame, ipv6_frame,
+    },
+};
+
+const POD: &str = "10.244.1.5";
+const POD_B: &str = "10.244.2.7";
+const REMOTE: &str = "203.0.113.10";
+const EXEMPT: &str = "10.1.2.3";
+const ROUTER: &str = "198.51.100.1";
+
+/// Sends `packet` out and returns the translated view, asserting it passed with valid checksums.
+fn egress_ok(harness: &Harness, packet: &Packet) -> Ipv4View {
+    let run = harness.egress(&packet.frame());
+    assert_eq!(
+        run.action,
+        Action::Pass,
+        "egress dropped {packet:?}: {:?}",
+        harness.counters()
+    );
+    let view = Ipv4View::of_frame(&run.frame);
+    view.assert_checksums("egress output");
+    view
+}
+
+fn ingress_ok(harness: &Harness, frame: &[u8]) -> Ipv4View {
+    let run = harness.ingress(frame);
+    assert_eq!(
+        run.action,
+        Action::Pass,
+        "ingress dropped: {:?}",
+        harness.counters()
+    );
+    let view = Ipv4View::of_frame(&run.frame);
+    view.assert_checksums("ingress output");
+    view
+}
+
+/// A reply from `from` to the node's translated endpoint of `view` (an egress output).
+fn tcp_reply_to(view: &Ipv4View, flags: u8) -> Packet {
+    let from = format!("{}:{}", view.dst, view.dst_port());
+    let to = format!("{}:{}", view.src, view.src_port());
+    Packet::tcp(&from, &to, flags)
+}
+
+#[test]
+fn unconfigured_datapath_leaves_everything_alone() {
+    let harness = Harness::unconfigured();
+    let frame = Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN).frame();
+    let out = harness.egress(&frame);
+    assert_eq!(
+        (out.action, out.frame.as_slice()),
+        (Action::Pass, frame.as_slice())
+    );
+    let out = harness.ingress(&frame);
+    assert_eq!(
+        (out.action, out.frame.as_slice()),
+        (Action::Pass, frame.as_slice())
+    );
+    assert_eq!(harness.counter(Counter::EgressNotConfigured), 1);
+    assert_eq!(harness.counter(Counter::IngressNotConfigured), 1);
+    assert!(harness.nat().is_empty());
+}
+
+#[test]
+fn tcp_to_masqueraded_destination_leaves_with_node_address() {
+    let harness = Harness::new();
+    let syn = Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN);
+    let out = egress_ok(&harness, &syn);
+    assert_eq!(out.src, node_ip());
+    assert_eq!(out.dst, addr(REMOTE));
+    assert!(
+        (1024..=29_999).contains(&out.src_port()),
+        "port {} outside the SNAT range",
+        out.src_port()
+    );
+    assert_eq!(out.dst_port(), 443);
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 1);
+
+    // Both halves exist and point at each other.
+    let table = harness.nat();
+    assert_eq!(table.len(), 2, "{table:?}");
+    let (egress_key, egress_entry) = harness.egress_mappings()[0];
+    assert_eq!(
+        egress_key,
+        NatKeyV4::new(
+            addr(POD).octets(),
+            addr(REMOTE).octets(),
+            40_000,
+            443,
+            6,
+            Direction::Egress
+        )
+    );
+    assert_eq!(
+        (egress_entry.addr, egress_entry.port),
+        (node_ip().octets(), out.src_port())
+    );
+    let reverse = egress_key.peer(&egress_entry);
+    let (_, restore) = table
+        .iter()
+        .find(|(key, _)| *key == reverse)
+        .expect("reverse half");
+    assert_eq!((restore.addr, restore.port), (addr(POD).octets(), 40_000));
+
+    // Later packets reuse the mapping.
+    let data =
+        Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_ACK | TCP_PSH).payload(&[7; 300]);
+    let again = egress_ok(&harness, &data);
+    assert_eq!((again.src, again.src_port()), (out.src, out.src_port()));
+    assert_eq!(harness.counter(Counter::EgressMasqueraded), 1);
+    assert_eq!(harness.nat().len(), 2);
+}
+
+#[test]
+fn replies_get_the_pod_address_back() {
+    let harness = Harness::new();
+    let out = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
+    );
+    let reply = tcp_reply_to(&out, TCP_SYN | TCP_ACK).payload(b"");
+    let back = ingress_ok(&harness, &reply.frame());
+    assert_eq!((back.src, back.src_port()), (addr(REMOTE), 443));
+    assert_eq!((back.dst, back.dst_port()), (addr(POD), 40_000));
+    assert_eq!(harness.counter(Counter::IngressReverseNat), 1);
+    let (_, reverse_half) = harness
+        .nat()
+        .into_iter()
+        .find(|(key, _)| key.direction() == Some(Direction::Ingress))
+        .expect("reverse half");
+    assert_ne!(
+        reverse_half.flags & FLOW_SEEN,
+        0,
+        "a reply marks the flow as answered"
+    );
+}
+
+#[test]
+fn traffic_not_belonging_to_a_mapping_is_untouched_on_ingress() {
+    let harness = Harness::new();
+    // To the node, but no mapping: the node's own traffic.
+    let to_node = Packet::tcp("203.0.113.10:443", "192.0.2.1:2000", TCP_SYN | TCP_ACK).frame();
+    let out = harness.ingress(&to_node);
+    assert_eq!((out.action, out.frame), (Action::Pass, to_node));
+    // Not to the node at all (routed to a pod directly).
+    let to_pod = Packet::udp("203.0.113.10:53", "10.244.1.5:5353").frame();
+    let out = harness.ingress(&to_pod);
+    assert_eq!((out.action, out.frame), (Action::Pass, to_pod));
+    assert_eq!(harness.counter(Counter::IngressPassed), 2);
+}
+
+#[test]
+fn exempt_destinations_keep_the_pod_address() {
+    let harness = Harness::new();
+    for (destination, counter) in [
+        ("10.1.2.3:443", Counter::EgressExemptCidr),
+        ("172.20.0.1:443", Counter::EgressExemptCidr),
+        ("192.168.7.7:443", Counter::EgressExemptCidr),
+        ("169.254.169.254:80", Counter::EgressExemptLinkLocal),
+    ] {
+        let frame = Packet::tcp("10.244.1.5:40000", destination, TCP_SYN).frame();
+        let out = harness.egress(&frame);
+        assert_eq!(
+            (out.action, &out.frame),
+            (Action::Pass, &frame),
+            "{destination}"
+        );
+        assert!(
+            harness.counter(counter) > 0,
+            "{destination} not counted as {}",
+            counter.name()
+        );
+    }
+    assert!(harness.nat().is_empty());
+}
+
+#[test]
+fn an_existing_mapping_wins_over_a_config_change() {
+    let mut harness = Harness::new();
+    let first = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
+    );
+    assert_eq!(first.src, node_ip());
+
+    // The destination becomes non-masquerade while the flow lives.
+    harness.add_nomasq("203.0.113.0/24", NOMASQ_KIND_CIDR);
+    let live = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_ACK),
+    );
+    assert_eq!((live.src, live.src_port()), (first.src, first.src_port()));
+
+    // A new flow to the same destination follows the new policy.
+    let frame = Packet::tcp("10.244.1.5:40001", "203.0.113.10:443", TCP_SYN).frame();
+    let new_flow = harness.egress(&frame);
+    assert_eq!(new_flow.frame, frame);
+    assert_eq!(harness.counter(Counter::EgressExemptCidr), 1);
+
+    // And the other way round: a removed exemption applies to new flows only.
+    harness.remove_nomasq("10.0.0.0/8");
+    let now_masqueraded = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40002", "10.1.2.3:443", TCP_SYN),
+    );
+    assert_eq!(now_masqueraded.src, node_ip());
+    let _ = EXEMPT;
+}
+
+#[test]
+fn udp_checksums_stay_valid_and_zero_stays_zero() {
+    let harness = Harness::new();
+    let out = egress_ok(&harness, &Packet::udp("10.244.1.5:5353", "203.0.113.10:53"));
+    assert_eq!(out.src, node_ip());
+    assert_ne!(out.transport_checksum_field(), 0);
+
+    let bare = egress_ok(
+        &harness,
+        &Packet::udp_without_checksum("10.244.1.5:5354", "203.0.113.10:53"),
+    );
+    assert_eq!(bare.src, node_ip());
+    assert_eq!(
+        bare.transport_checksum_field(),
+        0,
+        "no checksum must stay no checksum"
+    );
+
+    let reply = Packet::udp_without_checksum(
+        &format!("{REMOTE}:53"),
+        &format!("{}:{}", bare.src, bare.src_port()),
+    );
+    let back = ingress_ok(&harness, &reply.frame());
+    assert_eq!((back.dst, back.dst_port()), (addr(POD), 5354));
+    assert_eq!(back.transport_checksum_field(), 0);
+}
+
+#[test]
+fn icmp_echo_uses_the_identifier_as_port() {
+    let harness = Harness::new();
+    let out = egress_ok(&harness, &Packet::icmp_echo_request(POD, REMOTE, 77));
+    assert_eq!(out.src, node_ip());
+    let nat_id = out.icmp_id();
+    assert!((1024..=29_999).contains(&nat_id));
+
+    let back = ingress_ok(
+        &harness,
+        &Packet::icmp_echo_reply(REMOTE, "192.0.2.1", nat_id).frame(),
+    );
+    assert_eq!((back.dst, back.icmp_id()), (addr(POD), 77));
+    assert_eq!(harness.counter(Counter::IngressReverseNat), 1);
+
+    // An echo reply leaving without a mapping answers a ping from outside: untouched.
+    let answer = Packet::icmp_echo_reply(POD, REMOTE, 5).frame();
+    assert_eq!(harness.egress(&answer).frame, answer);
+}
+
+#[test]
+fn fragmentation_needed_reaches_the_pod_with_a_translated_quote() {
+    let harness = Harness::new();
+    egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
+    );
+    let out = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_ACK).payload(&[1; 1400]),
+    );
+    assert_eq!(out.src, node_ip());
+    // A router on the path quotes the translated packet: full header plus 8 bytes, and also a
+    // generous quote that includes the TCP checksum.
+    let translated = Packet::tcp(
+        &format!("{}:{}", out.src, out.src_port()),
+        "203.0.113.10:443",
+        TCP_ACK,
+    )
+    .payload(&[1; 1400])
+    .ip_packet();
+    for quote_len in [28, 60, translated.len()] {
+        let error = Packet::icmp_error(
+            ROUTER,
+            "192.0.2.1",
+            ICMP_DEST_UNREACH,
+            ICMP_FRAG_NEEDED,
+            &translated[..quote_len],
+        );
+        let back = ingress_ok(&harness, &error.frame());
+        assert_eq!(back.src, addr(ROUTER));
+        assert_eq!(back.dst, addr(POD), "quote of {quote_len} bytes");
+        let quoted = back.quoted();
+        assert_eq!((quoted.src, quoted.src_port()), (addr(POD), 40_000));
+        assert_eq!((quoted.dst, quoted.dst_port()), (addr(REMOTE), 443));
+    }
+    assert_eq!(harness.counter(Counter::IngressIcmpErrorTranslated), 3);
+}
+
+#[test]
+fn errors_about_replies_leave_with_the_node_address() {
+    let harness = Harness::new();
+    let out = egress_ok(&harness, &Packet::udp("10.244.1.5:5353", "203.0.113.10:53"));
+    // The pod got the reverse-translated reply and answers it with port unreachable.
+    let reply_as_delivered = Packet::udp("203.0.113.10:53", "10.244.1.5:5353").ip_packet();
+    let error = Packet::icmp_error(
+        POD,
+        REMOTE,
+        ICMP_DEST_UNREACH,
+        ICMP_PORT_UNREACH,
+        &reply_as_delivered,
+    );
+    let sent = egress_ok(&harness, &error);
+    assert_eq!((sent.src, sent.dst), (node_ip(), addr(REMOTE)));
+    let quoted = sent.quoted();
+    assert_eq!((quoted.dst, quoted.dst_port()), (node_ip(), out.src_port()));
+    assert_eq!((quoted.src, quoted.src_port()), (addr(REMOTE), 53));
+
+    // The node itself may report a problem forwarding the reply (e.g. TTL exceeded).
+    let node_error = Packet::icmp_error("192.0.2.1", REMOTE, 11, 0, &reply_as_delivered[..28]);
+    let sent = egress_ok(&harness, &node_error);
+    assert_eq!(sent.src, node_ip());
+    assert_eq!(sent.quoted().dst, node_ip());
+    assert_eq!(harness.counter(Counter::EgressIcmpErrorTranslated), 2);
+}
+
+#[test]
+fn icmp_errors_about_pings_are_translated() {
+    let harness = Harness::new();
+    let out = egress_ok(&harness, &Packet::icmp_echo_request(POD, REMOTE, 9));
+    let quoted = Packet::icmp_echo_request("192.0.2.1", REMOTE, out.icmp_id()).ip_packet();
+    let error = Packet::icmp_error(ROUTER, "192.0.2.1", 11, 0, &quoted);
+    let back = ingress_ok(&harness, &error.frame());
+    assert_eq!(back.dst, addr(POD));
+    assert_eq!((back.quoted().src, back.quoted().icmp_id()), (addr(POD), 9));
+}
+
+#[test]
+fn ip_options_do_not_confuse_the_parser() {
+    let harness = Harness::new();
+    for options in [
+        vec![1, 1, 1, 1],
+        vec![7, 39, 4]
+            .into_iter()
+            .chain([0; 37])
+            .collect::<Vec<u8>>(),
+    ] {
+        let packet = Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN).options(&options);
+        let out = egress_ok(&harness, &packet);
+        assert_eq!(out.header.len(), 20 + options.len().div_ceil(4) * 4);
+        assert_eq!((out.src, out.dst_port()), (node_ip(), 443));
+        let reply = tcp_reply_to(&out, TCP_SYN | TCP_ACK).options(&options);
+        let back = ingress_ok(&harness, &reply.frame());
+        assert_eq!((back.dst, back.dst_port()), (addr(POD), 40_000));
+    }
+}
+
+#[test]
+fn malformed_and_foreign_frames_pass_untouched_and_are_counted() {
+    let harness = Harness::new();
+    let good = Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN).frame();
+
+    let mut truncated = good.clone();
+    truncated.truncate(14 + 20 + 10); // the IPv4 header claims more than the frame holds
+    let mut bad_version = good.clone();
+    bad_version[14] = 0x65;
+    let mut short_ihl = good.clone();
+    short_ihl[14] = 0x44;
+    let mut tcp_cut = Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN)
+        .payload(b"")
+        .ip_packet();
+    tcp_cut.truncate(30);
+    tcp_cut[2..4].copy_from_slice(&30u16.to_be_bytes());
+    let tcp_cut = masq_testbed::pktgen::ethernet(0x0800, &tcp_cut);
+    let mut short_total = good.clone();
+    short_total[16..18].copy_from_slice(&10u16.to_be_bytes()); // total length inside the header
+
+    for frame in [&truncated, &bad_version, &short_ihl, &tcp_cut, &short_total] {
+        let out = harness.egress(frame);
+        assert_eq!((out.action, &out.frame), (Action::Pass, frame));
+        let out = harness.ingress(frame);
+        assert_eq!((out.action, &out.frame), (Action::Pass, frame));
+    }
+    assert_eq!(
+        harness.counter(Counter::EgressMalformed),
+        5,
+        "{:?}",
+        harness.counters()
+    );
+    // Ingress reads transport headers only of packets addressed to the node; the cut TCP
+    // header is addressed elsewhere and simply passes.
+    assert_eq!(
+        harness.counter(Counter::IngressMalformed),
+        4,
+        "{:?}",
+        harness.counters()
+    );
+    assert_eq!(
+        harness.counter(Counter::IngressPassed),
+        1,
+        "{:?}",
+        harness.counters()
+    );
+
+    for frame in [arp_frame(), ipv6_frame()] {
+        assert_eq!(harness.egress(&frame).frame, frame);
+        assert_eq!(harness.ingress(&frame).frame, frame);
+    }
+    assert_eq!(harness.counter(Counter::EgressNotIpv4), 2);
+    assert_eq!(harness.counter(Counter::IngressNotIpv4), 2);
+    assert!(harness.nat().is_empty());
+}
+
+#[test]
+fn an_exhausted_port_range_drops_new_flows_and_spares_old_ones() {
+    let harness = Harness::with_ports(&[PortRange::new(20_000, 20_001)], true);
+    let first = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
+    );
+    let second = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.2.7:40000", "203.0.113.10:443", TCP_SYN),
+    );
+    assert_ne!(
+        first.src_port(),
+        second.src_port(),
+        "two flows to one endpoint share a port"
+    );
+
+    let third =
+        harness.egress(&Packet::tcp("10.244.1.5:40001", "203.0.113.10:443", TCP_SYN).frame());
+    assert_eq!(third.action, Action::Drop);
+    assert_eq!(harness.counter(Counter::EgressDropNoPort), 1);
+    let histogram = harness.alloc_histogram();
+    assert_eq!(histogram.len(), ALLOC_HISTOGRAM_BUCKETS as usize);
+    assert_eq!(histogram.last(), Some(&1), "{histogram:?}");
+    assert_eq!(histogram.iter().sum::<u64>(), 3);
+
+    // Existing flows keep working.
+    let again = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_ACK),
+    );
+    assert_eq!(again.src_port(), first.src_port());
+    // Ports are unique per remote endpoint: another destination port may reuse them.
+    let other = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40001", "203.0.113.10:80", TCP_SYN),
+    );
+    assert!((20_000..=20_001).contains(&other.src_port()));
+    let _ = POD_B;
+}
+
+#[test]
+fn sctp_keeps_its_port_and_conflicts_are_dropped() {
+    let harness = Harness::new();
+    let packet = Packet::sctp("10.244.1.5:3868", "203.0.113.10:3868");
+    let original = Ipv4View::parse(&packet.ip_packet());
+    let out = egress_ok(&harness, &packet);
+    assert_eq!((out.src, out.src_port()), (node_ip(), 3868));
+    assert_eq!(
+        out.transport, original.transport,
+        "SCTP bytes (incl. CRC32c) must be untouched"
+    );
+
+    let clash = harness.egress(&Packet::sctp("10.244.2.7:3868", "203.0.113.10:3868").frame());
+    assert_eq!(clash.action, Action::Drop);
+    assert_eq!(harness.counter(Counter::EgressDropSctpPortInUse), 1);
+
+    let back = ingress_ok(
+        &harness,
+        &Packet::sctp("203.0.113.10:3868", "192.0.2.1:3868").frame(),
+    );
+    assert_eq!(back.dst, addr(POD));
+}
+
+#[test]
+fn other_protocols_are_translated_by_address() {
+    let harness = Harness::new();
+    let out = egress_ok(&harness, &Packet::raw(POD, REMOTE, GRE));
+    assert_eq!(out.src, node_ip());
+    let back = ingress_ok(&harness, &Packet::raw(REMOTE, "192.0.2.1", GRE).frame());
+    assert_eq!(back.dst, addr(POD));
+    // Only one flow per remote and protocol can exist, as with conntrack's generic tracking.
+    let second = harness.egress(&Packet::raw(POD_B, REMOTE, GRE).frame());
+    assert_eq!(second.action, Action::Drop);
+}
+
+#[test]
+fn node_traffic_is_untouched_but_reserves_ports_in_the_snat_range() {
+    let harness = Harness::with_ports(&[PortRange::new(20_000, 20_000)], true);
+    // Ephemeral port outside the SNAT range: nothing to do.
+    let plain = Packet::tcp("192.0.2.1:45000", "203.0.113.10:443", TCP_SYN).frame();
+    assert_eq!(harness.egress(&plain).frame, plain);
+    assert_eq!(harness.counter(Counter::EgressHostPassed), 1);
+    assert!(harness.nat().is_empty());
+
+    // A node socket bound inside the range keeps its port and holds it.
+    let bound = Packet::tcp("192.0.2.1:20000", "203.0.113.10:443", TCP_SYN).frame();
+    let out = harness.egress(&bound);
+    assert_eq!(out.frame, bound, "the node's own flow keeps its port");
+    assert_eq!(harness.counter(Counter::EgressHostTracked), 1);
+    assert!(
+        harness
+            .egress_mappings()
+            .iter()
+            .all(|(_, entry)| entry.origin == ORIGIN_HOST)
+    );
+
+    // So a pod flow to the same endpoint cannot get that port.
+    let pod = harness.egress(&Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN).frame());
+    assert_eq!(pod.action, Action::Drop);
+    // Replies to the node's flow come back unchanged.
+    let reply = Packet::tcp("203.0.113.10:443", "192.0.2.1:20000", TCP_SYN | TCP_ACK).frame();
+    assert_eq!(harness.ingress(&reply).frame, reply);
+}
+
+#[test]
+fn tcp_segments_that_cannot_open_a_connection_create_no_mapping() {
+    let harness = Harness::new();
+    // A SYN-ACK from a pod answers a connection opened from outside: conntrack would not
+    // masquerade it, and neither does masq.
+    let synack = Packet::tcp("10.244.1.5:8080", "203.0.113.10:50000", TCP_SYN | TCP_ACK).frame();
+    assert_eq!(harness.egress(&synack).frame, synack);
+    let data = Packet::tcp("10.244.1.5:8080", "203.0.113.10:50000", TCP_ACK).frame();
+    assert_eq!(harness.egress(&data).frame, data);
+    assert_eq!(harness.counter(Counter::EgressTcpMidstreamPassed), 2);
+    assert!(harness.nat().is_empty());
+}
+
+#[test]
+fn tcp_close_is_recorded_for_the_garbage_collector() {
+    let harness = Harness::new();
+    let out = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
+    );
+    egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_FIN | TCP_ACK),
+    );
+    ingress_ok(&harness, &tcp_reply_to(&out, TCP_RST).frame());
+    let table = harness.nat();
+    let egress = table
+        .iter()
+        .find(|(key, _)| key.direction() == Some(Direction::Egress))
+        .expect("egress half");
+    let ingress = table
+        .iter()
+        .find(|(key, _)| key.direction() == Some(Direction::Ingress))
+        .expect("ingress half");
+    assert_ne!(egress.1.flags & FLOW_TCP_FIN, 0);
+    assert_ne!(ingress.1.flags & FLOW_TCP_RST, 0);
+
+    // A new SYN on the same tuple reopens the flow: closing state is forgotten.
+    egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
+    );
+    for (_, entry) in harness.nat() {
+        assert_eq!(entry.flags & (FLOW_TCP_FIN | FLOW_TCP_RST), 0, "{entry:?}");
+    }
+}
+
+#[test]
+fn fragments_follow_their_first_fragment() {
+    let harness = Harness::new();
+    let first = Packet::udp("10.244.1.5:5353", "203.0.113.10:53")
+        .payload(&[3; 64])
+        .ip_id(0x4242)
+        .first_fragment();
+    let out = egress_ok(&harness, &first);
+    assert_eq!(out.src, node_ip());
+    let later = Packet::udp("10.244.1.5:0", "203.0.113.10:0")
+        .ip_id(0x4242)
+        .later_fragment(9, false, &[4; 40]);
+    let out_later = egress_ok(&harness, &later);
+    assert_eq!(out_later.src, node_ip());
+    assert_eq!(
+        out_later.transport,
+        vec![4; 40],
+        "a later fragment's bytes are payload"
+    );
+    assert_eq!(harness.counter(Counter::EgressFragmentTranslated), 1);
+
+    // Fragments of an exempt datagram stay as they are.
+    let exempt_first = Packet::udp("10.244.1.5:5353", "10.1.2.3:53")
+        .ip_id(7)
+        .first_fragment()
+        .frame();
+    assert_eq!(harness.egress(&exempt_first).frame, exempt_first);
+    let exempt_later = Packet::udp("10.244.1.5:0", "10.1.2.3:0")
+        .ip_id(7)
+        .later_fragment(3, false, &[1; 16])
+        .frame();
+    assert_eq!(harness.egress(&exempt_later).frame, exempt_later);
+    assert_eq!(harness.counter(Counter::EgressFragmentPassed), 1);
+
+    // Ingress: the reply's first fragment finds the mapping, later ones follow it.
+    let reply_first = Packet::udp(
+        &format!("{REMOTE}:53"),
+        &format!("{}:{}", out.src, out.src_port()),
+    )
+    .ip_id(0x5151)
+    .first_fragment();
+    let back = ingress_ok(&harness, &reply_first.frame());
+    assert_eq!(back.dst, addr(POD));
+    let reply_later = Packet::udp("203.0.113.10:0", "192.0.2.1:0")
+        .ip_id(0x5151)
+        .later_fragment(5, false, &[9; 24]);
+    assert_eq!(ingress_ok(&harness, &reply_later.frame()).dst, addr(POD));
+    assert_eq!(harness.counter(Counter::IngressFragmentTranslated), 1);
+
+    // A later fragment whose first fragment was never seen cannot be translated.
+    let orphan = Packet::udp("203.0.113.10:0", "192.0.2.1:0")
+        .ip_id(0x6161)
+        .later_fragment(5, false, &[9; 24])
+        .frame();
+    assert_eq!(harness.ingress(&orphan).frame, orphan);
+    assert_eq!(harness.counter(Counter::IngressFragmentUnmatched), 1);
+}
+
+#[test]
+fn without_random_fully_the_source_port_is_kept_when_free() {
+    let harness = Harness::with_ports(&[PortRange::new(1024, 29_999)], false);
+    let out = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:20000", "203.0.113.10:443", TCP_SYN),
+    );
+    assert_eq!(out.src_port(), 20_000);
+    // Taken towards that endpoint: another pod gets a different port.
+    let other = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.2.7:20000", "203.0.113.10:443", TCP_SYN),
+    );
+    assert_ne!(other.src_port(), 20_000);
+    // Outside the range: a port from the range.
+    let outside = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:45000", "203.0.113.10:443", TCP_SYN),
+    );
+    assert!((1024..=29_999).contains(&outside.src_port()));
+}
+
+#[test]
+fn an_evicted_half_is_recreated_from_its_peer() {
+    let mut harness = Harness::new();
+    let out = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
+    );
+    let (key, mut entry) = harness.egress_mappings()[0];
+    let reverse = key.peer(&entry);
+    harness
+        .datapath
+        .maps
+        .nat_v4
+        .remove(&reverse)
+        .expect("removing the reverse half");
+    // Make the next packet refresh the entry, which checks the pair.
+    entry.last_seen_ns = 0;
+    harness
+        .datapath
+        .maps
+        .nat_v4
+        .insert(key, entry, 0)
+        .expect("aging the entry");
+
+    egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_ACK),
+    );
+    assert_eq!(harness.counter(Counter::MappingRepaired), 1);
+    let back = ingress_ok(&harness, &tcp_reply_to(&out, TCP_ACK).frame());
+    assert_eq!((back.dst, back.dst_port()), (addr(POD), 40_000));
+}

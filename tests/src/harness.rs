@@ -1,0 +1,233 @@
+//! A loaded, unattached datapath driven through `BPF_PROG_TEST_RUN`.
+
+use std::net::Ipv4Addr;
+
+use aya::{
+    maps::lpm_trie::Key,
+    programs::{SchedClassifier, TestRun, TestRunOptions},
+};
+use masq::datapath::object::{Datapath, LoadOptions};
+use masq_common::{
+    counters::Counter,
+    layout::{NOMASQ_KIND_CIDR, NOMASQ_KIND_LINK_LOCAL},
+    nat::{Direction, NatEntryV4, NatKeyV4},
+    ports::PortRange,
+    settings::{MAX_PORT_RANGES, SETTING_ENABLED, SETTING_RANDOM_FULLY, Settings},
+};
+
+/// The node address masqueraded traffic leaves with in these tests.
+pub const NODE_IP: &str = "192.0.2.1";
+
+/// What the program told TC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// TC_ACT_UNSPEC: continue (tcx: next program).
+    Pass,
+    /// TC_ACT_SHOT.
+    Drop,
+}
+
+/// The result of running a program on one frame.
+#[derive(Debug)]
+pub struct Run {
+    pub action: Action,
+    pub frame: Vec<u8>,
+}
+
+/// Fails the test loudly when not root: these tests need BPF_PROG_LOAD.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "the datapath tests load eBPF programs and must run as root (cargo xtask test)"
+    );
+}
+
+/// A freshly loaded datapath with its own maps.
+#[derive(Debug)]
+pub struct Harness {
+    pub datapath: Datapath,
+}
+
+impl Default for Harness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Harness {
+    /// A datapath with the default non-masquerade CIDRs (10/8, 172.16/12, 192.168/16, and
+    /// link-local), translating to [`NODE_IP`] with ports 1024-29999 chosen at random.
+    pub fn new() -> Self {
+        Self::with_ports(&[PortRange::new(1024, 29_999)], true)
+    }
+
+    pub fn with_ports(ranges: &[PortRange], random_fully: bool) -> Self {
+        require_root();
+        let options = LoadOptions {
+            nat_max_entries: 4096,
+            pin_dir: None,
+        };
+        let datapath = Datapath::load(&options)
+            .unwrap_or_else(|error| panic!("loading the datapath: {error}"));
+        let mut harness = Self { datapath };
+        harness.configure(ranges, random_fully);
+        for cidr in ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"] {
+            harness.add_nomasq(cidr, NOMASQ_KIND_CIDR);
+        }
+        harness.add_nomasq("169.254.0.0/16", NOMASQ_KIND_LINK_LOCAL);
+        harness
+    }
+
+    /// A datapath whose settings were never written, as before the agent configures it.
+    pub fn unconfigured() -> Self {
+        require_root();
+        let options = LoadOptions {
+            nat_max_entries: 4096,
+            pin_dir: None,
+        };
+        let datapath = Datapath::load(&options)
+            .unwrap_or_else(|error| panic!("loading the datapath: {error}"));
+        Self { datapath }
+    }
+
+    pub fn configure(&mut self, ranges: &[PortRange], random_fully: bool) {
+        assert!(ranges.len() <= MAX_PORT_RANGES);
+        let mut settings = Settings::DISABLED;
+        settings.node_ip = node_ip().octets();
+        settings.flags = SETTING_ENABLED
+            | if random_fully {
+                SETTING_RANDOM_FULLY
+            } else {
+                0
+            };
+        for (slot, range) in settings.port_ranges.iter_mut().zip(ranges) {
+            *slot = *range;
+        }
+        settings.port_range_count = u32::try_from(ranges.len()).unwrap_or(0);
+        settings.total_ports = ranges.iter().map(PortRange::size).sum();
+        self.datapath
+            .maps
+            .set_settings(&settings)
+            .unwrap_or_else(|error| panic!("{error}"));
+    }
+
+    pub fn add_nomasq(&mut self, cidr: &str, kind: u32) {
+        let (addr, prefix) = parse_cidr(cidr);
+        self.datapath
+            .maps
+            .nomasq_v4
+            .insert(&Key::new(prefix, addr.octets()), kind, 0)
+            .unwrap_or_else(|error| panic!("inserting {cidr}: {error}"));
+    }
+
+    pub fn remove_nomasq(&mut self, cidr: &str) {
+        let (addr, prefix) = parse_cidr(cidr);
+        self.datapath
+            .maps
+            .nomasq_v4
+            .remove(&Key::new(prefix, addr.octets()))
+            .unwrap_or_else(|error| panic!("removing {cidr}: {error}"));
+    }
+
+    fn run(program: &SchedClassifier, frame: &[u8]) -> Run {
+        let mut out = vec![0u8; frame.len() + 256];
+        let options = TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            ..TestRunOptions::default()
+        };
+        let result = program.test_run(options).unwrap_or_else(|error| {
+            panic!(
+                "BPF_PROG_TEST_RUN on a {}-byte frame: {error:?}",
+                frame.len()
+            )
+        });
+        out.truncate(result.data_size_out as usize);
+        let action = match result.return_value as i32 {
+            -1 => Action::Pass,
+            2 => Action::Drop,
+            other => panic!("unexpected TC action {other}"),
+        };
+        Run { action, frame: out }
+    }
+
+    pub fn egress(&self, frame: &[u8]) -> Run {
+        Self::run(
+            self.datapath
+                .egress()
+                .unwrap_or_else(|error| panic!("{error}")),
+            frame,
+        )
+    }
+
+    pub fn ingress(&self, frame: &[u8]) -> Run {
+        Self::run(
+            self.datapath
+                .ingress()
+                .unwrap_or_else(|error| panic!("{error}")),
+            frame,
+        )
+    }
+
+    pub fn counter(&self, counter: Counter) -> u64 {
+        self.datapath
+            .maps
+            .counter(counter)
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// Every nonzero counter, for readable assertion failures.
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        let totals = self
+            .datapath
+            .maps
+            .counter_totals()
+            .unwrap_or_else(|error| panic!("{error}"));
+        totals
+            .into_iter()
+            .filter(|(_, value)| *value != 0)
+            .map(|(counter, value)| (counter.name(), value))
+            .collect()
+    }
+
+    pub fn nat(&self) -> Vec<(NatKeyV4, NatEntryV4)> {
+        self.datapath
+            .maps
+            .nat_entries()
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// The egress halves in the table.
+    pub fn egress_mappings(&self) -> Vec<(NatKeyV4, NatEntryV4)> {
+        self.nat()
+            .into_iter()
+            .filter(|(key, _)| key.direction() == Some(Direction::Egress))
+            .collect()
+    }
+
+    pub fn alloc_histogram(&self) -> Vec<u64> {
+        self.datapath
+            .maps
+            .alloc_histogram()
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+}
+
+pub fn node_ip() -> Ipv4Addr {
+    NODE_IP.parse().unwrap_or(Ipv4Addr::UNSPECIFIED)
+}
+
+fn parse_cidr(cidr: &str) -> (Ipv4Addr, u32) {
+    let (addr, prefix) = cidr
+        .split_once('/')
+        .unwrap_or_else(|| panic!("bad CIDR {cidr}"));
+    let addr: Ipv4Addr = addr
+        .parse()
+        .unwrap_or_else(|error| panic!("bad CIDR {cidr}: {error}"));
+    let prefix: u32 = prefix
+        .parse()
+        .unwrap_or_else(|error| panic!("bad CIDR {cidr}: {error}"));
+    (addr, prefix)
+}
