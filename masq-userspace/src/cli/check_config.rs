@@ -1,0 +1,144 @@
+//! `masq check-config`.
+
+use std::{
+    io::{self, Write as _},
+    process::ExitCode,
+};
+
+use clap::Args;
+use masq::{
+    config::{
+        cidr::Family,
+        source::{CidrOrigin, ConfigOrigin, EffectiveConfig, load},
+    },
+    policy::{Policy, RuleKind},
+};
+
+use super::args::{ConfigArgs, UpstreamFlags};
+
+/// How many CIDRs the summary lists before it abbreviates.
+const LISTED_CIDRS: usize = 24;
+
+#[derive(Args, Debug)]
+pub(crate) struct CheckConfigArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    flags: UpstreamFlags,
+}
+
+pub(crate) fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
+    // Upstream exits at startup on a bad --to-ports; the config is never read then.
+    if let Err(error) = args.flags.to_ports() {
+        return Ok(fail(&error.to_string()));
+    }
+    let config = match load(&args.config.source(), &args.flags.read_options()) {
+        Ok(config) => config,
+        Err(error) => return Ok(fail(&error.to_string())),
+    };
+    let policy = Policy::new(&config, args.flags.enable_ipv6);
+    let mut out = io::stdout().lock();
+    write_summary(&mut out, &config, &policy, args)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints upstream's message alone on stderr, so it can be compared verbatim.
+pub(crate) fn fail(message: &str) -> ExitCode {
+    let _ = writeln!(io::stderr().lock(), "{message}");
+    ExitCode::FAILURE
+}
+
+fn write_summary(
+    out: &mut impl io::Write,
+    config: &EffectiveConfig,
+    policy: &Policy,
+    args: &CheckConfigArgs,
+) -> io::Result<()> {
+    writeln!(out, "config OK")?;
+    let source = match &config.origin {
+        ConfigOrigin::MissingFile(path) => format!("defaults (no file at {})", path.display()),
+        ConfigOrigin::NoMatchingFiles(dir) => {
+            format!("defaults (no ip-masq* file in {})", dir.display())
+        }
+        ConfigOrigin::File(path) => format!("{} (file)", path.display()),
+        ConfigOrigin::Directory { dir, files } => {
+            format!("{} (directory: {})", dir.display(), files.join(", "))
+        }
+    };
+    writeln!(out, "  source:         {source}")?;
+    let limit = match config.origin {
+        ConfigOrigin::Directory { .. } | ConfigOrigin::NoMatchingFiles(_) => {
+            format!("limit {} per file", config.cidr_limit)
+        }
+        _ => format!("limit {}", config.cidr_limit),
+    };
+    writeln!(
+        out,
+        "  non-masquerade: {} CIDRs ({limit})",
+        config.cidrs.len()
+    )?;
+    for sourced in config.cidrs.iter().take(LISTED_CIDRS) {
+        let origin = match &sourced.origin {
+            CidrOrigin::Default => "default".to_owned(),
+            CidrOrigin::File(path) => path.file_name().map_or_else(
+                || path.display().to_string(),
+                |name| name.to_string_lossy().into_owned(),
+            ),
+        };
+        writeln!(
+            out,
+            "    {:<20} {:<5} {origin}",
+            sourced.cidr.as_str(),
+            sourced.cidr.family().to_string()
+        )?;
+    }
+    if config.cidrs.len() > LISTED_CIDRS {
+        writeln!(
+            out,
+            "    ... and {} more",
+            config.cidrs.len() - LISTED_CIDRS
+        )?;
+    }
+    let link_local = |family: Family, flag: bool, key: &str| {
+        let exempt = policy
+            .rules(family)
+            .iter()
+            .find(|rule| rule.kind == RuleKind::LinkLocal);
+        match exempt {
+            Some(rule) => format!("{} not masqueraded ({key}: {flag})", rule.cidr),
+            None => format!("masqueraded ({key}: {flag})"),
+        }
+    };
+    writeln!(
+        out,
+        "  link-local:     {}",
+        link_local(Family::Ipv4, config.masq_link_local, "masqLinkLocal")
+    )?;
+    if policy.ipv6_enabled() {
+        writeln!(
+            out,
+            "  ipv6:           enabled; link-local {}",
+            link_local(
+                Family::Ipv6,
+                config.masq_link_local_ipv6,
+                "masqLinkLocalIPv6"
+            )
+        )?;
+    } else {
+        writeln!(
+            out,
+            "  ipv6:           disabled (--enable-ipv6=false): IPv6 traffic is never masqueraded"
+        )?;
+    }
+    writeln!(out, "  resync:         every {}", config.resync_interval)?;
+    let ports = if args.flags.to_ports.is_empty() {
+        "any (iptables); 1024-29999 (eBPF datapath)".to_owned()
+    } else {
+        args.flags.to_ports.clone()
+    };
+    writeln!(
+        out,
+        "  masquerade:     chain {}, --random-fully={}, ports {ports}",
+        args.flags.masq_chain, args.flags.random_fully
+    )
+}

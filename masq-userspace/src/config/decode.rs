@@ -1,0 +1,443 @@
+//! Decoding a JSON document into the config structs with Go `encoding/json`'s rules.
+//!
+//! The rules that matter to users: keys match case-insensitively (an exact match wins), unknown
+//! keys are ignored, `null` leaves ints and bools alone but empties a list, and `resyncInterval`
+//! goes through `metav1.Duration`, which parses even `null` (and fails on it). When values
+//! have the wrong type Go keeps decoding and reports the first type error, unless a
+//! `resyncInterval` error stops it first.
+
+use super::{MasqConfig, go::GoDuration, value::JsonValue};
+
+/// A value of the wrong type or an unparsable duration, with Go's message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// `json.UnmarshalTypeError` on a field.
+    #[error(
+        "json: cannot unmarshal {value} into Go struct field MasqConfig.{field} of type {go_type}"
+    )]
+    FieldType {
+        /// What was found: `string`, `number 1.5`, `bool`, `array`, `object`.
+        value: String,
+        /// The field's JSON name.
+        field: &'static str,
+        /// The Go type expected.
+        go_type: &'static str,
+    },
+    /// The document is not an object.
+    #[error("json: cannot unmarshal {0} into Go value of type main.MasqConfig")]
+    DocumentType(&'static str),
+    /// `resyncInterval` is not a Go duration.
+    #[error("{0}")]
+    Duration(String),
+}
+
+/// The fields of a config file; which exist depends on the agent flavour.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Field {
+    NonMasqueradeCidrs,
+    CidrLimit,
+    MasqLinkLocal,
+    MasqLinkLocalIpv6,
+    ResyncInterval,
+}
+
+impl Field {
+    const fn json_name(self) -> &'static str {
+        match self {
+            Self::NonMasqueradeCidrs => "nonMasqueradeCIDRs",
+            Self::CidrLimit => "cidrLimit",
+            Self::MasqLinkLocal => "masqLinkLocal",
+            Self::MasqLinkLocalIpv6 => "masqLinkLocalIPv6",
+            Self::ResyncInterval => "resyncInterval",
+        }
+    }
+}
+
+const UPSTREAM_FIELDS: &[Field] = &[
+    Field::NonMasqueradeCidrs,
+    Field::CidrLimit,
+    Field::MasqLinkLocal,
+    Field::MasqLinkLocalIpv6,
+    Field::ResyncInterval,
+];
+const AZURE_FIELDS: &[Field] = &[
+    Field::NonMasqueradeCidrs,
+    Field::MasqLinkLocal,
+    Field::MasqLinkLocalIpv6,
+];
+
+/// Go's field lookup: the exact JSON name first, then a case-insensitive match.
+fn find_field(fields: &[Field], key: &str) -> Option<Field> {
+    fields
+        .iter()
+        .copied()
+        .find(|field| field.json_name() == key)
+        .or_else(|| {
+            fields
+                .iter()
+                .copied()
+                .find(|field| fold_eq(field.json_name(), key))
+        })
+}
+
+/// Case-insensitive comparison with the Unicode simple folds Go applies to ASCII letters
+/// (`ſ` folds to `s`, the Kelvin sign to `k`).
+fn fold_eq(name: &str, key: &str) -> bool {
+    let fold = |character: char| match character {
+        '\u{17f}' => 's',
+        '\u{212a}' => 'k',
+        other => other.to_ascii_lowercase(),
+    };
+    name.chars().map(fold).eq(key.chars().map(fold))
+}
+
+/// Collects Go's "first type error wins" behaviour.
+#[derive(Default)]
+struct Errors {
+    first: Option<DecodeError>,
+}
+
+impl Errors {
+    fn save(&mut self, value: &JsonValue, field: Field, go_type: &'static str) {
+        let value = match value {
+            JsonValue::Number(literal) if go_type == "int" => format!("number {literal}"),
+            other => other.kind().to_owned(),
+        };
+        if self.first.is_none() {
+            self.first = Some(DecodeError::FieldType {
+                value,
+                field: field.json_name(),
+                go_type,
+            });
+        }
+    }
+}
+
+/// Decodes an upstream config file over `base` (upstream's defaults): keys that are absent keep
+/// their value from `base`.
+pub fn decode_upstream(document: &JsonValue, base: MasqConfig) -> Result<MasqConfig, DecodeError> {
+    let mut config = base;
+    let members = match document {
+        JsonValue::Null => return Ok(config),
+        JsonValue::Object(members) => members,
+        other => return Err(DecodeError::DocumentType(other.kind())),
+    };
+    let mut errors = Errors::default();
+    for (key, value) in members {
+        let Some(field) = find_field(UPSTREAM_FIELDS, key) else {
+            continue;
+        };
+        match field {
+            Field::NonMasqueradeCidrs => {
+                decode_cidrs(value, &mut config.non_masquerade_cidrs, &mut errors);
+            }
+            Field::CidrLimit => decode_int(value, field, &mut config.cidr_limit, &mut errors),
+            Field::MasqLinkLocal => {
+                decode_bool(value, field, &mut config.masq_link_local, &mut errors);
+            }
+            Field::MasqLinkLocalIpv6 => {
+                decode_bool(value, field, &mut config.masq_link_local_ipv6, &mut errors);
+            }
+            Field::ResyncInterval => config.resync_interval = decode_duration(value)?,
+        }
+    }
+    errors.first.map_or(Ok(config), Err)
+}
+
+/// One file of the Azure agent's directory, decoded into a zero-valued struct.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AzureFileConfig {
+    /// `nonMasqueradeCIDRs`; empty when absent or null.
+    pub non_masquerade_cidrs: Vec<String>,
+    /// `masqLinkLocal`.
+    pub masq_link_local: bool,
+    /// `masqLinkLocalIPv6`.
+    pub masq_link_local_ipv6: bool,
+}
+
+/// Decodes one Azure config file. `cidrLimit` and `resyncInterval` are not fields there and are
+/// ignored like any unknown key.
+pub fn decode_azure(document: &JsonValue) -> Result<AzureFileConfig, DecodeError> {
+    let mut config = AzureFileConfig::default();
+    let members = match document {
+        JsonValue::Null => return Ok(config),
+        JsonValue::Object(members) => members,
+        other => return Err(DecodeError::DocumentType(other.kind())),
+    };
+    let mut errors = Errors::default();
+    for (key, value) in members {
+        match find_field(AZURE_FIELDS, key) {
+            Some(Field::NonMasqueradeCidrs) => {
+                decode_cidrs(value, &mut config.non_masquerade_cidrs, &mut errors);
+            }
+            Some(field @ Field::MasqLinkLocal) => {
+                decode_bool(value, field, &mut config.masq_link_local, &mut errors);
+            }
+            Some(field @ Field::MasqLinkLocalIpv6) => {
+                decode_bool(value, field, &mut config.masq_link_local_ipv6, &mut errors);
+            }
+            _ => {}
+        }
+    }
+    errors.first.map_or(Ok(config), Err)
+}
+
+/// A `[]string` field. Go decodes an array into the existing slice: a `null` element keeps the
+/// value already at that index (upstream's defaults!) or is empty past its end.
+fn decode_cidrs(value: &JsonValue, target: &mut Vec<String>, errors: &mut Errors) {
+    let field = Field::NonMasqueradeCidrs;
+    match value {
+        JsonValue::Null => target.clear(),
+        JsonValue::Array(items) => {
+            let previous = std::mem::take(target);
+            for (index, item) in items.iter().enumerate() {
+                let decoded = match item {
+                    JsonValue::String(text) => text.clone(),
+                    JsonValue::Null => previous.get(index).cloned().unwrap_or_default(),
+                    other => {
+                        errors.save(other, field, "string");
+                        previous.get(index).cloned().unwrap_or_default()
+                    }
+                };
+                target.push(decoded);
+            }
+        }
+        other => errors.save(other, field, "[]string"),
+    }
+}
+
+/// An `int` field (64-bit): integer literals only; `null` keeps the current value.
+fn decode_int(value: &JsonValue, field: Field, target: &mut i64, errors: &mut Errors) {
+    match value {
+        JsonValue::Null => {}
+        JsonValue::Number(literal) => match literal.parse::<i64>() {
+            Ok(number) => *target = number,
+            Err(_) => errors.save(value, field, "int"),
+        },
+        other => errors.save(other, field, "int"),
+    }
+}
+
+/// A `bool` field; `null` keeps the current value.
+fn decode_bool(value: &JsonValue, field: Field, target: &mut bool, errors: &mut Errors) {
+    match value {
+        JsonValue::Null => {}
+        JsonValue::Bool(flag) => *target = *flag,
+        other => errors.save(other, field, "bool"),
+    }
+}
+
+/// `metav1.Duration.UnmarshalJSON`: the value is unmarshalled into a string (null gives the
+/// empty string) and parsed with `time.ParseDuration`. Its errors end decoding at once.
+fn decode_duration(value: &JsonValue) -> Result<GoDuration, DecodeError> {
+    let text = match value {
+        JsonValue::String(text) => text.as_str(),
+        JsonValue::Null => "",
+        other => {
+            return Err(DecodeError::FieldType {
+                value: other.kind().to_owned(),
+                field: Field::ResyncInterval.json_name(),
+                go_type: "string",
+            });
+        }
+    };
+    GoDuration::parse(text).map_err(DecodeError::Duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(members: &[(&str, JsonValue)]) -> JsonValue {
+        JsonValue::Object(
+            members
+                .iter()
+                .map(|(key, value)| ((*key).to_owned(), value.clone()))
+                .collect(),
+        )
+    }
+
+    fn string(text: &str) -> JsonValue {
+        JsonValue::String(text.to_owned())
+    }
+
+    fn number(text: &str) -> JsonValue {
+        JsonValue::Number(text.to_owned())
+    }
+
+    fn upstream(document: &JsonValue) -> Result<MasqConfig, String> {
+        decode_upstream(document, MasqConfig::defaults(false)).map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn absent_keys_keep_defaults() {
+        let config = upstream(&object(&[("masqLinkLocal", JsonValue::Bool(true))])).expect("valid");
+        assert_eq!(
+            config,
+            MasqConfig {
+                masq_link_local: true,
+                ..MasqConfig::defaults(false)
+            }
+        );
+        assert_eq!(upstream(&JsonValue::Null), Ok(MasqConfig::defaults(false)));
+        let unknown = object(&[
+            ("foo", number("1")),
+            ("nonMasqueradeCidrsX", JsonValue::Null),
+        ]);
+        assert_eq!(upstream(&unknown), Ok(MasqConfig::defaults(false)));
+    }
+
+    #[test]
+    fn keys_match_case_insensitively_with_exact_match_preferred() {
+        let config = upstream(&object(&[
+            (
+                "NONMASQUERADECIDRS",
+                JsonValue::Array(vec![string("1.0.0.0/8")]),
+            ),
+            ("CidrLimit", number("5")),
+            ("masqlinklocalipv6", JsonValue::Bool(true)),
+        ]))
+        .expect("valid");
+        assert_eq!(config.non_masquerade_cidrs, ["1.0.0.0/8"]);
+        assert_eq!(config.cidr_limit, 5);
+        assert!(config.masq_link_local_ipv6);
+        // Later members win, whatever their spelling.
+        let config = upstream(&object(&[
+            ("cidrLimit", number("1")),
+            ("CIDRLIMIT", number("2")),
+        ]))
+        .expect("valid");
+        assert_eq!(config.cidr_limit, 2);
+    }
+
+    #[test]
+    fn null_empties_the_list_but_not_scalars() {
+        let config = upstream(&object(&[
+            ("nonMasqueradeCIDRs", JsonValue::Null),
+            ("cidrLimit", JsonValue::Null),
+            ("masqLinkLocal", JsonValue::Null),
+        ]))
+        .expect("valid");
+        assert!(config.non_masquerade_cidrs.is_empty());
+        assert_eq!(config.cidr_limit, 64);
+        assert!(!config.masq_link_local);
+    }
+
+    #[test]
+    fn null_list_elements_keep_the_default_at_their_index() {
+        let cidrs = JsonValue::Array(vec![
+            JsonValue::Null,
+            string("1.0.0.0/8"),
+            JsonValue::Null,
+            JsonValue::Null,
+        ]);
+        let config = upstream(&object(&[("nonMasqueradeCIDRs", cidrs.clone())])).expect("valid");
+        assert_eq!(
+            config.non_masquerade_cidrs,
+            ["10.0.0.0/8", "1.0.0.0/8", "192.168.0.0/16", ""]
+        );
+        let azure = decode_azure(&object(&[("nonMasqueradeCIDRs", cidrs)])).expect("valid");
+        assert_eq!(azure.non_masquerade_cidrs, ["", "1.0.0.0/8", "", ""]);
+    }
+
+    #[test]
+    fn type_errors_use_go_messages() {
+        let cases = [
+            (
+                ("cidrLimit", string("64")),
+                "json: cannot unmarshal string into Go struct field MasqConfig.cidrLimit of type int",
+            ),
+            (
+                ("cidrLimit", number("1.5")),
+                "json: cannot unmarshal number 1.5 into Go struct field MasqConfig.cidrLimit of type int",
+            ),
+            (
+                ("cidrLimit", number("64.0")),
+                "json: cannot unmarshal number 64.0 into Go struct field MasqConfig.cidrLimit of type int",
+            ),
+            (
+                ("cidrLimit", number("99999999999999999999")),
+                "json: cannot unmarshal number 99999999999999999999 into Go struct field MasqConfig.cidrLimit of type int",
+            ),
+            (
+                ("masqLinkLocal", string("true")),
+                "json: cannot unmarshal string into Go struct field MasqConfig.masqLinkLocal of type bool",
+            ),
+            (
+                ("masqLinkLocal", number("1")),
+                "json: cannot unmarshal number into Go struct field MasqConfig.masqLinkLocal of type bool",
+            ),
+            (
+                ("nonMasqueradeCIDRs", string("10.0.0.0/8")),
+                "json: cannot unmarshal string into Go struct field MasqConfig.nonMasqueradeCIDRs of type []string",
+            ),
+            (
+                ("nonMasqueradeCIDRs", JsonValue::Array(vec![number("10")])),
+                "json: cannot unmarshal number into Go struct field MasqConfig.nonMasqueradeCIDRs of type string",
+            ),
+            (
+                ("resyncInterval", number("60")),
+                "json: cannot unmarshal number into Go struct field MasqConfig.resyncInterval of type string",
+            ),
+            (
+                ("resyncInterval", JsonValue::Null),
+                r#"time: invalid duration """#,
+            ),
+            (
+                ("resyncInterval", string("abc")),
+                r#"time: invalid duration "abc""#,
+            ),
+        ];
+        for ((key, value), message) in cases {
+            assert_eq!(
+                upstream(&object(&[(key, value.clone())])),
+                Err(message.to_owned()),
+                "{key}: {value:?}"
+            );
+        }
+        assert_eq!(
+            upstream(&JsonValue::Array(Vec::new())),
+            Err("json: cannot unmarshal array into Go value of type main.MasqConfig".to_owned())
+        );
+    }
+
+    #[test]
+    fn first_type_error_wins_unless_a_duration_fails() {
+        let both = object(&[("cidrLimit", string("x")), ("masqLinkLocal", string("y"))]);
+        assert_eq!(
+            upstream(&both),
+            Err("json: cannot unmarshal string into Go struct field MasqConfig.cidrLimit of type int".to_owned())
+        );
+        let with_duration = object(&[
+            ("cidrLimit", string("x")),
+            ("resyncInterval", string("bad")),
+        ]);
+        assert_eq!(
+            upstream(&with_duration),
+            Err(r#"time: invalid duration "bad""#.to_owned())
+        );
+    }
+
+    #[test]
+    fn durations_are_go_strings() {
+        let config = upstream(&object(&[("resyncInterval", string("5m"))])).expect("valid");
+        assert_eq!(config.resync_interval.to_string(), "5m0s");
+    }
+
+    #[test]
+    fn azure_ignores_upstream_only_keys() {
+        let document = object(&[
+            ("cidrLimit", string("not even a number")),
+            ("resyncInterval", number("5")),
+            ("masqLinkLocal", JsonValue::Bool(true)),
+        ]);
+        assert_eq!(
+            decode_azure(&document),
+            Ok(AzureFileConfig {
+                non_masquerade_cidrs: Vec::new(),
+                masq_link_local: true,
+                masq_link_local_ipv6: false
+            })
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! The ip-masq-agent configuration, read exactly as upstream reads it.
+//!
+//! Two sources exist in the wild and both are supported:
+//!
+//! * a single file (kubernetes-sigs/ip-masq-agent, `/etc/config/ip-masq-agent`): absent keys
+//!   keep their defaults, a missing file means defaults, a bad file is rejected and the last
+//!   good config stays in force;
+//! * a directory (Azure ip-masq-agent-v2, `/etc/config/`): every file named `ip-masq*` is read,
+//!   CIDR lists are unioned and booleans ORed, and defaults apply only when no such file exists.
+//!
+//! Files go through the same pipeline as upstream's: YAML 1.1 (or JSON) to a JSON document
+//! ([`goyaml`], [`gojson`]), decoded with `encoding/json`'s rules ([`decode`]), then validated
+//! with upstream's messages ([`validate`]).
+
+pub mod cidr;
+pub mod decode;
+pub mod go;
+pub mod gojson;
+pub mod goyaml;
+pub mod source;
+pub mod validate;
+pub mod value;
+
+use std::fmt::Write as _;
+
+use self::go::GoDuration;
+
+/// Where upstream mounts the config file.
+pub const DEFAULT_CONFIG_FILE: &str = "/etc/config/ip-masq-agent";
+/// Where the Azure agent looks for config files.
+pub const DEFAULT_CONFIG_DIR: &str = "/etc/config/";
+/// Prefix of the file names the Azure agent reads from its directory.
+pub const CONFIG_FILE_PREFIX: &str = "ip-masq";
+
+/// IPv4 link-local, exempt from masquerade unless `masqLinkLocal` is true.
+pub const LINK_LOCAL_V4: &str = "169.254.0.0/16";
+/// IPv6 link-local, exempt from masquerade unless `masqLinkLocalIPv6` is true.
+pub const LINK_LOCAL_V6: &str = "fe80::/10";
+
+/// The non-masquerade CIDRs used when the config does not list any (RFC 1918).
+pub const DEFAULT_NON_MASQUERADE_CIDRS: [&str; 3] =
+    ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"];
+
+/// Appended to the defaults by `--nomasq-all-reserved-ranges`, in upstream's order.
+pub const RESERVED_RANGES: [&str; 8] = [
+    "100.64.0.0/10",
+    "192.0.0.0/24",
+    "192.0.2.0/24",
+    "192.88.99.0/24",
+    "198.18.0.0/15",
+    "198.51.100.0/24",
+    "203.0.113.0/24",
+    "240.0.0.0/4",
+];
+
+/// Default `cidrLimit`.
+pub const DEFAULT_CIDR_LIMIT: i64 = 64;
+/// The limit the Azure agent applies to each file.
+pub const AZURE_CIDR_LIMIT: i64 = 64;
+/// Default `resyncInterval`.
+pub const DEFAULT_RESYNC_INTERVAL: GoDuration = GoDuration::from_secs(60);
+
+/// Upstream's `MasqConfig`: the config file's keys with their values before validation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MasqConfig {
+    /// `nonMasqueradeCIDRs`, exactly as written.
+    pub non_masquerade_cidrs: Vec<String>,
+    /// `cidrLimit`.
+    pub cidr_limit: i64,
+    /// `masqLinkLocal`.
+    pub masq_link_local: bool,
+    /// `masqLinkLocalIPv6`.
+    pub masq_link_local_ipv6: bool,
+    /// `resyncInterval`.
+    pub resync_interval: GoDuration,
+}
+
+impl MasqConfig {
+    /// Upstream's `NewMasqConfig`: what applies when the file or a key is absent.
+    pub fn defaults(nomasq_all_reserved_ranges: bool) -> Self {
+        let mut cidrs: Vec<String> = DEFAULT_NON_MASQUERADE_CIDRS
+            .iter()
+            .map(|&cidr| cidr.to_owned())
+            .collect();
+        if nomasq_all_reserved_ranges {
+            cidrs.extend(RESERVED_RANGES.iter().map(|&cidr| cidr.to_owned()));
+        }
+        Self {
+            non_masquerade_cidrs: cidrs,
+            cidr_limit: DEFAULT_CIDR_LIMIT,
+            masq_link_local: false,
+            masq_link_local_ipv6: false,
+            resync_interval: DEFAULT_RESYNC_INTERVAL,
+        }
+    }
+
+    /// The config as Go's `json.Marshal` writes it (upstream logs `Using config: ...`).
+    pub fn to_go_json(&self) -> String {
+        let mut json = String::from("{\"nonMasqueradeCIDRs\":");
+        if self.non_masquerade_cidrs.is_empty() {
+            json.push_str("null");
+        } else {
+            let items: Vec<String> = self
+                .non_masquerade_cidrs
+                .iter()
+                .map(|cidr| json_string(cidr))
+                .collect();
+            let _ = write!(json, "[{}]", items.join(","));
+        }
+        let _ = write!(
+            json,
+            ",\"cidrLimit\":{},\"masqLinkLocal\":{},\"masqLinkLocalIPv6\":{},\"resyncInterval\":{}}}",
+            self.cidr_limit,
+            self.masq_link_local,
+            self.masq_link_local_ipv6,
+            json_string(&self.resync_interval.to_string())
+        );
+        json
+    }
+}
+
+/// A JSON string literal with Go's escaping of `<`, `>` and `&`.
+fn json_string(text: &str) -> String {
+    let mut quoted = String::from("\"");
+    for character in text.chars() {
+        match character {
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            '\n' => quoted.push_str("\\n"),
+            '\r' => quoted.push_str("\\r"),
+            '\t' => quoted.push_str("\\t"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                let _ = write!(quoted, "\\u{:04x}", u32::from(character));
+            }
+            _ if character < ' ' => {
+                let _ = write!(quoted, "\\u{:04x}", u32::from(character));
+            }
+            _ => quoted.push(character),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_upstream() {
+        let plain = MasqConfig::defaults(false);
+        assert_eq!(plain.non_masquerade_cidrs, DEFAULT_NON_MASQUERADE_CIDRS);
+        assert_eq!(plain.cidr_limit, 64);
+        assert!(!plain.masq_link_local && !plain.masq_link_local_ipv6);
+        assert_eq!(plain.resync_interval.to_string(), "1m0s");
+        let reserved = MasqConfig::defaults(true);
+        assert_eq!(reserved.non_masquerade_cidrs.len(), 11);
+        assert_eq!(reserved.non_masquerade_cidrs[3], "100.64.0.0/10");
+        assert_eq!(reserved.non_masquerade_cidrs[10], "240.0.0.0/4");
+    }
+
+    #[test]
+    fn go_json_form_matches_upstream_log() {
+        assert_eq!(
+            MasqConfig::defaults(false).to_go_json(),
+            r#"{"nonMasqueradeCIDRs":["10.0.0.0/8","172.16.0.0/12","192.168.0.0/16"],"cidrLimit":64,"masqLinkLocal":false,"masqLinkLocalIPv6":false,"resyncInterval":"1m0s"}"#
+        );
+        let empty = MasqConfig {
+            non_masquerade_cidrs: Vec::new(),
+            ..MasqConfig::defaults(false)
+        };
+        assert!(
+            empty
+                .to_go_json()
+                .starts_with(r#"{"nonMasqueradeCIDRs":null,"#)
+        );
+    }
+}

@@ -1,0 +1,665 @@
+//! Reading the config from a file (upstream) or a directory (Azure ip-masq-agent-v2) and
+//! turning it into the [`EffectiveConfig`] everything else derives from.
+
+use std::{
+    fs::{self, File},
+    io::{self, Read as _},
+    path::{Path, PathBuf},
+};
+
+use super::{
+    AZURE_CIDR_LIMIT, CONFIG_FILE_PREFIX, DEFAULT_NON_MASQUERADE_CIDRS, MasqConfig,
+    RESERVED_RANGES,
+    cidr::Cidr,
+    decode::{self, DecodeError},
+    go::{GoDuration, quote},
+    goyaml::{self, YamlError},
+    validate::{ValidationError, validate_cidrs},
+    value::JsonValue,
+};
+
+/// Where the config comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// One file, upstream semantics.
+    File(PathBuf),
+    /// A directory of `ip-masq*` files, Azure ip-masq-agent-v2 semantics.
+    Directory(PathBuf),
+}
+
+impl ConfigSource {
+    /// The file or directory.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::File(path) | Self::Directory(path) => path,
+        }
+    }
+}
+
+/// Settings of the agent that shape how a config is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// `--nomasq-all-reserved-ranges`: extends the default CIDR list.
+    pub nomasq_all_reserved_ranges: bool,
+    /// `--enable-ipv6`: IPv6 CIDRs are rejected without it.
+    pub enable_ipv6: bool,
+    /// `--resync-interval`: the interval in directory mode, where files have no such key.
+    pub resync_interval: GoDuration,
+}
+
+/// Where an exempt CIDR came from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CidrOrigin {
+    /// The built-in defaults.
+    Default,
+    /// A config file (its path).
+    File(PathBuf),
+}
+
+/// A validated non-masquerade CIDR and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourcedCidr {
+    /// The CIDR.
+    pub cidr: Cidr,
+    /// Its origin.
+    pub origin: CidrOrigin,
+}
+
+/// Why the defaults are in force.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigOrigin {
+    /// The config file does not exist.
+    MissingFile(PathBuf),
+    /// The directory holds no `ip-masq*` file.
+    NoMatchingFiles(PathBuf),
+    /// Read from this file.
+    File(PathBuf),
+    /// Read from these files of a directory, in order.
+    Directory {
+        /// The directory.
+        dir: PathBuf,
+        /// The file names read.
+        files: Vec<String>,
+    },
+}
+
+/// A config that passed validation: what the policy, the maps and the rules are built from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EffectiveConfig {
+    /// Where it came from.
+    pub origin: ConfigOrigin,
+    /// Non-masquerade CIDRs in rule order (config order; in directory mode by file, then first
+    /// appearance, duplicates removed).
+    pub cidrs: Vec<SourcedCidr>,
+    /// Whether link-local destinations are masqueraded.
+    pub masq_link_local: bool,
+    /// Whether IPv6 link-local destinations are masqueraded.
+    pub masq_link_local_ipv6: bool,
+    /// How often to re-read the config.
+    pub resync_interval: GoDuration,
+    /// The `cidrLimit` that applied (directory mode: per file).
+    pub cidr_limit: i64,
+    /// The config in upstream's form, for logs.
+    pub raw: MasqConfig,
+}
+
+/// Why a config could not be read; messages follow upstream's (file mode: the bare cause, as
+/// upstream logs it; directory mode: the Azure agent's wrapped messages).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be opened or read.
+    #[error("{}", go_io_error(.op, .path, .source))]
+    Read {
+        /// "open" or "read".
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// Not YAML or JSON.
+    #[error(transparent)]
+    Syntax(YamlError),
+    /// Values of the wrong type.
+    #[error(transparent)]
+    Decode(DecodeError),
+    /// Rejected by validation.
+    #[error(transparent)]
+    Invalid(ValidationError),
+    /// The file holds no document (empty, blank, or comments only). Upstream would fall back to
+    /// the defaults (the Azure agent: to masquerading everything); masq treats it like any
+    /// bad file, because an empty file is what a half-written update looks like.
+    #[error(
+        "config file {} is empty; keeping the config in force instead of falling back to the defaults \
+         (remove the file to use the defaults)", .path.display()
+    )]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The directory could not be listed.
+    #[error("failed to read config directory, error: {}", go_io_error("open", .dir, .source))]
+    ReadDir {
+        /// The directory.
+        dir: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A file of the directory could not be read.
+    #[error("failed to read config file {}, error: {}", quote(.name), go_io_error(.op, .path, .source))]
+    ReadDirFile {
+        /// The file name.
+        name: String,
+        /// "open" or "read".
+        op: &'static str,
+        /// The full path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A file of the directory is neither YAML nor JSON.
+    #[error("failed to convert config file {} to JSON, error: {source}", quote(.name))]
+    ConvertDirFile {
+        /// The file name.
+        name: String,
+        /// The cause.
+        #[source]
+        source: YamlError,
+    },
+    /// A file of the directory does not decode.
+    #[error("failed to unmarshal config file {}, error: {message}", quote(.name))]
+    UnmarshalDirFile {
+        /// The file name.
+        name: String,
+        /// The cause's message.
+        message: String,
+    },
+    /// A file of the directory fails validation.
+    #[error("config file {} is invalid: {source}", quote(.name))]
+    InvalidDirFile {
+        /// The file name.
+        name: String,
+        /// The cause.
+        #[source]
+        source: ValidationError,
+    },
+}
+
+/// Formats an I/O error the way Go's `*PathError` prints: `open /x: no such file or directory`.
+fn go_io_error(op: &str, path: &Path, error: &io::Error) -> String {
+    let cause = match error.raw_os_error() {
+        Some(libc::ENOENT) => "no such file or directory".to_owned(),
+        Some(libc::EACCES) => "permission denied".to_owned(),
+        Some(libc::EISDIR) => "is a directory".to_owned(),
+        Some(libc::ENOTDIR) => "not a directory".to_owned(),
+        Some(libc::ELOOP) => "too many levels of symbolic links".to_owned(),
+        Some(libc::EIO) => "input/output error".to_owned(),
+        _ => {
+            let text = error.to_string();
+            let text = text.split(" (os error").next().unwrap_or(&text).to_owned();
+            let mut characters = text.chars();
+            characters.next().map_or(text.clone(), |first| {
+                first.to_lowercase().chain(characters).collect()
+            })
+        }
+    };
+    format!("{op} {}: {cause}", path.display())
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, (&'static str, io::Error)> {
+    let mut file = File::open(path).map_err(|error| ("open", error))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|error| ("read", error))?;
+    Ok(bytes)
+}
+
+/// Reads the config from `source` with upstream's semantics for that source.
+pub fn load(source: &ConfigSource, options: &ReadOptions) -> Result<EffectiveConfig, ConfigError> {
+    match source {
+        ConfigSource::File(path) => load_file(path, options),
+        ConfigSource::Directory(dir) => load_directory(dir, options),
+    }
+}
+
+fn defaults(
+    origin: ConfigOrigin,
+    options: &ReadOptions,
+    resync_interval: GoDuration,
+) -> EffectiveConfig {
+    let raw = MasqConfig {
+        resync_interval,
+        ..MasqConfig::defaults(options.nomasq_all_reserved_ranges)
+    };
+    let cidrs = DEFAULT_NON_MASQUERADE_CIDRS
+        .iter()
+        .chain(if options.nomasq_all_reserved_ranges {
+            RESERVED_RANGES.as_slice()
+        } else {
+            &[]
+        })
+        .filter_map(|text| Cidr::parse(text).ok())
+        .map(|cidr| SourcedCidr {
+            cidr,
+            origin: CidrOrigin::Default,
+        })
+        .collect();
+    EffectiveConfig {
+        origin,
+        cidrs,
+        masq_link_local: false,
+        masq_link_local_ipv6: false,
+        resync_interval,
+        cidr_limit: raw.cidr_limit,
+        raw,
+    }
+}
+
+/// Upstream's `syncConfig`: a missing file means defaults; anything else must read, convert,
+/// decode over the defaults, and validate.
+fn load_file(path: &Path, options: &ReadOptions) -> Result<EffectiveConfig, ConfigError> {
+    if matches!(fs::metadata(path), Err(error) if error.kind() == io::ErrorKind::NotFound) {
+        let interval = super::DEFAULT_RESYNC_INTERVAL;
+        return Ok(defaults(
+            ConfigOrigin::MissingFile(path.to_path_buf()),
+            options,
+            interval,
+        ));
+    }
+    let bytes = read_file(path).map_err(|(op, source)| ConfigError::Read {
+        op,
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let text = String::from_utf8_lossy(&bytes);
+    let document = goyaml::to_json(&text).map_err(ConfigError::Syntax)?;
+    if document == JsonValue::Null {
+        return Err(ConfigError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    let base = MasqConfig::defaults(options.nomasq_all_reserved_ranges);
+    let raw = decode::decode_upstream(&document, base).map_err(ConfigError::Decode)?;
+    let cidrs = validate_cidrs(
+        &raw.non_masquerade_cidrs,
+        raw.cidr_limit,
+        options.enable_ipv6,
+    )
+    .map_err(ConfigError::Invalid)?;
+    let origin_of = CidrOrigin::File(path.to_path_buf());
+    Ok(EffectiveConfig {
+        origin: ConfigOrigin::File(path.to_path_buf()),
+        cidrs: cidrs
+            .into_iter()
+            .map(|cidr| SourcedCidr {
+                cidr,
+                origin: origin_of.clone(),
+            })
+            .collect(),
+        masq_link_local: raw.masq_link_local,
+        masq_link_local_ipv6: raw.masq_link_local_ipv6,
+        resync_interval: raw.resync_interval,
+        cidr_limit: raw.cidr_limit,
+        raw,
+    })
+}
+
+/// The Azure agent's `syncConfig`: every `ip-masq*` entry of the directory, in name order, each
+/// decoded into an empty config and validated on its own, then merged.
+fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, ConfigError> {
+    let entries = fs::read_dir(dir).map_err(|source| ConfigError::ReadDir {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| ConfigError::ReadDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        if let Some(name) = entry.file_name().to_str()
+            && name.starts_with(CONFIG_FILE_PREFIX)
+        {
+            names.push(name.to_owned());
+        }
+    }
+    names.sort();
+    if names.is_empty() {
+        return Ok(defaults(
+            ConfigOrigin::NoMatchingFiles(dir.to_path_buf()),
+            options,
+            options.resync_interval,
+        ));
+    }
+
+    let mut merged: Vec<SourcedCidr> = Vec::new();
+    let mut masq_link_local = false;
+    let mut masq_link_local_ipv6 = false;
+    for name in &names {
+        let path = dir.join(name);
+        let bytes = read_file(&path).map_err(|(op, source)| ConfigError::ReadDirFile {
+            name: name.clone(),
+            op,
+            path: path.clone(),
+            source,
+        })?;
+        let text = String::from_utf8_lossy(&bytes);
+        // JSON passes through the YAML step untouched, so its syntax errors surface when the
+        // Azure agent unmarshals.
+        let document = goyaml::to_json(&text).map_err(|source| match source {
+            YamlError::Json(json) => ConfigError::UnmarshalDirFile {
+                name: name.clone(),
+                message: json.to_string(),
+            },
+            yaml => ConfigError::ConvertDirFile {
+                name: name.clone(),
+                source: yaml,
+            },
+        })?;
+        if document == JsonValue::Null {
+            return Err(ConfigError::Empty { path });
+        }
+        let file =
+            decode::decode_azure(&document).map_err(|error| ConfigError::UnmarshalDirFile {
+                name: name.clone(),
+                message: error.to_string(),
+            })?;
+        let cidrs = validate_cidrs(
+            &file.non_masquerade_cidrs,
+            AZURE_CIDR_LIMIT,
+            options.enable_ipv6,
+        )
+        .map_err(|source| ConfigError::InvalidDirFile {
+            name: name.clone(),
+            source,
+        })?;
+        for cidr in cidrs {
+            // The Azure agent deduplicates identical strings (its order is random; ours is
+            // the order files and entries were read in).
+            if !merged
+                .iter()
+                .any(|known| known.cidr.as_str() == cidr.as_str())
+            {
+                merged.push(SourcedCidr {
+                    cidr,
+                    origin: CidrOrigin::File(path.clone()),
+                });
+            }
+        }
+        masq_link_local |= file.masq_link_local;
+        masq_link_local_ipv6 |= file.masq_link_local_ipv6;
+    }
+    let raw = MasqConfig {
+        non_masquerade_cidrs: merged
+            .iter()
+            .map(|sourced| sourced.cidr.as_str().to_owned())
+            .collect(),
+        cidr_limit: AZURE_CIDR_LIMIT,
+        masq_link_local,
+        masq_link_local_ipv6,
+        resync_interval: options.resync_interval,
+    };
+    Ok(EffectiveConfig {
+        origin: ConfigOrigin::Directory {
+            dir: dir.to_path_buf(),
+            files: names,
+        },
+        cidrs: merged,
+        masq_link_local,
+        masq_link_local_ipv6,
+        resync_interval: options.resync_interval,
+        cidr_limit: AZURE_CIDR_LIMIT,
+        raw,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    const OPTIONS: ReadOptions = ReadOptions {
+        nomasq_all_reserved_ranges: false,
+        enable_ipv6: false,
+        resync_interval: GoDuration::from_secs(60),
+    };
+
+    fn texts(config: &EffectiveConfig) -> Vec<&str> {
+        config
+            .cidrs
+            .iter()
+            .map(|sourced| sourced.cidr.as_str())
+            .collect()
+    }
+
+    fn file_with(contents: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ip-masq-agent");
+        fs::write(&path, contents).expect("write");
+        (dir, path)
+    }
+
+    fn load_text(contents: &str, options: &ReadOptions) -> Result<EffectiveConfig, String> {
+        let (_dir, path) = file_with(contents);
+        load(&ConfigSource::File(path), options).map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn a_missing_file_means_defaults() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("absent");
+        let config = load(&ConfigSource::File(path.clone()), &OPTIONS).expect("defaults");
+        assert_eq!(config.origin, ConfigOrigin::MissingFile(path));
+        assert_eq!(texts(&config), DEFAULT_NON_MASQUERADE_CIDRS);
+        let reserved = ReadOptions {
+            nomasq_all_reserved_ranges: true,
+            ..OPTIONS
+        };
+        let dir_path = dir.path().join("absent");
+        assert_eq!(
+            load(&ConfigSource::File(dir_path), &reserved)
+                .expect("defaults")
+                .cidrs
+                .len(),
+            11
+        );
+    }
+
+    #[test]
+    fn yaml_and_json_read_the_same() {
+        let yaml = "nonMasqueradeCIDRs:\n  - 172.16.0.0/12\n  - 10.0.0.0/8\ncidrLimit: 64\nmasqLinkLocal: true\nresyncInterval: 5s\n";
+        let json = r#"{"nonMasqueradeCIDRs":["172.16.0.0/12","10.0.0.0/8"],"cidrLimit":64,"masqLinkLocal":true,"resyncInterval":"5s"}"#;
+        for text in [yaml, json] {
+            let config = load_text(text, &OPTIONS).expect("valid");
+            assert_eq!(texts(&config), ["172.16.0.0/12", "10.0.0.0/8"]);
+            assert!(config.masq_link_local);
+            assert_eq!(config.resync_interval.to_string(), "5s");
+        }
+        let escaped = load_text(r#"{"resyncInterval":"\u0035\u006d"}"#, &OPTIONS).expect("valid");
+        assert_eq!(escaped.resync_interval.to_string(), "5m0s");
+    }
+
+    #[test]
+    fn partial_files_keep_defaults_for_absent_keys() {
+        let only_link_local = load_text("masqLinkLocal: true\n", &OPTIONS).expect("valid");
+        assert_eq!(texts(&only_link_local), DEFAULT_NON_MASQUERADE_CIDRS);
+        assert!(only_link_local.masq_link_local);
+        let only_cidrs =
+            load_text("nonMasqueradeCIDRs:\n  - 192.168.0.0/16\n", &OPTIONS).expect("valid");
+        assert_eq!(texts(&only_cidrs), ["192.168.0.0/16"]);
+        assert_eq!(only_cidrs.resync_interval.to_string(), "1m0s");
+        for blank in ["", "\n  \n", "# only a comment\n", "---\n"] {
+            let error = load_text(blank, &OPTIONS)
+                .map(|_| ())
+                .expect_err("an empty file is rejected");
+            assert!(
+                error.contains("is empty; keeping the config in force"),
+                "{error}"
+            );
+        }
+        let empty_list = load_text("nonMasqueradeCIDRs: []\n", &OPTIONS).expect("valid");
+        assert!(
+            empty_list.cidrs.is_empty(),
+            "an explicit empty list masquerades everything"
+        );
+    }
+
+    #[test]
+    fn bad_files_report_upstream_messages() {
+        assert_eq!(
+            load_text("*", &OPTIONS).map(|_| ()),
+            Err("yaml: did not find expected alphabetic or numeric character".to_owned())
+        );
+        assert_eq!(
+            load_text("{*", &OPTIONS).map(|_| ()),
+            Err("invalid character '*' looking for beginning of object key string".to_owned())
+        );
+        assert_eq!(
+            load_text("nonMasqueradeCIDRs:\n  - 10.0.0.1/8\n", &OPTIONS).map(|_| ()),
+            Err(r#"CIDR "10.0.0.1/8" is not aligned to a CIDR block, ip: "10.0.0.1" network: "10.0.0.0/8""#.to_owned())
+        );
+        assert_eq!(
+            load_text("nonMasqueradeCIDRs:\n  - fc00::/7\n", &OPTIONS).map(|_| ()),
+            Err("ipv6 is not enabled, but ipv6 cidr fc00::/7 provided. Enable ipv6 using --enable-ipv6 agent flag"
+                .to_owned())
+        );
+        // A list item without a value is null: it keeps the default at its index.
+        let config =
+            load_text("nonMasqueradeCIDRs:\n  -\n  - 1.0.0.0/8\n", &OPTIONS).expect("valid");
+        assert_eq!(texts(&config), ["10.0.0.0/8", "1.0.0.0/8"]);
+    }
+
+    #[test]
+    fn unreadable_files_report_go_path_errors() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let error = load(&ConfigSource::File(dir.path().to_path_buf()), &OPTIONS).map(|_| ());
+        let message = error.map_err(|error| error.to_string());
+        assert_eq!(
+            message,
+            Err(format!("read {}: is a directory", dir.path().display()))
+        );
+    }
+
+    fn write_configmap(dir: &Path, files: &[(&str, &str)], generation: &str) {
+        // The kubelet's layout: real files in a timestamped directory, `..data` pointing at it,
+        // and one symlink per key through `..data`.
+        let data_dir = dir.join(generation);
+        fs::create_dir(&data_dir).expect("data dir");
+        for (name, contents) in files {
+            fs::write(data_dir.join(name), contents).expect("write");
+        }
+        let temporary = dir.join("..data_tmp");
+        symlink(generation, &temporary).expect("symlink");
+        fs::rename(&temporary, dir.join("..data")).expect("swap ..data");
+        for (name, _) in files {
+            let link = dir.join(name);
+            if fs::symlink_metadata(&link).is_err() {
+                symlink(Path::new("..data").join(name), &link).expect("key symlink");
+            }
+        }
+    }
+
+    #[test]
+    fn directory_mode_merges_like_azure() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_configmap(
+            dir.path(),
+            &[
+                (
+                    "ip-masq-agent",
+                    "nonMasqueradeCIDRs: [172.16.0.0/12, 10.0.0.0/8]\ncidrLimit: 1\n",
+                ),
+                (
+                    "ip-masq-agent-reconciled",
+                    "nonMasqueradeCIDRs: [1.0.0.0/8, 10.0.0.0/8]\nmasqLinkLocal: true\n",
+                ),
+                ("bad-prefix", "nonMasqueradeCIDRs: [9.0.0.0/8]\n"),
+            ],
+            "..2026_11_22_01_02_03.123",
+        );
+        let options = ReadOptions {
+            resync_interval: GoDuration::from_secs(30),
+            ..OPTIONS
+        };
+        let config =
+            load(&ConfigSource::Directory(dir.path().to_path_buf()), &options).expect("valid");
+        assert_eq!(texts(&config), ["172.16.0.0/12", "10.0.0.0/8", "1.0.0.0/8"]);
+        assert!(config.masq_link_local);
+        assert_eq!(config.resync_interval.to_string(), "30s");
+        match &config.origin {
+            ConfigOrigin::Directory { files, .. } => {
+                assert_eq!(files, &["ip-masq-agent", "ip-masq-agent-reconciled"]);
+            }
+            other => panic!("unexpected origin {other:?}"),
+        }
+    }
+
+    #[test]
+    fn directory_mode_defaults_only_without_matching_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::write(
+            dir.path().join("bad-prefix-config-0"),
+            "nonMasqueradeCIDRs: [9.0.0.0/8]\n",
+        )
+        .expect("write");
+        let config =
+            load(&ConfigSource::Directory(dir.path().to_path_buf()), &OPTIONS).expect("defaults");
+        assert_eq!(texts(&config), DEFAULT_NON_MASQUERADE_CIDRS);
+        fs::write(dir.path().join("ip-masq-config-0"), "masqLinkLocal: true\n").expect("write");
+        fs::write(dir.path().join("ip-masq-config-1"), "# nothing yet\n").expect("write");
+        let error = load(&ConfigSource::Directory(dir.path().to_path_buf()), &OPTIONS).map(|_| ());
+        assert!(matches!(error, Err(ConfigError::Empty { .. })), "{error:?}");
+        fs::remove_file(dir.path().join("ip-masq-config-1")).expect("remove");
+        let config =
+            load(&ConfigSource::Directory(dir.path().to_path_buf()), &OPTIONS).expect("valid");
+        assert!(
+            config.cidrs.is_empty(),
+            "a matching file without CIDRs means no exempt CIDRs"
+        );
+    }
+
+    #[test]
+    fn directory_mode_errors_name_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().to_path_buf();
+        let check = |name: &str, contents: &str, expected: &str| {
+            let file = root.join(name);
+            fs::write(&file, contents).expect("write");
+            let error = load(&ConfigSource::Directory(root.clone()), &OPTIONS)
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            fs::remove_file(&file).expect("cleanup");
+            assert_eq!(error, Err(expected.to_owned()), "{contents}");
+        };
+        check(
+            "ip-masq-config-0",
+            "{*",
+            r#"failed to unmarshal config file "ip-masq-config-0", error: invalid character '*' looking for beginning of object key string"#,
+        );
+        check(
+            "ip-masq-config-0",
+            "*",
+            r#"failed to convert config file "ip-masq-config-0" to JSON, error: yaml: did not find expected alphabetic or numeric character"#,
+        );
+        check(
+            "ip-masq-config-0",
+            "nonMasqueradeCIDRs:\n  -\n",
+            r#"config file "ip-masq-config-0" is invalid: CIDR "" could not be parsed, invalid CIDR address: "#,
+        );
+        let missing = root.join("missing");
+        let error = load(&ConfigSource::Directory(missing.clone()), &OPTIONS)
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        assert_eq!(
+            error,
+            Err(format!(
+                "failed to read config directory, error: open {}: no such file or directory",
+                missing.display()
+            ))
+        );
+    }
+}
