@@ -5,6 +5,8 @@
 //! corrupt state silently, so every pinned map set carries [`MAP_LAYOUT_VERSION`] in its metadata
 //! map and the agent refuses to adopt anything else.
 
+use crate::ports::PortRange;
+
 /// Version of the pinned map layout. Bump it whenever a shared struct, a map type, or the meaning
 /// of a stored value changes; the agent then refuses to adopt old pins instead of misreading them.
 pub const MAP_LAYOUT_VERSION: u32 = 1;
@@ -53,14 +55,44 @@ pub const NOMASQ_KIND_CIDR: u32 = 1;
 /// Value of a non-masquerade trie entry: link-local, exempt because `masqLinkLocal` is false.
 pub const NOMASQ_KIND_LINK_LOCAL: u32 = 2;
 
-/// Contents of the metadata map: which layout the pinned maps were created with.
+/// Most port ranges the metadata can record as reserved by masq.
+pub const MAX_RESERVED_RANGES: usize = 16;
+
+/// Contents of the metadata map: which layout the pinned maps were created with, and the
+/// node-level state masq changed, so that `masq uninstall` can undo exactly that.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MapMeta {
     /// [`MAP_LAYOUT_VERSION`] of the agent that created the maps.
     pub layout_version: u32,
     /// Capacity the NAT table was created with, so a restart can tell a resize from a match.
     pub nat_max_entries: u32,
+    /// Number of valid entries in `reserved`.
+    pub reserved_count: u32,
+    /// Keeps the layout free of implicit padding; always zero.
+    pub pad: u32,
+    /// Port ranges masq added to `net.ipv4.ip_local_reserved_ports` (not the ones that were
+    /// reserved already).
+    pub reserved: [PortRange; MAX_RESERVED_RANGES],
+}
+
+impl MapMeta {
+    /// Metadata of a map set created by this version, with nothing reserved yet.
+    pub const fn current(nat_max_entries: u32) -> Self {
+        Self {
+            layout_version: MAP_LAYOUT_VERSION,
+            nat_max_entries,
+            reserved_count: 0,
+            pad: 0,
+            reserved: [PortRange::EMPTY; MAX_RESERVED_RANGES],
+        }
+    }
+
+    /// The ranges masq reserved.
+    pub fn reserved(&self) -> &[PortRange] {
+        let count = (self.reserved_count as usize).min(MAX_RESERVED_RANGES);
+        self.reserved.get(..count).unwrap_or(&[])
+    }
 }
 
 crate::impl_pod!(MapMeta);

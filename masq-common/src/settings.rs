@@ -14,8 +14,6 @@ pub const SETTING_ENABLED: u32 = 1 << 0;
 /// Pick every port at random (iptables `--random-fully`); without it the original source port is
 /// tried first and kept when free.
 pub const SETTING_RANDOM_FULLY: u32 = 1 << 1;
-/// Emit aya-log debug records for datapath decisions. Off by default: it costs per packet.
-pub const SETTING_DEBUG_LOG: u32 = 1 << 2;
 
 /// Value of the settings map (key 0).
 #[repr(C)]
@@ -53,12 +51,6 @@ impl Settings {
     #[inline(always)]
     pub const fn random_fully(&self) -> bool {
         self.flags & SETTING_RANDOM_FULLY != 0
-    }
-
-    /// Whether datapath debug logging is on.
-    #[inline(always)]
-    pub const fn debug_log(&self) -> bool {
-        self.flags & SETTING_DEBUG_LOG != 0
     }
 
     /// The configured port ranges.

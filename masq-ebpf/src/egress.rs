@@ -11,6 +11,7 @@
 //!    open a connection (replies of connections opened from outside).
 
 use aya_ebpf::{btf_maps::lpm_trie::Key, programs::TcContext};
+use aya_log_ebpf::debug;
 use masq_common::{
     counters::Counter,
     layout::NOMASQ_KIND_LINK_LOCAL,
@@ -129,6 +130,16 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict {
 
     match nat::allocate(settings, &key, origin, flow_flags) {
         Ok(entry) => {
+            debug!(
+                ctx,
+                "new mapping proto {} {:i}:{} -> {:i}:{} as port {}",
+                key.protocol,
+                u32::from_be_bytes(key.src_addr),
+                key.src_port,
+                u32::from_be_bytes(key.dst_addr),
+                key.dst_port,
+                entry.port
+            );
             let counter = if origin == ORIGIN_HOST {
                 Counter::EgressHostTracked
             } else {
@@ -137,10 +148,22 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict {
             translate(ctx, ip, &key, &entry, counter)
         }
         Err(AllocError::NoPort) => {
+            debug!(
+                ctx,
+                "no free port towards {:i}:{}",
+                u32::from_be_bytes(key.dst_addr),
+                key.dst_port
+            );
             count(Counter::EgressDropNoPort);
             Verdict::Drop
         }
         Err(AllocError::SctpPortInUse) => {
+            debug!(
+                ctx,
+                "SCTP port {} taken towards {:i}",
+                key.src_port,
+                u32::from_be_bytes(key.dst_addr)
+            );
             count(Counter::EgressDropSctpPortInUse);
             Verdict::Drop
         }

@@ -5,6 +5,7 @@
 //! pods directly) passes exactly as it arrived.
 
 use aya_ebpf::programs::TcContext;
+use aya_log_ebpf::debug;
 use masq_common::{
     counters::Counter,
     nat::{Direction, NatKeyV4},
@@ -83,6 +84,14 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
         return Verdict::Drop.tc_action();
     }
     frag::remember(&ip, Direction::Ingress, Some(entry.addr));
+    debug!(
+        ctx,
+        "reply from {:i}:{} restored to {:i}:{}",
+        u32::from_be_bytes(ip.src),
+        src_port,
+        u32::from_be_bytes(entry.addr),
+        entry.port
+    );
     count(Counter::IngressReverseNat);
     Verdict::Pass.tc_action()
 }

@@ -1,6 +1,7 @@
 //! The masq control plane: ip-masq-agent compatible configuration, the policy derived from it,
 //! the iptables rendering, and the management of the eBPF datapath.
 
+pub mod agent;
 pub mod config;
 pub mod datapath;
 pub mod iptables;

@@ -67,7 +67,7 @@ impl Harness {
         require_root();
         let options = LoadOptions {
             nat_max_entries: 4096,
-            pin_dir: None,
+            ..LoadOptions::default()
         };
         let datapath = Datapath::load(&options)
             .unwrap_or_else(|error| panic!("loading the datapath: {error}"));
@@ -85,7 +85,7 @@ impl Harness {
         require_root();
         let options = LoadOptions {
             nat_max_entries: 4096,
-            pin_dir: None,
+            ..LoadOptions::default()
         };
         let datapath = Datapath::load(&options)
             .unwrap_or_else(|error| panic!("loading the datapath: {error}"));

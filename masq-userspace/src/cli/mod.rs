@@ -1,8 +1,10 @@
 //! The `masq` command line.
 
+mod agent;
 mod args;
 mod check_config;
 mod explain;
+mod inspect;
 mod render;
 
 use std::{ffi::OsString, process::ExitCode};
@@ -50,6 +52,8 @@ pub(crate) enum OutputFormat {
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum Command {
+    /// Run the node agent: load and attach the datapath, keep it in line with the config.
+    Agent(Box<agent::AgentArgs>),
     /// Validate the config as the agent would and print the effective config, or upstream's
     /// error message (exit status 1).
     CheckConfig(check_config::CheckConfigArgs),
@@ -57,6 +61,13 @@ pub(crate) enum Command {
     Explain(explain::ExplainArgs),
     /// Print the input ip-masq-agent passes to iptables-restore for this config and these flags.
     RenderIptables(render::RenderArgs),
+    /// Show the pinned datapath: attachment, settings, exempt CIDRs, table use, counters.
+    Status(inspect::StatusArgs),
+    /// Inspect the NAT table.
+    #[command(subcommand)]
+    Nat(inspect::NatCommand),
+    /// Detach the datapath, remove its pins and undo the port reservation.
+    Uninstall(inspect::UninstallArgs),
 }
 
 /// Go's `flag` package accepts long flags with one dash (`-masq-chain=X`); rewrite those to
@@ -101,9 +112,13 @@ fn collect_long_names(command: &clap::Command, names: &mut Vec<String>) {
 /// Runs the parsed command.
 pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Agent(args) => agent::run(&args),
         Command::CheckConfig(args) => check_config::run(&args),
         Command::Explain(args) => explain::run(&args),
         Command::RenderIptables(args) => render::run(&args),
+        Command::Status(args) => inspect::status(&args),
+        Command::Nat(command) => inspect::nat(&command),
+        Command::Uninstall(args) => inspect::uninstall(&args),
     }
 }
 

@@ -51,6 +51,14 @@ pub enum DatapathError {
         #[source]
         source: PinError,
     },
+    /// A pinned link could not be used.
+    #[error("the tcx link pinned at {path} cannot be used: {detail}")]
+    Link {
+        /// The pin.
+        path: PathBuf,
+        /// What went wrong.
+        detail: String,
+    },
     /// Filesystem trouble under the pin directory.
     #[error("{what} {path}: {source}")]
     Io {
@@ -74,6 +82,9 @@ pub enum DatapathError {
         /// What differs.
         detail: String,
     },
+    /// The datapath's debug records cannot be read.
+    #[error("reading datapath debug logs: {0}")]
+    Logger(String),
     /// Nothing is pinned where an inspection command looked.
     #[error("no masq datapath is pinned under {0} (is the agent running with this --pin-path?)")]
     NotPinned(PathBuf),

@@ -34,6 +34,7 @@ pub struct DatapathMaps {
     pub counters: PerCpuArray<MapData, u64>,
     /// Per-CPU port allocation histogram.
     pub alloc_retries: PerCpuArray<MapData, u64>,
+    nat_capacity: u32,
 }
 
 impl std::fmt::Debug for DatapathMaps {
@@ -79,11 +80,20 @@ impl DatapathMaps {
     fn assemble(
         mut get: impl FnMut(&'static str) -> Result<Map, DatapathError>,
     ) -> Result<Self, DatapathError> {
+        let nat = get(MAP_NAT_V4)?;
+        let nat_capacity = match &nat {
+            Map::LruHashMap(data) | Map::HashMap(data) => data
+                .info()
+                .map_err(DatapathError::map("inspecting", MAP_NAT_V4))?
+                .max_entries(),
+            _ => 0,
+        };
         Ok(Self {
             meta: typed(get(MAP_META)?, MAP_META)?,
             settings: typed(get(MAP_SETTINGS)?, MAP_SETTINGS)?,
             nomasq_v4: typed(get(MAP_NOMASQ_V4)?, MAP_NOMASQ_V4)?,
-            nat_v4: typed(get(MAP_NAT_V4)?, MAP_NAT_V4)?,
+            nat_v4: typed(nat, MAP_NAT_V4)?,
+            nat_capacity,
             frags_v4: typed(get(MAP_FRAGS_V4)?, MAP_FRAGS_V4)?,
             counters: typed(get(MAP_COUNTERS)?, MAP_COUNTERS)?,
             alloc_retries: typed(get(MAP_ALLOC_RETRIES)?, MAP_ALLOC_RETRIES)?,
@@ -116,6 +126,11 @@ impl DatapathMaps {
         self.meta
             .set(0, meta, 0)
             .map_err(DatapathError::map("writing", MAP_META))
+    }
+
+    /// Capacity of the NAT table as the kernel reports it.
+    pub const fn nat_v4_capacity(&self) -> u32 {
+        self.nat_capacity
     }
 
     /// Every counter summed over all CPUs, in index order.

@@ -21,6 +21,9 @@ pub struct LoadOptions {
     /// Directory whose pinned maps are reused, and where new maps are pinned. `None` creates
     /// private maps that vanish with the process (tests, benchmarks).
     pub pin_dir: Option<PathBuf>,
+    /// Compile in the per-packet debug records (aya-log). When false the log level is zero, the
+    /// verifier sees a constant and removes the logging code: it costs nothing.
+    pub debug_log: bool,
 }
 
 impl Default for LoadOptions {
@@ -28,9 +31,13 @@ impl Default for LoadOptions {
         Self {
             nat_max_entries: NAT_V4_DEFAULT_MAX_ENTRIES,
             pin_dir: None,
+            debug_log: false,
         }
     }
 }
+
+/// aya-log's runtime level global in the eBPF object.
+const LOG_LEVEL_GLOBAL: &str = "AYA_LOG_LEVEL";
 
 /// The datapath programs loaded into the kernel (not attached) and their maps.
 #[derive(Debug)]
@@ -43,8 +50,14 @@ pub struct Datapath {
 impl Datapath {
     /// Creates (or, with a pin directory, adopts) the maps and loads both programs.
     pub fn load(options: &LoadOptions) -> Result<Self, DatapathError> {
+        let log_level: u8 = if options.debug_log {
+            aya_log::Level::Debug as u8
+        } else {
+            0
+        };
         let mut loader = EbpfLoader::new();
         loader.map_max_entries(MAP_NAT_V4, options.nat_max_entries);
+        loader.override_global(LOG_LEVEL_GLOBAL, &log_level, true);
         if let Some(dir) = &options.pin_dir {
             for name in ALL_MAPS {
                 loader.map_pin_path(name, dir.join(name));
@@ -58,6 +71,15 @@ impl Datapath {
         }
         let maps = DatapathMaps::take(&mut ebpf)?;
         Ok(Self { ebpf, maps })
+    }
+
+    /// Starts forwarding the datapath's debug records to the `log` facade (and from there to
+    /// tracing). Only useful when loaded with `debug_log`.
+    pub fn take_logger(
+        &mut self,
+    ) -> Result<aya_log::EbpfLogger<&'static dyn log::Log>, DatapathError> {
+        aya_log::EbpfLogger::init(&mut self.ebpf)
+            .map_err(|error| DatapathError::Logger(error.to_string()))
     }
 
     /// The egress classifier.

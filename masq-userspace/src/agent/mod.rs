@@ -1,0 +1,379 @@
+//! `masq agent`: the node daemon.
+//!
+//! With the eBPF backend, startup order matters for correctness:
+//!
+//! 1. find the uplink and node address; refuse to run next to an upstream iptables chain
+//!    unless told to take it over;
+//! 2. adopt the pinned maps if a previous agent left a compatible set (restarts and upgrades
+//!    keep every flow), or create and pin fresh ones;
+//! 3. read the config and fill the non-masquerade trie (a diff against what is there);
+//! 4. write the settings, which enable translation;
+//! 5. reserve the SNAT ports from the node's own ephemeral allocation;
+//! 6. attach the programs, swapping them into pinned links where they exist.
+//!
+//! Translation is never enabled before the trie holds the exemptions. Afterwards the agent
+//! re-reads the config when its directory changes and every resync interval, applies changes,
+//! collects expired flows, and serves metrics. Stopping it, or killing it, leaves the datapath
+//! running from its pins; `masq uninstall` removes it.
+//!
+//! The iptables backend instead rewrites upstream's chain on every sync, like upstream.
+
+mod ebpf;
+mod iptables_backend;
+pub mod metrics;
+pub mod netif;
+pub mod reserved_ports;
+pub mod status;
+pub mod watch;
+
+use std::{
+    future::Future,
+    net::{Ipv4Addr, SocketAddr},
+    path::{Path, PathBuf},
+    time::{Duration, SystemTime},
+};
+
+use masq_common::{ports::PortRange, timeouts::FlowTimeouts};
+use tokio::time::{Instant, sleep_until};
+
+use self::{
+    ebpf::EbpfBackend, iptables_backend::IptablesBackend, netif::InterfaceError,
+    reserved_ports::SysctlError, status::SharedStatus, watch::DirectoryWatch,
+};
+use crate::{
+    config::{
+        cidr::Family,
+        source::{ConfigOrigin, ConfigSource, EffectiveConfig, ReadOptions, load},
+    },
+    datapath::DatapathError,
+    iptables::apply::IptablesError,
+    policy::Policy,
+    ports::ToPorts,
+};
+
+/// Which datapath the agent drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    /// The TC eBPF datapath.
+    Ebpf,
+    /// Upstream's iptables chain.
+    Iptables,
+}
+
+/// How the agent runs.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// Which datapath.
+    pub backend: BackendKind,
+    /// Where the config comes from.
+    pub source: ConfigSource,
+    /// How it is read.
+    pub read: ReadOptions,
+    /// `--enable-ipv6`.
+    pub enable_ipv6: bool,
+    /// `--masq-chain`.
+    pub masq_chain: String,
+    /// `--to-ports` as upstream parsed it (for the iptables rules).
+    pub to_ports: ToPorts,
+    /// The uplink; the default route's interface when `None`.
+    pub interface: Option<String>,
+    /// The SNAT address; the uplink's primary IPv4 when `None` (followed if it changes).
+    pub node_ip: Option<Ipv4Addr>,
+    /// The bpffs directory for pins.
+    pub pin_path: PathBuf,
+    /// Ports masqueraded flows may use (eBPF).
+    pub snat_ranges: Vec<PortRange>,
+    /// Pick every port at random.
+    pub random_fully: bool,
+    /// NAT table capacity for a fresh install.
+    pub nat_max_entries: u32,
+    /// How often expired flows are collected.
+    pub gc_interval: Duration,
+    /// Flow idle timeouts.
+    pub timeouts: FlowTimeouts,
+    /// Replace pinned state this version cannot adopt instead of refusing to start.
+    pub replace_incompatible_state: bool,
+    /// Remove an upstream ip-masq-agent chain instead of refusing to start next to it.
+    pub take_over_iptables: bool,
+    /// Datapath debug logging (aya-log).
+    pub datapath_debug_log: bool,
+    /// Where to serve metrics and health.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Where the node's sysctls are (`/proc/sys`, or a host mount in a container).
+    pub sysctl_dir: PathBuf,
+}
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The uplink or its address could not be found.
+    #[error(transparent)]
+    Interface(#[from] InterfaceError),
+    /// The eBPF datapath failed.
+    #[error(transparent)]
+    Datapath(#[from] DatapathError),
+    /// A sysctl could not be changed.
+    #[error(transparent)]
+    Sysctl(#[from] SysctlError),
+    /// iptables failed.
+    #[error(transparent)]
+    Iptables(#[from] IptablesError),
+    /// The pin path is not on bpffs.
+    #[error(
+        "the pin path {0} is not on a bpf filesystem; mount one with `mount -t bpf bpf /sys/fs/bpf`"
+    )]
+    NotBpffs(PathBuf),
+    /// An upstream chain would masquerade alongside masq.
+    #[error(
+        "an ip-masq-agent chain {chain} ({family}, {jumps} POSTROUTING jump(s)) is installed; masquerading \
+         twice breaks flows. Remove upstream ip-masq-agent first, or start masq with --take-over-iptables \
+         to delete the chain and its jumps"
+    )]
+    UpstreamChainPresent {
+        /// The chain.
+        chain: String,
+        /// Where it was found.
+        family: Family,
+        /// How many jumps lead to it.
+        jumps: usize,
+    },
+    /// The metrics endpoint could not be served.
+    #[error("serving metrics on {addr}: {source}")]
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+enum Backend {
+    Ebpf(Box<EbpfBackend>),
+    Iptables(IptablesBackend),
+}
+
+struct Agent {
+    options: AgentOptions,
+    backend: Backend,
+    /// The config in force, once one was valid.
+    config: Option<EffectiveConfig>,
+    status: SharedStatus,
+}
+
+/// Runs the agent until `shutdown` completes. With the eBPF backend the datapath stays
+/// attached afterwards.
+pub async fn run(
+    options: AgentOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), AgentError> {
+    let status = SharedStatus::default();
+    status.lock().started = Some(SystemTime::now());
+    let backend = match options.backend {
+        BackendKind::Ebpf => Backend::Ebpf(Box::new(EbpfBackend::start(&options, &status)?)),
+        BackendKind::Iptables => Backend::Iptables(IptablesBackend::start(&options)?),
+    };
+    let mut agent = Agent {
+        options,
+        backend,
+        config: None,
+        status: status.clone(),
+    };
+    agent.reload("startup");
+    if let Backend::Ebpf(ebpf) = &mut agent.backend {
+        ebpf.write_settings(&agent.options)?;
+        ebpf.reserve_ports(&agent.options)?;
+        ebpf.attach()?;
+    }
+    agent.update_readiness();
+    let pin_path = match &agent.backend {
+        Backend::Ebpf(ebpf) => Some(ebpf.pin_path().to_path_buf()),
+        Backend::Iptables(_) => None,
+    };
+    let _metrics = match agent.options.metrics_addr {
+        Some(addr) => Some(
+            metrics::serve(addr, status.clone(), pin_path)
+                .await
+                .map_err(|source| AgentError::Metrics { addr, source })?,
+        ),
+        None => None,
+    };
+    agent.run(shutdown).await;
+    Ok(())
+}
+
+impl Agent {
+    async fn run(&mut self, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut watch = self.watch();
+        let mut next_resync = Instant::now() + self.resync_interval();
+        let mut next_gc = Instant::now() + self.options.gc_interval;
+        loop {
+            tokio::select! {
+                () = &mut shutdown => {
+                    match self.backend {
+                        Backend::Ebpf(_) => tracing::info!("stopping; the datapath stays attached and keeps translating"),
+                        Backend::Iptables(_) => tracing::info!("stopping; the iptables rules stay in place"),
+                    }
+                    return;
+                }
+                () = sleep_until(next_resync) => {
+                    self.reload("resync");
+                    if let Backend::Ebpf(ebpf) = &mut self.backend {
+                        ebpf.follow_node_address(&self.options, &self.status);
+                    }
+                    if watch.is_none() {
+                        watch = self.watch();
+                    }
+                    next_resync = Instant::now() + self.resync_interval();
+                }
+                changed = async {
+                    match watch.as_mut() {
+                        Some(watch) => watch.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if let Err(error) = changed {
+                        tracing::warn!(%error, "config watch failed; relying on the resync interval");
+                        watch = None;
+                        continue;
+                    }
+                    // The kubelet's swap is several renames; let it settle.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    self.reload("change");
+                }
+                () = sleep_until(next_gc) => {
+                    if let Backend::Ebpf(ebpf) = &mut self.backend {
+                        ebpf.collect_garbage(&self.options, &self.status);
+                    }
+                    next_gc = Instant::now() + self.options.gc_interval;
+                }
+            }
+        }
+    }
+
+    /// The directory whose changes mean a config change.
+    fn watched_directory(&self) -> PathBuf {
+        match &self.options.source {
+            ConfigSource::Directory(dir) => dir.clone(),
+            ConfigSource::File(path) => path
+                .parent()
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+        }
+    }
+
+    fn watch(&self) -> Option<DirectoryWatch> {
+        let dir = self.watched_directory();
+        match DirectoryWatch::new(&dir) {
+            Ok(watch) => Some(watch),
+            Err(error) => {
+                tracing::warn!(dir = %dir.display(), %error, "cannot watch the config directory; changes apply at the next resync");
+                None
+            }
+        }
+    }
+
+    fn resync_interval(&self) -> Duration {
+        let configured = self
+            .config
+            .as_ref()
+            .map_or(self.options.read.resync_interval, |config| {
+                config.resync_interval
+            });
+        // Upstream busy-loops on zero or negative intervals; a second is the floor here.
+        configured
+            .to_std()
+            .map_or(Duration::from_secs(1), |interval| {
+                interval.max(Duration::from_secs(1))
+            })
+    }
+
+    /// Reads the config; a valid one replaces the one in force, an invalid one is reported and
+    /// changes nothing.
+    fn reload(&mut self, trigger: &'static str) {
+        match load(&self.options.source, &self.options.read) {
+            Ok(config) => match self.apply(&config, trigger) {
+                Ok(()) => {
+                    let mut state = self.status.lock();
+                    state.reloads_ok += 1;
+                    state.last_success = Some(SystemTime::now());
+                    state.last_error = None;
+                }
+                Err(error) => self.record_failure(&format!("applying the config: {error}")),
+            },
+            Err(error) => self.record_failure(&error.to_string()),
+        }
+        self.update_readiness();
+    }
+
+    fn record_failure(&self, message: &str) {
+        tracing::error!(error = %message, "Error syncing configuration; keeping the config in force");
+        let mut state = self.status.lock();
+        state.reloads_failed += 1;
+        state.last_failure = Some(SystemTime::now());
+        state.last_error = Some(message.to_owned());
+    }
+
+    fn apply(&mut self, config: &EffectiveConfig, trigger: &'static str) -> Result<(), AgentError> {
+        let changed = self.config.as_ref() != Some(config);
+        let policy = Policy::new(config, self.options.enable_ipv6);
+        let trie_entries = match &mut self.backend {
+            // Only changes touch the trie: applying an unchanged config is a no-op.
+            Backend::Ebpf(ebpf) if changed || !ebpf.enabled() => {
+                let report = ebpf.apply(&policy, &self.options)?;
+                tracing::info!(
+                    trigger,
+                    added = report.added,
+                    removed = report.removed,
+                    unchanged = report.unchanged,
+                    "non-masquerade trie synced"
+                );
+                EbpfBackend::trie_entries(&policy)
+            }
+            Backend::Ebpf(_) => EbpfBackend::trie_entries(&policy),
+            // Upstream rewrites its chain on every sync, which also repairs tampering.
+            Backend::Iptables(iptables) => {
+                iptables.apply(&policy, &self.options)?;
+                policy.rules(Family::Ipv4).len() + policy.rules(Family::Ipv6).len()
+            }
+        };
+        if changed {
+            let v6 = config
+                .cidrs
+                .iter()
+                .filter(|sourced| sourced.cidr.family() == Family::Ipv6)
+                .count();
+            tracing::info!(trigger, origin = %describe_origin(&config.origin), "Using config: {}", config.raw.to_go_json());
+            let mut state = self.status.lock();
+            state.config_origin = Some(describe_origin(&config.origin));
+            state.cidrs_v4 = config.cidrs.len() - v6;
+            state.cidrs_v6 = v6;
+            state.trie_entries = trie_entries;
+        } else {
+            tracing::debug!(trigger, "config unchanged");
+        }
+        self.config = Some(config.clone());
+        Ok(())
+    }
+
+    fn update_readiness(&self) {
+        let ready = match &self.backend {
+            Backend::Ebpf(ebpf) => ebpf.enabled(),
+            Backend::Iptables(iptables) => iptables.enabled(),
+        };
+        self.status.lock().ready = ready;
+    }
+}
+
+fn describe_origin(origin: &ConfigOrigin) -> String {
+    match origin {
+        ConfigOrigin::MissingFile(path) => format!("defaults (no file at {})", path.display()),
+        ConfigOrigin::NoMatchingFiles(dir) => {
+            format!("defaults (no ip-masq* file in {})", dir.display())
+        }
+        ConfigOrigin::File(path) => path.display().to_string(),
+        ConfigOrigin::Directory { dir, files } => {
+            format!("{} ({})", dir.display(), files.join(", "))
+        }
+    }
+}

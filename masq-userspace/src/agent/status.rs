@@ -1,0 +1,66 @@
+//! What the agent knows about itself, shared with the metrics and health endpoints.
+
+use std::{
+    net::Ipv4Addr,
+    sync::{Arc, Mutex, MutexGuard},
+    time::SystemTime,
+};
+
+use crate::datapath::gc::GcReport;
+
+/// A snapshot of the agent's state.
+#[derive(Clone, Debug, Default)]
+pub struct AgentStatus {
+    /// The datapath is attached and a valid config (or adopted state) is in force.
+    pub ready: bool,
+    /// The uplink.
+    pub interface: String,
+    /// The address masqueraded traffic leaves with.
+    pub node_ip: Option<Ipv4Addr>,
+    /// Human-readable origin of the config in force.
+    pub config_origin: Option<String>,
+    /// Non-masquerade CIDRs in force, per family.
+    pub cidrs_v4: usize,
+    /// IPv6 non-masquerade CIDRs in the config (the eBPF datapath translates IPv4 only).
+    pub cidrs_v6: usize,
+    /// Entries in the datapath's non-masquerade trie.
+    pub trie_entries: usize,
+    /// Successful config loads.
+    pub reloads_ok: u64,
+    /// Failed config loads.
+    pub reloads_failed: u64,
+    /// The last load error, kept until a load succeeds.
+    pub last_error: Option<String>,
+    /// When the last load succeeded.
+    pub last_success: Option<SystemTime>,
+    /// When the last load failed.
+    pub last_failure: Option<SystemTime>,
+    /// Capacity of the NAT table in entries.
+    pub nat_capacity: u32,
+    /// The last garbage collection.
+    pub last_gc: GcReport,
+    /// Flows removed by garbage collection since start.
+    pub gc_expired_total: u64,
+    /// When the agent started.
+    pub started: Option<SystemTime>,
+    /// Whether the pinned state was adopted from a previous agent.
+    pub adopted: bool,
+}
+
+/// The status behind a lock, cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct SharedStatus(Arc<Mutex<AgentStatus>>);
+
+impl SharedStatus {
+    /// Locks the status; a panic while holding the lock does not make it unusable.
+    pub fn lock(&self) -> MutexGuard<'_, AgentStatus> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A copy of the current status.
+    pub fn snapshot(&self) -> AgentStatus {
+        self.lock().clone()
+    }
+}

@@ -1,0 +1,161 @@
+//! `masq agent`.
+
+use std::{
+    net::{Ipv4Addr, SocketAddr},
+    path::PathBuf,
+    process::ExitCode,
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use masq::{
+    agent::{self, AgentOptions, BackendKind, reserved_ports::DEFAULT_SYSCTL_DIR},
+    config::go::GoDuration,
+    datapath::pins::DEFAULT_PIN_PATH,
+    ports::parse_port_range,
+};
+use masq_common::{layout::NAT_V4_DEFAULT_MAX_ENTRIES, ports::PortRange, timeouts::FlowTimeouts};
+
+use super::{
+    args::{ConfigArgs, UpstreamFlags},
+    check_config::fail,
+};
+
+/// `--backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    /// The TC eBPF datapath (IPv4).
+    Ebpf,
+    /// Upstream's iptables chain, applied the upstream way (IPv4 and IPv6).
+    Iptables,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct AgentArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    flags: UpstreamFlags,
+
+    /// Which datapath to drive.
+    #[arg(long, value_enum, default_value_t = BackendArg::Ebpf)]
+    backend: BackendArg,
+
+    /// With the eBPF backend: remove an upstream ip-masq-agent chain (and its POSTROUTING jumps)
+    /// instead of refusing to start next to it.
+    #[arg(long)]
+    take_over_iptables: bool,
+
+    /// The uplink to attach to [default: the interface of the default IPv4 route].
+    #[arg(long, value_name = "IFACE")]
+    interface: Option<String>,
+
+    /// Address masqueraded traffic leaves with [default: the uplink's primary IPv4, followed if
+    /// it changes].
+    #[arg(long, value_name = "IP")]
+    node_ip: Option<Ipv4Addr>,
+
+    /// bpffs directory where maps and links are pinned; a restarted agent adopts what it finds.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_PIN_PATH)]
+    pin_path: PathBuf,
+
+    /// NAT table capacity in entries (two per flow) for a fresh install.
+    #[arg(long, value_name = "ENTRIES", default_value_t = NAT_V4_DEFAULT_MAX_ENTRIES)]
+    nat_max_entries: u32,
+
+    /// The cluster's NodePort range; SNAT ports are never taken from it.
+    #[arg(long, value_name = "RANGE", default_value = "30000-32767", value_parser = parse_port_range)]
+    service_node_port_range: PortRange,
+
+    /// How often expired flows are removed (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
+    gc_interval: Duration,
+
+    /// Serve Prometheus metrics, /healthz and /readyz on this address (e.g. 0.0.0.0:9523).
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
+
+    /// If the pinned maps come from an incompatible masq version, replace them (live flows are
+    /// lost) instead of refusing to start.
+    #[arg(long)]
+    replace_incompatible_state: bool,
+
+    /// Emit per-packet datapath debug logs (costly; for troubleshooting only).
+    #[arg(long)]
+    datapath_debug_log: bool,
+
+    /// Where the node's sysctls are; in a container without a writable /proc/sys, a host mount
+    /// of it (the port reservation is written there).
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_SYSCTL_DIR)]
+    sysctl_dir: PathBuf,
+}
+
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    GoDuration::parse(text)?
+        .to_std()
+        .ok_or_else(|| format!("{text:?} must be positive"))
+}
+
+pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
+    let to_ports = match args.flags.to_ports() {
+        Ok(to_ports) => to_ports,
+        Err(error) => return Ok(fail(&error.to_string())),
+    };
+    // The iptables backend hands --to-ports to the kernel as upstream does; the datapath needs
+    // ranges it can use.
+    let snat_ranges = match (
+        args.backend,
+        to_ports.snat_ranges(args.service_node_port_range),
+    ) {
+        (_, Ok(ranges)) => ranges,
+        (BackendArg::Iptables, Err(_)) => Vec::new(),
+        (BackendArg::Ebpf, Err(error)) => return Ok(fail(&error.to_string())),
+    };
+    let options = AgentOptions {
+        backend: match args.backend {
+            BackendArg::Ebpf => BackendKind::Ebpf,
+            BackendArg::Iptables => BackendKind::Iptables,
+        },
+        source: args.config.source(),
+        read: args.flags.read_options(),
+        enable_ipv6: args.flags.enable_ipv6,
+        masq_chain: args.flags.masq_chain.clone(),
+        to_ports: to_ports.clone(),
+        interface: args.interface.clone(),
+        node_ip: args.node_ip,
+        pin_path: args.pin_path.clone(),
+        snat_ranges,
+        random_fully: args.flags.random_fully,
+        nat_max_entries: args.nat_max_entries,
+        gc_interval: args.gc_interval,
+        timeouts: FlowTimeouts::LINUX_DEFAULTS,
+        replace_incompatible_state: args.replace_incompatible_state,
+        take_over_iptables: args.take_over_iptables,
+        datapath_debug_log: args.datapath_debug_log,
+        metrics_addr: args.metrics_addr,
+        sysctl_dir: args.sysctl_dir.clone(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(async {
+        let shutdown = async {
+            let mut terminate =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(signal) => signal,
+                    Err(error) => {
+                        tracing::error!(%error, "cannot listen for SIGTERM");
+                        return std::future::pending().await;
+                    }
+                };
+            tokio::select! {
+                _ = terminate.recv() => tracing::info!("SIGTERM received"),
+                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+            }
+        };
+        agent::run(options, shutdown).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,390 @@
+//! `masq status`, `masq nat list` and `masq uninstall`: working on the pinned datapath, while
+//! an agent runs or after it stopped.
+
+use std::{
+    io::{self, Write as _},
+    net::{IpAddr, Ipv4Addr},
+    path::PathBuf,
+    process::ExitCode,
+};
+
+use clap::{Args, Subcommand};
+use masq::{
+    agent::reserved_ports::{self, DEFAULT_SYSCTL_DIR},
+    datapath::{
+        DatapathError,
+        attach::attached_program_names,
+        flows::{Flow, flows},
+        gc::monotonic_now_ns,
+        maps::DatapathMaps,
+        pins::{DEFAULT_PIN_PATH, PinDir, PinnedState},
+    },
+};
+use masq_common::{
+    layout::{MapMeta, NOMASQ_KIND_LINK_LOCAL},
+    settings::Settings,
+};
+use serde::Serialize;
+
+use super::{OutputFormat, check_config::fail};
+
+#[derive(Args, Debug)]
+pub(crate) struct PinArgs {
+    /// bpffs directory the agent pins its maps and links under.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_PIN_PATH)]
+    pin_path: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    pins: PinArgs,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    output: OutputFormat,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum NatCommand {
+    /// List translated flows.
+    List(NatListArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct NatListArgs {
+    #[command(flatten)]
+    pins: PinArgs,
+    /// Only flows from this pod (or node) address.
+    #[arg(long, value_name = "IP")]
+    pod: Option<Ipv4Addr>,
+    /// Only flows to this remote address, or address:port.
+    #[arg(long, value_name = "IP[:PORT]")]
+    remote: Option<String>,
+    /// Only this protocol (tcp, udp, icmp, sctp, or a number).
+    #[arg(long, value_name = "PROTO")]
+    protocol: Option<String>,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    output: OutputFormat,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct UninstallArgs {
+    #[command(flatten)]
+    pins: PinArgs,
+    /// Where the node's sysctls are (see `masq agent --sysctl-dir`).
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_SYSCTL_DIR)]
+    sysctl_dir: PathBuf,
+}
+
+fn open(pin_path: &std::path::Path) -> Result<DatapathMaps, ExitCode> {
+    DatapathMaps::from_pins(pin_path).map_err(|error| fail(&error.to_string()))
+}
+
+#[derive(Serialize)]
+struct StatusJson {
+    pin_path: String,
+    layout_version: u32,
+    node_ip: String,
+    translating: bool,
+    random_fully: bool,
+    snat_ports: Vec<String>,
+    reserved_ports: Vec<String>,
+    attachments: Vec<AttachmentJson>,
+    nomasq_cidrs: Vec<String>,
+    nat_flows: usize,
+    nat_entries: usize,
+    nat_capacity: u32,
+    counters: Vec<(String, u64)>,
+}
+
+#[derive(Serialize)]
+struct AttachmentJson {
+    hook: String,
+    interface: String,
+    programs: Vec<String>,
+}
+
+fn port_list(ranges: &[masq_common::ports::PortRange]) -> Vec<String> {
+    ranges
+        .iter()
+        .map(|range| format!("{}-{}", range.first, range.last))
+        .collect()
+}
+
+pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
+    let maps = match open(&args.pins.pin_path) {
+        Ok(maps) => maps,
+        Err(code) => return Ok(code),
+    };
+    let pins = PinDir::new(&args.pins.pin_path);
+    let settings: Settings = maps.settings()?;
+    let meta: MapMeta = maps.meta()?;
+    let entries = maps.nat_entries()?;
+    let trie = maps.nomasq_entries()?;
+    let attachments: Vec<AttachmentJson> = pins
+        .links()
+        .into_iter()
+        .map(|(hook, interface, _)| AttachmentJson {
+            hook: hook.name().to_owned(),
+            programs: attached_program_names(&interface, hook)
+                .unwrap_or_else(|error| vec![format!("unknown: {error}")]),
+            interface,
+        })
+        .collect();
+    let capacity = maps.nat_v4_capacity();
+    let status = StatusJson {
+        pin_path: args.pins.pin_path.display().to_string(),
+        layout_version: meta.layout_version,
+        node_ip: Ipv4Addr::from(settings.node_ip).to_string(),
+        translating: settings.enabled(),
+        random_fully: settings.random_fully(),
+        snat_ports: port_list(settings.ranges()),
+        reserved_ports: port_list(meta.reserved()),
+        attachments,
+        nomasq_cidrs: trie
+            .iter()
+            .map(|(addr, prefix, kind)| {
+                let suffix = if *kind == NOMASQ_KIND_LINK_LOCAL {
+                    " (link-local)"
+                } else {
+                    ""
+                };
+                format!("{}/{prefix}{suffix}", Ipv4Addr::from(*addr))
+            })
+            .collect(),
+        nat_flows: flows(&entries).len(),
+        nat_entries: entries.len(),
+        nat_capacity: capacity,
+        counters: maps
+            .counter_totals()?
+            .into_iter()
+            .filter(|(_, value)| *value != 0)
+            .map(|(counter, value)| (counter.name().to_owned(), value))
+            .collect(),
+    };
+    let mut out = io::stdout().lock();
+    if args.output == OutputFormat::Json {
+        serde_json::to_writer_pretty(&mut out, &status)?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    writeln!(
+        out,
+        "pin path:     {} (map layout v{})",
+        status.pin_path, status.layout_version
+    )?;
+    writeln!(
+        out,
+        "datapath:     {} to {}, ports {} ({})",
+        if status.translating {
+            "translating"
+        } else {
+            "NOT translating (no valid config yet)"
+        },
+        status.node_ip,
+        status.snat_ports.join(","),
+        if status.random_fully {
+            "random-fully"
+        } else {
+            "source port kept when free"
+        }
+    )?;
+    writeln!(
+        out,
+        "reserved:     {}",
+        if status.reserved_ports.is_empty() {
+            "none".to_owned()
+        } else {
+            status.reserved_ports.join(",")
+        }
+    )?;
+    for attachment in &status.attachments {
+        let programs = if attachment.programs.is_empty() {
+            "DETACHED".to_owned()
+        } else {
+            attachment.programs.join(", ")
+        };
+        writeln!(
+            out,
+            "attached:     {} {}: {programs}",
+            attachment.interface, attachment.hook
+        )?;
+    }
+    if status.attachments.is_empty() {
+        writeln!(out, "attached:     nowhere (no pinned links)")?;
+    }
+    writeln!(
+        out,
+        "non-masq:     {} trie entries: {}",
+        status.nomasq_cidrs.len(),
+        status.nomasq_cidrs.join(" ")
+    )?;
+    writeln!(
+        out,
+        "nat table:    {} flows, {} of {} entries",
+        status.nat_flows, status.nat_entries, status.nat_capacity
+    )?;
+    writeln!(out, "counters:")?;
+    for (name, value) in &status.counters {
+        writeln!(out, "  {name:<32} {value}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Serialize)]
+struct FlowJson {
+    protocol: String,
+    source: String,
+    remote: String,
+    translated: String,
+    state: String,
+    node_flow: bool,
+    age_seconds: u64,
+    idle_seconds: u64,
+}
+
+fn matches(flow: &Flow, args: &NatListArgs) -> Result<bool, String> {
+    if let Some(pod) = args.pod
+        && *flow.source.ip() != pod
+    {
+        return Ok(false);
+    }
+    if let Some(remote) = &args.remote {
+        let wanted = match remote.parse::<std::net::SocketAddrV4>() {
+            Ok(endpoint) => endpoint == flow.remote,
+            Err(_) => match remote.parse::<IpAddr>() {
+                Ok(IpAddr::V4(address)) => address == *flow.remote.ip(),
+                _ => {
+                    return Err(format!(
+                        "--remote {remote:?} is not an IPv4 address or address:port"
+                    ));
+                }
+            },
+        };
+        if !wanted {
+            return Ok(false);
+        }
+    }
+    if let Some(protocol) = &args.protocol
+        && !(flow.protocol_name() == protocol.to_ascii_lowercase()
+            || flow.protocol.to_string() == *protocol)
+    {
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+pub(crate) fn nat(command: &NatCommand) -> anyhow::Result<ExitCode> {
+    let NatCommand::List(args) = command;
+    let maps = match open(&args.pins.pin_path) {
+        Ok(maps) => maps,
+        Err(code) => return Ok(code),
+    };
+    let now = monotonic_now_ns();
+    let mut selected = Vec::new();
+    for flow in flows(&maps.nat_entries()?) {
+        match matches(&flow, args) {
+            Ok(true) => selected.push(flow),
+            Ok(false) => {}
+            Err(message) => return Ok(fail(&message)),
+        }
+    }
+    let seconds = |since: u64| now.saturating_sub(since) / 1_000_000_000;
+    let rows: Vec<FlowJson> = selected
+        .iter()
+        .map(|flow| FlowJson {
+            protocol: flow.protocol_name(),
+            source: flow.source.to_string(),
+            remote: flow.remote.to_string(),
+            translated: flow.translated.to_string(),
+            state: flow.state().to_owned(),
+            node_flow: flow.is_node_flow(),
+            age_seconds: seconds(flow.egress.created_ns),
+            idle_seconds: seconds(flow.last_seen_ns()),
+        })
+        .collect();
+    let mut out = io::stdout().lock();
+    if args.output == OutputFormat::Json {
+        serde_json::to_writer_pretty(&mut out, &rows)?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    writeln!(
+        out,
+        "{:<5} {:<21} {:<21} {:<21} {:<11} {:>8} {:>8}",
+        "PROTO", "SOURCE", "REMOTE", "TRANSLATED", "STATE", "AGE", "IDLE"
+    )?;
+    for row in &rows {
+        let source = if row.node_flow {
+            format!("{} (node)", row.source)
+        } else {
+            row.source.clone()
+        };
+        writeln!(
+            out,
+            "{:<5} {:<21} {:<21} {:<21} {:<11} {:>7}s {:>7}s",
+            row.protocol,
+            source,
+            row.remote,
+            row.translated,
+            row.state,
+            row.age_seconds,
+            row.idle_seconds
+        )?;
+    }
+    writeln!(out, "{} flows", rows.len())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn uninstall(args: &UninstallArgs) -> anyhow::Result<ExitCode> {
+    let pins = PinDir::new(&args.pins.pin_path);
+    let mut out = io::stdout().lock();
+    match pins.inspect() {
+        Ok(PinnedState::Empty) if pins.links().is_empty() => {
+            writeln!(
+                out,
+                "nothing pinned under {}; nothing to uninstall",
+                pins.root().display()
+            )?;
+            if pins.root().exists() {
+                pins.remove_all()?;
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Ok(PinnedState::Compatible { .. }) => {
+            match DatapathMaps::from_pins(pins.root()).and_then(|maps| maps.meta()) {
+                Ok(meta) => {
+                    reserved_ports::release(&args.sysctl_dir, meta.reserved())?;
+                    if !meta.reserved().is_empty() {
+                        writeln!(
+                            out,
+                            "released reserved ports {}",
+                            reserved_ports::format_port_list(meta.reserved())
+                        )?;
+                    }
+                }
+                Err(error) => writeln!(
+                    out,
+                    "could not read which ports masq reserved ({error}); leaving net.ipv4.ip_local_reserved_ports as it is"
+                )?,
+            }
+        }
+        Ok(_) => writeln!(
+            out,
+            "pinned maps are from another masq version; leaving net.ipv4.ip_local_reserved_ports as it is"
+        )?,
+        Err(error) => return Err(error.into()),
+    }
+    let removed = pins
+        .remove_all()
+        .map_err(|error: DatapathError| anyhow::anyhow!(error))?;
+    for path in &removed {
+        writeln!(out, "removed {}", path.display())?;
+    }
+    writeln!(
+        out,
+        "masq is uninstalled from this node (programs detached, maps released)"
+    )?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,136 @@
+//! Reading the NAT table as flows: the two halves of each translation paired up.
+
+use std::{collections::HashMap, net::SocketAddrV4};
+
+use masq_common::nat::{
+    Direction, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, NatEntryV4, NatKeyV4, ORIGIN_HOST, proto,
+};
+
+/// One translated flow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Flow {
+    /// IP protocol number.
+    pub protocol: u8,
+    /// The original source (pod, or the node for tracked node flows). ICMP: the identifier as port.
+    pub source: SocketAddrV4,
+    /// The remote endpoint.
+    pub remote: SocketAddrV4,
+    /// What the source was translated to.
+    pub translated: SocketAddrV4,
+    /// The egress half.
+    pub egress: NatEntryV4,
+    /// The ingress half, absent if it was evicted (the datapath recreates it on the next packet).
+    pub ingress: Option<NatEntryV4>,
+}
+
+impl Flow {
+    /// Protocol name for display.
+    pub fn protocol_name(&self) -> String {
+        match self.protocol {
+            proto::TCP => "tcp".to_owned(),
+            proto::UDP => "udp".to_owned(),
+            proto::ICMP => "icmp".to_owned(),
+            proto::SCTP => "sctp".to_owned(),
+            other => other.to_string(),
+        }
+    }
+
+    /// Whether the node itself started the flow.
+    pub const fn is_node_flow(&self) -> bool {
+        self.egress.origin == ORIGIN_HOST
+    }
+
+    /// Whether a reply was seen.
+    pub fn replied(&self) -> bool {
+        self.ingress
+            .is_some_and(|ingress| ingress.flags & FLOW_SEEN != 0)
+    }
+
+    /// A short conntrack-like state.
+    pub fn state(&self) -> &'static str {
+        let flags = self.egress.flags | self.ingress.map_or(0, |ingress| ingress.flags);
+        if self.protocol != proto::TCP {
+            return if self.replied() {
+                "replied"
+            } else {
+                "unreplied"
+            };
+        }
+        if flags & FLOW_TCP_RST != 0 {
+            "reset"
+        } else if flags & FLOW_TCP_FIN != 0 {
+            "closing"
+        } else if self.replied() {
+            "established"
+        } else {
+            "syn-sent"
+        }
+    }
+
+    /// Most recent activity in either direction (monotonic ns).
+    pub fn last_seen_ns(&self) -> u64 {
+        let ingress = self.ingress.map_or(0, |ingress| ingress.last_seen_ns);
+        self.egress
+            .last_seen_ns
+            .max(ingress)
+            .max(self.egress.created_ns)
+    }
+}
+
+/// Pairs the table's halves into flows, sorted by source then remote.
+pub fn flows(entries: &[(NatKeyV4, NatEntryV4)]) -> Vec<Flow> {
+    let table: HashMap<NatKeyV4, NatEntryV4> = entries.iter().copied().collect();
+    let mut flows: Vec<Flow> = entries
+        .iter()
+        .filter(|(key, _)| key.direction() == Some(Direction::Egress))
+        .map(|(key, entry)| Flow {
+            protocol: key.protocol,
+            source: SocketAddrV4::new(key.src_addr.into(), key.src_port),
+            remote: SocketAddrV4::new(key.dst_addr.into(), key.dst_port),
+            translated: SocketAddrV4::new(entry.addr.into(), entry.port),
+            egress: *entry,
+            ingress: table.get(&key.peer(entry)).copied(),
+        })
+        .collect();
+    flows.sort_by_key(|flow| (flow.source, flow.remote, flow.protocol));
+    flows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use masq_common::nat::ORIGIN_POD;
+
+    #[test]
+    fn halves_pair_into_flows() {
+        let key = NatKeyV4::new(
+            [10, 244, 1, 5],
+            [203, 0, 113, 10],
+            40_000,
+            443,
+            proto::TCP,
+            Direction::Egress,
+        );
+        let entry = NatEntryV4 {
+            addr: [192, 0, 2, 1],
+            port: 2_000,
+            flags: FLOW_SEEN,
+            origin: ORIGIN_POD,
+            created_ns: 5,
+            last_seen_ns: 9,
+        };
+        let mut reverse = key.peer_entry(&entry);
+        reverse.flags = FLOW_SEEN;
+        reverse.last_seen_ns = 12;
+        let table = vec![(key, entry), (key.peer(&entry), reverse)];
+        let flows = flows(&table);
+        assert_eq!(flows.len(), 1);
+        let flow = &flows[0];
+        assert_eq!(flow.source.to_string(), "10.244.1.5:40000");
+        assert_eq!(flow.translated.to_string(), "192.0.2.1:2000");
+        assert_eq!(flow.state(), "established");
+        assert_eq!(flow.last_seen_ns(), 12);
+        let orphan = super::flows(&table[..1]);
+        assert_eq!(orphan[0].state(), "syn-sent");
+    }
+}

@@ -1,0 +1,145 @@
+//! Garbage collection of the NAT table: flows end when they have been idle longer than Linux
+//! conntrack would keep them, and their ports become free again.
+//!
+//! The datapath records, per half, when it last saw a packet (refreshed at most once a second)
+//! and which TCP flags it saw. LRU eviction only acts when the table is full; this collector is
+//! what normally frees ports, so the table's fullness reflects live flows.
+
+use std::collections::HashMap;
+
+use masq_common::{
+    layout::{MAP_FRAGS_V4, MAP_NAT_V4},
+    nat::{Direction, FRAG_LIFETIME_NS, NatEntryV4, NatKeyV4},
+    timeouts::FlowTimeouts,
+};
+
+use super::{error::DatapathError, maps::DatapathMaps};
+
+/// What one collection found and did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// Flows (egress halves) in the table before collecting.
+    pub flows: usize,
+    /// Entries in the table before collecting (both halves, orphans included).
+    pub entries: usize,
+    /// Flows removed because they expired.
+    pub expired: usize,
+    /// Halves without a partner removed because they expired.
+    pub orphans: usize,
+    /// Fragment decisions removed.
+    pub fragments: usize,
+}
+
+/// The current `CLOCK_MONOTONIC` time, the clock `bpf_ktime_get_coarse_ns` reads.
+pub fn monotonic_now_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .unwrap_or_else(|_| nix::sys::time::TimeSpec::new(0, 0));
+    let seconds = u64::try_from(now.tv_sec()).unwrap_or(0);
+    let nanos = u64::try_from(now.tv_nsec()).unwrap_or(0);
+    seconds.saturating_mul(1_000_000_000).saturating_add(nanos)
+}
+
+/// Removes expired flows and fragment decisions as of `now_ns`.
+pub fn collect(
+    maps: &mut DatapathMaps,
+    timeouts: &FlowTimeouts,
+    now_ns: u64,
+) -> Result<GcReport, DatapathError> {
+    let entries = maps.nat_entries()?;
+    let table: HashMap<NatKeyV4, NatEntryV4> = entries.iter().copied().collect();
+    let mut report = GcReport {
+        entries: table.len(),
+        ..GcReport::default()
+    };
+
+    for (key, entry) in &entries {
+        match key.direction() {
+            Some(Direction::Egress) => {
+                report.flows += 1;
+                let peer_key = key.peer(entry);
+                match table.get(&peer_key) {
+                    Some(peer)
+                        if timeouts.expired(key.protocol, entry, peer, now_ns)
+                        // A packet may have refreshed the flow since the snapshot.
+                        && still_expired(maps, key, timeouts, now_ns, Some(&peer_key))? =>
+                    {
+                        remove(maps, key)?;
+                        remove(maps, &peer_key)?;
+                        report.expired += 1;
+                    }
+                    Some(_) => {}
+                    None if timeouts.expired(key.protocol, entry, entry, now_ns)
+                        && still_expired(maps, key, timeouts, now_ns, None)? =>
+                    {
+                        remove(maps, key)?;
+                        report.orphans += 1;
+                    }
+                    None => {}
+                }
+            }
+            Some(Direction::Ingress) => {
+                let peer_key = key.peer(entry);
+                if !table.contains_key(&peer_key)
+                    && timeouts.expired(key.protocol, entry, entry, now_ns)
+                    && still_expired(maps, key, timeouts, now_ns, None)?
+                {
+                    remove(maps, key)?;
+                    report.orphans += 1;
+                }
+            }
+            // Not written by any masq datapath: drop it rather than let it hold a slot.
+            None => {
+                remove(maps, key)?;
+                report.orphans += 1;
+            }
+        }
+    }
+
+    let stale_fragments: Vec<_> = maps
+        .frags_v4
+        .iter()
+        .filter_map(Result::ok)
+        .filter(|(_, entry)| now_ns.saturating_sub(entry.created_ns) > FRAG_LIFETIME_NS)
+        .map(|(key, _)| key)
+        .collect();
+    for key in stale_fragments {
+        match maps.frags_v4.remove(&key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => report.fragments += 1,
+            Err(error) => return Err(DatapathError::map("removing from", MAP_FRAGS_V4)(error)),
+        }
+    }
+    Ok(report)
+}
+
+/// Re-reads the entries of a flow and checks it is still expired.
+fn still_expired(
+    maps: &DatapathMaps,
+    key: &NatKeyV4,
+    timeouts: &FlowTimeouts,
+    now_ns: u64,
+    peer_key: Option<&NatKeyV4>,
+) -> Result<bool, DatapathError> {
+    let Some(entry) = get(maps, key)? else {
+        return Ok(false);
+    };
+    let peer = match peer_key {
+        Some(peer_key) => get(maps, peer_key)?.unwrap_or(entry),
+        None => entry,
+    };
+    Ok(timeouts.expired(key.protocol, &entry, &peer, now_ns))
+}
+
+fn get(maps: &DatapathMaps, key: &NatKeyV4) -> Result<Option<NatEntryV4>, DatapathError> {
+    match maps.nat_v4.get(key, 0) {
+        Ok(entry) => Ok(Some(entry)),
+        Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+        Err(error) => Err(DatapathError::map("reading", MAP_NAT_V4)(error)),
+    }
+}
+
+fn remove(maps: &mut DatapathMaps, key: &NatKeyV4) -> Result<(), DatapathError> {
+    match maps.nat_v4.remove(key) {
+        Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+        Err(error) => Err(DatapathError::map("removing from", MAP_NAT_V4)(error)),
+    }
+}

@@ -1,0 +1,370 @@
+//! The pin directory: where the datapath's maps and tcx links live on bpffs so that they
+//! outlive the agent, and the checks that make adopting them safe.
+
+use std::{
+    fs, io,
+    path::{Path, PathBuf},
+};
+
+use aya::maps::{MapData, MapInfo, MapType};
+use masq_common::{
+    counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
+    layout::{
+        ALL_MAPS, FRAGS_V4_MAX_ENTRIES, MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_FRAGS_V4,
+        MAP_LAYOUT_VERSION, MAP_META, MAP_NAT_V4, MAP_NOMASQ_V4, MAP_SETTINGS, MapMeta,
+        NOMASQ_V4_MAX_ENTRIES,
+    },
+    nat::{FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
+    settings::Settings,
+};
+
+use super::error::DatapathError;
+
+/// The default pin directory.
+pub const DEFAULT_PIN_PATH: &str = "/sys/fs/bpf/masq";
+
+/// Which way a program is attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    /// TC egress.
+    Egress,
+    /// TC ingress.
+    Ingress,
+}
+
+impl Hook {
+    /// Name used in pin paths and messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Egress => "egress",
+            Self::Ingress => "ingress",
+        }
+    }
+}
+
+/// The layout of one pin directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinDir {
+    root: PathBuf,
+}
+
+/// What was found pinned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PinnedState {
+    /// Nothing: a fresh install.
+    Empty,
+    /// A map set this version can adopt.
+    Compatible {
+        /// Capacity the NAT table was created with.
+        nat_max_entries: u32,
+    },
+    /// Pins this version must not adopt, and why.
+    Incompatible(String),
+}
+
+/// The kernel properties a pinned map must have for this version to use it.
+struct ExpectedMap {
+    name: &'static str,
+    map_type: MapType,
+    key_size: usize,
+    value_size: usize,
+    /// `None` where the capacity is chosen at load time.
+    max_entries: Option<u32>,
+}
+
+fn expected_maps() -> [ExpectedMap; 7] {
+    [
+        ExpectedMap {
+            name: MAP_META,
+            map_type: MapType::Array,
+            key_size: 4,
+            value_size: size_of::<MapMeta>(),
+            max_entries: Some(1),
+        },
+        ExpectedMap {
+            name: MAP_SETTINGS,
+            map_type: MapType::Array,
+            key_size: 4,
+            value_size: size_of::<Settings>(),
+            max_entries: Some(1),
+        },
+        ExpectedMap {
+            name: MAP_NOMASQ_V4,
+            map_type: MapType::LpmTrie,
+            key_size: 8,
+            value_size: 4,
+            max_entries: Some(NOMASQ_V4_MAX_ENTRIES),
+        },
+        ExpectedMap {
+            name: MAP_NAT_V4,
+            map_type: MapType::LruHash,
+            key_size: size_of::<NatKeyV4>(),
+            value_size: size_of::<NatEntryV4>(),
+            max_entries: None,
+        },
+        ExpectedMap {
+            name: MAP_FRAGS_V4,
+            map_type: MapType::LruHash,
+            key_size: size_of::<FragKeyV4>(),
+            value_size: size_of::<FragEntryV4>(),
+            max_entries: Some(FRAGS_V4_MAX_ENTRIES),
+        },
+        ExpectedMap {
+            name: MAP_COUNTERS,
+            map_type: MapType::PerCpuArray,
+            key_size: 4,
+            value_size: 8,
+            max_entries: Some(COUNTER_COUNT),
+        },
+        ExpectedMap {
+            name: MAP_ALLOC_RETRIES,
+            map_type: MapType::PerCpuArray,
+            key_size: 4,
+            value_size: 8,
+            max_entries: Some(ALLOC_HISTOGRAM_BUCKETS),
+        },
+    ]
+}
+
+impl PinDir {
+    /// The pin directory at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where map `name` is pinned.
+    pub fn map(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    /// Where the tcx link of `hook` on `interface` is pinned.
+    pub fn link(&self, hook: Hook, interface: &str) -> PathBuf {
+        self.root
+            .join("links")
+            .join(format!("{}-{interface}", hook.name()))
+    }
+
+    /// Every pinned link: (hook, interface, path).
+    pub fn links(&self) -> Vec<(Hook, String, PathBuf)> {
+        let Ok(entries) = fs::read_dir(self.root.join("links")) else {
+            return Vec::new();
+        };
+        let mut links: Vec<(Hook, String, PathBuf)> = entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| {
+                let name = entry.file_name().to_str()?.to_owned();
+                let (hook, interface) = name.split_once('-')?;
+                let hook = match hook {
+                    "egress" => Hook::Egress,
+                    "ingress" => Hook::Ingress,
+                    _ => return None,
+                };
+                Some((hook, interface.to_owned(), entry.path()))
+            })
+            .collect();
+        links.sort_by(|a, b| a.2.cmp(&b.2));
+        links
+    }
+
+    /// Creates the directories pins go into.
+    pub fn create(&self) -> Result<(), DatapathError> {
+        let links = self.root.join("links");
+        fs::create_dir_all(&links).map_err(|source| DatapathError::Io {
+            what: "creating",
+            path: links,
+            source,
+        })
+    }
+
+    /// Inspects what is pinned and whether this version can adopt it.
+    pub fn inspect(&self) -> Result<PinnedState, DatapathError> {
+        let present: Vec<&str> = ALL_MAPS
+            .iter()
+            .copied()
+            .filter(|name| self.map(name).exists())
+            .collect();
+        if present.is_empty() {
+            return Ok(PinnedState::Empty);
+        }
+        if present.len() != ALL_MAPS.len() {
+            let missing: Vec<&str> = ALL_MAPS
+                .iter()
+                .copied()
+                .filter(|name| !present.contains(name))
+                .collect();
+            return Ok(PinnedState::Incompatible(format!(
+                "maps missing: {}",
+                missing.join(", ")
+            )));
+        }
+        let mut nat_max_entries = 0;
+        for expected in expected_maps() {
+            let path = self.map(expected.name);
+            let info = MapInfo::from_pin(&path)
+                .map_err(DatapathError::map("inspecting pinned", expected.name))?;
+            let map_type = info
+                .map_type()
+                .map_err(DatapathError::map("inspecting pinned", expected.name))?;
+            let actual = (
+                map_type,
+                info.key_size() as usize,
+                info.value_size() as usize,
+            );
+            if actual != (expected.map_type, expected.key_size, expected.value_size) {
+                return Ok(PinnedState::Incompatible(format!(
+                    "{} is a {:?} with {}-byte keys and {}-byte values, expected a {:?} with {}-byte keys and {}-byte values",
+                    expected.name,
+                    actual.0,
+                    actual.1,
+                    actual.2,
+                    expected.map_type,
+                    expected.key_size,
+                    expected.value_size
+                )));
+            }
+            if let Some(max_entries) = expected.max_entries
+                && info.max_entries() != max_entries
+            {
+                return Ok(PinnedState::Incompatible(format!(
+                    "{} holds {} entries, expected {max_entries}",
+                    expected.name,
+                    info.max_entries()
+                )));
+            }
+            if expected.name == MAP_NAT_V4 {
+                nat_max_entries = info.max_entries();
+            }
+        }
+        let meta = read_meta(&self.map(MAP_META))?;
+        if meta.layout_version != MAP_LAYOUT_VERSION {
+            return Ok(PinnedState::Incompatible(format!(
+                "map layout version {} (this masq uses {MAP_LAYOUT_VERSION})",
+                meta.layout_version
+            )));
+        }
+        Ok(PinnedState::Compatible { nat_max_entries })
+    }
+
+    /// Removes every pin: links first (which detaches the programs), then the maps.
+    /// Returns what was removed.
+    pub fn remove_all(&self) -> Result<Vec<PathBuf>, DatapathError> {
+        let mut removed = Vec::new();
+        for (_, _, path) in self.links() {
+            remove_file(&path)?;
+            removed.push(path);
+        }
+        for name in ALL_MAPS {
+            let path = self.map(name);
+            if fs::symlink_metadata(&path).is_ok() {
+                remove_file(&path)?;
+                removed.push(path);
+            }
+        }
+        for dir in [self.root.join("links"), self.root.clone()] {
+            match fs::remove_dir(&dir) {
+                Ok(()) => removed.push(dir),
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(DatapathError::Io {
+                        what: "removing",
+                        path: dir,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Removes the pinned maps only, so that a fresh set can be created (links stay, and keep
+    /// running the old programs until they are updated).
+    pub fn remove_maps(&self) -> Result<(), DatapathError> {
+        for name in ALL_MAPS {
+            let path = self.map(name);
+            if fs::symlink_metadata(&path).is_ok() {
+                remove_file(&path)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn remove_file(path: &Path) -> Result<(), DatapathError> {
+    fs::remove_file(path).map_err(|source| DatapathError::Io {
+        what: "removing",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn read_meta(path: &Path) -> Result<MapMeta, DatapathError> {
+    let data = MapData::from_pin(path).map_err(DatapathError::map("opening pinned", MAP_META))?;
+    let map = aya::maps::Map::from_map_data(data)
+        .map_err(DatapathError::map("opening pinned", MAP_META))?;
+    let array: aya::maps::Array<MapData, MapMeta> = map
+        .try_into()
+        .map_err(DatapathError::map("opening pinned", MAP_META))?;
+    array
+        .get(&0, 0)
+        .map_err(DatapathError::map("reading", MAP_META))
+}
+
+/// Whether bpffs is mounted at or above `path` (pins elsewhere vanish or fail).
+pub fn is_on_bpffs(path: &Path) -> bool {
+    let Ok(mounts) = fs::read_to_string("/proc/self/mounts") else {
+        return false;
+    };
+    mounts.lines().any(|line| {
+        let mut fields = line.split_whitespace();
+        let _device = fields.next();
+        let (Some(mount_point), Some(kind)) = (fields.next(), fields.next()) else {
+            return false;
+        };
+        kind == "bpf" && path.starts_with(mount_point)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        let pins = PinDir::new("/sys/fs/bpf/masq");
+        assert_eq!(
+            pins.map(MAP_NAT_V4),
+            Path::new("/sys/fs/bpf/masq/masq_nat_v4")
+        );
+        assert_eq!(
+            pins.link(Hook::Egress, "eth0"),
+            Path::new("/sys/fs/bpf/masq/links/egress-eth0")
+        );
+    }
+
+    #[test]
+    fn an_empty_directory_is_a_fresh_install() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(
+            PinDir::new(dir.path()).inspect().expect("inspect"),
+            PinnedState::Empty
+        );
+        assert!(PinDir::new(dir.path()).links().is_empty());
+    }
+
+    #[test]
+    fn a_partial_set_is_not_adopted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::write(dir.path().join(MAP_NAT_V4), b"").expect("write");
+        match PinDir::new(dir.path()).inspect().expect("inspect") {
+            PinnedState::Incompatible(reason) => {
+                assert!(reason.contains("maps missing"), "{reason}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
