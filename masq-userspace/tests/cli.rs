@@ -304,3 +304,40 @@ fn klog_flags_are_tolerated() {
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
 }
+
+/// The arguments the shipped DaemonSets pass must be ones `masq` accepts.
+#[test]
+fn the_deployed_arguments_parse() {
+    for manifest in ["daemonset.yaml", "uninstall/daemonset.yaml"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy")
+            .join(manifest);
+        let text = fs::read_to_string(&path).expect("manifest");
+        let documents = yaml_rust2::YamlLoader::load_from_str(&text).expect("manifest YAML");
+        let spec = &documents[0]["spec"]["template"]["spec"];
+        let containers = spec["initContainers"]
+            .as_vec()
+            .into_iter()
+            .flatten()
+            .chain(spec["containers"].as_vec().into_iter().flatten());
+        let mut checked = 0;
+        for container in containers {
+            let Some(args) = container["args"].as_vec() else {
+                continue;
+            };
+            let mut args: Vec<&str> = args
+                .iter()
+                .map(|arg| arg.as_str().expect("string argument"))
+                .collect();
+            args.push("--help");
+            let output = masq(&args);
+            assert!(
+                output.status.success(),
+                "{manifest}: masq rejects {args:?}: {}",
+                stderr(&output)
+            );
+            checked += 1;
+        }
+        assert!(checked > 0, "{manifest} runs masq with no arguments?");
+    }
+}

@@ -4,7 +4,15 @@
 //! [`harness`] loads the datapath and configures its maps, the program runs through
 //! `BPF_PROG_TEST_RUN`, and [`check`] parses the output and verifies every checksum from
 //! scratch.
+//!
+//! The namespace tests build a [`sandbox`] (pods, a node, a router, an outside host), run the
+//! real `masq agent` in the node namespace ([`agent`]) and send real [`traffic`].
 
+pub mod agent;
 pub mod check;
+pub mod configmap;
 pub mod harness;
+pub mod netns;
 pub mod pktgen;
+pub mod sandbox;
+pub mod traffic;

@@ -17,13 +17,13 @@ mod setup;
 use std::{
     io::{BufRead as _, BufReader},
     path::PathBuf,
-    process::Stdio,
+    process::{Command, Stdio},
 };
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
-use crate::command::{cargo, run};
+use crate::command::{cargo, output, run};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Developer tasks for masq")]
@@ -36,6 +36,9 @@ struct Cli {
 enum Task {
     /// Install the eBPF toolchain parts if needed and build the datapath object.
     BuildEbpf,
+    /// Build a sandbox of namespaces (pods, a node running masq, an outside host), send
+    /// traffic, and show what was masqueraded. Needs root.
+    Demo,
     /// Prepare the machine (toolchain, packages, bpffs), then check formatting and lints and
     /// run every test. Needs root.
     Test {
@@ -51,6 +54,7 @@ enum Task {
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::BuildEbpf => build_ebpf(),
+        Task::Demo => demo(),
         Task::Test { no_lint, test_args } => test(no_lint, &test_args),
     }
 }
@@ -105,6 +109,44 @@ fn build_userspace_and_locate_object() -> Result<PathBuf> {
     Ok(object)
 }
 
+fn demo() -> Result<()> {
+    setup::ensure_privileged_environment(setup::TEST_PACKAGES)?;
+    run(cargo().args([
+        "build",
+        "--quiet",
+        "--package",
+        "masq-userspace",
+        "--bin",
+        "masq",
+    ]))?;
+    run(cargo().args([
+        "run",
+        "--quiet",
+        "--package",
+        "masq-testbed",
+        "--bin",
+        "masq-demo",
+    ]))
+}
+
+/// Renders every kustomization under deploy/ and validates it against the Kubernetes schemas.
+fn validate_manifests() -> Result<()> {
+    setup::ensure_manifest_validator()?;
+    let root = std::env::current_dir()?.join("deploy");
+    for kustomization in [root.clone(), root.join("uninstall")] {
+        let rendered = output(Command::new("kubectl").arg("kustomize").arg(&kustomization))?;
+        let file = std::env::temp_dir().join(format!("masq-manifests-{}.yaml", std::process::id()));
+        std::fs::write(&file, rendered)?;
+        let validated = run(Command::new("python3")
+            .args(["-m", "kubernetes_validate", "--strict", "--quiet"])
+            .arg(&file));
+        let _ = std::fs::remove_file(&file);
+        validated.with_context(|| format!("{} does not validate", kustomization.display()))?;
+    }
+    println!("manifests under deploy/ render and validate");
+    Ok(())
+}
+
 fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
     setup::ensure_privileged_environment(setup::TEST_PACKAGES)?;
     if !no_lint {
@@ -119,6 +161,7 @@ fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
             "warnings",
         ]))?;
     }
+    validate_manifests()?;
     let mut tests = cargo();
     tests.args(["test", "--workspace"]);
     if !test_args.is_empty() {

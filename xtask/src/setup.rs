@@ -22,12 +22,38 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 
 /// Debian packages the tests and the demo use.
 pub(crate) const TEST_PACKAGES: &[&str] = &[
-    "iproute2", // ip, nstat: namespaces, veths, routes, checksum counters
-    "iptables", // the iptables backend and the MASQUERADE comparison
-    "ethtool",  // toggling veth checksum offload
-    "bpftool",  // inspecting pinned maps in tests and by hand
-    "procps",   // sysctl
+    "iproute2",     // ip, nstat: namespaces, veths, routes, checksum counters
+    "iptables",     // the iptables backend and the MASQUERADE comparison
+    "ethtool",      // toggling veth checksum offload
+    "bpftool",      // inspecting pinned maps in tests and by hand
+    "procps",       // sysctl
+    "iputils-ping", // ping from pods
+    "util-linux",   // nsenter: run the agent in a namespace without hiding bpffs
+    "kubectl",      // kubectl kustomize: render the manifests under deploy/
 ];
+
+/// The PyPI package that validates the manifests against the Kubernetes schemas.
+const MANIFEST_VALIDATOR: &str = "kubernetes-validate";
+
+/// Installs the manifest validator unless it is there.
+pub(crate) fn ensure_manifest_validator() -> Result<()> {
+    if succeeds("python3", &["-m", "kubernetes_validate", "--version"]) {
+        return Ok(());
+    }
+    eprintln!("xtask: installing {MANIFEST_VALIDATOR} from PyPI");
+    run(Command::new("python3").args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--root-user-action=ignore",
+        MANIFEST_VALIDATOR,
+    ]))
+    .with_context(|| {
+        format!("could not install {MANIFEST_VALIDATOR}; run `pip install {MANIFEST_VALIDATOR}`")
+    })
+}
 
 /// Everything `cargo xtask build-ebpf` needs.
 pub(crate) fn ensure_ebpf_toolchain() -> Result<()> {

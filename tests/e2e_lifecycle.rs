@@ -1,0 +1,600 @@
+//! The agent over its life: ConfigMap updates, bad configs, restarts and kills in the middle of
+//! traffic, metrics, uninstall, the iptables backend and taking over from it. Needs root.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "helpers of these tests fail the test with the value that broke it"
+)]
+
+use std::{
+    fs,
+    net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4},
+    thread,
+    time::{Duration, Instant},
+};
+
+use aya::programs::{SchedClassifier, TcAttachType};
+use masq_testbed::{
+    agent::Agent,
+    configmap::ConfigMapVolume,
+    sandbox::{CLUSTER_PEER_IP, NODE_IP, OUTSIDE_IP, Sandbox, SandboxOptions, UPLINK, pod_ip},
+    traffic::{
+        HeldConnection, UdpFlow, fnv1a, tcp_server, tcp_transfer, tcp_transfer_paced, udp_server,
+    },
+};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+fn outside(port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(OUTSIDE_IP, port)
+}
+
+fn any(port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)
+}
+
+fn is_node(peer: SocketAddr) -> bool {
+    peer.ip() == IpAddr::V4(NODE_IP)
+}
+
+/// The source address a new TCP flow from `pod` to `destination` arrives with.
+fn arrives_from(sandbox: &Sandbox, pod: usize, destination: SocketAddrV4) -> IpAddr {
+    sandbox
+        .pod(pod)
+        .enter(|| tcp_transfer(destination, "probe", b"probe", TIMEOUT))
+        .unwrap_or_else(|error| panic!("flow to {destination} failed: {error}"))
+        .peer
+        .ip()
+}
+
+fn metric(agent: &Agent, series: &str) -> f64 {
+    agent.metric(series).unwrap_or(0.0)
+}
+
+fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if condition() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(25));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn status_json(agent: &Agent) -> serde_json::Value {
+    let output = agent.masq(&["status", "--output", "json"]);
+    assert!(
+        output.status.success(),
+        "masq status: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("status json")
+}
+
+#[test]
+fn a_configmap_update_reaches_new_flows_within_a_second_and_spares_live_ones() {
+    let sandbox = Sandbox::new("cm", SandboxOptions::default());
+    let mut volume = ConfigMapVolume::new(&format!("{}-cm", sandbox.tag));
+    volume.update(&[(
+        "ip-masq-agent",
+        "nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 60s\n",
+    )]);
+    let config = volume.key("ip-masq-agent");
+    let agent = Agent::start(&sandbox, &["--config", config.to_str().unwrap()]);
+    let _server = tcp_server(&sandbox.outside, any(8080));
+
+    let mut live = sandbox
+        .pod(1)
+        .enter(|| HeldConnection::open(outside(8080), "live", None, TIMEOUT))
+        .unwrap();
+    assert!(is_node(live.peer));
+    let reloads_before = metric(&agent, "masq_config_reloads_total{result=\"ok\"}");
+
+    // The outside network becomes non-masquerade: the kubelet swaps ..data.
+    let swapped = Instant::now();
+    volume.update(&[(
+        "ip-masq-agent",
+        "nonMasqueradeCIDRs: [10.0.0.0/8, 198.51.100.0/24]\nresyncInterval: 60s\n",
+    )]);
+    let elapsed = loop {
+        if arrives_from(&sandbox, 1, outside(8080)) == IpAddr::V4(pod_ip(1)) {
+            break swapped.elapsed();
+        }
+        assert!(
+            swapped.elapsed() < Duration::from_secs(5),
+            "the update never reached new flows:\n{}",
+            agent.log()
+        );
+        thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        elapsed < Duration::from_secs(1),
+        "the update took {elapsed:?} to reach new flows"
+    );
+
+    // The live flow keeps its translation (the remote would reset it otherwise).
+    live.echo("still translated")
+        .expect("the live flow lost its mapping");
+    assert!(metric(&agent, "masq_config_reloads_total{result=\"ok\"}") > reloads_before);
+    drop(agent);
+}
+
+#[test]
+fn restarting_or_killing_the_agent_loses_no_flow() {
+    let sandbox = Sandbox::new("rst", SandboxOptions::default());
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let mut agent = Agent::start(&sandbox, &["--config", &absent]);
+    let _tcp = tcp_server(&sandbox.outside, any(8080));
+    let _udp = udp_server(&sandbox.outside, any(5353));
+
+    let mut held = sandbox
+        .pod(1)
+        .enter(|| HeldConnection::open(outside(8080), "held", None, TIMEOUT))
+        .unwrap();
+    let udp = sandbox
+        .pod(2)
+        .enter(|| UdpFlow::open(outside(5353), TIMEOUT))
+        .unwrap();
+    let udp_peer = udp.request(b"first").unwrap();
+    assert!(is_node(held.peer) && is_node(udp_peer));
+
+    // A transfer paced over several seconds, across the restarts below.
+    let data: Vec<u8> = (0..6_000_000u32).map(|index| (index % 251) as u8).collect();
+    let expected = (data.len(), fnv1a(&data));
+    let bulk = sandbox.pod(1).spawn(move || {
+        tcp_transfer_paced(
+            outside(8080),
+            "bulk",
+            &data,
+            64 * 1024,
+            Duration::from_millis(40),
+            Duration::from_secs(30),
+        )
+    });
+    thread::sleep(Duration::from_millis(500));
+
+    // SIGTERM: the agent exits cleanly, the datapath keeps translating without it.
+    let status = agent.terminate();
+    assert!(status.success(), "the agent exited with {status}");
+    held.echo("while stopped")
+        .expect("held flow broken while the agent was stopped");
+    assert_eq!(udp.request(b"while stopped").unwrap(), udp_peer);
+    agent.restart();
+    assert!(
+        agent.log().contains("adopted the pinned maps"),
+        "{}",
+        agent.log()
+    );
+
+    // The new agent sees the old flows.
+    let listed = agent.masq(&["nat", "list", "--pod", "10.244.1.2", "--output", "json"]);
+    let flows: Vec<serde_json::Value> =
+        serde_json::from_slice(&listed.stdout).expect("nat list json");
+    let translated = SocketAddrV4::new(NODE_IP, held.peer.port()).to_string();
+    assert!(
+        flows
+            .iter()
+            .any(|flow| flow["translated"] == translated.as_str()),
+        "{flows:?}"
+    );
+
+    // SIGKILL in the middle of traffic.
+    agent.kill();
+    held.echo("while killed")
+        .expect("held flow broken while the agent was dead");
+    assert_eq!(
+        udp.request(b"while killed").unwrap(),
+        udp_peer,
+        "the UDP flow changed its port"
+    );
+    agent.restart();
+    held.echo("after restart")
+        .expect("held flow broken after the restart");
+    assert_eq!(udp.request(b"after restart").unwrap(), udp_peer);
+
+    let transfer = bulk
+        .join()
+        .expect("bulk thread")
+        .expect("bulk transfer across restarts");
+    assert_eq!(
+        (transfer.bytes, transfer.hash),
+        expected,
+        "the transfer was damaged"
+    );
+    assert!(is_node(transfer.peer));
+    assert_eq!(sandbox.checksum_errors(), Vec::new());
+}
+
+#[test]
+fn bad_configs_never_change_the_datapath() {
+    let sandbox = Sandbox::new("bad", SandboxOptions::default());
+    let mut volume = ConfigMapVolume::new(&format!("{}-cm", sandbox.tag));
+    let good = "nonMasqueradeCIDRs: [10.0.0.0/8, 198.51.100.20/32]\n";
+    volume.update(&[("ip-masq-agent", good)]);
+    let config = volume.key("ip-masq-agent");
+    let agent = Agent::start(&sandbox, &["--config", config.to_str().unwrap()]);
+    let _server = tcp_server(&sandbox.outside, any(8080));
+    let trie_before = status_json(&agent)["nomasq_cidrs"].clone();
+    assert_eq!(
+        trie_before.as_array().map(Vec::len),
+        Some(3),
+        "{trie_before}"
+    );
+
+    let bad_configs = [
+        ("garbage", "*"),
+        ("empty", ""),
+        (
+            "half-written YAML",
+            "nonMasqueradeCIDRs:\n  - 10.0.0.0/8\n  - 198.51.",
+        ),
+        (
+            "half-written JSON",
+            "{\"nonMasqueradeCIDRs\": [\"10.0.0.0/8\"",
+        ),
+        (
+            "over the limit",
+            "cidrLimit: 1\nnonMasqueradeCIDRs: [10.0.0.0/8, 1.0.0.0/8]\n",
+        ),
+    ];
+    for (what, contents) in bad_configs {
+        let failed = metric(&agent, "masq_config_reloads_total{result=\"failed\"}");
+        volume.update(&[("ip-masq-agent", contents)]);
+        wait_for(
+            &format!("the {what} config to be rejected"),
+            Duration::from_secs(3),
+            || metric(&agent, "masq_config_reloads_total{result=\"failed\"}") > failed,
+        );
+        assert_eq!(
+            status_json(&agent)["nomasq_cidrs"],
+            trie_before,
+            "a {what} config changed the trie"
+        );
+        let (_, page) = agent.http_get("/metrics").expect("metrics");
+        assert!(
+            page.contains("masq_config_last_error{message="),
+            "no error reported for the {what} config"
+        );
+        let (ready, _) = agent.http_get("/readyz").expect("readyz");
+        assert!(
+            ready.contains(" 200 "),
+            "the last good config stays in force: {ready}"
+        );
+    }
+    assert_eq!(
+        arrives_from(&sandbox, 1, SocketAddrV4::new(CLUSTER_PEER_IP, 8080)),
+        IpAddr::V4(pod_ip(1))
+    );
+
+    let ok = metric(&agent, "masq_config_reloads_total{result=\"ok\"}");
+    volume.update(&[("ip-masq-agent", "nonMasqueradeCIDRs: [10.0.0.0/8]\n")]);
+    wait_for("a good config to load", Duration::from_secs(3), || {
+        metric(&agent, "masq_config_reloads_total{result=\"ok\"}") > ok
+    });
+    assert_eq!(
+        status_json(&agent)["nomasq_cidrs"].as_array().map(Vec::len),
+        Some(2)
+    );
+    let (_, page) = agent.http_get("/metrics").expect("metrics");
+    assert!(
+        !page.contains("masq_config_last_error{message="),
+        "a successful load clears the error"
+    );
+}
+
+#[test]
+fn an_agent_without_a_valid_config_translates_nothing_until_it_gets_one() {
+    let sandbox = Sandbox::new("nocfg", SandboxOptions::default());
+    let dir = std::env::temp_dir().join(format!("{}-cfg", sandbox.tag));
+    fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("ip-masq-agent");
+    fs::write(&config, "nonMasqueradeCIDRs: [not-a-cidr]\n").unwrap();
+    let _server = tcp_server(&sandbox.outside, any(8080));
+    let agent = Agent::launch(&sandbox, &["--config", config.to_str().unwrap()]);
+    agent.wait_serving();
+    let (ready, body) = agent.http_get("/readyz").expect("readyz");
+    assert!(
+        ready.contains(" 503 ") && body.contains("could not be parsed"),
+        "{ready} {body}"
+    );
+    assert_eq!(metric(&agent, "masq_ready"), 0.0);
+    assert!(metric(&agent, "masq_config_reloads_total{result=\"failed\"}") >= 1.0);
+    // Like upstream with no rules written: nothing is masqueraded.
+    assert_eq!(
+        arrives_from(&sandbox, 1, outside(8080)),
+        IpAddr::V4(pod_ip(1))
+    );
+
+    fs::write(&config, "nonMasqueradeCIDRs: [10.0.0.0/8]\n").unwrap();
+    wait_for("the agent to become ready", Duration::from_secs(3), || {
+        agent
+            .http_get("/readyz")
+            .is_some_and(|(status, _)| status.contains(" 200 "))
+    });
+    assert!(is_node(SocketAddr::new(
+        arrives_from(&sandbox, 1, outside(8080)),
+        0
+    )));
+    drop(agent);
+    let _ = fs::remove_dir_all(dir);
+}
+
+/// Parses the Prometheus text format strictly enough to catch malformed output.
+fn parse_exposition(page: &str) -> Vec<(String, f64)> {
+    let mut samples = Vec::new();
+    let mut typed = std::collections::HashSet::new();
+    for line in page.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut words = rest.split(' ');
+            let name = words.next().unwrap().to_owned();
+            assert!(
+                matches!(words.next(), Some("counter" | "gauge" | "histogram")),
+                "{line}"
+            );
+            assert!(typed.insert(name), "type declared twice: {line}");
+            continue;
+        }
+        if line.starts_with("# HELP ") || line.is_empty() {
+            continue;
+        }
+        assert!(!line.starts_with('#'), "unknown comment: {line}");
+        let (series, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("no value: {line}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("bad value: {line}"));
+        let name = series.split('{').next().unwrap();
+        assert!(
+            name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "bad name: {line}"
+        );
+        if let Some(labels) = series.strip_prefix(name)
+            && !labels.is_empty()
+        {
+            assert!(
+                labels.starts_with('{') && labels.ends_with('}'),
+                "bad labels: {line}"
+            );
+        }
+        let base = name
+            .trim_end_matches("_bucket")
+            .trim_end_matches("_sum")
+            .trim_end_matches("_count");
+        assert!(
+            typed.contains(name) || typed.contains(base),
+            "sample before its TYPE: {line}"
+        );
+        samples.push((series.to_owned(), value));
+    }
+    samples
+}
+
+#[test]
+fn metrics_and_health_are_served() {
+    let sandbox = Sandbox::new("met", SandboxOptions::default());
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let agent = Agent::start(&sandbox, &["--config", &absent]);
+    let _server = tcp_server(&sandbox.outside, any(8080));
+    for _ in 0..5 {
+        assert!(is_node(SocketAddr::new(
+            arrives_from(&sandbox, 1, outside(8080)),
+            0
+        )));
+    }
+    // The table gauges come from the garbage collector, which runs every second here.
+    thread::sleep(Duration::from_millis(1500));
+    let (status, page) = agent.http_get("/metrics").expect("metrics");
+    assert!(status.contains(" 200 "));
+    let samples = parse_exposition(&page);
+    let value = |series: &str| {
+        samples
+            .iter()
+            .find(|(name, _)| name == series)
+            .map(|(_, value)| *value)
+    };
+    assert_eq!(value("masq_ready"), Some(1.0));
+    assert!(
+        samples
+            .iter()
+            .any(|(name, _)| name.starts_with("masq_build_info{"))
+    );
+    assert!(value("masq_datapath_packets_total{outcome=\"egress_new_mapping\"}") >= Some(5.0));
+    assert!(value("masq_datapath_packets_total{outcome=\"ingress_reverse_nat\"}") >= Some(5.0));
+    assert!(value("masq_port_allocation_attempts_count") >= Some(5.0));
+    assert_eq!(value("masq_nat_capacity_entries"), Some(262_144.0));
+    assert!(value("masq_nat_flows") >= Some(5.0), "{page}");
+    assert_eq!(value("masq_config_cidrs{family=\"ipv4\"}"), Some(3.0));
+    assert_eq!(value("masq_nomasq_trie_entries"), Some(4.0));
+    assert!(value("masq_config_reloads_total{result=\"ok\"}") >= Some(1.0));
+
+    assert_eq!(
+        agent
+            .http_get("/healthz")
+            .map(|(status, body)| (status.contains(" 200 "), body)),
+        Some((true, "ok\n".to_owned()))
+    );
+    assert!(
+        agent
+            .http_get("/readyz")
+            .is_some_and(|(status, _)| status.contains(" 200 "))
+    );
+    assert!(
+        agent
+            .http_get("/nope")
+            .is_some_and(|(status, _)| status.contains(" 404 "))
+    );
+}
+
+#[test]
+fn uninstall_leaves_no_pin_link_or_sysctl_behind() {
+    let sandbox = Sandbox::new("uni", SandboxOptions::default());
+    // A reservation the operator made before masq: it must survive the uninstall.
+    sandbox
+        .node
+        .sysctl("net.ipv4.ip_local_reserved_ports", "8080");
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let mut agent = Agent::start(&sandbox, &["--config", &absent]);
+    let _server = tcp_server(&sandbox.outside, any(8080));
+    assert!(is_node(SocketAddr::new(
+        arrives_from(&sandbox, 1, outside(8080)),
+        0
+    )));
+    let reserved = |sandbox: &Sandbox| {
+        let output = sandbox
+            .node
+            .exec("cat", &["/proc/sys/net/ipv4/ip_local_reserved_ports"]);
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+    assert_eq!(reserved(&sandbox), "1024-29999");
+
+    agent.kill();
+    let output = agent.masq(&["uninstall"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!agent.pin_path().exists(), "pins left behind");
+    assert_eq!(
+        reserved(&sandbox),
+        "8080",
+        "the reservation was not undone exactly"
+    );
+    let attached = sandbox.node.enter(|| {
+        [TcAttachType::Egress, TcAttachType::Ingress].map(|hook| {
+            SchedClassifier::query_tcx(UPLINK, hook)
+                .map(|(_, programs)| programs.len())
+                .unwrap_or(usize::MAX)
+        })
+    });
+    assert_eq!(attached, [0, 0], "programs still attached to the uplink");
+    assert_eq!(
+        arrives_from(&sandbox, 1, outside(8080)),
+        IpAddr::V4(pod_ip(1)),
+        "traffic is still translated"
+    );
+}
+
+#[test]
+fn the_iptables_backend_masquerades_the_same_destinations_and_ebpf_takes_over() {
+    let sandbox = Sandbox::new("ipt", SandboxOptions::default());
+    sandbox
+        .outside
+        .ip(&["addr", "add", "198.51.100.20/32", "dev", "eth0"]);
+    let dir = std::env::temp_dir().join(format!("{}-cfg", sandbox.tag));
+    fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("ip-masq-agent");
+    fs::write(
+        &config,
+        "nonMasqueradeCIDRs: [10.0.0.0/8, 198.51.100.20/32]\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let _server = tcp_server(&sandbox.outside, any(8080));
+    let destinations = [
+        outside(8080),
+        SocketAddrV4::new("198.51.100.20".parse().unwrap(), 8080),
+        SocketAddrV4::new(CLUSTER_PEER_IP, 8080),
+    ];
+    let observe =
+        |sandbox: &Sandbox| destinations.map(|destination| arrives_from(sandbox, 1, destination));
+
+    let mut agent = Agent::start(&sandbox, &["--config", &config, "--backend", "iptables"]);
+    let with_iptables = observe(&sandbox);
+    let rules =
+        String::from_utf8_lossy(&sandbox.node.exec("iptables", &["-t", "nat", "-S"]).stdout)
+            .into_owned();
+    assert!(
+        rules.contains("-A IP-MASQ-AGENT -d 198.51.100.20/32"),
+        "{rules}"
+    );
+    assert!(rules.contains("-j MASQUERADE --random-fully"), "{rules}");
+    assert_eq!(agent.terminate().code(), Some(0));
+
+    // The eBPF backend refuses to masquerade on top of the chain...
+    agent.relaunch(&["--config", &config]);
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("the agent should refuse to start");
+    assert!(!status.success());
+    assert!(
+        agent.log().contains("--take-over-iptables"),
+        "{}",
+        agent.log()
+    );
+
+    // ...until told to take over.
+    agent.relaunch(&["--config", &config, "--take-over-iptables"]);
+    agent.wait_ready();
+    let rules =
+        String::from_utf8_lossy(&sandbox.node.exec("iptables", &["-t", "nat", "-S"]).stdout)
+            .into_owned();
+    assert!(
+        !rules.contains("IP-MASQ-AGENT"),
+        "the chain survived the take-over: {rules}"
+    );
+    let with_ebpf = observe(&sandbox);
+
+    let node = IpAddr::V4(NODE_IP);
+    let pod = IpAddr::V4(pod_ip(1));
+    assert_eq!(with_iptables, [node, pod, pod]);
+    assert_eq!(with_ebpf, with_iptables, "the backends disagree");
+    drop(agent);
+    let _ = fs::remove_dir_all(dir);
+}
+
+#[test]
+fn incompatible_pinned_state_is_refused_unless_replacement_is_requested() {
+    let sandbox = Sandbox::new("inc", SandboxOptions::default());
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let mut agent = Agent::start(&sandbox, &["--config", &absent]);
+    agent.kill();
+    // Pretend an older masq pinned a counters map of another size.
+    let counters = agent.pin_path().join("masq_counters");
+    fs::remove_file(&counters).unwrap();
+    let created = std::process::Command::new("bpftool")
+        .args([
+            "map",
+            "create",
+            counters.to_str().unwrap(),
+            "type",
+            "percpu_array",
+            "key",
+            "4",
+            "value",
+            "8",
+            "entries",
+            "3",
+            "name",
+            "masq_counters",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+
+    agent.relaunch(&["--config", &absent]);
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("the agent should refuse the pins");
+    assert!(!status.success());
+    let log = agent.log();
+    assert!(
+        log.contains("incompatible layout") && log.contains("masq_counters holds 3 entries"),
+        "{log}"
+    );
+
+    agent.relaunch(&["--config", &absent, "--replace-incompatible-state"]);
+    agent.wait_ready();
+    let _server = tcp_server(&sandbox.outside, any(8080));
+    assert!(is_node(SocketAddr::new(
+        arrives_from(&sandbox, 1, outside(8080)),
+        0
+    )));
+}

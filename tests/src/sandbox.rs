@@ -1,0 +1,256 @@
+//! A small cluster in namespaces:
+//!
+//! ```text
+//!  pod1 10.244.1.2 ─┐                                         outside 198.51.100.10
+//!  pod2 10.244.2.2 ─┼─ node (masq on up0, 192.0.2.1) ── router ── (and 10.200.0.10, an
+//!  ...              ┘          192.0.2.0/24         198.51.100.0/24  in-cluster peer)
+//! ```
+//!
+//! The router's link to the outside can have a smaller MTU, for path MTU discovery tests. The
+//! receivers (pods, outside) verify every checksum in software (`rx` offload off); with
+//! [`Offload::On`] the senders hand out `CHECKSUM_PARTIAL` packets that cross masq before a
+//! device without offload finalizes them, so masq's pseudo-header updates are checked too.
+
+use std::net::Ipv4Addr;
+
+use crate::netns::{Netns, unique_tag};
+
+/// The node's uplink address: what masqueraded traffic leaves with.
+pub const NODE_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+/// The router on the node's link.
+pub const ROUTER_NODE_SIDE: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 254);
+/// The router on the outside link.
+pub const ROUTER_OUTSIDE_SIDE: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 254);
+/// The outside host (a masqueraded destination).
+pub const OUTSIDE_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
+/// A host inside a default non-masquerade range (10.0.0.0/8), e.g. another node's pod.
+pub const CLUSTER_PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 200, 0, 10);
+/// The node's uplink interface.
+pub const UPLINK: &str = "up0";
+
+/// Checksum offload on the veths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offload {
+    /// Senders offload (`CHECKSUM_PARTIAL` through masq); the hop after masq finalizes.
+    On,
+    /// Every checksum is computed in software at every hop.
+    Off,
+}
+
+/// How to build the sandbox.
+#[derive(Clone, Copy, Debug)]
+pub struct SandboxOptions {
+    /// Number of pods.
+    pub pods: usize,
+    /// Checksum offload mode.
+    pub offload: Offload,
+    /// MTU of the router's side of its link to the outside host.
+    pub outside_mtu: u16,
+}
+
+impl Default for SandboxOptions {
+    fn default() -> Self {
+        Self {
+            pods: 2,
+            offload: Offload::On,
+            outside_mtu: 1500,
+        }
+    }
+}
+
+/// The namespaces of one sandbox; all are deleted when it is dropped.
+#[derive(Debug)]
+pub struct Sandbox {
+    /// Unique prefix of every namespace name.
+    pub tag: String,
+    /// The pods, pod `i` at index `i - 1`.
+    pub pods: Vec<Netns>,
+    /// The node running masq.
+    pub node: Netns,
+    /// The router between the node and the outside.
+    pub router: Netns,
+    /// The outside host and the in-cluster peer.
+    pub outside: Netns,
+}
+
+/// The address of pod `index` (1-based).
+pub fn pod_ip(index: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 244, u8::try_from(index).unwrap_or(u8::MAX), 2)
+}
+
+fn offload(netns: &Netns, device: &str, tx: bool, rx: bool) {
+    let state = |on: bool| if on { "on" } else { "off" };
+    netns.exec("ethtool", &["-K", device, "tx", state(tx), "rx", state(rx)]);
+}
+
+impl Sandbox {
+    /// Builds the topology; `prefix` names it (keep it short).
+    pub fn new(prefix: &str, options: SandboxOptions) -> Self {
+        crate::netns::require_root();
+        let tag = unique_tag(prefix);
+        let node = Netns::new(&format!("{tag}-node"));
+        let router = Netns::new(&format!("{tag}-rtr"));
+        let outside = Netns::new(&format!("{tag}-out"));
+        let pods: Vec<Netns> = (1..=options.pods)
+            .map(|index| Netns::new(&format!("{tag}-pod{index}")))
+            .collect();
+        let offload_on = options.offload == Offload::On;
+
+        for (index, pod) in pods.iter().enumerate() {
+            let index = index + 1;
+            let node_side = format!("vpod{index}");
+            node.ip(&[
+                "link",
+                "add",
+                &node_side,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                pod.name(),
+            ]);
+            let subnet_gateway = format!("10.244.{index}.1");
+            pod.ip(&[
+                "addr",
+                "add",
+                &format!("{}/24", pod_ip(index)),
+                "dev",
+                "eth0",
+            ]);
+            pod.ip(&["link", "set", "eth0", "up"]);
+            pod.ip(&["route", "add", "default", "via", &subnet_gateway]);
+            node.ip(&[
+                "addr",
+                "add",
+                &format!("{subnet_gateway}/24"),
+                "dev",
+                &node_side,
+            ]);
+            node.ip(&["link", "set", &node_side, "up"]);
+            // Pods send with offload (or not) and verify what they receive; the node's side
+            // finalizes checksums towards them.
+            offload(pod, "eth0", offload_on, false);
+            offload(&node, &node_side, false, offload_on);
+        }
+
+        node.ip(&[
+            "link",
+            "add",
+            UPLINK,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            router.name(),
+        ]);
+        node.ip(&["addr", "add", &format!("{NODE_IP}/24"), "dev", UPLINK]);
+        node.ip(&["link", "set", UPLINK, "up"]);
+        node.ip(&[
+            "route",
+            "add",
+            "default",
+            "via",
+            &ROUTER_NODE_SIDE.to_string(),
+        ]);
+        node.sysctl("net.ipv4.ip_forward", "1");
+        offload(&node, UPLINK, offload_on, offload_on);
+
+        router.ip(&[
+            "addr",
+            "add",
+            &format!("{ROUTER_NODE_SIDE}/24"),
+            "dev",
+            "eth0",
+        ]);
+        router.ip(&["link", "set", "eth0", "up"]);
+        router.ip(&[
+            "link",
+            "add",
+            "eth1",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            outside.name(),
+        ]);
+        router.ip(&[
+            "addr",
+            "add",
+            &format!("{ROUTER_OUTSIDE_SIDE}/24"),
+            "dev",
+            "eth1",
+        ]);
+        router.ip(&[
+            "link",
+            "set",
+            "eth1",
+            "mtu",
+            &options.outside_mtu.to_string(),
+            "up",
+        ]);
+        router.ip(&["route", "add", "10.244.0.0/16", "via", &NODE_IP.to_string()]);
+        router.ip(&[
+            "route",
+            "add",
+            &format!("{CLUSTER_PEER_IP}/32"),
+            "via",
+            &OUTSIDE_IP.to_string(),
+        ]);
+        router.sysctl("net.ipv4.ip_forward", "1");
+        offload(&router, "eth0", offload_on, offload_on);
+        // Towards the outside host checksums are always finalized here, after masq.
+        offload(&router, "eth1", false, offload_on);
+
+        outside.ip(&["addr", "add", &format!("{OUTSIDE_IP}/24"), "dev", "eth0"]);
+        outside.ip(&[
+            "addr",
+            "add",
+            &format!("{CLUSTER_PEER_IP}/32"),
+            "dev",
+            "eth0",
+        ]);
+        // The outside host keeps a 1500-byte MTU, so it advertises a full-size MSS and the pods
+        // must learn the smaller path MTU from the router.
+        outside.ip(&["link", "set", "eth0", "up"]);
+        outside.ip(&[
+            "route",
+            "add",
+            "default",
+            "via",
+            &ROUTER_OUTSIDE_SIDE.to_string(),
+        ]);
+        offload(&outside, "eth0", offload_on, false);
+
+        Self {
+            tag,
+            pods,
+            node,
+            router,
+            outside,
+        }
+    }
+
+    /// Pod `index` (1-based).
+    pub fn pod(&self, index: usize) -> &Netns {
+        &self.pods[index - 1]
+    }
+
+    /// Checksum errors the pods and the outside host counted while verifying what they got.
+    pub fn checksum_errors(&self) -> Vec<(String, String, u64)> {
+        let mut errors = Vec::new();
+        for netns in self.pods.iter().chain([&self.outside]) {
+            for (name, value) in netns.nstat() {
+                if (name.ends_with("CsumErrors") || name == "IpInHdrErrors") && value > 0 {
+                    errors.push((netns.name().to_owned(), name, value));
+                }
+            }
+        }
+        errors
+    }
+}

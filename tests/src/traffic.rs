@@ -1,0 +1,446 @@
+//! Real traffic for the namespace tests: servers that report who they saw, and clients.
+//!
+//! Every server and client has a deadline, so a broken datapath fails a test instead of
+//! hanging it.
+
+use std::{
+    io::{self, BufRead as _, BufReader, Read as _, Write as _},
+    net::{Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use crate::netns::Netns;
+
+/// How long any server lives at most.
+const SERVER_LIFETIME: Duration = Duration::from_secs(180);
+
+/// A server running in a namespace until dropped.
+#[derive(Debug)]
+pub struct Server {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    /// Peer addresses seen, in order.
+    pub peers: Arc<Mutex<Vec<SocketAddr>>>,
+}
+
+impl Server {
+    /// The peers seen so far.
+    pub fn peers(&self) -> Vec<SocketAddr> {
+        self.peers
+            .lock()
+            .map(|peers| peers.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// FNV-1a over `data`: a cheap integrity check for transfers.
+pub fn fnv1a(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A TCP server. Per connection it reads one line (an id), then either:
+/// * `sink`: reads everything until EOF and answers `<id> <peer> <bytes> <fnv>`;
+/// * `hold`: answers `<id> <peer>` immediately and then echoes lines until EOF.
+pub fn tcp_server(netns: &Netns, bind: SocketAddrV4) -> Server {
+    let stop = Arc::new(AtomicBool::new(false));
+    let peers = Arc::new(Mutex::new(Vec::new()));
+    let (thread_stop, thread_peers) = (stop.clone(), peers.clone());
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let thread = netns.spawn(move || {
+        let listener =
+            TcpListener::bind(bind).unwrap_or_else(|error| panic!("binding {bind}: {error}"));
+        listener
+            .set_nonblocking(true)
+            .unwrap_or_else(|error| panic!("{error}"));
+        let _ = ready_tx.send(());
+        let deadline = Instant::now() + SERVER_LIFETIME;
+        let mut workers = Vec::new();
+        while !thread_stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+            match listener.accept() {
+                Ok((stream, peer)) => {
+                    if let Ok(mut seen) = thread_peers.lock() {
+                        seen.push(peer);
+                    }
+                    let stop = thread_stop.clone();
+                    workers.push(std::thread::spawn(move || serve_tcp(stream, peer, &stop)));
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(_) => break,
+            }
+        }
+        for worker in workers {
+            let _ = worker.join();
+        }
+    });
+    let _ = ready_rx.recv_timeout(Duration::from_secs(5));
+    Server {
+        stop,
+        thread: Some(thread),
+        peers,
+    }
+}
+
+fn serve_tcp(stream: TcpStream, peer: SocketAddr, stop: &AtomicBool) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut writer = match stream.try_clone() {
+        Ok(writer) => writer,
+        Err(_) => return,
+    };
+    let mut reader = BufReader::new(stream);
+    let deadline = Instant::now() + SERVER_LIFETIME;
+    let mut line = String::new();
+    while !line.ends_with('\n') {
+        if stop.load(Ordering::Relaxed) || Instant::now() > deadline {
+            return;
+        }
+        match reader.read_line(&mut line) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return,
+        }
+    }
+    let header = line.trim().to_owned();
+    let (mode, id) = header.split_once(' ').unwrap_or(("sink", header.as_str()));
+    if mode == "hold" {
+        let _ = writeln!(writer, "{id} {peer}");
+        let mut line = String::new();
+        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) => return,
+                Ok(_) => {
+                    let _ = write!(writer, "{line}");
+                }
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return,
+            }
+        }
+        return;
+    }
+    let mut data = Vec::new();
+    let mut buffer = vec![0u8; 64 * 1024];
+    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+        match reader.read(&mut buffer) {
+            Ok(0) => {
+                let _ = writeln!(writer, "{id} {peer} {} {:016x}", data.len(), fnv1a(&data));
+                let _ = writer.shutdown(Shutdown::Write);
+                return;
+            }
+            Ok(read) => data.extend_from_slice(&buffer[..read]),
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// What a `sink` transfer reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    /// The id sent.
+    pub id: String,
+    /// The client address the server saw.
+    pub peer: SocketAddr,
+    /// Bytes the server received.
+    pub bytes: usize,
+    /// Their FNV-1a hash.
+    pub hash: u64,
+}
+
+fn connect(
+    server: SocketAddrV4,
+    bind: Option<SocketAddrV4>,
+    timeout: Duration,
+) -> io::Result<TcpStream> {
+    match bind {
+        None => TcpStream::connect_timeout(&SocketAddr::V4(server), timeout),
+        Some(local) => {
+            // std cannot bind before connecting; go through a raw socket.
+            let socket = nix::sys::socket::socket(
+                nix::sys::socket::AddressFamily::Inet,
+                nix::sys::socket::SockType::Stream,
+                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+                None,
+            )?;
+            nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::ReuseAddr, &true)?;
+            nix::sys::socket::bind(
+                std::os::fd::AsRawFd::as_raw_fd(&socket),
+                &nix::sys::socket::SockaddrIn::from(local),
+            )?;
+            let stream = TcpStream::from(socket);
+            let address = nix::sys::socket::SockaddrIn::from(server);
+            nix::sys::socket::connect(std::os::fd::AsRawFd::as_raw_fd(&stream), &address)?;
+            Ok(stream)
+        }
+    }
+}
+
+/// Sends `payload` to a [`tcp_server`] and returns its report. Fails after `timeout`.
+pub fn tcp_transfer(
+    server: SocketAddrV4,
+    id: &str,
+    payload: &[u8],
+    timeout: Duration,
+) -> io::Result<Transfer> {
+    let mut stream = connect(server, None, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    writeln!(stream, "sink {id}")?;
+    stream.write_all(payload)?;
+    stream.shutdown(Shutdown::Write)?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    let fields: Vec<&str> = reply.split_whitespace().collect();
+    let invalid = || io::Error::new(io::ErrorKind::InvalidData, format!("bad report {reply:?}"));
+    let [reported_id, peer, bytes, hash] = fields.as_slice() else {
+        return Err(invalid());
+    };
+    Ok(Transfer {
+        id: (*reported_id).to_owned(),
+        peer: peer.parse().map_err(|_| invalid())?,
+        bytes: bytes.parse().map_err(|_| invalid())?,
+        hash: u64::from_str_radix(hash, 16).map_err(|_| invalid())?,
+    })
+}
+
+/// Like [`tcp_transfer`], but writes `chunk` bytes at a time with `pause` in between, so the
+/// transfer spans events such as an agent restart.
+pub fn tcp_transfer_paced(
+    server: SocketAddrV4,
+    id: &str,
+    payload: &[u8],
+    chunk: usize,
+    pause: Duration,
+    timeout: Duration,
+) -> io::Result<Transfer> {
+    let mut stream = connect(server, None, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    writeln!(stream, "sink {id}")?;
+    for piece in payload.chunks(chunk.max(1)) {
+        stream.write_all(piece)?;
+        std::thread::sleep(pause);
+    }
+    stream.shutdown(Shutdown::Write)?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    let fields: Vec<&str> = reply.split_whitespace().collect();
+    let invalid = || io::Error::new(io::ErrorKind::InvalidData, format!("bad report {reply:?}"));
+    let [reported_id, peer, bytes, hash] = fields.as_slice() else {
+        return Err(invalid());
+    };
+    Ok(Transfer {
+        id: (*reported_id).to_owned(),
+        peer: peer.parse().map_err(|_| invalid())?,
+        bytes: bytes.parse().map_err(|_| invalid())?,
+        hash: u64::from_str_radix(hash, 16).map_err(|_| invalid())?,
+    })
+}
+
+/// A UDP socket that keeps its source port across requests (one flow).
+#[derive(Debug)]
+pub struct UdpFlow {
+    socket: UdpSocket,
+    server: SocketAddrV4,
+}
+
+impl UdpFlow {
+    /// Opens the socket; call from inside the client's namespace.
+    pub fn open(server: SocketAddrV4, timeout: Duration) -> io::Result<Self> {
+        let socket = UdpSocket::bind("0.0.0.0:0")?;
+        socket.set_read_timeout(Some(timeout / 4))?;
+        Ok(Self { socket, server })
+    }
+
+    /// One request/response (retried a few times); returns the peer the server saw.
+    pub fn request(&self, payload: &[u8]) -> io::Result<SocketAddr> {
+        let mut buffer = vec![0u8; 65_536];
+        for _ in 0..4 {
+            self.socket.send_to(payload, self.server)?;
+            if let Ok((read, _)) = self.socket.recv_from(&mut buffer) {
+                let reply = &buffer[..read];
+                let split = reply.iter().position(|byte| *byte == b' ').unwrap_or(read);
+                return std::str::from_utf8(&reply[..split])
+                    .ok()
+                    .and_then(|text| text.parse().ok())
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad UDP reply"));
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no UDP reply from {}", self.server),
+        ))
+    }
+}
+
+/// A connection held open to a [`tcp_server`]; `echo` checks it still carries data.
+#[derive(Debug)]
+pub struct HeldConnection {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    /// The client address the server saw.
+    pub peer: SocketAddr,
+}
+
+impl HeldConnection {
+    /// Opens a connection (optionally from `bind`) and reads the server's greeting.
+    pub fn open(
+        server: SocketAddrV4,
+        id: &str,
+        bind: Option<SocketAddrV4>,
+        timeout: Duration,
+    ) -> io::Result<Self> {
+        let stream = connect(server, bind, timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        let mut writer = stream.try_clone()?;
+        writeln!(writer, "hold {id}")?;
+        let mut reader = BufReader::new(stream);
+        let mut greeting = String::new();
+        reader.read_line(&mut greeting)?;
+        let mut fields = greeting.split_whitespace();
+        let invalid = || {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("bad greeting {greeting:?}"),
+            )
+        };
+        if fields.next() != Some(id) {
+            return Err(invalid());
+        }
+        let peer = fields
+            .next()
+            .ok_or_else(invalid)?
+            .parse()
+            .map_err(|_| invalid())?;
+        Ok(Self {
+            reader,
+            writer,
+            peer,
+        })
+    }
+
+    /// Sends a line and expects it back.
+    pub fn echo(&mut self, text: &str) -> io::Result<()> {
+        writeln!(self.writer, "{text}")?;
+        let mut line = String::new();
+        self.reader.read_line(&mut line)?;
+        if line.trim_end() == text {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("echoed {line:?} instead of {text:?}"),
+            ))
+        }
+    }
+}
+
+/// A UDP server answering each datagram with `<peer> <payload>`.
+pub fn udp_server(netns: &Netns, bind: SocketAddrV4) -> Server {
+    let stop = Arc::new(AtomicBool::new(false));
+    let peers = Arc::new(Mutex::new(Vec::new()));
+    let (thread_stop, thread_peers) = (stop.clone(), peers.clone());
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let thread = netns.spawn(move || {
+        let socket =
+            UdpSocket::bind(bind).unwrap_or_else(|error| panic!("binding {bind}: {error}"));
+        let _ = socket.set_read_timeout(Some(Duration::from_millis(100)));
+        let _ = ready_tx.send(());
+        let deadline = Instant::now() + SERVER_LIFETIME;
+        let mut buffer = vec![0u8; 65_536];
+        while !thread_stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+            if let Ok((read, peer)) = socket.recv_from(&mut buffer) {
+                if let Ok(mut seen) = thread_peers.lock() {
+                    seen.push(peer);
+                }
+                let mut reply = format!("{peer} ").into_bytes();
+                reply.extend_from_slice(&buffer[..read]);
+                let _ = socket.send_to(&reply, peer);
+            }
+        }
+    });
+    let _ = ready_rx.recv_timeout(Duration::from_secs(5));
+    Server {
+        stop,
+        thread: Some(thread),
+        peers,
+    }
+}
+
+/// Sends `payload` to a [`udp_server`] (retrying a few times) and returns the peer address the
+/// server saw and the echoed payload.
+pub fn udp_request(
+    server: SocketAddrV4,
+    payload: &[u8],
+    timeout: Duration,
+) -> io::Result<(SocketAddr, Vec<u8>)> {
+    let socket = UdpSocket::bind("0.0.0.0:0")?;
+    socket.set_read_timeout(Some(timeout / 4))?;
+    let mut buffer = vec![0u8; 65_536];
+    for _ in 0..4 {
+        socket.send_to(payload, server)?;
+        if let Ok((read, _)) = socket.recv_from(&mut buffer) {
+            let reply = &buffer[..read];
+            let split = reply.iter().position(|byte| *byte == b' ').unwrap_or(read);
+            let peer = std::str::from_utf8(&reply[..split])
+                .ok()
+                .and_then(|text| text.parse().ok())
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad UDP reply"))?;
+            return Ok((peer, reply[(split + 1).min(read)..].to_vec()));
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("no UDP reply from {server}"),
+    ))
+}
+
+/// Runs `ping -c COUNT -W 1 DEST` in `netns`; true when every reply came back.
+pub fn ping(netns: &Netns, destination: &str, count: u32) -> bool {
+    netns
+        .command("ping")
+        .args([
+            "-n",
+            "-q",
+            "-c",
+            &count.to_string(),
+            "-i",
+            "0.2",
+            "-W",
+            "1",
+            destination,
+        ])
+        .output()
+        .is_ok_and(|output| output.status.success())
+}
