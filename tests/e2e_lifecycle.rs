@@ -410,6 +410,19 @@ fn metrics_and_health_are_served() {
     assert_eq!(value("masq_nomasq_trie_entries"), Some(4.0));
     assert!(value("masq_config_reloads_total{result=\"ok\"}") >= Some(1.0));
 
+    // The pinned maps carry BTF: bpftool prints named fields.
+    let nat_pin = agent.pin_path().join("masq_nat_v4");
+    let dump = sandbox.node.exec(
+        "bpftool",
+        &["--json", "map", "dump", "pinned", nat_pin.to_str().unwrap()],
+    );
+    let dump: serde_json::Value = serde_json::from_slice(&dump.stdout).expect("bpftool json");
+    let first = &dump[0]["formatted"];
+    assert!(
+        first["key"]["src_addr"].is_array() && first["value"]["last_seen_ns"].is_u64(),
+        "{dump}"
+    );
+
     assert_eq!(
         agent
             .http_get("/healthz")

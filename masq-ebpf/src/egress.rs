@@ -22,9 +22,9 @@ use masq_common::{
 use crate::{
     counters::count,
     frag, icmp,
-    maps::{self, NOMASQ_V4},
+    maps::NOMASQ_V4,
     nat::{self, AllocError},
-    packet::{self, Frame, Ipv4, Transport},
+    packet::{self, EarlyOutcomes, Ipv4, Transport},
     rewrite::{self, End},
     verdict::Verdict,
 };
@@ -32,19 +32,12 @@ use crate::{
 /// Entry point of `masq_egress`.
 #[inline(always)]
 pub(crate) fn classify(ctx: &TcContext) -> i32 {
-    let ip = match packet::parse(ctx) {
-        Frame::Ipv4(ip) => ip,
-        Frame::NotIpv4 => {
-            count(Counter::EgressNotIpv4);
-            return Verdict::Pass.tc_action();
-        }
-        Frame::Malformed => {
-            count(Counter::EgressMalformed);
-            return Verdict::Pass.tc_action();
-        }
+    let outcomes = EarlyOutcomes {
+        not_ipv4: Counter::EgressNotIpv4,
+        malformed: Counter::EgressMalformed,
+        not_configured: Counter::EgressNotConfigured,
     };
-    let Some(settings) = maps::settings() else {
-        count(Counter::EgressNotConfigured);
+    let Some((ip, settings)) = packet::classifiable(ctx, &outcomes) else {
         return Verdict::Pass.tc_action();
     };
     classify_ipv4(ctx, settings, &ip).tc_action()

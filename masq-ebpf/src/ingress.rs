@@ -13,10 +13,8 @@ use masq_common::{
 
 use crate::{
     counters::count,
-    frag, icmp,
-    maps::{self},
-    nat,
-    packet::{self, Frame, Transport},
+    frag, icmp, nat,
+    packet::{self, EarlyOutcomes, Transport},
     rewrite::{self, End},
     verdict::Verdict,
 };
@@ -24,19 +22,12 @@ use crate::{
 /// Entry point of `masq_ingress`.
 #[inline(always)]
 pub(crate) fn classify(ctx: &TcContext) -> i32 {
-    let ip = match packet::parse(ctx) {
-        Frame::Ipv4(ip) => ip,
-        Frame::NotIpv4 => {
-            count(Counter::IngressNotIpv4);
-            return Verdict::Pass.tc_action();
-        }
-        Frame::Malformed => {
-            count(Counter::IngressMalformed);
-            return Verdict::Pass.tc_action();
-        }
+    let outcomes = EarlyOutcomes {
+        not_ipv4: Counter::IngressNotIpv4,
+        malformed: Counter::IngressMalformed,
+        not_configured: Counter::IngressNotConfigured,
     };
-    let Some(settings) = maps::settings() else {
-        count(Counter::IngressNotConfigured);
+    let Some((ip, settings)) = packet::classifiable(ctx, &outcomes) else {
         return Verdict::Pass.tc_action();
     };
     if ip.dst != settings.node_ip {

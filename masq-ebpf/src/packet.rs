@@ -4,7 +4,13 @@
 //! the skb and with variable offsets (IPv4 options), at the price of a copy of a few bytes.
 
 use aya_ebpf::programs::TcContext;
-use masq_common::nat::{FLOW_TCP_FIN, FLOW_TCP_RST, FLOW_TCP_SYN, proto};
+use masq_common::{
+    counters::Counter,
+    nat::{FLOW_TCP_FIN, FLOW_TCP_RST, FLOW_TCP_SYN, proto},
+    settings::Settings,
+};
+
+use crate::counters::count;
 
 /// Length of the Ethernet header; the uplink is an Ethernet device.
 pub(crate) const ETH_HLEN: usize = 14;
@@ -139,6 +145,38 @@ pub(crate) fn parse(ctx: &TcContext) -> Frame {
         more_fragments: frag & IP_MF != 0,
         fragment_offset: frag & IP_OFFSET_MASK,
     })
+}
+
+/// Counters for the ways a frame can fall out before classification.
+pub(crate) struct EarlyOutcomes {
+    pub(crate) not_ipv4: Counter,
+    pub(crate) malformed: Counter,
+    pub(crate) not_configured: Counter,
+}
+
+/// Parses the frame and fetches the settings, counting and returning `None` for frames the
+/// classifier has nothing to do with (not IPv4, unparsable, datapath not configured yet).
+#[inline(always)]
+pub(crate) fn classifiable(
+    ctx: &TcContext,
+    outcomes: &EarlyOutcomes,
+) -> Option<(Ipv4, &'static Settings)> {
+    let ip = match parse(ctx) {
+        Frame::Ipv4(ip) => ip,
+        Frame::NotIpv4 => {
+            count(outcomes.not_ipv4);
+            return None;
+        }
+        Frame::Malformed => {
+            count(outcomes.malformed);
+            return None;
+        }
+    };
+    let Some(settings) = crate::maps::settings() else {
+        count(outcomes.not_configured);
+        return None;
+    };
+    Some((ip, settings))
 }
 
 /// The transport-level identity of a packet.

@@ -64,14 +64,7 @@ impl Harness {
     }
 
     pub fn with_ports(ranges: &[PortRange], random_fully: bool) -> Self {
-        require_root();
-        let options = LoadOptions {
-            nat_max_entries: 4096,
-            ..LoadOptions::default()
-        };
-        let datapath = Datapath::load(&options)
-            .unwrap_or_else(|error| panic!("loading the datapath: {error}"));
-        let mut harness = Self { datapath };
+        let mut harness = Self::unconfigured();
         harness.configure(ranges, random_fully);
         for cidr in ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"] {
             harness.add_nomasq(cidr, NOMASQ_KIND_CIDR);

@@ -213,25 +213,7 @@ pub fn tcp_transfer(
     payload: &[u8],
     timeout: Duration,
 ) -> io::Result<Transfer> {
-    let mut stream = connect(server, None, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    writeln!(stream, "sink {id}")?;
-    stream.write_all(payload)?;
-    stream.shutdown(Shutdown::Write)?;
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply)?;
-    let fields: Vec<&str> = reply.split_whitespace().collect();
-    let invalid = || io::Error::new(io::ErrorKind::InvalidData, format!("bad report {reply:?}"));
-    let [reported_id, peer, bytes, hash] = fields.as_slice() else {
-        return Err(invalid());
-    };
-    Ok(Transfer {
-        id: (*reported_id).to_owned(),
-        peer: peer.parse().map_err(|_| invalid())?,
-        bytes: bytes.parse().map_err(|_| invalid())?,
-        hash: u64::from_str_radix(hash, 16).map_err(|_| invalid())?,
-    })
+    tcp_transfer_paced(server, id, payload, payload.len(), Duration::ZERO, timeout)
 }
 
 /// Like [`tcp_transfer`], but writes `chunk` bytes at a time with `pause` in between, so the
@@ -250,7 +232,9 @@ pub fn tcp_transfer_paced(
     writeln!(stream, "sink {id}")?;
     for piece in payload.chunks(chunk.max(1)) {
         stream.write_all(piece)?;
-        std::thread::sleep(pause);
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
     }
     stream.shutdown(Shutdown::Write)?;
     let mut reply = String::new();

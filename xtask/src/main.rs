@@ -39,6 +39,10 @@ enum Task {
     /// Build a sandbox of namespaces (pods, a node running masq, an outside host), send
     /// traffic, and show what was masqueraded. Needs root.
     Demo,
+    /// Measure masq against iptables MASQUERADE and a no-NAT baseline in one run (new flows
+    /// per second by CIDR count, throughput, per-packet cost) and print a Markdown report.
+    /// Needs root.
+    Bench,
     /// Prepare the machine (toolchain, packages, bpffs), then check formatting and lints and
     /// run every test. Needs root.
     Test {
@@ -55,6 +59,7 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::BuildEbpf => build_ebpf(),
         Task::Demo => demo(),
+        Task::Bench => bench(),
         Task::Test { no_lint, test_args } => test(no_lint, &test_args),
     }
 }
@@ -145,6 +150,30 @@ fn validate_manifests() -> Result<()> {
     }
     println!("manifests under deploy/ render and validate");
     Ok(())
+}
+
+fn bench() -> Result<()> {
+    let mut packages = setup::TEST_PACKAGES.to_vec();
+    packages.push("iperf3");
+    setup::ensure_privileged_environment(&packages)?;
+    run(cargo().args([
+        "build",
+        "--quiet",
+        "--release",
+        "--package",
+        "masq-userspace",
+        "--bin",
+        "masq",
+    ]))?;
+    run(cargo().args([
+        "run",
+        "--quiet",
+        "--release",
+        "--package",
+        "masq-testbed",
+        "--bin",
+        "masq-bench",
+    ]))
 }
 
 fn test(no_lint: bool, test_args: &[String]) -> Result<()> {

@@ -255,10 +255,15 @@ pub(crate) fn ensure_packages(packages: &[&str]) -> Result<()> {
         run(&mut command)
     };
     if install().is_err() {
-        // A fresh machine may have no package lists yet.
-        run(Command::new("apt-get")
+        // A fresh machine may have no package lists yet. A source that cannot be reached makes
+        // `update` fail as a whole even when the Debian archive was refreshed, so its status is
+        // only reported; the second install attempt decides.
+        if let Err(error) = run(Command::new("apt-get")
             .env("DEBIAN_FRONTEND", "noninteractive")
-            .args(["update", "-qq"]))?;
+            .args(["update", "-qq"]))
+        {
+            eprintln!("xtask: {error:#}; trying the install anyway");
+        }
         install().with_context(|| {
             format!(
                 "could not install {}; run `apt-get install {}`",
