@@ -43,6 +43,7 @@ pub struct Agent {
     pin_path: PathBuf,
     log_path: PathBuf,
     args: Vec<String>,
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -51,6 +52,19 @@ impl Agent {
     /// until it reports ready.
     pub fn start(sandbox: &Sandbox, args: &[&str]) -> Self {
         let mut agent = Self::launch(sandbox, args);
+        agent.wait_ready();
+        agent
+    }
+
+    /// Like [`Agent::start`], with extra environment variables for the agent process.
+    pub fn start_with_env(sandbox: &Sandbox, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut agent = Self::launch(sandbox, args);
+        agent.kill();
+        agent.env = env
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect();
+        agent.spawn();
         agent.wait_ready();
         agent
     }
@@ -65,6 +79,7 @@ impl Agent {
             pin_path,
             log_path,
             args: args.iter().map(|&arg| arg.to_owned()).collect(),
+            env: Vec::new(),
             child: None,
         };
         agent.spawn();
@@ -87,6 +102,7 @@ impl Agent {
             .arg(&self.pin_path)
             .args(["--metrics-addr", METRICS_ADDR, "--gc-interval", "1s"])
             .args(&self.args)
+            .envs(self.env.iter().map(|(key, value)| (key, value)))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);

@@ -18,11 +18,7 @@
 use std::{
     fmt::Write as _,
     fs,
-    net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
-    },
+    net::Ipv4Addr,
     thread,
     time::{Duration, Instant},
 };
@@ -34,19 +30,21 @@ use masq_testbed::{
     pktgen::{Packet, TCP_ACK, TCP_PSH, TCP_SYN},
     sandbox::{OUTSIDE_IP, Sandbox, SandboxOptions},
 };
-use nix::sys::socket::{setsockopt, sockopt::Linger};
 
-/// How long each rate measurement runs.
-const WINDOW: Duration = Duration::from_secs(3);
-/// Client threads opening connections.
-const CLIENTS: usize = 2;
 /// CIDR counts the new-flow rate is measured at.
 const CIDR_COUNTS: [usize; 3] = [3, 1_000, 5_000];
+/// New flows per measurement: well inside both conntrack's and masq's table sizes.
+const FLOWS: u64 = 100_000;
+/// Flows the established-flow measurement cycles through.
+const ESTABLISHED_FLOWS: u64 = 100;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Baseline,
+    /// iptables with the nf_tables backend (Debian's default).
     Iptables,
+    /// iptables-legacy (x_tables), what many Kubernetes node images still run.
+    IptablesLegacy,
     Masq,
 }
 
@@ -54,7 +52,8 @@ impl Mode {
     const fn name(self) -> &'static str {
         match self {
             Self::Baseline => "no NAT (baseline)",
-            Self::Iptables => "iptables MASQUERADE",
+            Self::Iptables => "iptables-nft MASQUERADE",
+            Self::IptablesLegacy => "iptables-legacy MASQUERADE",
             Self::Masq => "masq (eBPF)",
         }
     }
@@ -92,58 +91,141 @@ fn setup(mode: Mode, cidrs: usize) -> (Option<Agent>, Sandbox) {
             &sandbox,
             &["--config", &config, "--backend", "iptables"],
         )),
+        Mode::IptablesLegacy => {
+            // The agent runs `iptables` and `iptables-restore` from PATH.
+            let bin = std::env::temp_dir().join("masq-bench-legacy-bin");
+            let _ = fs::create_dir_all(&bin);
+            for (name, target) in [
+                ("iptables", "/usr/sbin/iptables-legacy"),
+                ("iptables-restore", "/usr/sbin/iptables-legacy-restore"),
+            ] {
+                let _ = fs::remove_file(bin.join(name));
+                std::os::unix::fs::symlink(target, bin.join(name)).expect("legacy symlink");
+            }
+            let path = format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            );
+            let args = ["--config", config.as_str(), "--backend", "iptables"];
+            Some(Agent::start_with_env(&sandbox, &args, &[("PATH", &path)]))
+        }
         Mode::Masq => Some(Agent::start(&sandbox, &["--config", &config])),
     };
     (agent, sandbox)
 }
 
-/// New TCP connections per second from a pod to the outside host: connect, then close with a
-/// reset so neither side keeps TIME_WAIT state.
-fn new_flows_per_second(sandbox: &Sandbox) -> f64 {
-    let stop = Arc::new(AtomicBool::new(false));
-    let server_stop = stop.clone();
-    let server = sandbox.outside.spawn(move || {
-        let listener =
-            TcpListener::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 9000)).expect("bind");
-        listener.set_nonblocking(true).expect("nonblocking");
-        while !server_stop.load(Ordering::Relaxed) {
-            match listener.accept() {
-                Ok((stream, _)) => drop(stream),
-                Err(_) => thread::sleep(Duration::from_micros(200)),
-            }
-        }
-    });
-    thread::sleep(Duration::from_millis(200));
-    let completed = Arc::new(AtomicU64::new(0));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let completed = completed.clone();
-            sandbox.pod(1).spawn(move || {
-                let target = SocketAddr::V4(SocketAddrV4::new(OUTSIDE_IP, 9000));
-                let deadline = Instant::now() + WINDOW;
-                while Instant::now() < deadline {
-                    if let Ok(stream) = TcpStream::connect_timeout(&target, Duration::from_secs(1))
-                    {
-                        let _ = setsockopt(
-                            &stream,
-                            Linger,
-                            &libc::linger {
-                                l_onoff: 1,
-                                l_linger: 0,
-                            },
-                        );
-                        completed.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
-    for client in clients {
-        let _ = client.join();
+/// The MAC address of `device` in `netns`.
+fn mac(netns: &masq_testbed::netns::Netns, device: &str) -> [u8; 6] {
+    let output = netns.ip(&["-j", "link", "show", device]);
+    let links: serde_json::Value = serde_json::from_slice(&output.stdout).expect("ip -j link");
+    let text = links[0]["address"]
+        .as_str()
+        .expect("link address")
+        .to_owned();
+    let mut mac = [0u8; 6];
+    for (byte, part) in mac.iter_mut().zip(text.split(':')) {
+        *byte = u8::from_str_radix(part, 16).expect("mac byte");
     }
-    stop.store(true, Ordering::Relaxed);
-    let _ = server.join();
-    completed.load(Ordering::Relaxed) as f64 / WINDOW.as_secs_f64()
+    mac
+}
+
+/// Packets the outside host received so far.
+fn received(sandbox: &Sandbox) -> u64 {
+    let output = sandbox.outside.ip(&["-j", "-s", "link", "show", "eth0"]);
+    let links: serde_json::Value = serde_json::from_slice(&output.stdout).expect("ip -j -s link");
+    links[0]["stats64"]["rx"]["packets"].as_u64().unwrap_or(0)
+}
+
+/// UDP frames from pod 1 to the outside host for the given port pairs, ready for a raw socket.
+fn frames(sandbox: &Sandbox, ports: impl Iterator<Item = (u64, u64)>) -> Vec<Vec<u8>> {
+    let source = mac(sandbox.pod(1), "eth0");
+    let gateway = mac(&sandbox.node, "vpod1");
+    ports
+        .map(|(source_port, destination_port)| {
+            let mut frame = Packet::udp(
+                &format!("10.244.1.2:{source_port}"),
+                &format!("{OUTSIDE_IP}:{destination_port}"),
+            )
+            .payload(b"masq bench")
+            .frame();
+            frame[0..6].copy_from_slice(&gateway);
+            frame[6..12].copy_from_slice(&source);
+            frame
+        })
+        .collect()
+}
+
+/// Sends `frames` from pod 1 through a raw socket as fast as the path takes them and returns
+/// how many per second reached the outside host. No sockets, handshakes or replies are
+/// involved: what differs between modes is the datapath's work.
+fn blast(sandbox: &Sandbox, frames: Vec<Vec<u8>>) -> f64 {
+    let count = frames.len() as u64;
+    let before = received(sandbox);
+    let elapsed = sandbox.pod(1).enter(move || {
+        // SAFETY: plain socket creation; the descriptor is closed below.
+        let socket = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+        assert!(
+            socket >= 0,
+            "AF_PACKET socket: {}",
+            std::io::Error::last_os_error()
+        );
+        let index = nix::net::if_::if_nametoindex("eth0").expect("eth0 index");
+        // SAFETY: sockaddr_ll is plain data; zero is a valid starting value.
+        let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        address.sll_family = libc::AF_PACKET as u16;
+        address.sll_ifindex = i32::try_from(index).expect("ifindex");
+        address.sll_protocol = 0x0800u16.to_be();
+        // SAFETY: `address` is a valid sockaddr_ll of the size passed.
+        let bound = unsafe {
+            libc::bind(
+                socket,
+                std::ptr::from_ref(&address).cast(),
+                size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        assert_eq!(
+            bound,
+            0,
+            "binding the raw socket: {}",
+            std::io::Error::last_os_error()
+        );
+        let started = Instant::now();
+        for frame in &frames {
+            // SAFETY: the buffer is valid for its length; a failed send is simply not counted.
+            unsafe { libc::send(socket, frame.as_ptr().cast(), frame.len(), 0) };
+        }
+        let elapsed = started.elapsed();
+        // SAFETY: closing the descriptor opened above.
+        unsafe { libc::close(socket) };
+        elapsed
+    });
+    // Let the last packets land before counting.
+    thread::sleep(Duration::from_millis(300));
+    let arrived = received(sandbox).saturating_sub(before);
+    if arrived < count * 9 / 10 {
+        eprintln!("    only {arrived} of {count} packets arrived");
+    }
+    arrived as f64 / elapsed.as_secs_f64()
+}
+
+/// New flows per second: [`FLOWS`] packets, each with its own port pair, so each is a new
+/// conntrack entry or masq mapping.
+fn new_flows_per_second(sandbox: &Sandbox) -> f64 {
+    blast(
+        sandbox,
+        frames(
+            sandbox,
+            (0..FLOWS).map(|index| (1024 + index % 400, 1 + index / 400)),
+        ),
+    )
+}
+
+/// Packets per second of [`ESTABLISHED_FLOWS`] flows that already exist.
+fn established_packets_per_second(sandbox: &Sandbox) -> f64 {
+    let ports = |count: u64| (0..count).map(|index| (2000 + index % ESTABLISHED_FLOWS, 9));
+    blast(sandbox, frames(sandbox, ports(ESTABLISHED_FLOWS)));
+    blast(sandbox, frames(sandbox, ports(FLOWS * 2)))
 }
 
 /// Bulk TCP throughput from a pod to the outside host with iperf3, in Gbit/s.
@@ -152,6 +234,7 @@ fn throughput_gbps(sandbox: &Sandbox) -> f64 {
         .outside
         .command("iperf3")
         .args(["-s", "-1", "-p", "5201"])
+        .stdout(std::process::Stdio::null())
         .spawn()
         .expect("iperf3 server");
     thread::sleep(Duration::from_millis(300));
@@ -198,24 +281,27 @@ fn main() {
     eprintln!("bench: new flows per second");
     let _ = writeln!(
         report,
-        "### New TCP flows per second (pod to outside host, {CLIENTS} clients, {}s)\n",
-        WINDOW.as_secs()
+        "### New flows per second ({FLOWS} UDP packets, each a new flow, from a pod to the outside host)\n"
     );
+    let modes = [
+        Mode::Baseline,
+        Mode::Iptables,
+        Mode::IptablesLegacy,
+        Mode::Masq,
+    ];
     let _ = writeln!(
         report,
-        "| non-masquerade CIDRs | no NAT (baseline) | iptables MASQUERADE | masq (eBPF) | iptables / baseline | masq / baseline |"
+        "| non-masquerade CIDRs | {} | iptables-nft / baseline | iptables-legacy / baseline | masq / baseline |",
+        modes.map(Mode::name).join(" | ")
     );
-    let _ = writeln!(report, "|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(report, "|---:|---:|---:|---:|---:|---:|---:|---:|");
     for cidrs in CIDR_COUNTS {
-        let mut rates = [0.0; 3];
-        for (slot, mode) in [Mode::Baseline, Mode::Iptables, Mode::Masq]
-            .into_iter()
-            .enumerate()
-        {
+        let mut rates = [0.0; 4];
+        for (slot, mode) in modes.into_iter().enumerate() {
             let (agent, sandbox) = setup(mode, cidrs);
             rates[slot] = new_flows_per_second(&sandbox);
             eprintln!(
-                "  {cidrs:>5} CIDRs, {:<20} {:>9.0} flows/s",
+                "  {cidrs:>5} CIDRs, {:<28} {:>9.0} flows/s",
                 mode.name(),
                 rates[slot]
             );
@@ -224,13 +310,41 @@ fn main() {
         }
         let _ = writeln!(
             report,
-            "| {cidrs} | {:.0} | {:.0} | {:.0} | {} | {} |",
+            "| {cidrs} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} |",
             rates[0],
             rates[1],
             rates[2],
+            rates[3],
             ratio(rates[1], rates[0]),
-            ratio(rates[2], rates[0])
+            ratio(rates[2], rates[0]),
+            ratio(rates[3], rates[0])
         );
+    }
+
+    eprintln!("bench: established flows");
+    let _ = writeln!(
+        report,
+        "\n### Packets per second of established flows ({} UDP packets over {ESTABLISHED_FLOWS} flows, default config)\n",
+        FLOWS * 2
+    );
+    let _ = writeln!(report, "| mode | packets/s | ratio to baseline |");
+    let _ = writeln!(report, "|---|---:|---:|");
+    let mut baseline_pps = 0.0;
+    for mode in modes {
+        let (agent, sandbox) = setup(mode, 3);
+        let pps = established_packets_per_second(&sandbox);
+        eprintln!("  {:<28} {pps:>9.0} packets/s", mode.name());
+        if mode == Mode::Baseline {
+            baseline_pps = pps;
+        }
+        let _ = writeln!(
+            report,
+            "| {} | {pps:.0} | {} |",
+            mode.name(),
+            ratio(pps, baseline_pps)
+        );
+        drop(agent);
+        drop(sandbox);
     }
 
     eprintln!("bench: throughput");
@@ -241,7 +355,12 @@ fn main() {
     let _ = writeln!(report, "| mode | Gbit/s | ratio to baseline |");
     let _ = writeln!(report, "|---|---:|---:|");
     let mut baseline = 0.0;
-    for mode in [Mode::Baseline, Mode::Iptables, Mode::Masq] {
+    for mode in [
+        Mode::Baseline,
+        Mode::Iptables,
+        Mode::IptablesLegacy,
+        Mode::Masq,
+    ] {
         let (agent, sandbox) = setup(mode, 3);
         let gbps = throughput_gbps(&sandbox);
         eprintln!("  {:<20} {gbps:.2} Gbit/s", mode.name());
