@@ -156,11 +156,16 @@ fn traffic_not_belonging_to_a_mapping_is_untouched_on_ingress() {
     let to_node = Packet::tcp("203.0.113.10:443", "192.0.2.1:2000", TCP_SYN | TCP_ACK).frame();
     let out = harness.ingress(&to_node);
     assert_eq!((out.action, out.frame), (Action::Pass, to_node));
-    // Not to the node at all (routed to a pod directly).
-    let to_pod = Packet::udp("203.0.113.10:53", "10.244.1.5:5353").frame();
+    // Not to the node at all (routed to a pod directly): untouched, though a UDP flow from a
+    // masqueraded address is remembered for the pod's answers.
+    let to_pod = Packet::tcp("203.0.113.10:53", "10.244.1.5:5353", TCP_SYN).frame();
     let out = harness.ingress(&to_pod);
     assert_eq!((out.action, out.frame), (Action::Pass, to_pod));
+    let udp_to_pod = Packet::udp("203.0.113.10:53", "10.244.1.5:5353").frame();
+    let out = harness.ingress(&udp_to_pod);
+    assert_eq!((out.action, out.frame), (Action::Pass, udp_to_pod));
     assert_eq!(harness.counter(Counter::IngressPassed), 2);
+    assert_eq!(harness.counter(Counter::IngressInboundTracked), 1);
 }
 
 #[test]
@@ -684,4 +689,29 @@ fn an_evicted_half_is_recreated_from_its_peer() {
     assert_eq!(harness.counter(Counter::MappingRepaired), 1);
     let back = ingress_ok(&harness, &tcp_reply_to(&out, TCP_ACK).frame());
     assert_eq!((back.dst, back.dst_port()), (addr(POD), 40_000));
+}
+
+#[test]
+fn udp_flows_opened_from_outside_are_answered_untranslated() {
+    let harness = Harness::new();
+    // A remote in a masqueraded range sends to the pod's own address (routed to pods).
+    let inbound = Packet::udp("203.0.113.10:5000", "10.244.1.5:53").frame();
+    assert_eq!(harness.ingress(&inbound).frame, inbound);
+    assert_eq!(harness.counter(Counter::IngressInboundTracked), 1);
+    // The pod's answer leaves with the pod's address, as with conntrack.
+    let answer = Packet::udp("10.244.1.5:53", "203.0.113.10:5000").frame();
+    assert_eq!(harness.egress(&answer).frame, answer);
+    assert_eq!(harness.counter(Counter::EgressInboundReply), 1);
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 0);
+    // Other traffic of the pod to that remote is still masqueraded.
+    let outbound = egress_ok(
+        &harness,
+        &Packet::udp("10.244.1.5:5353", "203.0.113.10:5000"),
+    );
+    assert_eq!(outbound.src, node_ip());
+
+    // From a non-masquerade address nothing needs remembering.
+    let cluster = Packet::udp("10.9.9.9:5000", "10.244.1.5:53").frame();
+    assert_eq!(harness.ingress(&cluster).frame, cluster);
+    assert_eq!(harness.counter(Counter::IngressInboundTracked), 1);
 }

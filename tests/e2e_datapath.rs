@@ -380,3 +380,60 @@ fn node_sockets_and_pod_flows_share_a_destination() {
     }
     assert_eq!(server.peers().len(), 4);
 }
+
+/// Flows opened from outside directly towards a pod (routed pod addresses) are answered with
+/// the pod's address, as conntrack would: masq must not masquerade the answers.
+#[test]
+fn flows_opened_from_outside_are_answered_by_the_pod() {
+    let cluster = cluster("in", SandboxOptions::default(), &[]);
+    let Cluster { agent, sandbox } = &cluster;
+    let _tcp = tcp_server(
+        sandbox.pod(1),
+        SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080),
+    );
+    let _udp = udp_server(
+        sandbox.pod(1),
+        SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 5353),
+    );
+
+    let transfer = sandbox
+        .outside
+        .enter(|| {
+            tcp_transfer(
+                SocketAddrV4::new(pod_ip(1), 8080),
+                "inbound",
+                b"hello pod",
+                TIMEOUT,
+            )
+        })
+        .expect("TCP opened from outside");
+    assert_eq!(
+        transfer.peer.ip(),
+        IpAddr::V4(OUTSIDE_IP),
+        "the pod saw a translated client"
+    );
+
+    let answered_from = sandbox.outside.enter(|| {
+        let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("socket");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        socket
+            .send_to(b"hello pod", SocketAddrV4::new(pod_ip(1), 5353))
+            .expect("send");
+        let mut buffer = [0u8; 256];
+        socket
+            .recv_from(&mut buffer)
+            .map(|(_, from)| from)
+            .expect("UDP answer")
+    });
+    assert_eq!(
+        answered_from,
+        SocketAddr::V4(SocketAddrV4::new(pod_ip(1), 5353)),
+        "the answer was masqueraded"
+    );
+    assert!(counter(agent, "ingress_inbound_tracked") >= 1.0);
+    assert!(counter(agent, "egress_inbound_reply") >= 1.0);
+    assert!(counter(agent, "egress_tcp_midstream_passed") >= 1.0);
+    assert_eq!(counter(agent, "egress_new_mapping"), 0.0);
+}

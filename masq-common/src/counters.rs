@@ -49,6 +49,8 @@ counters! {
     EgressTcpMidstreamPassed = "egress_tcp_midstream_passed",
     /// Egress packets of the node's own flows that use a port in the SNAT range (tracked).
     EgressHostTracked = "egress_host_tracked",
+    /// Egress packets of UDP flows opened from outside, left alone as conntrack would.
+    EgressInboundReply = "egress_inbound_reply",
     /// Egress ICMP errors whose embedded packet was translated.
     EgressIcmpErrorTranslated = "egress_icmp_error_translated",
     /// Egress non-first fragments translated like their datagram's first fragment.
@@ -77,6 +79,8 @@ counters! {
     IngressFragmentTranslated = "ingress_fragment_translated",
     /// Ingress non-first fragments to the node whose first fragment was not seen.
     IngressFragmentUnmatched = "ingress_fragment_unmatched",
+    /// Ingress UDP flows opened from a masqueraded address towards a pod, now tracked.
+    IngressInboundTracked = "ingress_inbound_tracked",
     /// Ingress packets without a mapping (the node's own traffic), left alone.
     IngressPassed = "ingress_passed",
     /// Ingress packets dropped because rewriting them failed half-way.

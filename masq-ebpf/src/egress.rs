@@ -15,16 +15,16 @@ use aya_log_ebpf::debug;
 use masq_common::{
     counters::Counter,
     layout::NOMASQ_KIND_LINK_LOCAL,
-    nat::{Direction, NatEntryV4, NatKeyV4, ORIGIN_HOST, ORIGIN_POD, proto},
+    nat::{Direction, NatEntryV4, NatKeyV4, ORIGIN_HOST, ORIGIN_INBOUND, ORIGIN_POD, proto},
     settings::Settings,
 };
 
 use crate::{
     counters::count,
     frag, icmp,
-    maps::NOMASQ_V4,
+    maps::{self, NOMASQ_V4},
     nat::{self, AllocError},
-    packet::{self, EarlyOutcomes, Ipv4, Transport},
+    packet::{self, EarlyOutcomes, Ipv4, Kind},
     rewrite::{self, End},
     verdict::Verdict,
 };
@@ -35,9 +35,12 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
     let outcomes = EarlyOutcomes {
         not_ipv4: Counter::EgressNotIpv4,
         malformed: Counter::EgressMalformed,
-        not_configured: Counter::EgressNotConfigured,
     };
-    let Some((ip, settings)) = packet::classifiable(ctx, &outcomes) else {
+    let Some(ip) = packet::classifiable(ctx, &outcomes) else {
+        return Verdict::Pass.tc_action();
+    };
+    let Some(settings) = maps::settings() else {
+        count(Counter::EgressNotConfigured);
         return Verdict::Pass.tc_action();
     };
     classify_ipv4(ctx, settings, &ip).tc_action()
@@ -52,17 +55,13 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict {
         count(Counter::EgressMalformed);
         return Verdict::Pass;
     };
-    let (src_port, dst_port, tcp_opens) = match transport {
-        Transport::Ports {
-            src,
-            dst,
-            tcp_opens,
-            ..
-        } => (src, dst, tcp_opens),
-        Transport::IcmpQuery { id, request: true } => (id, 0, false),
-        Transport::IcmpError => return icmp::egress(ctx, settings, ip),
+    let tcp_opens = transport.tcp_opens;
+    let (src_port, dst_port) = match transport.kind {
+        Kind::Ports => (transport.src, transport.dst),
+        Kind::IcmpQuery if transport.request => (transport.src, 0),
+        Kind::IcmpError => return icmp::egress(ctx, settings, ip),
         // A query reply without a mapping answers a query that came from outside.
-        Transport::IcmpQuery { request: false, .. } | Transport::IcmpOther => {
+        Kind::IcmpQuery | Kind::IcmpOther => {
             count(if ip.src == settings.node_ip {
                 Counter::EgressHostPassed
             } else {
@@ -70,7 +69,7 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict {
             });
             return Verdict::Pass;
         }
-        Transport::Other => (0, 0, false),
+        Kind::Other => (0, 0),
     };
     let key = NatKeyV4::new(
         ip.src,
@@ -83,7 +82,9 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict {
     let flow_flags = transport.flow_flags();
 
     if let Some(entry) = nat::lookup(&key, flow_flags, tcp_opens) {
-        let counter = if ip.src == settings.node_ip {
+        let counter = if entry.origin == ORIGIN_INBOUND {
+            Counter::EgressInboundReply
+        } else if ip.src == settings.node_ip {
             Counter::EgressHostTracked
         } else {
             Counter::EgressMasqueraded

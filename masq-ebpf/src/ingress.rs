@@ -8,13 +8,13 @@ use aya_ebpf::programs::TcContext;
 use aya_log_ebpf::debug;
 use masq_common::{
     counters::Counter,
-    nat::{Direction, NatKeyV4},
+    nat::{Direction, NatKeyV4, proto},
 };
 
 use crate::{
     counters::count,
-    frag, icmp, nat,
-    packet::{self, EarlyOutcomes, Transport},
+    frag, icmp, maps, nat,
+    packet::{self, EarlyOutcomes, Kind},
     rewrite::{self, End},
     verdict::Verdict,
 };
@@ -25,12 +25,33 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
     let outcomes = EarlyOutcomes {
         not_ipv4: Counter::IngressNotIpv4,
         malformed: Counter::IngressMalformed,
-        not_configured: Counter::IngressNotConfigured,
     };
-    let Some((ip, settings)) = packet::classifiable(ctx, &outcomes) else {
+    let Some(ip) = packet::classifiable(ctx, &outcomes) else {
+        return Verdict::Pass.tc_action();
+    };
+    let Some(settings) = maps::settings() else {
+        count(Counter::IngressNotConfigured);
         return Verdict::Pass.tc_action();
     };
     if ip.dst != settings.node_ip {
+        // Routed to a pod directly. A UDP flow from a masqueraded address is remembered so the
+        // pod's answers are not masqueraded as new flows (TCP needs nothing: only a SYN opens
+        // a mapping).
+        if ip.protocol == proto::UDP
+            && !ip.is_later_fragment()
+            && let Some((src, dst)) = packet::udp_ports(ctx, &ip)
+            && nat::track_inbound(&NatKeyV4::new(
+                ip.dst,
+                ip.src,
+                dst,
+                src,
+                proto::UDP,
+                Direction::Egress,
+            ))
+        {
+            count(Counter::IngressInboundTracked);
+            return Verdict::Pass.tc_action();
+        }
         count(Counter::IngressPassed);
         return Verdict::Pass.tc_action();
     }
@@ -41,20 +62,16 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
         count(Counter::IngressMalformed);
         return Verdict::Pass.tc_action();
     };
-    let (src_port, dst_port, tcp_opens) = match transport {
-        Transport::Ports {
-            src,
-            dst,
-            tcp_opens,
-            ..
-        } => (src, dst, tcp_opens),
-        Transport::IcmpQuery { id, request: false } => (0, id, false),
-        Transport::IcmpError => return icmp::ingress(ctx, &ip).tc_action(),
-        Transport::IcmpQuery { request: true, .. } | Transport::IcmpOther => {
+    let tcp_opens = transport.tcp_opens;
+    let (src_port, dst_port) = match transport.kind {
+        Kind::Ports => (transport.src, transport.dst),
+        Kind::IcmpQuery if !transport.request => (0, transport.src),
+        Kind::IcmpError => return icmp::ingress(ctx, &ip).tc_action(),
+        Kind::IcmpQuery | Kind::IcmpOther => {
             count(Counter::IngressPassed);
             return Verdict::Pass.tc_action();
         }
-        Transport::Other => (0, 0, false),
+        Kind::Other => (0, 0),
     };
     let key = NatKeyV4::new(
         ip.src,

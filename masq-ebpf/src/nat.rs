@@ -2,19 +2,21 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
+    btf_maps::lpm_trie::Key,
     helpers::generated::{bpf_get_prandom_u32, bpf_ktime_get_coarse_ns},
 };
 use masq_common::{
     counters::{Counter, MAX_ALLOC_ATTEMPTS},
     nat::{
-        FLOW_SEEN, FLOW_TCP_CLOSING, NatEntryV4, NatKeyV4, ORIGIN_HOST, TOUCH_INTERVAL_NS, proto,
+        FLOW_SEEN, FLOW_TCP_CLOSING, NatEntryV4, NatKeyV4, ORIGIN_HOST, ORIGIN_INBOUND,
+        TOUCH_INTERVAL_NS, proto,
     },
     settings::Settings,
 };
 
 use crate::{
     counters::{count, record_allocation},
-    maps::NAT_V4,
+    maps::{NAT_V4, NOMASQ_V4},
 };
 
 /// Monotonic time in nanoseconds, coarse (a few milliseconds) but cheap.
@@ -63,6 +65,10 @@ fn reopen(key: &NatKeyV4, entry: &mut NatEntryV4) {
 /// another flow, this half is removed so that the next packet allocates afresh.
 #[inline(always)]
 fn ensure_peer(key: &NatKeyV4, entry: &NatEntryV4) {
+    if entry.origin == ORIGIN_INBOUND {
+        // Inbound flows have no reply half: their replies are the pod's own packets.
+        return;
+    }
     let peer = key.peer(entry);
     let Some(existing) = NAT_V4.get_ptr(peer) else {
         if NAT_V4
@@ -174,4 +180,29 @@ pub(crate) fn allocate(
     } else {
         Err(AllocError::NoPort)
     }
+}
+
+/// Remembers a UDP flow that a masqueraded address opened towards a pod; `key` is the tuple
+/// the pod's replies will carry on egress. The replies are then recognised and left alone, as
+/// conntrack would treat them, instead of being masqueraded as new flows. Flows from
+/// non-masquerade addresses need nothing: their replies are exempt anyway. Returns whether a
+/// new flow was recorded.
+#[inline(always)]
+pub(crate) fn track_inbound(key: &NatKeyV4) -> bool {
+    if lookup(key, FLOW_SEEN, false).is_some() {
+        return false;
+    }
+    if NOMASQ_V4.get(&Key::new(32, key.dst_addr)).is_some() {
+        return false;
+    }
+    let now = now_ns();
+    let identity = NatEntryV4 {
+        addr: key.src_addr,
+        port: key.src_port,
+        flags: FLOW_SEEN,
+        origin: ORIGIN_INBOUND,
+        created_ns: now,
+        last_seen_ns: now,
+    };
+    NAT_V4.insert(key, identity, u64::from(BPF_NOEXIST)).is_ok()
 }

@@ -7,7 +7,6 @@ use aya_ebpf::programs::TcContext;
 use masq_common::{
     counters::Counter,
     nat::{FLOW_TCP_FIN, FLOW_TCP_RST, FLOW_TCP_SYN, proto},
-    settings::Settings,
 };
 
 use crate::counters::count;
@@ -151,48 +150,48 @@ pub(crate) fn parse(ctx: &TcContext) -> Frame {
 pub(crate) struct EarlyOutcomes {
     pub(crate) not_ipv4: Counter,
     pub(crate) malformed: Counter,
-    pub(crate) not_configured: Counter,
 }
 
-/// Parses the frame and fetches the settings, counting and returning `None` for frames the
-/// classifier has nothing to do with (not IPv4, unparsable, datapath not configured yet).
+/// Parses the frame, counting and returning `None` for frames the classifiers have nothing to
+/// do with (not IPv4, unparsable). The settings are fetched by the callers: returning the map
+/// pointer from here lets LLVM pack it with other values, which the verifier rejects.
 #[inline(always)]
-pub(crate) fn classifiable(
-    ctx: &TcContext,
-    outcomes: &EarlyOutcomes,
-) -> Option<(Ipv4, &'static Settings)> {
-    let ip = match parse(ctx) {
-        Frame::Ipv4(ip) => ip,
+pub(crate) fn classifiable(ctx: &TcContext, outcomes: &EarlyOutcomes) -> Option<Ipv4> {
+    match parse(ctx) {
+        Frame::Ipv4(ip) => Some(ip),
         Frame::NotIpv4 => {
             count(outcomes.not_ipv4);
-            return None;
+            None
         }
         Frame::Malformed => {
             count(outcomes.malformed);
-            return None;
+            None
         }
-    };
-    let Some(settings) = crate::maps::settings() else {
-        count(outcomes.not_configured);
-        return None;
-    };
-    Some((ip, settings))
+    }
 }
 
-/// The transport-level identity of a packet.
-#[derive(Clone, Copy)]
-pub(crate) enum Transport {
-    /// TCP, UDP or SCTP.
-    Ports {
-        src: u16,
-        dst: u16,
-        /// `FLOW_TCP_*` bits of this segment (TCP only).
-        tcp_flags: u8,
-        /// A TCP SYN without ACK: the only segment that may open a connection.
-        tcp_opens: bool,
-    },
-    /// ICMP echo or timestamp; `request` tells the direction.
-    IcmpQuery { id: u16, request: bool },
+/// The ports of a UDP packet that carries its header. A plain pair rather than a
+/// [`Transport`]: building that enum twice in one program led LLVM to fill its padding from a
+/// map pointer, which the verifier rejects.
+#[inline(always)]
+pub(crate) fn udp_ports(ctx: &TcContext, ip: &Ipv4) -> Option<(u16, u16)> {
+    if ip.l4_len < 8 {
+        return None;
+    }
+    let ports = ctx.load::<[u8; 4]>(ip.l4_off).ok()?;
+    Some((
+        u16::from_be_bytes([ports[0], ports[1]]),
+        u16::from_be_bytes([ports[2], ports[3]]),
+    ))
+}
+
+/// What kind of transport a packet carries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// TCP, UDP or SCTP: `src` and `dst` are the ports.
+    Ports,
+    /// ICMP echo or timestamp: `src` is the identifier, `request` tells the direction.
+    IcmpQuery,
     /// ICMP error quoting another packet.
     IcmpError,
     /// ICMP of a type the datapath does not translate.
@@ -201,14 +200,40 @@ pub(crate) enum Transport {
     Other,
 }
 
+/// The transport-level identity of a packet.
+///
+/// A struct with every field always set rather than an enum with data: LLVM fills the padding
+/// of a data-carrying enum with whatever a register holds, and when that is a map pointer the
+/// verifier rejects the program.
+#[derive(Clone, Copy)]
+pub(crate) struct Transport {
+    pub(crate) kind: Kind,
+    pub(crate) src: u16,
+    pub(crate) dst: u16,
+    /// ICMP queries: a request (echo, timestamp) rather than a reply.
+    pub(crate) request: bool,
+    /// `FLOW_TCP_*` bits of this segment (TCP only).
+    pub(crate) tcp_flags: u8,
+    /// A TCP SYN without ACK: the only segment that may open a connection.
+    pub(crate) tcp_opens: bool,
+}
+
 impl Transport {
+    const fn of(kind: Kind) -> Self {
+        Self {
+            kind,
+            src: 0,
+            dst: 0,
+            request: false,
+            tcp_flags: 0,
+            tcp_opens: false,
+        }
+    }
+
     /// The `FLOW_*` bits a packet contributes to its flow's state.
     #[inline(always)]
     pub(crate) const fn flow_flags(&self) -> u8 {
-        match self {
-            Self::Ports { tcp_flags, .. } => *tcp_flags,
-            _ => 0,
-        }
+        self.tcp_flags
     }
 }
 
@@ -236,11 +261,12 @@ pub(crate) fn transport(ctx: &TcContext, ip: &Ipv4) -> Result<Transport, ()> {
             } else {
                 (0, false)
             };
-            Ok(Transport::Ports {
+            Ok(Transport {
                 src: u16::from_be_bytes([ports[0], ports[1]]),
                 dst: u16::from_be_bytes([ports[2], ports[3]]),
                 tcp_flags,
                 tcp_opens,
+                ..Transport::of(Kind::Ports)
             })
         }
         proto::ICMP => {
@@ -249,22 +275,25 @@ pub(crate) fn transport(ctx: &TcContext, ip: &Ipv4) -> Result<Transport, ()> {
             }
             let header = ctx.load::<[u8; 8]>(ip.l4_off).map_err(|_| ())?;
             let id = u16::from_be_bytes([header[4], header[5]]);
+            let query = Transport {
+                src: id,
+                ..Transport::of(Kind::IcmpQuery)
+            };
             Ok(match header[0] {
-                icmp_type::ECHO_REQUEST | icmp_type::TIMESTAMP_REQUEST => {
-                    Transport::IcmpQuery { id, request: true }
-                }
-                icmp_type::ECHO_REPLY | icmp_type::TIMESTAMP_REPLY => {
-                    Transport::IcmpQuery { id, request: false }
-                }
+                icmp_type::ECHO_REQUEST | icmp_type::TIMESTAMP_REQUEST => Transport {
+                    request: true,
+                    ..query
+                },
+                icmp_type::ECHO_REPLY | icmp_type::TIMESTAMP_REPLY => query,
                 icmp_type::DEST_UNREACH
                 | icmp_type::SOURCE_QUENCH
                 | icmp_type::REDIRECT
                 | icmp_type::TIME_EXCEEDED
-                | icmp_type::PARAMETER_PROBLEM => Transport::IcmpError,
-                _ => Transport::IcmpOther,
+                | icmp_type::PARAMETER_PROBLEM => Transport::of(Kind::IcmpError),
+                _ => Transport::of(Kind::IcmpOther),
             })
         }
-        _ => Ok(Transport::Other),
+        _ => Ok(Transport::of(Kind::Other)),
     }
 }
 

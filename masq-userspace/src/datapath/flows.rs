@@ -3,7 +3,8 @@
 use std::{collections::HashMap, net::SocketAddrV4};
 
 use masq_common::nat::{
-    Direction, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, NatEntryV4, NatKeyV4, ORIGIN_HOST, proto,
+    Direction, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, NatEntryV4, NatKeyV4, ORIGIN_HOST,
+    ORIGIN_INBOUND, proto,
 };
 
 /// One translated flow.
@@ -40,6 +41,11 @@ impl Flow {
         self.egress.origin == ORIGIN_HOST
     }
 
+    /// Whether the flow was opened from outside towards a pod (left untranslated).
+    pub const fn is_inbound(&self) -> bool {
+        self.egress.origin == ORIGIN_INBOUND
+    }
+
     /// Whether a reply was seen.
     pub fn replied(&self) -> bool {
         self.ingress
@@ -48,6 +54,9 @@ impl Flow {
 
     /// A short conntrack-like state.
     pub fn state(&self) -> &'static str {
+        if self.is_inbound() {
+            return "inbound";
+        }
         let flags = self.egress.flags | self.ingress.map_or(0, |ingress| ingress.flags);
         if self.protocol != proto::TCP {
             return if self.replied() {
