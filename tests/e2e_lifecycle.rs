@@ -611,3 +611,35 @@ fn incompatible_pinned_state_is_refused_unless_replacement_is_requested() {
         0
     )));
 }
+
+#[test]
+fn datapath_debug_logs_are_off_by_default_and_reach_the_agent_log_when_asked() {
+    let sandbox = Sandbox::new("dbg", SandboxOptions::default());
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let _server = tcp_server(&sandbox.outside, any(8080));
+    let mut agent = Agent::start(&sandbox, &["--config", &absent, "--log-level", "debug"]);
+    assert!(is_node(SocketAddr::new(
+        arrives_from(&sandbox, 1, outside(8080)),
+        0
+    )));
+    assert!(
+        !agent.log().contains("new mapping"),
+        "per-packet records without --datapath-debug-log"
+    );
+
+    agent.relaunch(&[
+        "--config",
+        &absent,
+        "--log-level",
+        "debug",
+        "--datapath-debug-log",
+    ]);
+    agent.wait_ready();
+    assert!(is_node(SocketAddr::new(
+        arrives_from(&sandbox, 1, outside(8080)),
+        0
+    )));
+    wait_for("a datapath debug record", Duration::from_secs(3), || {
+        agent.log().contains("new mapping proto 6 10.244.1.2:")
+    });
+}
