@@ -187,28 +187,10 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{
-        MasqConfig,
-        go::GoDuration,
-        source::{ConfigOrigin, SourcedCidr},
-    };
+    use crate::config::source::test_config;
 
     fn config(cidrs: &[&str], masq_link_local: bool) -> EffectiveConfig {
-        EffectiveConfig {
-            origin: ConfigOrigin::File("/etc/config/ip-masq-agent".into()),
-            cidrs: cidrs
-                .iter()
-                .map(|text| SourcedCidr {
-                    cidr: Cidr::parse(text).expect("cidr"),
-                    origin: CidrOrigin::Default,
-                })
-                .collect(),
-            masq_link_local,
-            masq_link_local_ipv6: false,
-            resync_interval: GoDuration::from_secs(60),
-            cidr_limit: 64,
-            raw: MasqConfig::defaults(false),
-        }
+        test_config(cidrs, masq_link_local, false)
     }
 
     fn ip(text: &str) -> IpAddr {

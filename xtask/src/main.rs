@@ -116,21 +116,31 @@ fn build_userspace_and_locate_object() -> Result<PathBuf> {
 
 fn demo() -> Result<()> {
     setup::ensure_privileged_environment(setup::TEST_PACKAGES)?;
-    run(cargo().args([
-        "build",
-        "--quiet",
+    build_masq_and_run("masq-demo", false)
+}
+
+fn bench() -> Result<()> {
+    let mut packages = setup::TEST_PACKAGES.to_vec();
+    packages.push("iperf3");
+    setup::ensure_privileged_environment(&packages)?;
+    build_masq_and_run("masq-bench", true)
+}
+
+/// Builds the `masq` binary (which the sandbox runs as the agent), then runs `program` from the
+/// testbed with the same profile.
+fn build_masq_and_run(program: &str, release: bool) -> Result<()> {
+    let profile: &[&str] = if release { &["--release"] } else { &[] };
+    run(cargo().args(["build", "--quiet"]).args(profile).args([
         "--package",
         "masq-userspace",
         "--bin",
         "masq",
     ]))?;
-    run(cargo().args([
-        "run",
-        "--quiet",
+    run(cargo().args(["run", "--quiet"]).args(profile).args([
         "--package",
         "masq-testbed",
         "--bin",
-        "masq-demo",
+        program,
     ]))
 }
 
@@ -150,30 +160,6 @@ fn validate_manifests() -> Result<()> {
     }
     println!("manifests under deploy/ render and validate");
     Ok(())
-}
-
-fn bench() -> Result<()> {
-    let mut packages = setup::TEST_PACKAGES.to_vec();
-    packages.push("iperf3");
-    setup::ensure_privileged_environment(&packages)?;
-    run(cargo().args([
-        "build",
-        "--quiet",
-        "--release",
-        "--package",
-        "masq-userspace",
-        "--bin",
-        "masq",
-    ]))?;
-    run(cargo().args([
-        "run",
-        "--quiet",
-        "--release",
-        "--package",
-        "masq-testbed",
-        "--bin",
-        "masq-bench",
-    ]))
 }
 
 fn test(no_lint: bool, test_args: &[String]) -> Result<()> {

@@ -416,6 +416,32 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
     })
 }
 
+/// A file-mode config holding `cidrs` (as defaults) for the unit tests of the modules that
+/// consume configs.
+#[cfg(test)]
+pub(crate) fn test_config(
+    cidrs: &[&str],
+    masq_link_local: bool,
+    masq_link_local_ipv6: bool,
+) -> EffectiveConfig {
+    EffectiveConfig {
+        origin: ConfigOrigin::File(super::DEFAULT_CONFIG_FILE.into()),
+        cidrs: cidrs
+            .iter()
+            .filter_map(|text| Cidr::parse(text).ok())
+            .map(|cidr| SourcedCidr {
+                cidr,
+                origin: CidrOrigin::Default,
+            })
+            .collect(),
+        masq_link_local,
+        masq_link_local_ipv6,
+        resync_interval: super::DEFAULT_RESYNC_INTERVAL,
+        cidr_limit: super::DEFAULT_CIDR_LIMIT,
+        raw: MasqConfig::defaults(false),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::symlink;

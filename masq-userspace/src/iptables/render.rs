@@ -117,12 +117,7 @@ pub fn postrouting_jump_args(chain: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{
-        MasqConfig,
-        cidr::Cidr,
-        go::GoDuration,
-        source::{CidrOrigin, ConfigOrigin, EffectiveConfig, SourcedCidr},
-    };
+    use crate::config::source::test_config;
 
     fn policy(
         cidrs: &[&str],
@@ -130,21 +125,7 @@ mod tests {
         masq_link_local_ipv6: bool,
         enable_ipv6: bool,
     ) -> Policy {
-        let config = EffectiveConfig {
-            origin: ConfigOrigin::File("/etc/config/ip-masq-agent".into()),
-            cidrs: cidrs
-                .iter()
-                .map(|text| SourcedCidr {
-                    cidr: Cidr::parse(text).expect("cidr"),
-                    origin: CidrOrigin::Default,
-                })
-                .collect(),
-            masq_link_local,
-            masq_link_local_ipv6,
-            resync_interval: GoDuration::from_secs(60),
-            cidr_limit: 64,
-            raw: MasqConfig::defaults(false),
-        };
+        let config = test_config(cidrs, masq_link_local, masq_link_local_ipv6);
         Policy::new(&config, enable_ipv6)
     }
 
