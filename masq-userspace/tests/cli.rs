@@ -341,3 +341,33 @@ fn the_deployed_arguments_parse() {
         assert!(checked > 0, "{manifest} runs masq with no arguments?");
     }
 }
+
+#[test]
+fn agent_errors_are_logged_as_json_when_asked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pins = path_arg(&dir.path().join("not-bpffs"));
+    let output = masq(&[
+        "--log-format",
+        "json",
+        "agent",
+        "--interface",
+        "lo",
+        "--pin-path",
+        &pins,
+        "--config",
+        "/nonexistent/x",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stderr(&output);
+    let line = text
+        .lines()
+        .find(|line| line.contains("\"level\":\"ERROR\""))
+        .unwrap_or_else(|| panic!("{text}"));
+    let record: serde_json::Value = serde_json::from_str(line).expect("a JSON log record");
+    assert!(
+        record["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("not on a bpf filesystem")),
+        "{record}"
+    );
+}
