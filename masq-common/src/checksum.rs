@@ -8,32 +8,10 @@
 
 /// Folds a 32-bit one's complement accumulator into 16 bits.
 #[inline(always)]
-pub const fn fold(mut sum: u32) -> u16 {
+const fn fold(mut sum: u32) -> u16 {
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
     sum as u16
-}
-
-/// One's complement sum of `data` (big-endian 16-bit words, odd trailing byte padded with zero),
-/// added to `initial`, not folded.
-pub fn sum_words(initial: u32, data: &[u8]) -> u32 {
-    let mut sum = u64::from(initial);
-    let mut chunks = data.chunks_exact(2);
-    for pair in &mut chunks {
-        sum += u64::from(u16::from_be_bytes([pair[0], pair[1]]));
-    }
-    if let [last] = chunks.remainder() {
-        sum += u64::from(u16::from_be_bytes([*last, 0]));
-    }
-    while sum > 0xffff_ffff {
-        sum = (sum & 0xffff_ffff) + (sum >> 32);
-    }
-    sum as u32
-}
-
-/// The checksum of `data`: the complement of its folded one's complement sum.
-pub fn checksum(data: &[u8]) -> u16 {
-    !fold(sum_words(0, data))
 }
 
 /// Updates checksum `check` for a 16-bit word changing from `old` to `new` (RFC 1624 eqn. 3).
@@ -85,6 +63,29 @@ pub const fn replace32_udp(check: u16, old: [u8; 4], new: [u8; 4]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One's complement sum of `data` (big-endian 16-bit words, odd trailing byte padded with
+    /// zero), added to `initial`, not folded: the full computation the incremental updates are
+    /// checked against.
+    fn sum_words(initial: u32, data: &[u8]) -> u32 {
+        let mut sum = u64::from(initial);
+        let mut chunks = data.chunks_exact(2);
+        for pair in &mut chunks {
+            sum += u64::from(u16::from_be_bytes([pair[0], pair[1]]));
+        }
+        if let [last] = chunks.remainder() {
+            sum += u64::from(u16::from_be_bytes([*last, 0]));
+        }
+        while sum > 0xffff_ffff {
+            sum = (sum & 0xffff_ffff) + (sum >> 32);
+        }
+        sum as u32
+    }
+
+    /// The checksum of `data`: the complement of its folded one's complement sum.
+    fn checksum(data: &[u8]) -> u16 {
+        !fold(sum_words(0, data))
+    }
 
     /// A 20-byte IPv4 header with its checksum field zeroed.
     const HEADER: [u8; 20] = [

@@ -44,6 +44,13 @@ impl PortRange {
     }
 }
 
+impl core::fmt::Display for PortRange {
+    /// `first-last`, the form `--service-node-port-range` and `masq status` use.
+    fn fmt(&self, formatter: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(formatter, "{}-{}", self.first, self.last)
+    }
+}
+
 /// The range SNAT ports come from when `--to-ports` is not given: it stays clear of the
 /// NodePort range (30000-32767) and of Linux's default ephemeral range (32768-60999) that the
 /// node's own sockets use, and the agent additionally reserves it from host allocation.

@@ -189,10 +189,12 @@ pub(crate) fn allocate(
 /// new flow was recorded.
 #[inline(always)]
 pub(crate) fn track_inbound(key: &NatKeyV4) -> bool {
-    if lookup(key, FLOW_SEEN, false).is_some() {
+    // Most inbound traffic to pods comes from non-masquerade (in-cluster) addresses: the trie
+    // answers for those without touching the NAT table.
+    if NOMASQ_V4.get(&Key::new(32, key.dst_addr)).is_some() {
         return false;
     }
-    if NOMASQ_V4.get(&Key::new(32, key.dst_addr)).is_some() {
+    if lookup(key, FLOW_SEEN, false).is_some() {
         return false;
     }
     let now = now_ns();

@@ -5,7 +5,7 @@
 //! refuses ranges the datapath cannot honour before it starts, with a message that says why.
 
 use masq_common::{
-    ports::{DEFAULT_NODEPORT_RANGE, DEFAULT_SNAT_RANGE, PortRange},
+    ports::{DEFAULT_SNAT_RANGE, PortRange},
     settings::MAX_PORT_RANGES,
 };
 
@@ -95,9 +95,8 @@ pub enum ToPortsError {
     },
     /// The SNAT range would hand out NodePorts.
     #[error(
-        "--to-ports interval {interval} overlaps the NodePort range {}-{}: replies to masqueraded flows \
-         would be taken for NodePort traffic; choose ports outside it (see --service-node-port-range)",
-        .nodeports.first, .nodeports.last
+        "--to-ports interval {interval} overlaps the NodePort range {nodeports}: replies to masqueraded \
+         flows would be taken for NodePort traffic; choose ports outside it (see --service-node-port-range)"
     )]
     OverlapsNodePorts {
         /// The offending interval.
@@ -176,11 +175,6 @@ pub fn parse_port_range(text: &str) -> Result<PortRange, String> {
         return Err(format!("{text:?}: first port is greater than last"));
     }
     Ok(PortRange::new(first, last))
-}
-
-/// The NodePort range Kubernetes uses unless the API server is told otherwise.
-pub const fn default_nodeport_range() -> PortRange {
-    DEFAULT_NODEPORT_RANGE
 }
 
 #[cfg(test)]
@@ -267,7 +261,7 @@ mod tests {
 
     #[test]
     fn snat_ranges_are_checked_for_the_datapath() {
-        let nodeports = default_nodeport_range();
+        let nodeports = masq_common::ports::DEFAULT_NODEPORT_RANGE;
         assert_eq!(
             ToPorts::default().snat_ranges(nodeports),
             Ok(vec![DEFAULT_SNAT_RANGE])

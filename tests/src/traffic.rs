@@ -54,30 +54,72 @@ pub fn fnv1a(data: &[u8]) -> u64 {
     })
 }
 
+/// What a server thread needs: when to stop, and where to record the peers it saw.
+#[derive(Clone)]
+struct ServerContext {
+    stop: Arc<AtomicBool>,
+    peers: Arc<Mutex<Vec<SocketAddr>>>,
+    deadline: Instant,
+}
+
+impl ServerContext {
+    fn running(&self) -> bool {
+        !self.stop.load(Ordering::Relaxed) && Instant::now() < self.deadline
+    }
+
+    fn saw(&self, peer: SocketAddr) {
+        if let Ok(mut seen) = self.peers.lock() {
+            seen.push(peer);
+        }
+    }
+}
+
+/// Runs a server in `netns`: `bind` opens its socket (the call returns once it has), `serve`
+/// runs until the returned [`Server`] is dropped or the lifetime ends.
+fn spawn_server<S: 'static>(
+    netns: &Netns,
+    bind: impl FnOnce() -> S + Send + 'static,
+    serve: impl FnOnce(S, &ServerContext) + Send + 'static,
+) -> Server {
+    let context = ServerContext {
+        stop: Arc::new(AtomicBool::new(false)),
+        peers: Arc::new(Mutex::new(Vec::new())),
+        deadline: Instant::now() + SERVER_LIFETIME,
+    };
+    let (stop, peers) = (context.stop.clone(), context.peers.clone());
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let thread = netns.spawn(move || {
+        let socket = bind();
+        let _ = ready_tx.send(());
+        serve(socket, &context);
+    });
+    let _ = ready_rx.recv_timeout(Duration::from_secs(5));
+    Server {
+        stop,
+        thread: Some(thread),
+        peers,
+    }
+}
+
 /// A TCP server. Per connection it reads one line (an id), then either:
 /// * `sink`: reads everything until EOF and answers `<id> <peer> <bytes> <fnv>`;
 /// * `hold`: answers `<id> <peer>` immediately and then echoes lines until EOF.
 pub fn tcp_server(netns: &Netns, bind: SocketAddrV4) -> Server {
-    let stop = Arc::new(AtomicBool::new(false));
-    let peers = Arc::new(Mutex::new(Vec::new()));
-    let (thread_stop, thread_peers) = (stop.clone(), peers.clone());
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let thread = netns.spawn(move || {
+    let listen = move || {
         let listener =
             TcpListener::bind(bind).unwrap_or_else(|error| panic!("binding {bind}: {error}"));
         listener
             .set_nonblocking(true)
             .unwrap_or_else(|error| panic!("{error}"));
-        let _ = ready_tx.send(());
-        let deadline = Instant::now() + SERVER_LIFETIME;
+        listener
+    };
+    spawn_server(netns, listen, |listener, context| {
         let mut workers = Vec::new();
-        while !thread_stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+        while context.running() {
             match listener.accept() {
                 Ok((stream, peer)) => {
-                    if let Ok(mut seen) = thread_peers.lock() {
-                        seen.push(peer);
-                    }
-                    let stop = thread_stop.clone();
+                    context.saw(peer);
+                    let stop = context.stop.clone();
                     workers.push(std::thread::spawn(move || serve_tcp(stream, peer, &stop)));
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
@@ -89,13 +131,7 @@ pub fn tcp_server(netns: &Netns, bind: SocketAddrV4) -> Server {
         for worker in workers {
             let _ = worker.join();
         }
-    });
-    let _ = ready_rx.recv_timeout(Duration::from_secs(5));
-    Server {
-        stop,
-        thread: Some(thread),
-        peers,
-    }
+    })
 }
 
 fn serve_tcp(stream: TcpStream, peer: SocketAddr, stop: &AtomicBool) {
@@ -352,34 +388,23 @@ impl HeldConnection {
 
 /// A UDP server answering each datagram with `<peer> <payload>`.
 pub fn udp_server(netns: &Netns, bind: SocketAddrV4) -> Server {
-    let stop = Arc::new(AtomicBool::new(false));
-    let peers = Arc::new(Mutex::new(Vec::new()));
-    let (thread_stop, thread_peers) = (stop.clone(), peers.clone());
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let thread = netns.spawn(move || {
+    let open = move || {
         let socket =
             UdpSocket::bind(bind).unwrap_or_else(|error| panic!("binding {bind}: {error}"));
         let _ = socket.set_read_timeout(Some(Duration::from_millis(100)));
-        let _ = ready_tx.send(());
-        let deadline = Instant::now() + SERVER_LIFETIME;
+        socket
+    };
+    spawn_server(netns, open, |socket, context| {
         let mut buffer = vec![0u8; 65_536];
-        while !thread_stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+        while context.running() {
             if let Ok((read, peer)) = socket.recv_from(&mut buffer) {
-                if let Ok(mut seen) = thread_peers.lock() {
-                    seen.push(peer);
-                }
+                context.saw(peer);
                 let mut reply = format!("{peer} ").into_bytes();
                 reply.extend_from_slice(&buffer[..read]);
                 let _ = socket.send_to(&reply, peer);
             }
         }
-    });
-    let _ = ready_rx.recv_timeout(Duration::from_secs(5));
-    Server {
-        stop,
-        thread: Some(thread),
-        peers,
-    }
+    })
 }
 
 /// Sends `payload` to a [`udp_server`] (retrying a few times) and returns the peer address the

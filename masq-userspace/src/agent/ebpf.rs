@@ -163,7 +163,7 @@ impl EbpfBackend {
             .any(|range| range.overlaps(&ephemeral))
         {
             tracing::info!(
-                ephemeral = %format!("{}-{}", ephemeral.first, ephemeral.last),
+                %ephemeral,
                 "the SNAT range overlaps the node's ephemeral ports; the reservation keeps node sockets out of it"
             );
         }

@@ -186,6 +186,20 @@ pub fn render(status: &AgentStatus, datapath: &DatapathReadings) -> String {
         "1 when the datapath is attached and a config is in force.",
     );
     let _ = writeln!(out, "masq_ready {}", u8::from(status.ready));
+    family(
+        &mut out,
+        "masq_agent_info",
+        "gauge",
+        "The uplink, the address traffic is masqueraded to, the config source in force, and whether pinned state was adopted.",
+    );
+    let _ = writeln!(
+        out,
+        "masq_agent_info{{interface=\"{}\",node_ip=\"{}\",config=\"{}\",adopted=\"{}\"}} 1",
+        label(&status.interface),
+        status.node_ip.map(|ip| ip.to_string()).unwrap_or_default(),
+        label(status.config_origin.as_deref().unwrap_or("")),
+        status.adopted
+    );
     if let Some(started) = seconds(status.started) {
         family(
             &mut out,
@@ -391,6 +405,9 @@ mod tests {
     fn every_family_is_declared_before_use_and_labels_are_escaped() {
         let status = AgentStatus {
             ready: true,
+            interface: "up0".to_owned(),
+            node_ip: Some(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+            config_origin: Some("/etc/config/ip-masq-agent (file)".to_owned()),
             last_error: Some("CIDR \"x\" could not be parsed\nnext".to_owned()),
             ..AgentStatus::default()
         };
@@ -403,6 +420,10 @@ mod tests {
             error: None,
         };
         let page = render(&status, &readings);
+        assert!(
+            page.contains(r#"masq_agent_info{interface="up0",node_ip="192.0.2.1",config="/etc/config/ip-masq-agent (file)",adopted="false"} 1"#),
+            "{page}"
+        );
         assert!(
             page.contains("masq_datapath_packets_total{outcome=\"egress_masqueraded\"} 5\n"),
             "{page}"

@@ -43,7 +43,7 @@ use self::{
 use crate::{
     config::{
         cidr::Family,
-        source::{ConfigOrigin, ConfigSource, EffectiveConfig, ReadOptions, load},
+        source::{ConfigSource, EffectiveConfig, ReadOptions, load},
     },
     datapath::DatapathError,
     iptables::apply::IptablesError,
@@ -343,9 +343,9 @@ impl Agent {
                 .iter()
                 .filter(|sourced| sourced.cidr.family() == Family::Ipv6)
                 .count();
-            tracing::info!(trigger, origin = %describe_origin(&config.origin), "Using config: {}", config.raw.to_go_json());
+            tracing::info!(trigger, origin = %config.origin, "Using config: {}", config.raw.to_go_json());
             let mut state = self.status.lock();
-            state.config_origin = Some(describe_origin(&config.origin));
+            state.config_origin = Some(config.origin.to_string());
             state.cidrs_v4 = config.cidrs.len() - v6;
             state.cidrs_v6 = v6;
             state.trie_entries = trie_entries;
@@ -362,18 +362,5 @@ impl Agent {
             Backend::Iptables(iptables) => iptables.enabled(),
         };
         self.status.lock().ready = ready;
-    }
-}
-
-fn describe_origin(origin: &ConfigOrigin) -> String {
-    match origin {
-        ConfigOrigin::MissingFile(path) => format!("defaults (no file at {})", path.display()),
-        ConfigOrigin::NoMatchingFiles(dir) => {
-            format!("defaults (no ip-masq* file in {})", dir.display())
-        }
-        ConfigOrigin::File(path) => path.display().to_string(),
-        ConfigOrigin::Directory { dir, files } => {
-            format!("{} ({})", dir.display(), files.join(", "))
-        }
     }
 }

@@ -15,7 +15,11 @@ use masq::{
     datapath::pins::DEFAULT_PIN_PATH,
     ports::parse_port_range,
 };
-use masq_common::{layout::NAT_V4_DEFAULT_MAX_ENTRIES, ports::PortRange, timeouts::FlowTimeouts};
+use masq_common::{
+    layout::NAT_V4_DEFAULT_MAX_ENTRIES,
+    ports::{DEFAULT_NODEPORT_RANGE, PortRange},
+    timeouts::FlowTimeouts,
+};
 
 use super::{
     args::{ConfigArgs, UpstreamFlags},
@@ -65,7 +69,7 @@ pub(crate) struct AgentArgs {
     nat_max_entries: u32,
 
     /// The cluster's NodePort range; SNAT ports are never taken from it.
-    #[arg(long, value_name = "RANGE", default_value = "30000-32767", value_parser = parse_port_range)]
+    #[arg(long, value_name = "RANGE", default_value_t = DEFAULT_NODEPORT_RANGE, value_parser = parse_port_range)]
     service_node_port_range: PortRange,
 
     /// How often expired flows are removed (Go duration).

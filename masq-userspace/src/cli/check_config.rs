@@ -55,17 +55,7 @@ fn write_summary(
     args: &CheckConfigArgs,
 ) -> io::Result<()> {
     writeln!(out, "config OK")?;
-    let source = match &config.origin {
-        ConfigOrigin::MissingFile(path) => format!("defaults (no file at {})", path.display()),
-        ConfigOrigin::NoMatchingFiles(dir) => {
-            format!("defaults (no ip-masq* file in {})", dir.display())
-        }
-        ConfigOrigin::File(path) => format!("{} (file)", path.display()),
-        ConfigOrigin::Directory { dir, files } => {
-            format!("{} (directory: {})", dir.display(), files.join(", "))
-        }
-    };
-    writeln!(out, "  source:         {source}")?;
+    writeln!(out, "  source:         {}", config.origin)?;
     let limit = match config.origin {
         ConfigOrigin::Directory { .. } | ConfigOrigin::NoMatchingFiles(_) => {
             format!("limit {} per file", config.cidr_limit)

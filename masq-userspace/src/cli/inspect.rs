@@ -22,6 +22,7 @@ use masq::{
 };
 use masq_common::{
     layout::{MapMeta, NOMASQ_KIND_LINK_LOCAL},
+    ports::PortRange,
     settings::Settings,
 };
 use serde::Serialize;
@@ -105,11 +106,8 @@ struct AttachmentJson {
     programs: Vec<String>,
 }
 
-fn port_list(ranges: &[masq_common::ports::PortRange]) -> Vec<String> {
-    ranges
-        .iter()
-        .map(|range| format!("{}-{}", range.first, range.last))
-        .collect()
+fn port_list(ranges: &[PortRange]) -> Vec<String> {
+    ranges.iter().map(PortRange::to_string).collect()
 }
 
 pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {

@@ -83,6 +83,32 @@ pub enum ConfigOrigin {
     },
 }
 
+impl std::fmt::Display for ConfigOrigin {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::MissingFile(path) => {
+                write!(formatter, "defaults (no file at {})", path.display())
+            }
+            Self::NoMatchingFiles(dir) => {
+                write!(
+                    formatter,
+                    "defaults (no ip-masq* file in {})",
+                    dir.display()
+                )
+            }
+            Self::File(path) => write!(formatter, "{} (file)", path.display()),
+            Self::Directory { dir, files } => {
+                write!(
+                    formatter,
+                    "{} (directory: {})",
+                    dir.display(),
+                    files.join(", ")
+                )
+            }
+        }
+    }
+}
+
 /// A config that passed validation: what the policy, the maps and the rules are built from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EffectiveConfig {

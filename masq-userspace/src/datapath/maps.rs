@@ -137,13 +137,7 @@ impl DatapathMaps {
     pub fn counter_totals(&self) -> Result<Vec<(Counter, u64)>, DatapathError> {
         Counter::ALL
             .iter()
-            .map(|&counter| {
-                let per_cpu = self
-                    .counters
-                    .get(&(counter as u32), 0)
-                    .map_err(DatapathError::map("reading", MAP_COUNTERS))?;
-                Ok((counter, per_cpu.iter().sum()))
-            })
+            .map(|&counter| Ok((counter, self.counter(counter)?)))
             .collect()
     }
 
