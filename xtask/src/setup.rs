@@ -22,7 +22,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 
 /// Debian packages the tests and the demo use.
 pub(crate) const TEST_PACKAGES: &[&str] = &[
-    "iproute2",     // ip, nstat: namespaces, veths, routes, checksum counters
+    "iproute2",     // ip, nstat, tc: namespaces, veths, routes, counters, foreign filters
     "iptables",     // the iptables backend and the MASQUERADE comparison
     "ethtool",      // toggling veth checksum offload
     "bpftool",      // inspecting pinned maps in tests and by hand

@@ -1,5 +1,6 @@
 //! The eBPF datapath: the embedded object, its maps, pinning, attaching, keeping the maps in
-//! line with the policy, and collecting expired flows.
+//! line with the policy, collecting expired flows, and the clsact plumbing of the legacy
+//! attach mode.
 
 pub mod attach;
 pub mod error;
@@ -9,5 +10,6 @@ pub mod maps;
 pub mod object;
 pub mod pins;
 pub mod sync;
+pub mod tc_netlink;
 
 pub use error::DatapathError;
