@@ -10,6 +10,7 @@
 
 pub mod checksum;
 pub mod counters;
+pub mod kernel;
 pub mod layout;
 pub mod nat;
 pub mod ports;

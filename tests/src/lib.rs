@@ -5,6 +5,8 @@
 //! `BPF_PROG_TEST_RUN`, and [`check`] parses the output and verifies every checksum from
 //! scratch.
 //!
+//! [`kernel_compat`] lists what the built datapath object needs from the kernel, without root.
+//!
 //! The namespace tests build a [`sandbox`] (pods, a node, a router, an outside host), run the
 //! real `masq agent` in the node namespace ([`agent`]) and send real [`traffic`].
 
@@ -12,6 +14,7 @@ pub mod agent;
 pub mod check;
 pub mod configmap;
 pub mod harness;
+pub mod kernel_compat;
 pub mod netns;
 pub mod pktgen;
 pub mod sandbox;
