@@ -1,6 +1,8 @@
 //! The datapath through `BPF_PROG_TEST_RUN`: crafted frames in, rewritten frames and map state
 //! out, every checksum verified from scratch. Needs root (loads eBPF programs).
 
+use std::net::Ipv4Addr;
+
 use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, Counter},
     layout::NOMASQ_KIND_CIDR,
@@ -73,6 +75,38 @@ fn unconfigured_datapath_leaves_everything_alone() {
     assert_eq!(harness.counter(Counter::EgressNotConfigured), 1);
     assert_eq!(harness.counter(Counter::IngressNotConfigured), 1);
     assert!(harness.nat().is_empty());
+}
+
+#[test]
+fn each_uplink_masquerades_to_its_own_address_and_other_interfaces_are_left_alone() {
+    let mut harness = Harness::new();
+    let second_uplink = Ipv4Addr::new(203, 0, 113, 1);
+    harness.set_uplink(Some(second_uplink));
+    let syn = Packet::tcp("10.244.1.5:40000", "198.51.100.10:443", TCP_SYN);
+    let out = egress_ok(&harness, &syn);
+    assert_eq!(out.src, second_uplink);
+    // The reply comes back to that address, and only that address is recognised as the node.
+    let reply = tcp_reply_to(&out, TCP_SYN | TCP_ACK);
+    let restored = ingress_ok(&harness, &reply.frame());
+    assert_eq!(restored.dst, addr(POD));
+
+    // An interface without an uplink entry (a pod veth, a device masq was not asked to use)
+    // sees nothing translated, in either direction, even for a flow that has a mapping.
+    harness.set_uplink(None);
+    let frame = syn.frame();
+    let untouched = harness.egress(&frame);
+    assert_eq!(
+        (untouched.action, untouched.frame.as_slice()),
+        (Action::Pass, frame.as_slice())
+    );
+    let reply = reply.frame();
+    let untouched = harness.ingress(&reply);
+    assert_eq!(
+        (untouched.action, untouched.frame.as_slice()),
+        (Action::Pass, reply.as_slice())
+    );
+    assert_eq!(harness.counter(Counter::EgressNotConfigured), 1);
+    assert_eq!(harness.counter(Counter::IngressNotConfigured), 1);
 }
 
 #[test]

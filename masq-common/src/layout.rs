@@ -9,7 +9,7 @@ use crate::ports::PortRange;
 
 /// Version of the pinned map layout. Bump it whenever a shared struct, a map type, or the meaning
 /// of a stored value changes; the agent then refuses to adopt old pins instead of misreading them.
-pub const MAP_LAYOUT_VERSION: u32 = 1;
+pub const MAP_LAYOUT_VERSION: u32 = 2;
 
 /// Longest-prefix-match trie of IPv4 destinations that keep their source address.
 pub const MAP_NOMASQ_V4: &str = "masq_nomasq_v4";
@@ -25,11 +25,14 @@ pub const MAP_COUNTERS: &str = "masq_counters";
 pub const MAP_ALLOC_RETRIES: &str = "masq_retries";
 /// Single-entry array describing the layout of the pinned map set.
 pub const MAP_META: &str = "masq_meta";
+/// Hash of the interfaces masq translates on, by interface index: see [`Uplink`].
+pub const MAP_UPLINKS: &str = "masq_uplinks";
 
 /// Every map the datapath defines, in the order the agent pins and reports them.
-pub const ALL_MAPS: [&str; 7] = [
+pub const ALL_MAPS: [&str; 8] = [
     MAP_META,
     MAP_SETTINGS,
+    MAP_UPLINKS,
     MAP_NOMASQ_V4,
     MAP_NAT_V4,
     MAP_FRAGS_V4,
@@ -47,6 +50,8 @@ pub const PROG_INGRESS: &str = "masq_ingress";
 pub const NOMASQ_V4_MAX_ENTRIES: u32 = 16_384;
 /// Default capacity of the NAT table in entries; every flow uses two (one per direction).
 pub const NAT_V4_DEFAULT_MAX_ENTRIES: u32 = 262_144;
+/// Most interfaces masq translates on at once.
+pub const UPLINKS_MAX_ENTRIES: u32 = 64;
 /// Capacity of the fragment table. Entries live only while a fragmented datagram is in flight.
 pub const FRAGS_V4_MAX_ENTRIES: u32 = 8_192;
 
@@ -96,3 +101,61 @@ impl MapMeta {
 }
 
 crate::impl_pod!(MapMeta);
+
+/// [`Uplink::attach_mode`]: the programs hang on the interface through pinned tcx links.
+pub const ATTACH_TCX: u8 = 1;
+/// [`Uplink::attach_mode`]: the programs are direct-action cls_bpf filters on a clsact qdisc.
+pub const ATTACH_TC: u8 = 2;
+
+/// Longest interface name the kernel accepts, with its terminating NUL (`IFNAMSIZ`).
+pub const IFNAME_SIZE: usize = 16;
+
+/// Value of the uplinks map: one interface traffic leaves the node by, keyed by its index.
+///
+/// The programs read only `snat_addr`; the rest is the agent's record of how it attached, so a
+/// restarted agent, `masq status` and `masq uninstall` know exactly what masq added to the
+/// interface and nothing else.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Uplink {
+    /// Address masqueraded traffic leaving by this interface gets (network byte order), as
+    /// MASQUERADE takes the outgoing interface's address.
+    pub snat_addr: [u8; 4],
+    /// [`ATTACH_TCX`] or [`ATTACH_TC`].
+    pub attach_mode: u8,
+    /// 1 when masq created the interface's clsact qdisc (tc mode), so uninstall may remove it.
+    pub created_clsact: u8,
+    /// Keeps the layout free of implicit padding; always zero.
+    pub pad: u16,
+    /// The interface's name when masq attached, NUL-padded.
+    pub ifname: [u8; IFNAME_SIZE],
+}
+
+impl Uplink {
+    /// The interface name as text (empty if it was not valid UTF-8).
+    pub fn name(&self) -> &str {
+        let end = self
+            .ifname
+            .iter()
+            .position(|&byte| byte == 0)
+            .unwrap_or(IFNAME_SIZE);
+        self.ifname
+            .get(..end)
+            .and_then(|bytes| core::str::from_utf8(bytes).ok())
+            .unwrap_or("")
+    }
+
+    /// `name` as the NUL-padded field, or `None` when it does not fit (the kernel refuses such
+    /// names too).
+    pub fn encode_name(name: &str) -> Option<[u8; IFNAME_SIZE]> {
+        let mut field = [0; IFNAME_SIZE];
+        let bytes = name.as_bytes();
+        if bytes.is_empty() || bytes.len() >= IFNAME_SIZE {
+            return None;
+        }
+        field.get_mut(..bytes.len())?.copy_from_slice(bytes);
+        Some(field)
+    }
+}
+
+crate::impl_pod!(Uplink);

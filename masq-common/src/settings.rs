@@ -15,12 +15,11 @@ pub const SETTING_ENABLED: u32 = 1 << 0;
 /// tried first and kept when free.
 pub const SETTING_RANDOM_FULLY: u32 = 1 << 1;
 
-/// Value of the settings map (key 0).
+/// Value of the settings map (key 0): what holds for every uplink. The address each uplink
+/// masquerades to lives in the uplinks map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settings {
-    /// Address masqueraded traffic leaves with, in network byte order.
-    pub node_ip: [u8; 4],
     /// `SETTING_*` bits.
     pub flags: u32,
     /// Number of valid entries in `port_ranges`.
@@ -34,7 +33,6 @@ pub struct Settings {
 impl Settings {
     /// Settings that translate nothing: what the datapath sees before the agent configured it.
     pub const DISABLED: Self = Self {
-        node_ip: [0; 4],
         flags: 0,
         port_range_count: 0,
         total_ports: 0,

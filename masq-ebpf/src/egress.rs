@@ -39,17 +39,18 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
     let Some(ip) = packet::classifiable(ctx, &outcomes) else {
         return Verdict::Pass.tc_action();
     };
-    let Some(settings) = maps::settings() else {
+    let (Some(settings), Some(node_ip)) = (maps::settings(), maps::snat_addr(ctx)) else {
         count(Counter::EgressNotConfigured);
         return Verdict::Pass.tc_action();
     };
-    classify_ipv4(ctx, settings, &ip).tc_action()
+    classify_ipv4(ctx, settings, node_ip, &ip).tc_action()
 }
 
+/// `node_ip` is the address of the interface the packet leaves by: what it is masqueraded to.
 #[inline(always)]
-fn classify_ipv4(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict {
+fn classify_ipv4(ctx: &TcContext, settings: &Settings, node_ip: [u8; 4], ip: &Ipv4) -> Verdict {
     if ip.is_later_fragment() {
-        return frag::egress(ctx, settings, ip);
+        return frag::egress(ctx, node_ip, ip);
     }
     let Ok(transport) = packet::transport(ctx, ip) else {
         count(Counter::EgressMalformed);
@@ -59,10 +60,10 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict {
     let (src_port, dst_port) = match transport.kind {
         Kind::Ports => (transport.src, transport.dst),
         Kind::IcmpQuery if transport.request => (transport.src, 0),
-        Kind::IcmpError => return icmp::egress(ctx, settings, ip),
+        Kind::IcmpError => return icmp::egress(ctx, node_ip, ip),
         // A query reply without a mapping answers a query that came from outside.
         Kind::IcmpQuery | Kind::IcmpOther => {
-            count(if ip.src == settings.node_ip {
+            count(if ip.src == node_ip {
                 Counter::EgressHostPassed
             } else {
                 Counter::EgressUnsupported
@@ -84,7 +85,7 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict {
     if let Some(entry) = nat::lookup(&key, flow_flags, tcp_opens) {
         let counter = if entry.origin == ORIGIN_INBOUND {
             Counter::EgressInboundReply
-        } else if ip.src == settings.node_ip {
+        } else if ip.src == node_ip {
             Counter::EgressHostTracked
         } else {
             Counter::EgressMasqueraded
@@ -92,7 +93,7 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict {
         return translate(ctx, ip, &key, &entry, counter);
     }
 
-    let origin = if ip.src == settings.node_ip {
+    let origin = if ip.src == node_ip {
         let has_port = matches!(
             ip.protocol,
             proto::TCP | proto::UDP | proto::SCTP | proto::ICMP
@@ -122,7 +123,7 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict {
         return Verdict::Pass;
     }
 
-    match nat::allocate(settings, &key, origin, flow_flags) {
+    match nat::allocate(settings, node_ip, &key, origin, flow_flags) {
         Ok(entry) => {
             debug!(
                 ctx,

@@ -10,7 +10,6 @@ use masq_common::{
     counters::Counter,
     layout::NOMASQ_KIND_LINK_LOCAL,
     nat::{Direction, FRAG_TRANSLATED, FRAG_UNTOUCHED, FragEntryV4, FragKeyV4},
-    settings::Settings,
 };
 
 use crate::{
@@ -64,7 +63,7 @@ fn remembered(ip: &Ipv4, direction: Direction) -> Option<FragEntryV4> {
 
 /// A later fragment leaving the node.
 #[inline(always)]
-pub(crate) fn egress(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict {
+pub(crate) fn egress(ctx: &TcContext, node_ip: [u8; 4], ip: &Ipv4) -> Verdict {
     let translate_to = match remembered(ip, Direction::Egress) {
         Some(entry) if entry.decision == FRAG_TRANSLATED => entry.addr,
         Some(_) => {
@@ -72,7 +71,7 @@ pub(crate) fn egress(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict
             return Verdict::Pass;
         }
         // The first fragment was not seen (reordered or lost): fall back on the policy.
-        None if ip.src == settings.node_ip => {
+        None if ip.src == node_ip => {
             count(Counter::EgressHostPassed);
             return Verdict::Pass;
         }
@@ -85,7 +84,7 @@ pub(crate) fn egress(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict
                 count(Counter::EgressExemptCidr);
                 return Verdict::Pass;
             }
-            None => settings.node_ip,
+            None => node_ip,
         },
     };
     if rewrite::address(ctx, ip, End::Source, translate_to).is_err() {

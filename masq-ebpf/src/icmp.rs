@@ -20,7 +20,6 @@ use masq_common::{
     checksum::{replace16, replace16_udp, replace32, replace32_udp},
     counters::Counter,
     nat::{Direction, NatEntryV4, NatKeyV4, proto},
-    settings::Settings,
 };
 
 use crate::{
@@ -49,13 +48,13 @@ struct Quote {
 
 /// An error leaving through the uplink.
 #[inline(always)]
-pub(crate) fn egress(ctx: &TcContext, settings: &Settings, ip: &Ipv4) -> Verdict {
+pub(crate) fn egress(ctx: &TcContext, node_ip: [u8; 4], ip: &Ipv4) -> Verdict {
     match translate(ctx, ip, Direction::Egress) {
         Ok(Some(_)) => {
             count(Counter::EgressIcmpErrorTranslated);
             Verdict::Pass
         }
-        Ok(None) if ip.src == settings.node_ip => {
+        Ok(None) if ip.src == node_ip => {
             count(Counter::EgressHostPassed);
             Verdict::Pass
         }

@@ -29,11 +29,13 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
     let Some(ip) = packet::classifiable(ctx, &outcomes) else {
         return Verdict::Pass.tc_action();
     };
-    let Some(settings) = maps::settings() else {
+    let (Some(_), Some(node_ip)) = (maps::settings(), maps::snat_addr(ctx)) else {
         count(Counter::IngressNotConfigured);
         return Verdict::Pass.tc_action();
     };
-    if ip.dst != settings.node_ip {
+    // Replies come back to the address of the interface they arrive on, as with MASQUERADE on
+    // a node whose routing is symmetric.
+    if ip.dst != node_ip {
         // Routed to a pod directly. A UDP flow from a masqueraded address is remembered so the
         // pod's answers are not masqueraded as new flows (TCP needs nothing: only a SYN opens
         // a mapping).

@@ -2,21 +2,32 @@
 //! path so a restarted agent adopts them; names and layouts come from `masq_common::layout`.
 
 use aya_ebpf::{
-    btf_maps::{Array, LpmTrie, LruHashMap, PerCpuArray},
+    btf_maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
     macros::btf_map,
+    programs::TcContext,
 };
 use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
-    layout::{FRAGS_V4_MAX_ENTRIES, MapMeta, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES},
+    layout::{
+        FRAGS_V4_MAX_ENTRIES, MapMeta, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES,
+        UPLINKS_MAX_ENTRIES, Uplink,
+    },
     nat::{FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
     settings::Settings,
 };
 
-/// Datapath settings (node address, SNAT port ranges, flags) at index 0. Written by the agent
-/// when it starts and whenever its flags or the node address change; read by both programs on
-/// every packet. Until the agent writes it, the programs translate nothing.
+/// Datapath settings (SNAT port ranges, flags) at index 0. Written by the agent when it starts
+/// and whenever its flags change; read by both programs on every packet. Until the agent writes
+/// it, the programs translate nothing.
 #[btf_map(name = "masq_settings")]
 pub(crate) static SETTINGS: Array<Settings, 1> = Array::new();
+
+/// The interfaces masq translates on, by interface index, with the address each masquerades to.
+/// Written by the agent when it attaches to an interface and whenever that interface's address
+/// changes, removed when it detaches; read by both programs on every packet (the index of the
+/// device the packet crosses). A packet on an interface without an entry passes untouched.
+#[btf_map(name = "masq_uplinks")]
+pub(crate) static UPLINKS: HashMap<u32, Uplink, { UPLINKS_MAX_ENTRIES as usize }> = HashMap::new();
 
 /// Layout identity of the pinned map set at index 0. Written by the agent when it creates the
 /// maps, read by later agents before they adopt them; the programs never touch it.
@@ -63,4 +74,17 @@ pub(crate) static ALLOC_RETRIES: PerCpuArray<u64, { ALLOC_HISTOGRAM_BUCKETS as u
 #[inline(always)]
 pub(crate) fn settings() -> Option<&'static Settings> {
     SETTINGS.get(0).filter(|settings| settings.enabled())
+}
+
+/// The address masqueraded traffic on the packet's device gets, or `None` when masq does not
+/// translate on that device.
+#[inline(always)]
+pub(crate) fn snat_addr(ctx: &TcContext) -> Option<[u8; 4]> {
+    // SAFETY: `skb` points at the context the kernel passed to the program; `ifindex` is a
+    // plain field the verifier lets a classifier read.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    // SAFETY: the value is copied out immediately; the agent replaces entries whole.
+    UPLINKS
+        .get_ptr(ifindex)
+        .map(|uplink| unsafe { (*uplink).snat_addr })
 }

@@ -103,6 +103,7 @@ pub(crate) enum AllocError {
 #[inline(always)]
 pub(crate) fn allocate(
     settings: &Settings,
+    node_ip: [u8; 4],
     key: &NatKeyV4,
     origin: u8,
     flow_flags: u8,
@@ -136,14 +137,19 @@ pub(crate) fn allocate(
             None => {
                 // SAFETY: the helper takes no arguments and has no preconditions.
                 let random = unsafe { bpf_get_prandom_u32() };
-                let Some(port) = settings.port_at(random % settings.total_ports) else {
+                // `settings()` only hands out settings with ports, but the map value can change
+                // under the program: never divide by a value the verifier cannot see is nonzero.
+                let Some(port) = random
+                    .checked_rem(settings.total_ports)
+                    .and_then(|offset| settings.port_at(offset))
+                else {
                     break;
                 };
                 port
             }
         };
         let reply = NatEntryV4 {
-            addr: settings.node_ip,
+            addr: node_ip,
             port,
             ..restore
         };
@@ -154,7 +160,7 @@ pub(crate) fn allocate(
         {
             record_allocation(attempt);
             let forward = NatEntryV4 {
-                addr: settings.node_ip,
+                addr: node_ip,
                 port,
                 flags: flow_flags | FLOW_SEEN,
                 origin,

@@ -9,7 +9,7 @@ use aya::{
 use masq::datapath::object::{Datapath, LoadOptions};
 use masq_common::{
     counters::Counter,
-    layout::{NOMASQ_KIND_CIDR, NOMASQ_KIND_LINK_LOCAL},
+    layout::{ATTACH_TCX, NOMASQ_KIND_CIDR, NOMASQ_KIND_LINK_LOCAL, Uplink},
     nat::{Direction, NatEntryV4, NatKeyV4},
     ports::PortRange,
     settings::{MAX_PORT_RANGES, SETTING_ENABLED, SETTING_RANDOM_FULLY, Settings},
@@ -88,7 +88,6 @@ impl Harness {
     pub fn configure(&mut self, ranges: &[PortRange], random_fully: bool) {
         assert!(ranges.len() <= MAX_PORT_RANGES);
         let mut settings = Settings::DISABLED;
-        settings.node_ip = node_ip().octets();
         settings.flags = SETTING_ENABLED
             | if random_fully {
                 SETTING_RANDOM_FULLY
@@ -104,6 +103,27 @@ impl Harness {
             .maps
             .set_settings(&settings)
             .unwrap_or_else(|error| panic!("{error}"));
+        self.set_uplink(Some(node_ip()));
+    }
+
+    /// Makes the device `BPF_PROG_TEST_RUN` runs frames on (the namespace's loopback) an uplink
+    /// masquerading to `address`, or, with `None`, an interface masq does not translate on.
+    pub fn set_uplink(&mut self, address: Option<Ipv4Addr>) {
+        let maps = &mut self.datapath.maps;
+        let updated = match address {
+            Some(address) => maps.set_uplink(
+                TEST_RUN_IFINDEX,
+                &Uplink {
+                    snat_addr: address.octets(),
+                    attach_mode: ATTACH_TCX,
+                    created_clsact: 0,
+                    pad: 0,
+                    ifname: Uplink::encode_name("lo").unwrap_or_default(),
+                },
+            ),
+            None => maps.remove_uplink(TEST_RUN_IFINDEX),
+        };
+        updated.unwrap_or_else(|error| panic!("{error}"));
     }
 
     pub fn add_nomasq(&mut self, cidr: &str, kind: u32) {
@@ -207,6 +227,10 @@ impl Harness {
             .unwrap_or_else(|error| panic!("{error}"))
     }
 }
+
+/// The device `BPF_PROG_TEST_RUN` hands frames to a classifier on: loopback, unless the context
+/// names another.
+const TEST_RUN_IFINDEX: u32 = 1;
 
 pub fn node_ip() -> Ipv4Addr {
     NODE_IP.parse().unwrap_or(Ipv4Addr::UNSPECIFIED)

@@ -10,7 +10,7 @@ use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, Counter},
     layout::{
         MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_FRAGS_V4, MAP_META, MAP_NAT_V4, MAP_NOMASQ_V4,
-        MAP_SETTINGS, MapMeta,
+        MAP_SETTINGS, MAP_UPLINKS, MapMeta, Uplink,
     },
     nat::{FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
     settings::Settings,
@@ -24,6 +24,8 @@ pub struct DatapathMaps {
     pub meta: Array<MapData, MapMeta>,
     /// Datapath settings.
     pub settings: Array<MapData, Settings>,
+    /// The interfaces masq translates on, by interface index.
+    pub uplinks: HashMap<MapData, u32, Uplink>,
     /// Non-masquerade IPv4 destinations.
     pub nomasq_v4: LpmTrie<MapData, [u8; 4], u32>,
     /// Both halves of every translated flow.
@@ -91,6 +93,7 @@ impl DatapathMaps {
         Ok(Self {
             meta: typed(get(MAP_META)?, MAP_META)?,
             settings: typed(get(MAP_SETTINGS)?, MAP_SETTINGS)?,
+            uplinks: typed(get(MAP_UPLINKS)?, MAP_UPLINKS)?,
             nomasq_v4: typed(get(MAP_NOMASQ_V4)?, MAP_NOMASQ_V4)?,
             nat_v4: typed(nat, MAP_NAT_V4)?,
             nat_capacity,
@@ -112,6 +115,35 @@ impl DatapathMaps {
         self.settings
             .set(0, settings, 0)
             .map_err(DatapathError::map("writing", MAP_SETTINGS))
+    }
+
+    /// Every interface masq translates on, by interface index, in index order.
+    pub fn uplinks(&self) -> Result<Vec<(u32, Uplink)>, DatapathError> {
+        let mut uplinks = Vec::new();
+        for item in self.uplinks.iter() {
+            match item {
+                Ok(entry) => uplinks.push(entry),
+                Err(MapError::KeyNotFound) => {}
+                Err(error) => return Err(DatapathError::map("walking", MAP_UPLINKS)(error)),
+            }
+        }
+        uplinks.sort_by_key(|(ifindex, _)| *ifindex);
+        Ok(uplinks)
+    }
+
+    /// Records (or updates) interface `ifindex`; its packets are translated from the next one.
+    pub fn set_uplink(&mut self, ifindex: u32, uplink: &Uplink) -> Result<(), DatapathError> {
+        self.uplinks
+            .insert(ifindex, uplink, 0)
+            .map_err(DatapathError::map("writing", MAP_UPLINKS))
+    }
+
+    /// Forgets interface `ifindex`; its packets pass untouched from the next one.
+    pub fn remove_uplink(&mut self, ifindex: u32) -> Result<(), DatapathError> {
+        match self.uplinks.remove(&ifindex) {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(error) => Err(DatapathError::map("deleting from", MAP_UPLINKS)(error)),
+        }
     }
 
     /// The layout record of the map set.

@@ -11,8 +11,8 @@ use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
     layout::{
         ALL_MAPS, FRAGS_V4_MAX_ENTRIES, MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_FRAGS_V4,
-        MAP_LAYOUT_VERSION, MAP_META, MAP_NAT_V4, MAP_NOMASQ_V4, MAP_SETTINGS, MapMeta,
-        NOMASQ_V4_MAX_ENTRIES,
+        MAP_LAYOUT_VERSION, MAP_META, MAP_NAT_V4, MAP_NOMASQ_V4, MAP_SETTINGS, MAP_UPLINKS,
+        MapMeta, NOMASQ_V4_MAX_ENTRIES, UPLINKS_MAX_ENTRIES, Uplink,
     },
     nat::{FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
     settings::Settings,
@@ -72,7 +72,7 @@ struct ExpectedMap {
     max_entries: Option<u32>,
 }
 
-fn expected_maps() -> [ExpectedMap; 7] {
+fn expected_maps() -> [ExpectedMap; 8] {
     [
         ExpectedMap {
             name: MAP_META,
@@ -87,6 +87,13 @@ fn expected_maps() -> [ExpectedMap; 7] {
             key_size: 4,
             value_size: size_of::<Settings>(),
             max_entries: Some(1),
+        },
+        ExpectedMap {
+            name: MAP_UPLINKS,
+            map_type: MapType::Hash,
+            key_size: 4,
+            value_size: size_of::<Uplink>(),
+            max_entries: Some(UPLINKS_MAX_ENTRIES),
         },
         ExpectedMap {
             name: MAP_NOMASQ_V4,

@@ -60,9 +60,8 @@ pub fn sync_nomasq(
 }
 
 /// The settings value for the datapath.
-pub fn settings(node_ip: Ipv4Addr, ranges: &[PortRange], random_fully: bool) -> Settings {
+pub fn settings(ranges: &[PortRange], random_fully: bool) -> Settings {
     let mut settings = Settings::DISABLED;
-    settings.node_ip = node_ip.octets();
     settings.flags = SETTING_ENABLED
         | if random_fully {
             SETTING_RANDOM_FULLY
@@ -85,7 +84,6 @@ mod tests {
     #[test]
     fn settings_carry_ranges_and_flags() {
         let value = settings(
-            Ipv4Addr::new(192, 0, 2, 1),
             &[PortRange::new(1024, 2047), PortRange::new(4000, 4000)],
             true,
         );
@@ -95,6 +93,5 @@ mod tests {
             value.ranges(),
             [PortRange::new(1024, 2047), PortRange::new(4000, 4000)]
         );
-        assert_eq!(value.node_ip, [192, 0, 2, 1]);
     }
 }
