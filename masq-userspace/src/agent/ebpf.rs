@@ -1,19 +1,24 @@
 //! The eBPF backend: the pinned datapath on the uplink.
 
-use std::net::Ipv4Addr;
+use std::{collections::BTreeMap, net::Ipv4Addr};
 
 use masq_common::{
-    layout::{MAX_RESERVED_RANGES, MapMeta},
+    layout::{MAX_RESERVED_RANGES, MapMeta, Uplink},
     ports::PortRange,
     settings::Settings,
 };
 
-use super::{AgentError, AgentOptions, netif, reserved_ports, status::SharedStatus};
+use super::{
+    AgentError, AgentOptions,
+    netif::{self, InterfaceError},
+    reserved_ports,
+    status::{SharedStatus, UplinkStatus},
+};
 use crate::{
     config::cidr::Family,
     datapath::{
         DatapathError,
-        attach::attach,
+        attach::{AttachMode, attach_uplink, detach_uplink},
         gc,
         object::{Datapath, LoadOptions},
         pins::{PinDir, PinnedState, is_on_bpffs},
@@ -27,24 +32,35 @@ use crate::{
 pub(super) struct EbpfBackend {
     datapath: Datapath,
     pins: PinDir,
-    interface: String,
-    node_ip: Ipv4Addr,
+    /// The mode new attachments use.
+    attach_mode: AttachMode,
+    /// Interfaces this process swapped its programs into (by index), with their names. An
+    /// interface not listed here runs an older agent's programs, or none.
+    attached: BTreeMap<u32, String>,
     /// Translation is on: a config (or an adopted trie) is in force.
     enabled: bool,
 }
 
+/// An interface to translate on, and the address its traffic is masqueraded to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct WantedUplink {
+    name: String,
+    ifindex: u32,
+    address: Ipv4Addr,
+}
+
 impl EbpfBackend {
-    /// Loads (or adopts) the datapath. Programs are attached by [`Self::attach`] once the trie
-    /// and the settings are right.
+    /// Loads (or adopts) the datapath. Programs are attached by [`Self::reconcile_uplinks`]
+    /// once the trie and the settings are right.
     pub(super) fn start(options: &AgentOptions, status: &SharedStatus) -> Result<Self, AgentError> {
-        let interface = match &options.interface {
-            Some(interface) => interface.clone(),
-            None => netif::default_route_interface()?,
-        };
-        netif::interface_index(&interface)?;
-        let node_ip = match options.node_ip {
-            Some(node_ip) => node_ip,
-            None => netif::primary_ipv4(&interface)?,
+        // Everything the operator named is checked before anything changes on the node.
+        let wanted = wanted_uplinks(options, Strictness::Startup)?;
+        let attach_mode = match options.attach_mode {
+            Some(AttachMode::Tcx) if AttachMode::best_for_kernel() != AttachMode::Tcx => {
+                return Err(AgentError::TcxUnsupported);
+            }
+            Some(mode) => mode,
+            None => AttachMode::best_for_kernel(),
         };
         take_over_upstream_chain(options)?;
         if options.enable_ipv6 {
@@ -97,20 +113,19 @@ impl EbpfBackend {
         let enabled = adopted && datapath.maps.settings()?.enabled();
         {
             let mut state = status.lock();
-            state.interface.clone_from(&interface);
-            state.node_ip = Some(node_ip);
             state.nat_capacity = nat_max_entries;
             state.adopted = adopted;
         }
+        let names: Vec<&str> = wanted.iter().map(|uplink| uplink.name.as_str()).collect();
         tracing::info!(
-            %interface, %node_ip, pin_path = %pins.root().display(), adopted, nat_max_entries,
+            interfaces = ?names, %attach_mode, pin_path = %pins.root().display(), adopted, nat_max_entries,
             "datapath loaded{}", if adopted { " (adopted the pinned maps: live flows continue)" } else { "" }
         );
         Ok(Self {
             datapath,
             pins,
-            interface,
-            node_ip,
+            attach_mode,
+            attached: BTreeMap::new(),
             enabled,
         })
     }
@@ -143,7 +158,7 @@ impl EbpfBackend {
     /// valid config) passing everything through.
     pub(super) fn write_settings(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
         let value = if self.enabled {
-            settings(self.node_ip, &options.snat_ranges, options.random_fully)
+            settings(&options.snat_ranges, options.random_fully)
         } else {
             tracing::warn!(
                 "no valid config yet: the datapath passes all traffic untranslated until one is read"
@@ -193,33 +208,130 @@ impl EbpfBackend {
         Ok(())
     }
 
-    /// Attaches (or swaps in) the programs.
-    pub(super) fn attach(&mut self) -> Result<(), AgentError> {
-        for (hook, outcome) in attach(&mut self.datapath, &self.pins, &self.interface)? {
-            tracing::info!(interface = %self.interface, hook = hook.name(), ?outcome, "program attached");
+    /// Brings the interfaces masq translates on in line with what should be: attaches (or swaps
+    /// this process's programs in) where traffic leaves the node, follows address changes, and
+    /// detaches from interfaces that are gone or no longer wanted. Called at startup (where an
+    /// error stops the agent) and on every resync and interface change (where it is logged).
+    pub(super) fn reconcile_uplinks(
+        &mut self,
+        options: &AgentOptions,
+        status: &SharedStatus,
+        strictness: Strictness,
+    ) -> Result<(), AgentError> {
+        let wanted = wanted_uplinks(options, strictness)?;
+        let recorded: BTreeMap<u32, Uplink> = self.datapath.maps.uplinks()?.into_iter().collect();
+        let mut first_error = None;
+
+        for (&ifindex, uplink) in &recorded {
+            let still_wanted = wanted
+                .iter()
+                .any(|wanted| wanted.ifindex == ifindex && wanted.name == uplink.name());
+            if still_wanted {
+                continue;
+            }
+            tracing::warn!(
+                interface = uplink.name(),
+                ifindex,
+                "no longer translating on this interface (gone, or no longer an uplink)"
+            );
+            let detached = detach_uplink(&self.pins, ifindex, uplink)
+                .map_err(AgentError::from)
+                .and_then(|()| Ok(self.datapath.maps.remove_uplink(ifindex)?));
+            self.attached.remove(&ifindex);
+            if let Err(error) = detached {
+                tracing::error!(interface = uplink.name(), %error, "detaching failed");
+                first_error.get_or_insert(error);
+            }
+        }
+
+        for uplink in &wanted {
+            let previous = recorded.get(&uplink.ifindex);
+            let result = if self.attached.get(&uplink.ifindex) == Some(&uplink.name) {
+                self.follow_address(uplink, previous)
+            } else {
+                self.attach_uplink(uplink, previous, options)
+            };
+            if let Err(error) = result {
+                tracing::error!(interface = %uplink.name, %error, "attaching failed");
+                if strictness == Strictness::Startup {
+                    return Err(error);
+                }
+                first_error.get_or_insert(error);
+            }
+        }
+
+        let uplinks = self
+            .datapath
+            .maps
+            .uplinks()?
+            .into_iter()
+            .filter(|(ifindex, _)| self.attached.contains_key(ifindex))
+            .map(|(_, uplink)| UplinkStatus {
+                interface: uplink.name().to_owned(),
+                node_ip: Ipv4Addr::from(uplink.snat_addr),
+                attach_mode: AttachMode::of(&uplink).map_or("?", AttachMode::name),
+            })
+            .collect();
+        status.lock().uplinks = uplinks;
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn attach_uplink(
+        &mut self,
+        wanted: &WantedUplink,
+        previous: Option<&Uplink>,
+        options: &AgentOptions,
+    ) -> Result<(), AgentError> {
+        let recorded_mode = previous.and_then(AttachMode::of);
+        // Auto keeps whatever a previous agent used there: switching means a moment with no
+        // program or two of them.
+        let mode = match (options.attach_mode, recorded_mode) {
+            (None, Some(recorded)) => recorded,
+            _ => self.attach_mode,
+        };
+        if let (Some(previous), Some(recorded)) = (previous, recorded_mode)
+            && recorded != mode
+        {
+            tracing::warn!(interface = %wanted.name, from = %recorded, to = %mode, "switching attach mode; packets in between pass untranslated");
+            detach_uplink(&self.pins, wanted.ifindex, previous)?;
+        }
+        let (mut record, outcomes) = attach_uplink(
+            &mut self.datapath,
+            &self.pins,
+            &wanted.name,
+            wanted.ifindex,
+            mode,
+            previous.filter(|_| recorded_mode == Some(mode)),
+        )?;
+        record.snat_addr = wanted.address.octets();
+        // The entry turns translation on for the interface, so it comes after the programs.
+        self.datapath.maps.set_uplink(wanted.ifindex, &record)?;
+        self.attached.insert(wanted.ifindex, wanted.name.clone());
+        for (hook, outcome) in outcomes {
+            tracing::info!(interface = %wanted.name, node_ip = %wanted.address, %mode, hook = hook.name(), ?outcome, "program attached");
         }
         Ok(())
     }
 
-    /// Re-reads the node address when it was not given explicitly (DHCP may change it).
-    pub(super) fn follow_node_address(&mut self, options: &AgentOptions, status: &SharedStatus) {
-        if options.node_ip.is_some() {
-            return;
+    /// Updates the address of an interface this process attached to, when it changed (DHCP).
+    fn follow_address(
+        &mut self,
+        wanted: &WantedUplink,
+        previous: Option<&Uplink>,
+    ) -> Result<(), AgentError> {
+        let Some(previous) = previous else {
+            return Ok(());
+        };
+        if previous.snat_addr == wanted.address.octets() {
+            return Ok(());
         }
-        match netif::primary_ipv4(&self.interface) {
-            Ok(address) if address != self.node_ip => {
-                tracing::warn!(old = %self.node_ip, new = %address, "the node address changed; new flows use the new one");
-                self.node_ip = address;
-                status.lock().node_ip = Some(address);
-                if let Err(error) = self.write_settings(options) {
-                    tracing::error!(%error, "updating the datapath settings failed");
-                }
-            }
-            Ok(_) => {}
-            Err(error) => {
-                tracing::warn!(%error, "cannot read the node address; keeping {}", self.node_ip);
-            }
-        }
+        tracing::warn!(interface = %wanted.name, old = %Ipv4Addr::from(previous.snat_addr), new = %wanted.address, "the interface's address changed; new flows use the new one");
+        let updated = Uplink {
+            snat_addr: wanted.address.octets(),
+            ..*previous
+        };
+        self.datapath.maps.set_uplink(wanted.ifindex, &updated)?;
+        Ok(())
     }
 
     /// Removes expired flows.
@@ -247,6 +359,76 @@ impl EbpfBackend {
     }
 }
 
+/// How hard a problem with the interfaces hits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Strictness {
+    /// At startup: anything wrong with what the operator asked for stops the agent before it
+    /// changes anything.
+    Startup,
+    /// Later: interfaces come and go; problems are logged and the rest carries on.
+    Running,
+}
+
+/// The interfaces to translate on: the ones named with `--interface`, or every interface
+/// traffic leaves the node by, each with the address MASQUERADE would give its traffic.
+fn wanted_uplinks(
+    options: &AgentOptions,
+    strictness: Strictness,
+) -> Result<Vec<WantedUplink>, AgentError> {
+    if options.interfaces.is_empty() {
+        let interfaces = netif::interfaces()?;
+        let gateways = netif::gateway_interfaces()?;
+        let chosen: Vec<WantedUplink> = netif::uplink_candidates(&interfaces, &gateways)
+            .into_iter()
+            .filter_map(|interface| {
+                Some(WantedUplink {
+                    address: interface.global_ipv4.first().copied()?,
+                    name: interface.name,
+                    ifindex: interface.index,
+                })
+            })
+            .collect();
+        if chosen.is_empty() && strictness == Strictness::Startup {
+            return Err(AgentError::NoUplink);
+        }
+        return Ok(chosen);
+    }
+    let mut chosen = Vec::new();
+    for name in &options.interfaces {
+        let interface = match netif::interface(name) {
+            Ok(interface) => interface,
+            Err(error) if strictness == Strictness::Running => {
+                tracing::warn!(interface = %name, %error, "a named interface is missing; translating on the others");
+                continue;
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let problem = if interface.link_type == netif::ARPHRD_ETHER {
+            options
+                .node_ip
+                .or_else(|| interface.global_ipv4.first().copied())
+                .ok_or_else(|| InterfaceError::NoAddress(name.clone()))
+        } else {
+            Err(InterfaceError::NotEthernet {
+                name: name.clone(),
+                link_type: interface.link_type,
+            })
+        };
+        match problem {
+            Ok(address) => chosen.push(WantedUplink {
+                name: interface.name,
+                ifindex: interface.index,
+                address,
+            }),
+            Err(error) if strictness == Strictness::Running => {
+                tracing::warn!(interface = %name, %error, "not translating on this interface for now");
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(chosen)
+}
+
 /// Forwards aya-log records to tracing (through the `log` facade) on a background task.
 fn spawn_logger(datapath: &mut Datapath) -> Result<(), AgentError> {
     let logger = datapath.take_logger()?;
@@ -267,6 +449,19 @@ fn spawn_logger(datapath: &mut Datapath) -> Result<(), AgentError> {
     });
     tracing::warn!("datapath debug logging is on: every translated packet is logged, at a cost");
     Ok(())
+}
+
+/// Looks for an upstream ip-masq-agent chain again (a reconciled ip-masq-agent on AKS or GKE
+/// recreates it): removes it with `--take-over-iptables`, and otherwise reports it, since it
+/// masquerades before masq sees the packets. Returns the chain's name while it stays installed.
+pub(super) fn recheck_upstream_chain(options: &AgentOptions) -> Option<String> {
+    match take_over_upstream_chain(options) {
+        Ok(()) => None,
+        Err(error) => {
+            tracing::error!(chain = %options.masq_chain, %error, "an ip-masq-agent chain is back: pods are masqueraded by it, not by masq");
+            Some(options.masq_chain.clone())
+        }
+    }
 }
 
 /// An upstream ip-masq-agent chain masquerading at the same time as masq would translate

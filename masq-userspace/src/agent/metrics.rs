@@ -96,9 +96,9 @@ async fn handle(mut stream: TcpStream, status: &SharedStatus, pin_path: Option<P
         ("GET", "/readyz") => {
             let reason = status
                 .lock()
-                .last_error
+                .not_ready_reason
                 .clone()
-                .unwrap_or_else(|| "no valid config in force".to_owned());
+                .unwrap_or_else(|| "starting".to_owned());
             (
                 "503 Service Unavailable",
                 "text/plain",
@@ -190,15 +190,39 @@ pub fn render(status: &AgentStatus, datapath: &DatapathReadings) -> String {
         &mut out,
         "masq_agent_info",
         "gauge",
-        "The uplink, the address traffic is masqueraded to, the config source in force, and whether pinned state was adopted.",
+        "The config source in force, and whether pinned state was adopted.",
     );
     let _ = writeln!(
         out,
-        "masq_agent_info{{interface=\"{}\",node_ip=\"{}\",config=\"{}\",adopted=\"{}\"}} 1",
-        label(&status.interface),
-        status.node_ip.map(|ip| ip.to_string()).unwrap_or_default(),
+        "masq_agent_info{{config=\"{}\",adopted=\"{}\"}} 1",
         label(status.config_origin.as_deref().unwrap_or("")),
         status.adopted
+    );
+    family(
+        &mut out,
+        "masq_uplink_info",
+        "gauge",
+        "One series per interface masq translates on: the address traffic leaving by it is masqueraded to, and how the programs are attached.",
+    );
+    for uplink in &status.uplinks {
+        let _ = writeln!(
+            out,
+            "masq_uplink_info{{interface=\"{}\",node_ip=\"{}\",attach_mode=\"{}\"}} 1",
+            label(&uplink.interface),
+            uplink.node_ip,
+            uplink.attach_mode
+        );
+    }
+    family(
+        &mut out,
+        "masq_upstream_chain_present",
+        "gauge",
+        "1 while an upstream ip-masq-agent chain is installed next to masq (it masquerades before masq sees the packets).",
+    );
+    let _ = writeln!(
+        out,
+        "masq_upstream_chain_present {}",
+        u8::from(status.upstream_chain.is_some())
     );
     if let Some(started) = seconds(status.started) {
         family(
@@ -405,8 +429,11 @@ mod tests {
     fn every_family_is_declared_before_use_and_labels_are_escaped() {
         let status = AgentStatus {
             ready: true,
-            interface: "up0".to_owned(),
-            node_ip: Some(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+            uplinks: vec![crate::agent::status::UplinkStatus {
+                interface: "up0".to_owned(),
+                node_ip: std::net::Ipv4Addr::new(192, 0, 2, 1),
+                attach_mode: "tcx",
+            }],
             config_origin: Some("/etc/config/ip-masq-agent (file)".to_owned()),
             last_error: Some("CIDR \"x\" could not be parsed\nnext".to_owned()),
             ..AgentStatus::default()
@@ -421,9 +448,18 @@ mod tests {
         };
         let page = render(&status, &readings);
         assert!(
-            page.contains(r#"masq_agent_info{interface="up0",node_ip="192.0.2.1",config="/etc/config/ip-masq-agent (file)",adopted="false"} 1"#),
+            page.contains(
+                r#"masq_agent_info{config="/etc/config/ip-masq-agent (file)",adopted="false"} 1"#
+            ),
             "{page}"
         );
+        assert!(
+            page.contains(
+                r#"masq_uplink_info{interface="up0",node_ip="192.0.2.1",attach_mode="tcx"} 1"#
+            ),
+            "{page}"
+        );
+        assert!(page.contains("masq_upstream_chain_present 0\n"), "{page}");
         assert!(
             page.contains("masq_datapath_packets_total{outcome=\"egress_masqueraded\"} 5\n"),
             "{page}"

@@ -2,18 +2,20 @@
 //!
 //! With the eBPF backend, startup order matters for correctness:
 //!
-//! 1. find the uplink and node address; refuse to run next to an upstream iptables chain
-//!    unless told to take it over;
+//! 1. find the interfaces traffic leaves the node by and their addresses; refuse to run next
+//!    to an upstream iptables chain unless told to take it over;
 //! 2. adopt the pinned maps if a previous agent left a compatible set (restarts and upgrades
 //!    keep every flow), or create and pin fresh ones;
 //! 3. read the config and fill the non-masquerade trie (a diff against what is there);
 //! 4. write the settings, which enable translation;
 //! 5. reserve the SNAT ports from the node's own ephemeral allocation;
-//! 6. attach the programs, swapping them into pinned links where they exist.
+//! 6. attach the programs to every uplink, swapping them into the links or filters a previous
+//!    agent left, and record each uplink's address in the datapath.
 //!
 //! Translation is never enabled before the trie holds the exemptions. Afterwards the agent
 //! re-reads the config when its directory changes and every resync interval, applies changes,
-//! collects expired flows, and serves metrics. Stopping it, or killing it, leaves the datapath
+//! follows interfaces and addresses as they come and go, checks that no upstream chain came
+//! back, collects expired flows, and serves metrics. Stopping it, or killing it, leaves the datapath
 //! running from its pins; `masq uninstall` removes it.
 //!
 //! The iptables backend instead rewrites upstream's chain on every sync, like upstream.
@@ -37,15 +39,19 @@ use masq_common::{ports::PortRange, timeouts::FlowTimeouts};
 use tokio::time::{Instant, sleep_until};
 
 use self::{
-    ebpf::EbpfBackend, iptables_backend::IptablesBackend, netif::InterfaceError,
-    reserved_ports::SysctlError, status::SharedStatus, watch::DirectoryWatch,
+    ebpf::{EbpfBackend, Strictness, recheck_upstream_chain},
+    iptables_backend::IptablesBackend,
+    netif::InterfaceError,
+    reserved_ports::SysctlError,
+    status::SharedStatus,
+    watch::{DirectoryWatch, InterfaceWatch},
 };
 use crate::{
     config::{
         cidr::Family,
         source::{ConfigSource, EffectiveConfig, ReadOptions, load},
     },
-    datapath::DatapathError,
+    datapath::{DatapathError, attach::AttachMode},
     iptables::apply::IptablesError,
     policy::Policy,
     ports::ToPorts,
@@ -75,10 +81,13 @@ pub struct AgentOptions {
     pub masq_chain: String,
     /// `--to-ports` as upstream parsed it (for the iptables rules).
     pub to_ports: ToPorts,
-    /// The uplink; the default route's interface when `None`.
-    pub interface: Option<String>,
-    /// The SNAT address; the uplink's primary IPv4 when `None` (followed if it changes).
+    /// The interfaces to translate on; empty: every interface traffic leaves the node by.
+    pub interfaces: Vec<String>,
+    /// The SNAT address of the one named interface; its primary IPv4 when `None` (followed if
+    /// it changes).
     pub node_ip: Option<Ipv4Addr>,
+    /// How the programs are attached; `None`: tcx where the kernel has it, else tc.
+    pub attach_mode: Option<AttachMode>,
     /// The bpffs directory for pins.
     pub pin_path: PathBuf,
     /// Ports masqueraded flows may use (eBPF).
@@ -137,6 +146,15 @@ pub enum AgentError {
         /// How many jumps lead to it.
         jumps: usize,
     },
+    /// tcx was asked for on a kernel without it.
+    #[error("--attach-mode tcx needs Linux 6.6 or later; use --attach-mode tc (or auto)")]
+    TcxUnsupported,
+    /// No interface to translate on.
+    #[error(
+        "no interface carries traffic out of the node (none is up with a global IPv4 address and \
+         a route via a gateway, or backed by a NIC); name one with --interface"
+    )]
+    NoUplink,
     /// The metrics endpoint could not be served.
     #[error("serving metrics on {addr}: {source}")]
     Metrics {
@@ -183,7 +201,7 @@ pub async fn run(
     if let Backend::Ebpf(ebpf) = &mut agent.backend {
         ebpf.write_settings(&agent.options)?;
         ebpf.reserve_ports(&agent.options)?;
-        ebpf.attach()?;
+        ebpf.reconcile_uplinks(&agent.options, &agent.status, Strictness::Startup)?;
     }
     agent.update_readiness();
     let pin_path = match &agent.backend {
@@ -206,6 +224,14 @@ impl Agent {
     async fn run(&mut self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut watch = self.watch();
+        let mut interfaces = match (&self.backend, InterfaceWatch::new()) {
+            (Backend::Ebpf(_), Ok(watch)) => Some(watch),
+            (Backend::Ebpf(_), Err(error)) => {
+                tracing::warn!(%error, "cannot watch interface changes; they are picked up at the next resync");
+                None
+            }
+            (Backend::Iptables(_), _) => None,
+        };
         let mut next_resync = Instant::now() + self.resync_interval();
         let mut next_gc = Instant::now() + self.options.gc_interval;
         loop {
@@ -220,7 +246,9 @@ impl Agent {
                 () = sleep_until(next_resync) => {
                     self.reload("resync");
                     if let Backend::Ebpf(ebpf) = &mut self.backend {
-                        ebpf.follow_node_address(&self.options, &self.status);
+                        let _ = ebpf.reconcile_uplinks(&self.options, &self.status, Strictness::Running);
+                        self.status.lock().upstream_chain = recheck_upstream_chain(&self.options);
+                        self.update_readiness();
                     }
                     if watch.is_none() {
                         watch = self.watch();
@@ -241,6 +269,27 @@ impl Agent {
                     // The kubelet's swap is several renames; let it settle.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     self.reload("change");
+                }
+                changed = async {
+                    match interfaces.as_mut() {
+                        Some(watch) => watch.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if let Err(error) = changed {
+                        tracing::warn!(%error, "interface watch failed; relying on the resync interval");
+                        interfaces = None;
+                        continue;
+                    }
+                    // An interface comes up as a burst of link, address and route events.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    if let Some(watch) = interfaces.as_mut() {
+                        let _ = tokio::time::timeout(Duration::ZERO, watch.changed()).await;
+                    }
+                    if let Backend::Ebpf(ebpf) = &mut self.backend {
+                        let _ = ebpf.reconcile_uplinks(&self.options, &self.status, Strictness::Running);
+                        self.update_readiness();
+                    }
                 }
                 () = sleep_until(next_gc) => {
                     if let Backend::Ebpf(ebpf) = &mut self.backend {
@@ -357,10 +406,28 @@ impl Agent {
     }
 
     fn update_readiness(&self) {
-        let ready = match &self.backend {
+        let enabled = match &self.backend {
             Backend::Ebpf(ebpf) => ebpf.enabled(),
             Backend::Iptables(iptables) => iptables.enabled(),
         };
-        self.status.lock().ready = ready;
+        let mut state = self.status.lock();
+        let reason = if !enabled {
+            Some(
+                state
+                    .last_error
+                    .clone()
+                    .unwrap_or_else(|| "no valid config in force".to_owned()),
+            )
+        } else if let Some(chain) = &state.upstream_chain {
+            Some(format!(
+                "the ip-masq-agent chain {chain} is installed and masquerades before masq; remove upstream ip-masq-agent or run with --take-over-iptables"
+            ))
+        } else if matches!(self.backend, Backend::Ebpf(_)) && state.uplinks.is_empty() {
+            Some("no interface to translate on".to_owned())
+        } else {
+            None
+        };
+        state.ready = reason.is_none();
+        state.not_ready_reason = reason;
     }
 }

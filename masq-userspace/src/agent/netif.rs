@@ -1,8 +1,20 @@
-//! Finding the uplink and the node address when the operator does not name them.
+//! Finding the interfaces traffic leaves the node by, and the address each masquerades to.
+//!
+//! Everything here asks the kernel through the calling thread's network namespace (getifaddrs,
+//! ioctls, `/proc/self/net`), never through `/sys/class/net`, whose view belongs to whoever
+//! mounted sysfs: in a container or a test namespace it can show another namespace.
 
-use std::{fs, net::Ipv4Addr};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs,
+    net::Ipv4Addr,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+};
 
-use nix::{ifaddrs::getifaddrs, net::if_::if_nametoindex};
+use nix::{
+    ifaddrs::getifaddrs,
+    net::if_::{InterfaceFlags, if_nametoindex},
+};
 
 /// Why the uplink or its address could not be determined.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +34,242 @@ pub enum InterfaceError {
     /// Listing addresses failed.
     #[error("listing interface addresses: {0}")]
     Addresses(#[source] nix::Error),
+    /// The interface carries no Ethernet header, which the datapath parses.
+    #[error(
+        "interface {name} is not an Ethernet device (link type {link_type}); masq translates on \
+         Ethernet devices only"
+    )]
+    NotEthernet {
+        /// The interface.
+        name: String,
+        /// Its `ARPHRD_*` type.
+        link_type: u16,
+    },
+    /// An ioctl on the interface failed.
+    #[error("inspecting interface {name}: {source}")]
+    Inspect {
+        /// The interface.
+        name: String,
+        /// The kernel's answer.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// `ARPHRD_ETHER`: the link type of Ethernet devices (veth, bridges, bonds, VLANs and NICs).
+pub const ARPHRD_ETHER: u16 = 1;
+
+/// One interface of the node as the uplink choice sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetInterface {
+    /// Its name.
+    pub name: String,
+    /// Its index.
+    pub index: u32,
+    /// Administratively up.
+    pub up: bool,
+    /// The loopback device.
+    pub loopback: bool,
+    /// Its `ARPHRD_*` link type.
+    pub link_type: u16,
+    /// Backed by hardware (the driver reports a bus), as a NIC is and a veth is not.
+    pub physical: bool,
+    /// Its IPv4 addresses usable as a source towards other hosts, primary first.
+    pub global_ipv4: Vec<Ipv4Addr>,
+}
+
+/// Whether an address can be a source towards other hosts (what MASQUERADE would pick).
+fn is_global(address: Ipv4Addr) -> bool {
+    !(address.is_loopback()
+        || address.is_link_local()
+        || address.is_unspecified()
+        || address.is_multicast()
+        || address.is_broadcast())
+}
+
+/// Every interface of the namespace, in index order.
+pub fn interfaces() -> Result<Vec<NetInterface>, InterfaceError> {
+    let mut found: BTreeMap<String, (InterfaceFlags, Vec<Ipv4Addr>)> = BTreeMap::new();
+    for address in getifaddrs().map_err(InterfaceError::Addresses)? {
+        let entry = found
+            .entry(address.interface_name.clone())
+            .or_insert_with(|| (address.flags, Vec::new()));
+        entry.0 |= address.flags;
+        if let Some(ipv4) = address.address.and_then(|sockaddr| {
+            sockaddr
+                .as_sockaddr_in()
+                .map(nix::sys::socket::SockaddrIn::ip)
+        }) && is_global(ipv4)
+        {
+            entry.1.push(ipv4);
+        }
+    }
+    let socket = control_socket().map_err(|source| InterfaceError::Inspect {
+        name: String::new(),
+        source,
+    })?;
+    let mut interfaces = Vec::new();
+    for (name, (flags, global_ipv4)) in found {
+        // An interface that vanished since the listing is simply not there any more.
+        let Ok(index) = if_nametoindex(name.as_str()) else {
+            continue;
+        };
+        let link_type = link_type(&socket, &name)?;
+        interfaces.push(NetInterface {
+            up: flags.contains(InterfaceFlags::IFF_UP),
+            loopback: flags.contains(InterfaceFlags::IFF_LOOPBACK),
+            physical: driver_reports_bus(&socket, &name),
+            link_type,
+            index,
+            name,
+            global_ipv4,
+        });
+    }
+    interfaces.sort_by_key(|interface| interface.index);
+    Ok(interfaces)
+}
+
+/// The interface named `name`, or an error saying it does not exist.
+pub fn interface(name: &str) -> Result<NetInterface, InterfaceError> {
+    interface_index(name)?;
+    interfaces()?
+        .into_iter()
+        .find(|interface| interface.name == name)
+        .ok_or_else(|| InterfaceError::NoSuchInterface(name.to_owned()))
+}
+
+/// Interfaces that routes of the main table send traffic through towards a gateway (the default
+/// route included): the ones traffic leaves the node by.
+pub fn gateway_interfaces() -> Result<BTreeSet<String>, InterfaceError> {
+    let table = fs::read_to_string("/proc/net/route").map_err(InterfaceError::RouteTable)?;
+    Ok(gateway_interfaces_in(&table))
+}
+
+fn gateway_interfaces_in(table: &str) -> BTreeSet<String> {
+    const RTF_UP: u32 = 0x1;
+    const RTF_GATEWAY: u32 = 0x2;
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let interface = fields.first()?;
+            let flags = u32::from_str_radix(fields.get(3)?, 16).ok()?;
+            let default = fields.get(1) == Some(&"00000000") && fields.get(7) == Some(&"00000000");
+            (flags & RTF_UP != 0 && (flags & RTF_GATEWAY != 0 || default))
+                .then(|| (*interface).to_owned())
+        })
+        .collect()
+}
+
+/// The interfaces masq translates on when none are named: up, Ethernet, with an address other
+/// hosts can answer to, and either backed by hardware or carrying routes towards a gateway.
+/// That takes every NIC and the interface of the default route, and leaves out pod veths and
+/// pod bridges (no hardware, only routes to directly attached pods) and loopback.
+pub fn uplink_candidates(
+    interfaces: &[NetInterface],
+    gateway_interfaces: &BTreeSet<String>,
+) -> Vec<NetInterface> {
+    interfaces
+        .iter()
+        .filter(|interface| {
+            interface.up
+                && !interface.loopback
+                && interface.link_type == ARPHRD_ETHER
+                && !interface.global_ipv4.is_empty()
+                && (interface.physical || gateway_interfaces.contains(&interface.name))
+        })
+        .cloned()
+        .collect()
+}
+
+fn control_socket() -> std::io::Result<OwnedFd> {
+    // SAFETY: socket(2) with constant arguments; the result is checked before it is owned.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// An `ifreq` naming `name` (truncated names never match a real interface).
+fn ifreq_for(name: &str) -> libc::ifreq {
+    // SAFETY: ifreq is plain old data; all zeroes is a valid value.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (slot, byte) in request
+        .ifr_name
+        .iter_mut()
+        .zip(name.bytes().take(libc::IFNAMSIZ - 1))
+    {
+        *slot = byte as libc::c_char;
+    }
+    request
+}
+
+/// The interface's `ARPHRD_*` link type (`SIOCGIFHWADDR`).
+fn link_type(socket: &OwnedFd, name: &str) -> Result<u16, InterfaceError> {
+    let mut request = ifreq_for(name);
+    // SAFETY: SIOCGIFHWADDR reads the name and writes the hardware address into `request`,
+    // which lives across the call.
+    let result = unsafe {
+        libc::ioctl(
+            socket.as_raw_fd(),
+            libc::SIOCGIFHWADDR,
+            std::ptr::from_mut(&mut request),
+        )
+    };
+    if result < 0 {
+        return Err(InterfaceError::Inspect {
+            name: name.to_owned(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: the ioctl filled the hardware address member of the union.
+    Ok(unsafe { request.ifr_ifru.ifru_hwaddr.sa_family })
+}
+
+/// `struct ethtool_drvinfo` (`include/uapi/linux/ethtool.h`).
+#[repr(C)]
+struct DriverInfo {
+    cmd: u32,
+    driver: [u8; 32],
+    version: [u8; 32],
+    fw_version: [u8; 32],
+    bus_info: [u8; 32],
+    erom_version: [u8; 32],
+    reserved: [u8; 12],
+    n_priv_flags: u32,
+    n_stats: u32,
+    testinfo_len: u32,
+    eedump_len: u32,
+    regdump_len: u32,
+}
+
+/// Whether the driver reports a bus address (`ETHTOOL_GDRVINFO`): hardware NICs do, virtual
+/// devices (veth, bridge, bond, vxlan) report none or do not answer.
+fn driver_reports_bus(socket: &OwnedFd, name: &str) -> bool {
+    const ETHTOOL_GDRVINFO: u32 = 0x3;
+    // SAFETY: DriverInfo is plain old data; all zeroes is a valid value.
+    let mut info: DriverInfo = unsafe { std::mem::zeroed() };
+    info.cmd = ETHTOOL_GDRVINFO;
+    let mut request = ifreq_for(name);
+    request.ifr_ifru.ifru_data = std::ptr::from_mut(&mut info).cast();
+    // SAFETY: SIOCETHTOOL with ETHTOOL_GDRVINFO fills the `DriverInfo` that `request` points
+    // to; both live across the call.
+    let result = unsafe {
+        libc::ioctl(
+            socket.as_raw_fd(),
+            libc::SIOCETHTOOL,
+            std::ptr::from_mut(&mut request),
+        )
+    };
+    result == 0 && info.bus_info.first().is_some_and(|&byte| byte != 0) && {
+        // Some virtual drivers fill in a placeholder rather than leaving it empty.
+        let bus = String::from_utf8_lossy(&info.bus_info);
+        let bus = bus.trim_end_matches('\0');
+        !matches!(bus, "N/A" | "tap" | "")
+    }
 }
 
 /// The interface of the default IPv4 route with the lowest metric.
@@ -97,6 +345,69 @@ eth0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n";
             .collect::<Vec<_>>()
             .join("\n");
         assert_eq!(default_route_in(&no_default), None);
+    }
+
+    #[test]
+    fn gateway_routes_and_the_default_route_mark_uplinks() {
+        let table = format!(
+            "{TABLE}vpod1\t0001F40A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
+             up1\t8071CB00\t7E71CBC0\t0003\t0\t0\t0\t80FFFFFF\t0\t0\t0\n"
+        );
+        let uplinks = gateway_interfaces_in(&table);
+        assert_eq!(
+            uplinks.into_iter().collect::<Vec<_>>(),
+            ["eth0", "eth1", "up1"]
+        );
+    }
+
+    fn candidate(name: &str, physical: bool, addresses: &[Ipv4Addr]) -> NetInterface {
+        NetInterface {
+            name: name.to_owned(),
+            index: 2,
+            up: true,
+            loopback: false,
+            link_type: ARPHRD_ETHER,
+            physical,
+            global_ipv4: addresses.to_vec(),
+        }
+    }
+
+    #[test]
+    fn pod_veths_loopback_and_l3_devices_are_not_uplinks() {
+        let address = [Ipv4Addr::new(192, 0, 2, 1)];
+        let routed: BTreeSet<String> = ["veth-routed".to_owned()].into();
+        let mut tun = candidate("tun0", true, &address);
+        tun.link_type = 65534;
+        let mut down = candidate("eth2", true, &address);
+        down.up = false;
+        let mut lo = candidate("lo", false, &[Ipv4Addr::LOCALHOST]);
+        lo.loopback = true;
+        let all = [
+            candidate("eth0", true, &address),
+            candidate("veth-routed", false, &address),
+            candidate("vpod1", false, &[Ipv4Addr::new(10, 244, 1, 1)]),
+            candidate("eth1", true, &[]),
+            tun,
+            down,
+            lo,
+        ];
+        let chosen: Vec<String> = uplink_candidates(&all, &routed)
+            .into_iter()
+            .map(|interface| interface.name)
+            .collect();
+        assert_eq!(chosen, ["eth0", "veth-routed"]);
+    }
+
+    #[test]
+    fn the_namespace_lists_loopback() {
+        let all = interfaces().expect("interfaces");
+        let lo = all
+            .iter()
+            .find(|interface| interface.loopback)
+            .expect("loopback is listed");
+        assert_eq!(lo.name, "lo");
+        assert!(lo.global_ipv4.is_empty(), "127/8 is not global: {lo:?}");
+        assert!(!lo.physical);
     }
 
     #[test]

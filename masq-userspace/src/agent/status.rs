@@ -13,10 +13,12 @@ use crate::datapath::gc::GcReport;
 pub struct AgentStatus {
     /// The datapath is attached and a valid config (or adopted state) is in force.
     pub ready: bool,
-    /// The uplink.
-    pub interface: String,
-    /// The address masqueraded traffic leaves with.
-    pub node_ip: Option<Ipv4Addr>,
+    /// Why it is not ready, when it is not.
+    pub not_ready_reason: Option<String>,
+    /// The interfaces masq translates on.
+    pub uplinks: Vec<UplinkStatus>,
+    /// An upstream ip-masq-agent chain found installed next to masq (it masquerades first).
+    pub upstream_chain: Option<String>,
     /// Human-readable origin of the config in force.
     pub config_origin: Option<String>,
     /// Non-masquerade CIDRs in force, per family.
@@ -45,6 +47,17 @@ pub struct AgentStatus {
     pub started: Option<SystemTime>,
     /// Whether the pinned state was adopted from a previous agent.
     pub adopted: bool,
+}
+
+/// One interface masq translates on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UplinkStatus {
+    /// The interface.
+    pub interface: String,
+    /// The address traffic leaving by it is masqueraded to.
+    pub node_ip: Ipv4Addr,
+    /// `tcx` or `tc`.
+    pub attach_mode: &'static str,
 }
 
 /// The status behind a lock, cheap to clone.

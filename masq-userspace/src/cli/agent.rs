@@ -12,7 +12,7 @@ use clap::{Args, ValueEnum};
 use masq::{
     agent::{self, AgentOptions, BackendKind, reserved_ports::DEFAULT_SYSCTL_DIR},
     config::go::GoDuration,
-    datapath::pins::DEFAULT_PIN_PATH,
+    datapath::{attach::AttachMode, pins::DEFAULT_PIN_PATH},
     ports::parse_port_range,
 };
 use masq_common::{
@@ -35,6 +35,34 @@ enum BackendArg {
     Iptables,
 }
 
+/// `--attach-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum AttachModeArg {
+    /// tcx where the kernel has it, else tc.
+    Auto,
+    /// Pinned tcx links.
+    Tcx,
+    /// clsact qdisc and direct-action cls_bpf filters.
+    Tc,
+}
+
+/// A `--node-ip` other hosts can answer: not unspecified, loopback, multicast or broadcast.
+fn parse_node_ip(text: &str) -> Result<Ipv4Addr, String> {
+    let address: Ipv4Addr = text
+        .parse()
+        .map_err(|error| format!("{text:?} is not an IPv4 address: {error}"))?;
+    if address.is_unspecified()
+        || address.is_loopback()
+        || address.is_multicast()
+        || address.is_broadcast()
+    {
+        return Err(format!(
+            "{address} cannot be a source address other hosts answer to"
+        ));
+    }
+    Ok(address)
+}
+
 #[derive(Args, Debug)]
 pub(crate) struct AgentArgs {
     #[command(flatten)]
@@ -51,14 +79,23 @@ pub(crate) struct AgentArgs {
     #[arg(long)]
     take_over_iptables: bool,
 
-    /// The uplink to attach to [default: the interface of the default IPv4 route].
-    #[arg(long, value_name = "IFACE")]
-    interface: Option<String>,
+    /// An interface to translate on; repeat for several. Each masquerades to its own address, as
+    /// MASQUERADE does [default: every interface traffic leaves the node by: up, Ethernet, with
+    /// a global IPv4 address, and backed by a NIC or routing towards a gateway; followed as
+    /// interfaces and addresses come and go].
+    #[arg(long = "interface", value_name = "IFACE")]
+    interfaces: Vec<String>,
 
-    /// Address masqueraded traffic leaves with [default: the uplink's primary IPv4, followed if
-    /// it changes].
-    #[arg(long, value_name = "IP")]
+    /// Address masqueraded traffic leaves with, for a single --interface [default: the
+    /// interface's primary IPv4, followed if it changes].
+    #[arg(long, value_name = "IP", requires = "interfaces", value_parser = parse_node_ip)]
     node_ip: Option<Ipv4Addr>,
+
+    /// How the programs hang on the interfaces: tcx links (Linux 6.6+), or direct-action
+    /// filters on a clsact qdisc (tc, older kernels); auto picks tcx where the kernel has it and
+    /// keeps what a previous agent used on an interface.
+    #[arg(long, value_enum, default_value_t = AttachModeArg::Auto)]
+    attach_mode: AttachModeArg,
 
     /// bpffs directory where maps and links are pinned; a restarted agent adopts what it finds.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_PIN_PATH)]
@@ -102,6 +139,11 @@ fn parse_positive_duration(text: &str) -> Result<Duration, String> {
 }
 
 pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
+    if args.node_ip.is_some() && args.interfaces.len() != 1 {
+        return Ok(fail(
+            "--node-ip sets the address of one interface; name exactly one --interface with it",
+        ));
+    }
     let to_ports = match args.flags.to_ports() {
         Ok(to_ports) => to_ports,
         Err(error) => return Ok(fail(&error.to_string())),
@@ -126,8 +168,13 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
         enable_ipv6: args.flags.enable_ipv6,
         masq_chain: args.flags.masq_chain.clone(),
         to_ports: to_ports.clone(),
-        interface: args.interface.clone(),
+        interfaces: args.interfaces.clone(),
         node_ip: args.node_ip,
+        attach_mode: match args.attach_mode {
+            AttachModeArg::Auto => None,
+            AttachModeArg::Tcx => Some(AttachMode::Tcx),
+            AttachModeArg::Tc => Some(AttachMode::Tc),
+        },
         pin_path: args.pin_path.clone(),
         snat_ranges,
         random_fully: args.flags.random_fully,

@@ -13,11 +13,11 @@ use masq::{
     agent::reserved_ports::{self, DEFAULT_SYSCTL_DIR},
     datapath::{
         DatapathError,
-        attach::attached_program_names,
+        attach::{AttachMode, detach_uplink, programs_on},
         flows::{Flow, flows},
         gc::monotonic_now_ns,
         maps::DatapathMaps,
-        pins::{DEFAULT_PIN_PATH, PinDir, PinnedState},
+        pins::{DEFAULT_PIN_PATH, Hook, PinDir, PinnedState},
     },
 };
 use masq_common::{
@@ -86,12 +86,11 @@ fn open(pin_path: &std::path::Path) -> Result<DatapathMaps, ExitCode> {
 struct StatusJson {
     pin_path: String,
     layout_version: u32,
-    node_ip: String,
     translating: bool,
     random_fully: bool,
     snat_ports: Vec<String>,
     reserved_ports: Vec<String>,
-    attachments: Vec<AttachmentJson>,
+    uplinks: Vec<UplinkJson>,
     nomasq_cidrs: Vec<String>,
     nat_flows: usize,
     nat_entries: usize,
@@ -100,10 +99,30 @@ struct StatusJson {
 }
 
 #[derive(Serialize)]
-struct AttachmentJson {
-    hook: String,
+struct UplinkJson {
     interface: String,
-    programs: Vec<String>,
+    ifindex: u32,
+    node_ip: String,
+    attach_mode: String,
+    created_clsact: bool,
+    hooks: Vec<HookJson>,
+}
+
+#[derive(Serialize)]
+struct HookJson {
+    hook: String,
+    /// In the order the kernel runs them.
+    programs: Vec<ProgramJson>,
+    /// Why the kernel could not be asked.
+    error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct ProgramJson {
+    id: u32,
+    name: Option<String>,
+    masq: bool,
+    how: String,
 }
 
 fn port_list(ranges: &[PortRange]) -> Vec<String> {
@@ -120,26 +139,51 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let meta: MapMeta = maps.meta()?;
     let entries = maps.nat_entries()?;
     let trie = maps.nomasq_entries()?;
-    let attachments: Vec<AttachmentJson> = pins
-        .links()
+    let uplinks: Vec<UplinkJson> = maps
+        .uplinks()?
         .into_iter()
-        .map(|(hook, interface, _)| AttachmentJson {
-            hook: hook.name().to_owned(),
-            programs: attached_program_names(&interface, hook)
-                .unwrap_or_else(|error| vec![format!("unknown: {error}")]),
-            interface,
+        .map(|(ifindex, uplink)| UplinkJson {
+            interface: uplink.name().to_owned(),
+            ifindex,
+            node_ip: Ipv4Addr::from(uplink.snat_addr).to_string(),
+            attach_mode: AttachMode::of(&uplink)
+                .map_or("unknown", AttachMode::name)
+                .to_owned(),
+            created_clsact: uplink.created_clsact != 0,
+            hooks: [Hook::Egress, Hook::Ingress]
+                .into_iter()
+                .map(|hook| match programs_on(&pins, ifindex, &uplink, hook) {
+                    Ok(programs) => HookJson {
+                        hook: hook.name().to_owned(),
+                        programs: programs
+                            .into_iter()
+                            .map(|program| ProgramJson {
+                                id: program.program_id,
+                                name: program.name,
+                                masq: program.ours,
+                                how: program.how,
+                            })
+                            .collect(),
+                        error: None,
+                    },
+                    Err(error) => HookJson {
+                        hook: hook.name().to_owned(),
+                        programs: Vec::new(),
+                        error: Some(error),
+                    },
+                })
+                .collect(),
         })
         .collect();
     let capacity = maps.nat_v4_capacity();
     let status = StatusJson {
         pin_path: args.pins.pin_path.display().to_string(),
         layout_version: meta.layout_version,
-        node_ip: Ipv4Addr::from(settings.node_ip).to_string(),
         translating: settings.enabled(),
         random_fully: settings.random_fully(),
         snat_ports: port_list(settings.ranges()),
         reserved_ports: port_list(meta.reserved()),
-        attachments,
+        uplinks,
         nomasq_cidrs: trie
             .iter()
             .map(|(addr, prefix, kind)| {
@@ -174,13 +218,12 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     )?;
     writeln!(
         out,
-        "datapath:     {} to {}, ports {} ({})",
+        "datapath:     {}, ports {} ({})",
         if status.translating {
             "translating"
         } else {
             "NOT translating (no valid config yet)"
         },
-        status.node_ip,
         status.snat_ports.join(","),
         if status.random_fully {
             "random-fully"
@@ -197,20 +240,46 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             status.reserved_ports.join(",")
         }
     )?;
-    for attachment in &status.attachments {
-        let programs = if attachment.programs.is_empty() {
-            "DETACHED".to_owned()
-        } else {
-            attachment.programs.join(", ")
-        };
+    for uplink in &status.uplinks {
         writeln!(
             out,
-            "attached:     {} {}: {programs}",
-            attachment.interface, attachment.hook
+            "uplink:       {} (index {}) masquerades to {}, attached with {}{}",
+            uplink.interface,
+            uplink.ifindex,
+            uplink.node_ip,
+            uplink.attach_mode,
+            if uplink.created_clsact {
+                " (clsact qdisc created by masq)"
+            } else {
+                ""
+            }
         )?;
+        for hook in &uplink.hooks {
+            let programs = match &hook.error {
+                Some(error) => format!("unknown: {error}"),
+                None if !hook.programs.iter().any(|program| program.masq) => {
+                    "masq is NOT attached".to_owned()
+                }
+                None => hook
+                    .programs
+                    .iter()
+                    .map(|program| {
+                        format!(
+                            "{}{} (id {}, {})",
+                            if program.masq { "* " } else { "" },
+                            program.name.as_deref().unwrap_or("?"),
+                            program.id,
+                            program.how
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            };
+            writeln!(out, "  {:<11} {programs}", format!("{}:", hook.hook))?;
+        }
     }
-    if status.attachments.is_empty() {
-        writeln!(out, "attached:     nowhere (no pinned links)")?;
+    if status.uplinks.is_empty() {
+        writeln!(out, "uplinks:      none (masq translates on no interface)")?;
     }
     writeln!(
         out,
@@ -351,7 +420,19 @@ pub(crate) fn uninstall(args: &UninstallArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Ok(PinnedState::Compatible { .. }) => {
-            match DatapathMaps::from_pins(pins.root()).and_then(|maps| maps.meta()) {
+            let maps = DatapathMaps::from_pins(pins.root())?;
+            // tc filters live on the interfaces, not under the pin path: remove masq's own,
+            // and a clsact qdisc only where masq created it.
+            for (ifindex, uplink) in maps.uplinks()? {
+                detach_uplink(&pins, ifindex, &uplink)?;
+                writeln!(
+                    out,
+                    "detached from {} ({})",
+                    uplink.name(),
+                    AttachMode::of(&uplink).map_or("unknown mode", AttachMode::name)
+                )?;
+            }
+            match maps.meta() {
                 Ok(meta) => {
                     reserved_ports::release(&args.sysctl_dir, meta.reserved())?;
                     if !meta.reserved().is_empty() {

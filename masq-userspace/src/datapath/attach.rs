@@ -1,130 +1,241 @@
-//! Attaching the classifiers to the uplink with tcx links pinned under the pin directory.
+//! Attaching the classifiers to an interface, in one of two ways that both outlive the agent:
 //!
-//! A pinned link keeps the program attached when the agent exits or is killed. A new agent
-//! swaps its freshly loaded program into the existing link (`BPF_LINK_UPDATE`), so packets
-//! never see a moment without a program, and never two.
+//! * **tcx** (Linux 6.6+): links pinned under the pin directory. A new agent swaps its freshly
+//!   loaded program into the existing link (`BPF_LINK_UPDATE`), so packets never see a moment
+//!   without a program, and never two.
+//! * **tc** (older kernels): direct-action cls_bpf filters on a clsact qdisc. Filters belong to
+//!   the interface, not to a process; a new agent replaces the program of its own filter in
+//!   place (same priority and handle), which is atomic as well.
+//!
+//! What masq added is recorded in the uplinks map ([`Uplink`]), so detaching removes exactly
+//! that: masq's own links or filters, and a clsact qdisc only if masq created it and nothing
+//! else uses it. No call here needs CAP_SYS_ADMIN.
 
-use aya::programs::{
-    LinkOrder, SchedClassifier, TcAttachType,
-    links::{FdLink, LinkError, PinnedLink},
-    tc::{SchedClassifierLink, TcAttachOptions},
+use aya::{
+    programs::{
+        LinkOrder, SchedClassifier, TcAttachType,
+        links::{FdLink, LinkError, PinnedLink},
+        tc::{NlOptions, SchedClassifierLink, TcAttachOptions},
+    },
+    util::KernelVersion,
 };
-use masq_common::layout::{PROG_EGRESS, PROG_INGRESS};
+use masq_common::layout::{ATTACH_TC, ATTACH_TCX, PROG_EGRESS, PROG_INGRESS, Uplink};
 
 use super::{
     error::DatapathError,
     object::Datapath,
     pins::{Hook, PinDir},
+    tc_netlink::{self, ClsactHook},
+    tcx,
 };
+
+/// How the programs hang on an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    /// Pinned tcx links (Linux 6.6+).
+    Tcx,
+    /// Direct-action cls_bpf filters on a clsact qdisc (older kernels).
+    Tc,
+}
+
+impl AttachMode {
+    /// The mode this kernel supports best: tcx where it exists.
+    pub fn best_for_kernel() -> Self {
+        match KernelVersion::current() {
+            Ok(version) if version >= KernelVersion::new(6, 6, 0) => Self::Tcx,
+            _ => Self::Tc,
+        }
+    }
+
+    /// The mode recorded in an uplinks map entry.
+    pub const fn of(uplink: &Uplink) -> Option<Self> {
+        match uplink.attach_mode {
+            ATTACH_TCX => Some(Self::Tcx),
+            ATTACH_TC => Some(Self::Tc),
+            _ => None,
+        }
+    }
+
+    /// Its code in the uplinks map.
+    pub const fn code(self) -> u8 {
+        match self {
+            Self::Tcx => ATTACH_TCX,
+            Self::Tc => ATTACH_TC,
+        }
+    }
+
+    /// Its name in flags, logs and `masq status`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Tcx => "tcx",
+            Self::Tc => "tc",
+        }
+    }
+}
+
+impl std::fmt::Display for AttachMode {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
 
 /// What attaching did for one hook.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttachOutcome {
-    /// A new link was created and pinned.
+    /// A new link or filter was created.
     Created,
-    /// The pinned link now runs the new program.
+    /// The existing link or filter now runs the new program.
     Replaced,
     /// The pinned link was no longer attached (its interface went away); a new one replaced it.
     Recreated,
 }
 
-/// Attaches both programs to `interface`, adopting pinned links where they exist, and removes
-/// pinned links of other interfaces (the uplink changed).
-pub fn attach(
+/// The program of `hook` and its name.
+fn program_of(
     datapath: &mut Datapath,
-    pins: &PinDir,
-    interface: &str,
-) -> Result<[(Hook, AttachOutcome); 2], DatapathError> {
-    let egress = attach_one(
-        datapath.egress_mut()?,
-        PROG_EGRESS,
-        pins,
-        interface,
-        Hook::Egress,
-    )?;
-    let ingress = attach_one(
-        datapath.ingress_mut()?,
-        PROG_INGRESS,
-        pins,
-        interface,
-        Hook::Ingress,
-    )?;
-    for (_, other_interface, path) in pins.links() {
-        if other_interface != interface {
-            tracing::warn!(link = %path.display(), "detaching masq from {other_interface}, which is no longer the uplink");
-            std::fs::remove_file(&path).map_err(|source| DatapathError::Io {
-                what: "removing",
-                path,
-                source,
-            })?;
-        }
-    }
-    Ok([(Hook::Egress, egress), (Hook::Ingress, ingress)])
+    hook: Hook,
+) -> Result<(&mut SchedClassifier, &'static str), DatapathError> {
+    Ok(match hook {
+        Hook::Egress => (datapath.egress_mut()?, PROG_EGRESS),
+        Hook::Ingress => (datapath.ingress_mut()?, PROG_INGRESS),
+    })
 }
 
-fn attach_type(hook: Hook) -> TcAttachType {
+const fn attach_type(hook: Hook) -> TcAttachType {
     match hook {
         Hook::Egress => TcAttachType::Egress,
         Hook::Ingress => TcAttachType::Ingress,
     }
 }
 
-fn attach_one(
-    program: &mut SchedClassifier,
-    name: &'static str,
+const fn clsact_hook(hook: Hook) -> ClsactHook {
+    match hook {
+        Hook::Egress => ClsactHook::Egress,
+        Hook::Ingress => ClsactHook::Ingress,
+    }
+}
+
+const HOOKS: [Hook; 2] = [Hook::Egress, Hook::Ingress];
+
+/// Priority of masq's tc filters: the first, so nothing that ends the filter walk runs before.
+const TC_PRIORITY: u16 = 1;
+/// Handle of masq's tc filters ("mq"); a restarted agent finds its filters by program name.
+const TC_HANDLE: u32 = 0x6d71;
+
+/// Attaches both programs to interface `name` (index `ifindex`) in `mode`, taking over what a
+/// previous agent attached there, and returns the record to keep in the uplinks map (with
+/// `snat_addr` left for the caller) and what happened per hook.
+pub fn attach_uplink(
+    datapath: &mut Datapath,
     pins: &PinDir,
-    interface: &str,
+    name: &str,
+    ifindex: u32,
+    mode: AttachMode,
+    previous: Option<&Uplink>,
+) -> Result<(Uplink, [(Hook, AttachOutcome); 2]), DatapathError> {
+    let ifname = Uplink::encode_name(name).ok_or_else(|| DatapathError::Attach {
+        interface: name.to_owned(),
+        detail: "the interface name is longer than the kernel allows".to_owned(),
+    })?;
+    let mut record = Uplink {
+        snat_addr: previous.map_or([0; 4], |previous| previous.snat_addr),
+        attach_mode: mode.code(),
+        created_clsact: 0,
+        pad: 0,
+        ifname,
+    };
+    let mut outcomes = [(Hook::Egress, AttachOutcome::Created); 2];
+    match mode {
+        AttachMode::Tcx => {
+            for (slot, hook) in outcomes.iter_mut().zip(HOOKS) {
+                *slot = (hook, attach_tcx(datapath, pins, name, ifindex, hook)?);
+            }
+        }
+        AttachMode::Tc => {
+            let created =
+                tc_netlink::add_clsact(ifindex).map_err(|error| DatapathError::Attach {
+                    interface: name.to_owned(),
+                    detail: error.to_string(),
+                })?;
+            // A qdisc masq created stays masq's across restarts, whoever finds it.
+            let created_before =
+                previous.is_some_and(|previous| previous.created_clsact != 0 && !created);
+            record.created_clsact = u8::from(created || created_before);
+            for (slot, hook) in outcomes.iter_mut().zip(HOOKS) {
+                *slot = (hook, attach_tc(datapath, name, ifindex, hook)?);
+            }
+        }
+    }
+    Ok((record, outcomes))
+}
+
+fn attach_tcx(
+    datapath: &mut Datapath,
+    pins: &PinDir,
+    name: &str,
+    ifindex: u32,
     hook: Hook,
 ) -> Result<AttachOutcome, DatapathError> {
-    let path = pins.link(hook, interface);
+    let (program, program_name) = program_of(datapath, hook)?;
+    let path = pins.link(hook, name);
     let mut outcome = AttachOutcome::Created;
-    match PinnedLink::from_pin(&path) {
-        Ok(pinned) => {
-            let link = SchedClassifierLink::try_from(FdLink::from(pinned)).map_err(|error| {
+    match tcx::open_pinned(&path) {
+        Ok(link) => {
+            let info = tcx::link_info(std::os::fd::AsFd::as_fd(&link)).map_err(|error| {
                 DatapathError::Link {
                     path: path.clone(),
                     detail: error.to_string(),
                 }
             })?;
-            let link_id = program
-                .attach_to_link(link)
-                .map_err(DatapathError::program("replacing in link", name))?;
-            // The pin keeps the link; dropping our handle must not detach it.
-            drop(
-                program
-                    .take_link(link_id)
-                    .map_err(DatapathError::program("releasing link of", name))?,
-            );
-            if is_attached(program, interface, hook)? {
+            if info.ifindex == ifindex && info.hook == Some(hook) {
+                let pinned = PinnedLink::from_pin(&path).map_err(|error| DatapathError::Link {
+                    path: path.clone(),
+                    detail: error.to_string(),
+                })?;
+                let link = SchedClassifierLink::try_from(FdLink::from(pinned)).map_err(
+                    |error: LinkError| DatapathError::Link {
+                        path: path.clone(),
+                        detail: error.to_string(),
+                    },
+                )?;
+                let link_id = program
+                    .attach_to_link(link)
+                    .map_err(DatapathError::program("replacing in link", program_name))?;
+                // The pin keeps the link; dropping our handle must not detach it.
+                drop(
+                    program
+                        .take_link(link_id)
+                        .map_err(DatapathError::program("releasing link of", program_name))?,
+                );
                 return Ok(AttachOutcome::Replaced);
             }
-            tracing::warn!(link = %path.display(), "pinned link is defunct (interface recreated?); creating a new one");
-            std::fs::remove_file(&path).map_err(|source| DatapathError::Io {
-                what: "removing",
-                path: path.clone(),
-                source,
-            })?;
+            tracing::warn!(
+                link = %path.display(),
+                linked_ifindex = info.ifindex,
+                ifindex,
+                "pinned link no longer hangs on this interface (it was recreated); creating a new one"
+            );
+            remove_pin(&path)?;
             outcome = AttachOutcome::Recreated;
         }
-        Err(LinkError::SyscallError(error))
-            if error.io_error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) => {
             return Err(DatapathError::Link {
-                path: path.clone(),
+                path,
                 detail: error.to_string(),
             });
         }
     }
     let link_id = program
         .attach_with_options(
-            interface,
+            name,
             attach_type(hook),
             TcAttachOptions::TcxOrder(LinkOrder::default()),
         )
-        .map_err(DatapathError::program("attaching", name))?;
+        .map_err(DatapathError::program("attaching", program_name))?;
     let link = program
         .take_link(link_id)
-        .map_err(DatapathError::program("taking link of", name))?;
+        .map_err(DatapathError::program("taking link of", program_name))?;
     let fd_link = FdLink::try_from(link).map_err(|error| DatapathError::Link {
         path: path.clone(),
         detail: error.to_string(),
@@ -137,35 +248,212 @@ fn attach_one(
     Ok(outcome)
 }
 
-/// Whether `program` is among the tcx programs attached to `interface` at `hook`.
-fn is_attached(
-    program: &SchedClassifier,
-    interface: &str,
+fn attach_tc(
+    datapath: &mut Datapath,
+    name: &str,
+    ifindex: u32,
     hook: Hook,
-) -> Result<bool, DatapathError> {
-    let name = match hook {
-        Hook::Egress => PROG_EGRESS,
-        Hook::Ingress => PROG_INGRESS,
+) -> Result<AttachOutcome, DatapathError> {
+    let (program, program_name) = program_of(datapath, hook)?;
+    let attach_error = |detail: String| DatapathError::Attach {
+        interface: name.to_owned(),
+        detail,
     };
-    let ours = program
-        .info()
-        .map_err(DatapathError::program("inspecting", name))?
-        .id();
-    let (_, attached) = SchedClassifier::query_tcx(interface, attach_type(hook))
-        .map_err(DatapathError::program("querying tcx for", name))?;
-    Ok(attached.iter().any(|info| info.id() == ours))
+    let (ours, others): (Vec<tc_netlink::TcFilter>, Vec<tc_netlink::TcFilter>) =
+        tc_netlink::list_filters(ifindex, clsact_hook(hook))
+            .map_err(|error| attach_error(error.to_string()))?
+            .into_iter()
+            .partition(|filter| filter.bpf_name.as_deref() == Some(program_name));
+    let (link_id, outcome) = if let Some(existing) = ours.first() {
+        let link = SchedClassifierLink::attached(
+            name,
+            attach_type(hook),
+            existing.priority,
+            existing.handle.into(),
+            None,
+        )
+        .map_err(|error| attach_error(error.to_string()))?;
+        let link_id = program
+            .attach_to_link(link)
+            .map_err(DatapathError::program("replacing in filter", program_name))?;
+        // Leftovers of an interrupted attach would run the old program a second time.
+        for duplicate in ours.iter().skip(1) {
+            tc_netlink::delete_filter_if_named(
+                ifindex,
+                clsact_hook(hook),
+                duplicate.priority,
+                duplicate.handle,
+                program_name,
+            )
+            .map_err(|error| attach_error(error.to_string()))?;
+        }
+        (link_id, AttachOutcome::Replaced)
+    } else {
+        // tc runs filters in priority order and the first verdict other than "continue" ends
+        // the walk: masq goes first, so a filter that accepts packets cannot bypass it.
+        if let Some(first) = others.first()
+            && first.priority <= TC_PRIORITY
+        {
+            tracing::warn!(
+                interface = name,
+                hook = hook.name(),
+                other = %first.kind,
+                priority = first.priority,
+                "another tc filter holds the first priority and runs before masq"
+            );
+        }
+        let options = NlOptions {
+            priority: TC_PRIORITY,
+            handle: TC_HANDLE.into(),
+            ..NlOptions::default()
+        };
+        let link_id = program
+            .attach_with_options(name, attach_type(hook), TcAttachOptions::Netlink(options))
+            .map_err(DatapathError::program("attaching", program_name))?;
+        (link_id, AttachOutcome::Created)
+    };
+    let link = program
+        .take_link(link_id)
+        .map_err(DatapathError::program("taking filter of", program_name))?;
+    // Dropping the handle would delete the filter; the filter must outlive the agent.
+    std::mem::forget(link);
+    Ok(outcome)
 }
 
-/// The ids of the programs attached to `interface` at `hook` (for `masq status`).
-pub fn attached_program_names(interface: &str, hook: Hook) -> Result<Vec<String>, DatapathError> {
-    let name = match hook {
+/// Removes what masq attached to interface `ifindex` as `uplink` records it. An interface that
+/// is gone took its filters with it; a tcx link pin is removed either way.
+pub fn detach_uplink(pins: &PinDir, ifindex: u32, uplink: &Uplink) -> Result<(), DatapathError> {
+    let name = uplink.name();
+    match AttachMode::of(uplink) {
+        Some(AttachMode::Tcx) | None => {
+            for hook in HOOKS {
+                let path = pins.link(hook, name);
+                if std::fs::symlink_metadata(&path).is_ok() {
+                    remove_pin(&path)?;
+                }
+            }
+        }
+        Some(AttachMode::Tc) => {
+            if !interface_is(ifindex, name) {
+                return Ok(());
+            }
+            let detach_error = |detail: String| DatapathError::Attach {
+                interface: name.to_owned(),
+                detail,
+            };
+            let mut others = 0;
+            for hook in HOOKS {
+                let program_name = match hook {
+                    Hook::Egress => PROG_EGRESS,
+                    Hook::Ingress => PROG_INGRESS,
+                };
+                for filter in tc_netlink::list_filters(ifindex, clsact_hook(hook))
+                    .map_err(|error| detach_error(error.to_string()))?
+                {
+                    if filter.bpf_name.as_deref() == Some(program_name) {
+                        tc_netlink::delete_filter_if_named(
+                            ifindex,
+                            clsact_hook(hook),
+                            filter.priority,
+                            filter.handle,
+                            program_name,
+                        )
+                        .map_err(|error| detach_error(error.to_string()))?;
+                    } else {
+                        others += 1;
+                    }
+                }
+            }
+            if uplink.created_clsact != 0 {
+                if others == 0 {
+                    tc_netlink::delete_clsact(ifindex)
+                        .map_err(|error| detach_error(error.to_string()))?;
+                } else {
+                    tracing::info!(
+                        interface = name,
+                        filters = others,
+                        "leaving the clsact qdisc masq created: other filters use it now"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether interface `ifindex` still exists under `name` (not deleted, not reused).
+fn interface_is(ifindex: u32, name: &str) -> bool {
+    nix::net::if_::if_nametoindex(name).is_ok_and(|index| index == ifindex)
+}
+
+fn remove_pin(path: &std::path::Path) -> Result<(), DatapathError> {
+    std::fs::remove_file(path).map_err(|source| DatapathError::Io {
+        what: "removing",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// One program attached to a hook, as `masq status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookProgram {
+    /// The program's id (0 when unknown).
+    pub program_id: u32,
+    /// Its name where the kernel tells it without CAP_SYS_ADMIN (tc filters carry it).
+    pub name: Option<String>,
+    /// Whether it is masq's own attachment.
+    pub ours: bool,
+    /// How it is attached: `tcx link N`, `tc filter prio P handle H`.
+    pub how: String,
+}
+
+/// What runs on `hook` of interface `ifindex`, in the order the kernel runs it: tcx programs
+/// first, then tc filters. An error is the reason the kernel would not say.
+pub fn programs_on(
+    pins: &PinDir,
+    ifindex: u32,
+    uplink: &Uplink,
+    hook: Hook,
+) -> Result<Vec<HookProgram>, String> {
+    let name = uplink.name();
+    let our_link = tcx::open_pinned(&pins.link(hook, name))
+        .ok()
+        .and_then(|fd| tcx::link_info(std::os::fd::AsFd::as_fd(&fd)).ok())
+        .filter(|info| info.ifindex == ifindex);
+    let mut programs: Vec<HookProgram> = tcx::attached_program_ids(ifindex, hook)
+        .map_err(|error| format!("querying tcx: {error}"))?
+        .into_iter()
+        .map(|program_id| {
+            let ours = our_link.is_some_and(|info| info.program_id == program_id);
+            HookProgram {
+                program_id,
+                name: None,
+                ours,
+                how: match our_link {
+                    Some(info) if ours => format!("tcx link {}", info.link_id),
+                    _ => "tcx".to_owned(),
+                },
+            }
+        })
+        .collect();
+    let our_name = match hook {
         Hook::Egress => PROG_EGRESS,
         Hook::Ingress => PROG_INGRESS,
     };
-    let (_, attached) = SchedClassifier::query_tcx(interface, attach_type(hook))
-        .map_err(DatapathError::program("querying tcx for", name))?;
-    Ok(attached
-        .iter()
-        .map(|info| format!("{} (id {})", info.name_as_str().unwrap_or("?"), info.id()))
-        .collect())
+    let filters = tc_netlink::list_filters(ifindex, clsact_hook(hook))
+        .map_err(|error| format!("listing tc filters: {error}"))?;
+    programs.extend(filters.into_iter().map(|filter| HookProgram {
+        program_id: filter.bpf_prog_id.unwrap_or(0),
+        ours: AttachMode::of(uplink) == Some(AttachMode::Tc)
+            && filter.bpf_name.as_deref() == Some(our_name),
+        how: format!(
+            "tc {} filter prio {} handle {:#x}{}",
+            filter.kind,
+            filter.priority,
+            filter.handle,
+            if filter.direct_action { " da" } else { "" }
+        ),
+        name: filter.bpf_name,
+    }));
+    Ok(programs)
 }

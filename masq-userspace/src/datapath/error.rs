@@ -59,6 +59,15 @@ pub enum DatapathError {
         /// What went wrong.
         detail: String,
     },
+    /// Attaching to or detaching from an interface failed outside of a program operation
+    /// (qdisc, filter listing).
+    #[error("interface {interface}: {detail}")]
+    Attach {
+        /// The interface.
+        interface: String,
+        /// What went wrong.
+        detail: String,
+    },
     /// Filesystem trouble under the pin directory.
     #[error("{what} {path}: {source}")]
     Io {
