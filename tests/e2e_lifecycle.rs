@@ -18,7 +18,10 @@ use aya::programs::{SchedClassifier, TcAttachType};
 use masq_testbed::{
     agent::Agent,
     configmap::ConfigMapVolume,
-    sandbox::{CLUSTER_PEER_IP, NODE_IP, OUTSIDE_IP, Sandbox, SandboxOptions, UPLINK, pod_ip},
+    in_both_attach_modes,
+    sandbox::{
+        AttachMode, CLUSTER_PEER_IP, NODE_IP, OUTSIDE_IP, Sandbox, SandboxOptions, UPLINK, pod_ip,
+    },
     traffic::{
         HeldConnection, UdpFlow, fnv1a, tcp_server, tcp_transfer, tcp_transfer_paced, udp_server,
     },
@@ -63,6 +66,54 @@ fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) 
     panic!("timed out waiting for {what}");
 }
 
+/// What `masq status` says runs on the uplink's `hook`: (masq's own, how) per program.
+fn uplink_programs(agent: &Agent, hook: &str) -> Vec<(bool, String)> {
+    let status = status_json(agent);
+    let uplink = status["uplinks"]
+        .as_array()
+        .and_then(|uplinks| uplinks.iter().find(|uplink| uplink["interface"] == UPLINK))
+        .unwrap_or_else(|| panic!("{UPLINK} is not an uplink in {status}"))
+        .clone();
+    let hook = uplink["hooks"]
+        .as_array()
+        .and_then(|hooks| hooks.iter().find(|entry| entry["hook"] == hook))
+        .unwrap_or_else(|| panic!("no {hook} hook in {uplink}"));
+    assert!(hook["error"].is_null(), "{hook}");
+    hook["programs"]
+        .as_array()
+        .map(|programs| {
+            programs
+                .iter()
+                .map(|program| {
+                    (
+                        program["masq"] == true,
+                        program["how"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Asserts that masq runs exactly once on each hook of the uplink, attached in `mode`.
+fn assert_attached_once(agent: &Agent, mode: AttachMode) {
+    for hook in ["egress", "ingress"] {
+        let ours: Vec<String> = uplink_programs(agent, hook)
+            .into_iter()
+            .filter(|(masq, _)| *masq)
+            .map(|(_, how)| how)
+            .collect();
+        let expected = match mode {
+            AttachMode::Tcx => "tcx link",
+            AttachMode::Tc => "tc bpf filter",
+        };
+        assert!(
+            ours.len() == 1 && ours[0].starts_with(expected),
+            "masq must run once on {hook} through a {expected}: {ours:?}"
+        );
+    }
+}
+
 fn status_json(agent: &Agent) -> serde_json::Value {
     let output = agent.masq(&["status", "--output", "json"]);
     assert!(
@@ -73,9 +124,9 @@ fn status_json(agent: &Agent) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).expect("status json")
 }
 
-#[test]
-fn a_configmap_update_reaches_new_flows_within_a_second_and_spares_live_ones() {
-    let sandbox = Sandbox::new("cm", SandboxOptions::default());
+in_both_attach_modes! {
+fn a_configmap_update_reaches_new_flows_within_a_second_and_spares_live_ones(attach_mode) {
+    let sandbox = Sandbox::new("cm", SandboxOptions::in_mode(attach_mode));
     let mut volume = ConfigMapVolume::new(&format!("{}-cm", sandbox.tag));
     volume.update(&[(
         "ip-masq-agent",
@@ -120,10 +171,11 @@ fn a_configmap_update_reaches_new_flows_within_a_second_and_spares_live_ones() {
     assert!(metric(&agent, "masq_config_reloads_total{result=\"ok\"}") > reloads_before);
     drop(agent);
 }
+}
 
-#[test]
-fn restarting_or_killing_the_agent_loses_no_flow() {
-    let sandbox = Sandbox::new("rst", SandboxOptions::default());
+in_both_attach_modes! {
+fn restarting_or_killing_the_agent_loses_no_flow(attach_mode) {
+    let sandbox = Sandbox::new("rst", SandboxOptions::in_mode(attach_mode));
     let absent = format!("/tmp/{}-absent", sandbox.tag);
     let mut agent = Agent::start(&sandbox, &["--config", &absent]);
     let _tcp = tcp_server(&sandbox.outside, any(8080));
@@ -139,6 +191,7 @@ fn restarting_or_killing_the_agent_loses_no_flow() {
         .unwrap();
     let udp_peer = udp.request(b"first").unwrap();
     assert!(is_node(held.peer) && is_node(udp_peer));
+    assert_attached_once(&agent, attach_mode);
 
     // A transfer paced over several seconds, across the restarts below.
     let data: Vec<u8> = (0..6_000_000u32).map(|index| (index % 251) as u8).collect();
@@ -193,6 +246,8 @@ fn restarting_or_killing_the_agent_loses_no_flow() {
     held.echo("after restart")
         .expect("held flow broken after the restart");
     assert_eq!(udp.request(b"after restart").unwrap(), udp_peer);
+    // The restarted agents replaced the programs in place: one of masq's per hook, still.
+    assert_attached_once(&agent, attach_mode);
 
     let transfer = bulk
         .join()
@@ -206,10 +261,11 @@ fn restarting_or_killing_the_agent_loses_no_flow() {
     assert!(is_node(transfer.peer));
     assert_eq!(sandbox.checksum_errors(), Vec::new());
 }
+}
 
-#[test]
-fn bad_configs_never_change_the_datapath() {
-    let sandbox = Sandbox::new("bad", SandboxOptions::default());
+in_both_attach_modes! {
+fn bad_configs_never_change_the_datapath(attach_mode) {
+    let sandbox = Sandbox::new("bad", SandboxOptions::in_mode(attach_mode));
     let mut volume = ConfigMapVolume::new(&format!("{}-cm", sandbox.tag));
     let good = "nonMasqueradeCIDRs: [10.0.0.0/8, 198.51.100.20/32]\n";
     volume.update(&[("ip-masq-agent", good)]);
@@ -283,10 +339,11 @@ fn bad_configs_never_change_the_datapath() {
         "a successful load clears the error"
     );
 }
+}
 
-#[test]
-fn an_agent_without_a_valid_config_translates_nothing_until_it_gets_one() {
-    let sandbox = Sandbox::new("nocfg", SandboxOptions::default());
+in_both_attach_modes! {
+fn an_agent_without_a_valid_config_translates_nothing_until_it_gets_one(attach_mode) {
+    let sandbox = Sandbox::new("nocfg", SandboxOptions::in_mode(attach_mode));
     let dir = std::env::temp_dir().join(format!("{}-cfg", sandbox.tag));
     fs::create_dir_all(&dir).unwrap();
     let config = dir.join("ip-masq-agent");
@@ -319,6 +376,7 @@ fn an_agent_without_a_valid_config_translates_nothing_until_it_gets_one() {
     )));
     drop(agent);
     let _ = fs::remove_dir_all(dir);
+}
 }
 
 /// Parses the Prometheus text format strictly enough to catch malformed output.
@@ -372,9 +430,9 @@ fn parse_exposition(page: &str) -> Vec<(String, f64)> {
     samples
 }
 
-#[test]
-fn metrics_and_health_are_served() {
-    let sandbox = Sandbox::new("met", SandboxOptions::default());
+in_both_attach_modes! {
+fn metrics_and_health_are_served(attach_mode) {
+    let sandbox = Sandbox::new("met", SandboxOptions::in_mode(attach_mode));
     let absent = format!("/tmp/{}-absent", sandbox.tag);
     let agent = Agent::start(&sandbox, &["--config", &absent]);
     let _server = tcp_server(&sandbox.outside, any(8080));
@@ -440,10 +498,11 @@ fn metrics_and_health_are_served() {
             .is_some_and(|(status, _)| status.contains(" 404 "))
     );
 }
+}
 
-#[test]
-fn uninstall_leaves_no_pin_link_or_sysctl_behind() {
-    let sandbox = Sandbox::new("uni", SandboxOptions::default());
+in_both_attach_modes! {
+fn uninstall_leaves_no_pin_link_or_sysctl_behind(attach_mode) {
+    let sandbox = Sandbox::new("uni", SandboxOptions::in_mode(attach_mode));
     // A reservation the operator made before masq: it must survive the uninstall.
     sandbox
         .node
@@ -484,16 +543,22 @@ fn uninstall_leaves_no_pin_link_or_sysctl_behind() {
         })
     });
     assert_eq!(attached, [0, 0], "programs still attached to the uplink");
+    // masq created the clsact qdisc in tc mode, and nothing else uses it: it goes too.
+    assert!(
+        !sandbox.node.has_clsact(UPLINK),
+        "the clsact qdisc masq created is left behind"
+    );
     assert_eq!(
         arrives_from(&sandbox, 1, outside(8080)),
         IpAddr::V4(pod_ip(1)),
         "traffic is still translated"
     );
 }
+}
 
-#[test]
-fn the_iptables_backend_masquerades_the_same_destinations_and_ebpf_takes_over() {
-    let sandbox = Sandbox::new("ipt", SandboxOptions::default());
+in_both_attach_modes! {
+fn the_iptables_backend_masquerades_the_same_destinations_and_ebpf_takes_over(attach_mode) {
+    let sandbox = Sandbox::new("ipt", SandboxOptions::in_mode(attach_mode));
     sandbox
         .outside
         .ip(&["addr", "add", "198.51.100.20/32", "dev", "eth0"]);
@@ -558,10 +623,11 @@ fn the_iptables_backend_masquerades_the_same_destinations_and_ebpf_takes_over() 
     drop(agent);
     let _ = fs::remove_dir_all(dir);
 }
+}
 
-#[test]
-fn incompatible_pinned_state_is_refused_unless_replacement_is_requested() {
-    let sandbox = Sandbox::new("inc", SandboxOptions::default());
+in_both_attach_modes! {
+fn incompatible_pinned_state_is_refused_unless_replacement_is_requested(attach_mode) {
+    let sandbox = Sandbox::new("inc", SandboxOptions::in_mode(attach_mode));
     let absent = format!("/tmp/{}-absent", sandbox.tag);
     let mut agent = Agent::start(&sandbox, &["--config", &absent]);
     agent.kill();
@@ -611,10 +677,11 @@ fn incompatible_pinned_state_is_refused_unless_replacement_is_requested() {
         0
     )));
 }
+}
 
-#[test]
-fn datapath_debug_logs_are_off_by_default_and_reach_the_agent_log_when_asked() {
-    let sandbox = Sandbox::new("dbg", SandboxOptions::default());
+in_both_attach_modes! {
+fn datapath_debug_logs_are_off_by_default_and_reach_the_agent_log_when_asked(attach_mode) {
+    let sandbox = Sandbox::new("dbg", SandboxOptions::in_mode(attach_mode));
     let absent = format!("/tmp/{}-absent", sandbox.tag);
     let _server = tcp_server(&sandbox.outside, any(8080));
     let mut agent = Agent::start(&sandbox, &["--config", &absent, "--log-level", "debug"]);
@@ -642,4 +709,64 @@ fn datapath_debug_logs_are_off_by_default_and_reach_the_agent_log_when_asked() {
     wait_for("a datapath debug record", Duration::from_secs(3), || {
         agent.log().contains("new mapping proto 6 10.244.1.2:")
     });
+}
+}
+
+in_both_attach_modes! {
+/// `masq status` names everything that runs on the uplink, masq's own and others', and uninstall
+/// removes masq's part only: another program's tc filter, and the qdisc it needs, stay.
+fn status_shows_what_runs_on_the_uplink_and_uninstall_leaves_other_programs_alone(attach_mode) {
+    let sandbox = Sandbox::new("own", SandboxOptions::in_mode(attach_mode));
+    // Another agent's filter (a CNI's, say), there before masq.
+    sandbox.node.exec("tc", &["qdisc", "add", "dev", UPLINK, "clsact"]);
+    sandbox.node.exec(
+        "tc",
+        &["filter", "add", "dev", UPLINK, "egress", "pref", "7", "u32", "match", "u32", "0", "0"],
+    );
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let mut agent = Agent::start(&sandbox, &["--config", &absent]);
+    let _server = tcp_server(&sandbox.outside, any(8080));
+    assert!(is_node(SocketAddr::new(arrives_from(&sandbox, 1, outside(8080)), 0)));
+    assert_attached_once(&agent, attach_mode);
+    let egress = uplink_programs(&agent, "egress");
+    assert!(
+        egress
+            .iter()
+            .any(|(masq, how)| !masq && how.starts_with("tc u32 filter prio 7")),
+        "the other filter is not shown: {egress:?}"
+    );
+    if attach_mode == AttachMode::Tc {
+        // tc runs filters by priority: masq's must come first so it sees every packet.
+        assert!(egress.first().is_some_and(|(masq, _)| *masq), "{egress:?}");
+    }
+    let text = agent.masq(&["status"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!("uplink:       {UPLINK} (index"))
+            && text.contains(&format!("attached with {}", attach_mode.flag())),
+        "{text}"
+    );
+
+    agent.kill();
+    let output = agent.masq(&["uninstall"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    for hook in ["egress", "ingress"] {
+        let left = sandbox.node.tc_filters(UPLINK, hook);
+        assert!(
+            left.iter().all(|filter| !filter.contains("masq_")),
+            "masq's filter survived the uninstall: {left:?}"
+        );
+    }
+    let egress = sandbox.node.tc_filters(UPLINK, "egress");
+    assert!(
+        egress.iter().any(|filter| filter.contains("pref 7 u32")),
+        "uninstall removed a filter masq did not add: {egress:?}"
+    );
+    assert!(sandbox.node.has_clsact(UPLINK), "uninstall removed a qdisc masq did not add");
+    assert_eq!(
+        arrives_from(&sandbox, 1, outside(8080)),
+        IpAddr::V4(pod_ip(1)),
+        "traffic is still translated"
+    );
+}
 }

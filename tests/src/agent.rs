@@ -10,7 +10,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::sandbox::{Sandbox, UPLINK};
+use crate::{
+    caps::{CapabilitySet, daemonset_capabilities, effective_capabilities, run_restricted},
+    sandbox::{Sandbox, UPLINK},
+};
 
 /// Where the agent serves metrics inside the node namespace.
 pub const METRICS_ADDR: &str = "127.0.0.1:9523";
@@ -35,10 +38,26 @@ pub fn masq_binary() -> PathBuf {
         .unwrap_or_else(|| panic!("the masq binary is missing; build it with `cargo build -p masq-userspace` (cargo xtask test does)"))
 }
 
+/// The capabilities every `masq` process of the tests holds: the DaemonSet's, read once.
+pub fn agent_capabilities() -> CapabilitySet {
+    static CAPABILITIES: std::sync::OnceLock<CapabilitySet> = std::sync::OnceLock::new();
+    *CAPABILITIES.get_or_init(daemonset_capabilities)
+}
+
+/// `masq ARGS...` in the namespace at `netns`, holding only the DaemonSet's capabilities.
+fn restricted_masq(netns: &Path) -> Command {
+    let mut command = Command::new(masq_binary());
+    run_restricted(&mut command, netns, agent_capabilities());
+    command
+}
+
 /// A `masq agent` process in a node namespace; killed and uninstalled when dropped.
 #[derive(Debug)]
 pub struct Agent {
     node: PathBuf,
+    /// `--interface` values; empty lets the agent find the uplinks itself.
+    interfaces: Vec<String>,
+    attach_mode: &'static str,
     node_name: String,
     pin_path: PathBuf,
     log_path: PathBuf,
@@ -69,21 +88,44 @@ impl Agent {
         agent
     }
 
+    /// Starts `masq agent` with `--interface` for each of `interfaces` (none: the agent finds
+    /// the uplinks itself) and waits until it reports ready.
+    pub fn start_on(sandbox: &Sandbox, interfaces: &[&str], args: &[&str]) -> Self {
+        let mut agent = Self::prepare(sandbox, args);
+        agent.interfaces = interfaces.iter().map(|&name| name.to_owned()).collect();
+        agent.spawn();
+        agent.wait_ready();
+        agent
+    }
+
     /// Starts `masq agent` without waiting for anything.
     pub fn launch(sandbox: &Sandbox, args: &[&str]) -> Self {
+        let mut agent = Self::prepare(sandbox, args);
+        agent.spawn();
+        agent
+    }
+
+    /// An agent that is not started: its pin path and `masq` commands in the node namespace,
+    /// for running `masq` by hand.
+    pub fn unstarted(sandbox: &Sandbox) -> Self {
+        Self::prepare(sandbox, &[])
+    }
+
+    /// The agent, not started yet, on the sandbox's uplink.
+    fn prepare(sandbox: &Sandbox, args: &[&str]) -> Self {
         let pin_path = PathBuf::from("/sys/fs/bpf").join(&sandbox.tag);
         let log_path = env::temp_dir().join(format!("{}-agent.log", sandbox.tag));
-        let mut agent = Self {
+        Self {
             node: sandbox.node.path(),
+            interfaces: vec![UPLINK.to_owned()],
+            attach_mode: sandbox.attach_mode.flag(),
             node_name: sandbox.node.name().to_owned(),
             pin_path,
             log_path,
             args: args.iter().map(|&arg| arg.to_owned()).collect(),
             env: Vec::new(),
             child: None,
-        };
-        agent.spawn();
-        agent
+        }
     }
 
     fn spawn(&mut self) {
@@ -93,11 +135,15 @@ impl Agent {
             .open(&self.log_path)
             .unwrap_or_else(|error| panic!("opening {}: {error}", self.log_path.display()));
         let log_err = log.try_clone().unwrap_or_else(|error| panic!("{error}"));
-        let mut command = Command::new("nsenter");
+        let mut command = restricted_masq(&self.node);
         command
-            .arg(format!("--net={}", self.node.display()))
-            .arg(masq_binary())
-            .args(["--log-level", "info", "agent", "--interface", UPLINK])
+            .args(["--log-level", "info", "agent"])
+            .args(
+                self.interfaces
+                    .iter()
+                    .flat_map(|interface| ["--interface", interface.as_str()]),
+            )
+            .args(["--attach-mode", self.attach_mode])
             .arg("--pin-path")
             .arg(&self.pin_path)
             .args(["--metrics-addr", METRICS_ADDR, "--gc-interval", "1s"])
@@ -106,10 +152,17 @@ impl Agent {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
-        self.child = Some(
-            command
-                .spawn()
-                .unwrap_or_else(|error| panic!("starting masq agent: {error}")),
+        let child = command
+            .spawn()
+            .unwrap_or_else(|error| panic!("starting masq agent: {error}"));
+        let held = effective_capabilities(child.id());
+        self.child = Some(child);
+        assert_eq!(
+            held,
+            agent_capabilities(),
+            "the agent must hold exactly the DaemonSet's capabilities {:?}, it holds {:?}",
+            agent_capabilities().names(),
+            held.names()
         );
     }
 
@@ -240,14 +293,11 @@ impl Agent {
         self.masq_command(&with_pins)
     }
 
-    /// Runs `masq ARGS...` in the node namespace as given.
+    /// Runs `masq ARGS...` in the node namespace as given, with the DaemonSet's capabilities
+    /// (as `kubectl exec` into the agent's pod would).
     pub fn masq_command(&self, args: &[&str]) -> Output {
-        let mut command = Command::new("nsenter");
-        command
-            .arg(format!("--net={}", self.node.display()))
-            .arg(masq_binary())
-            .args(args);
-        command
+        restricted_masq(&self.node)
+            .args(args)
             .output()
             .unwrap_or_else(|error| panic!("running masq {args:?}: {error}"))
     }
@@ -263,6 +313,7 @@ impl Drop for Agent {
         self.kill();
         // Never panic here: this may run while a failed test unwinds.
         if let Some(binary) = locate_masq_binary() {
+            // Full root here: cleaning up must work even when the restricted path is broken.
             let _ = Command::new("nsenter")
                 .arg(format!("--net={}", self.node.display()))
                 .arg(binary)

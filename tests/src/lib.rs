@@ -11,6 +11,7 @@
 //! real `masq agent` in the node namespace ([`agent`]) and send real [`traffic`].
 
 pub mod agent;
+pub mod caps;
 pub mod check;
 pub mod configmap;
 pub mod harness;
@@ -19,3 +20,28 @@ pub mod netns;
 pub mod pktgen;
 pub mod sandbox;
 pub mod traffic;
+
+/// Defines a namespace test twice, once per attach mode: `fn name(mode) { ... }` becomes the
+/// tests `name::tcx` and `name::tc`, each calling the body with that
+/// [`sandbox::AttachMode`].
+#[macro_export]
+macro_rules! in_both_attach_modes {
+    ($(#[$meta:meta])* fn $name:ident($mode:ident) $body:block) => {
+        $(#[$meta])*
+        mod $name {
+            use super::*;
+
+            fn run($mode: $crate::sandbox::AttachMode) $body
+
+            #[test]
+            fn tcx() {
+                run($crate::sandbox::AttachMode::Tcx);
+            }
+
+            #[test]
+            fn tc() {
+                run($crate::sandbox::AttachMode::Tc);
+            }
+        }
+    };
+}

@@ -134,6 +134,24 @@ impl Netns {
         })
     }
 
+    /// The tc filters on `hook` (`ingress` or `egress`) of `device`, as `tc` prints them
+    /// (`filter protocol all pref 1 bpf chain 0 handle 0x1 masq_egress ...`; a u32 filter
+    /// prints several lines).
+    pub fn tc_filters(&self, device: &str, hook: &str) -> Vec<String> {
+        let output = self.exec("tc", &["filter", "show", "dev", device, hook]);
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter(|line| line.starts_with("filter"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Whether `device` has a clsact qdisc.
+    pub fn has_clsact(&self, device: &str) -> bool {
+        let output = self.exec("tc", &["qdisc", "show", "dev", device]);
+        String::from_utf8_lossy(&output.stdout).contains("qdisc clsact")
+    }
+
     /// Absolute values of `nstat` counters inside the namespace.
     pub fn nstat(&self) -> std::collections::BTreeMap<String, u64> {
         let output = self.exec("nstat", &["-az", "--json"]);

@@ -27,6 +27,14 @@ pub const OUTSIDE_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
 pub const CLUSTER_PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 200, 0, 10);
 /// The node's uplink interface.
 pub const UPLINK: &str = "up0";
+/// The node's second uplink, with [`SandboxOptions::second_uplink`].
+pub const SECOND_UPLINK: &str = "up1";
+/// The second uplink's address: what traffic leaving by it is masqueraded to.
+pub const SECOND_NODE_IP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 1);
+/// The gateway behind the second uplink.
+pub const SECOND_GATEWAY: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 126);
+/// A host reached through the second uplink (routed via [`SECOND_GATEWAY`]).
+pub const SECOND_OUTSIDE_IP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 200);
 
 /// Checksum offload on the veths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,23 +45,59 @@ pub enum Offload {
     Off,
 }
 
+/// How the agent in the sandbox attaches its programs (`--attach-mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    /// Pinned tcx links.
+    Tcx,
+    /// A clsact qdisc with direct-action filters, as on kernels before 6.6.
+    Tc,
+}
+
+impl AttachMode {
+    /// The flag value.
+    pub const fn flag(self) -> &'static str {
+        match self {
+            Self::Tcx => "tcx",
+            Self::Tc => "tc",
+        }
+    }
+}
+
 /// How to build the sandbox.
 #[derive(Clone, Copy, Debug)]
 pub struct SandboxOptions {
+    /// How the agent attaches.
+    pub attach_mode: AttachMode,
     /// Number of pods.
     pub pods: usize,
     /// Checksum offload mode.
     pub offload: Offload,
     /// MTU of the router's side of its link to the outside host.
     pub outside_mtu: u16,
+    /// A second uplink `up1` (203.0.113.1/25) towards a second network, whose host
+    /// 203.0.113.200 lies behind the gateway 203.0.113.126: a multi-NIC node.
+    pub second_uplink: bool,
+}
+
+impl SandboxOptions {
+    /// The defaults, with the agent attaching in `attach_mode`.
+    pub fn in_mode(attach_mode: AttachMode) -> Self {
+        Self {
+            attach_mode,
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for SandboxOptions {
     fn default() -> Self {
         Self {
+            attach_mode: AttachMode::Tcx,
             pods: 2,
             offload: Offload::On,
             outside_mtu: 1500,
+            second_uplink: false,
         }
     }
 }
@@ -63,6 +107,8 @@ impl Default for SandboxOptions {
 pub struct Sandbox {
     /// Unique prefix of every namespace name.
     pub tag: String,
+    /// How the agent attaches.
+    pub attach_mode: AttachMode,
     /// The pods, pod `i` at index `i - 1`.
     pub pods: Vec<Netns>,
     /// The node running masq.
@@ -71,6 +117,8 @@ pub struct Sandbox {
     pub router: Netns,
     /// The outside host and the in-cluster peer.
     pub outside: Netns,
+    /// The gateway and host behind the second uplink, when there is one.
+    pub second_outside: Option<Netns>,
 }
 
 /// The address of pod `index` (1-based).
@@ -81,6 +129,60 @@ pub fn pod_ip(index: usize) -> Ipv4Addr {
 fn offload(netns: &Netns, device: &str, tx: bool, rx: bool) {
     let state = |on: bool| if on { "on" } else { "off" };
     netns.exec("ethtool", &["-K", device, "tx", state(tx), "rx", state(rx)]);
+}
+
+/// `up1` on the node, linked to a namespace that is both the gateway 203.0.113.126 and, behind
+/// it, the host 203.0.113.200. The node reaches that host by a route via the gateway, as a
+/// multi-NIC node reaches a second network.
+fn add_second_uplink(tag: &str, node: &Netns, offload_on: bool) -> Netns {
+    let outside = Netns::new(&format!("{tag}-out2"));
+    node.ip(&[
+        "link",
+        "add",
+        SECOND_UPLINK,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        outside.name(),
+    ]);
+    node.ip(&[
+        "addr",
+        "add",
+        &format!("{SECOND_NODE_IP}/25"),
+        "dev",
+        SECOND_UPLINK,
+    ]);
+    node.ip(&["link", "set", SECOND_UPLINK, "up"]);
+    node.ip(&[
+        "route",
+        "add",
+        "203.0.113.128/25",
+        "via",
+        &SECOND_GATEWAY.to_string(),
+        "dev",
+        SECOND_UPLINK,
+    ]);
+    offload(node, SECOND_UPLINK, offload_on, offload_on);
+    outside.ip(&[
+        "addr",
+        "add",
+        &format!("{SECOND_GATEWAY}/25"),
+        "dev",
+        "eth0",
+    ]);
+    outside.ip(&[
+        "addr",
+        "add",
+        &format!("{SECOND_OUTSIDE_IP}/32"),
+        "dev",
+        "lo",
+    ]);
+    outside.ip(&["link", "set", "eth0", "up"]);
+    offload(&outside, "eth0", false, offload_on);
+    outside
 }
 
 impl Sandbox {
@@ -227,8 +329,14 @@ impl Sandbox {
         ]);
         offload(&outside, "eth0", offload_on, false);
 
+        let second_outside = options
+            .second_uplink
+            .then(|| add_second_uplink(&tag, &node, offload_on));
+
         Self {
+            second_outside,
             tag,
+            attach_mode: options.attach_mode,
             pods,
             node,
             router,
@@ -244,7 +352,12 @@ impl Sandbox {
     /// Checksum errors the pods and the outside host counted while verifying what they got.
     pub fn checksum_errors(&self) -> Vec<(String, String, u64)> {
         let mut errors = Vec::new();
-        for netns in self.pods.iter().chain([&self.outside]) {
+        for netns in self
+            .pods
+            .iter()
+            .chain([&self.outside])
+            .chain(self.second_outside.as_ref())
+        {
             for (name, value) in netns.nstat() {
                 if (name.ends_with("CsumErrors") || name == "IpInHdrErrors") && value > 0 {
                     errors.push((netns.name().to_owned(), name, value));

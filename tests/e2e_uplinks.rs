@@ -1,0 +1,386 @@
+//! The interfaces masq translates on, on a node with more than one: each masquerades with its
+//! own address, as MASQUERADE does; interfaces and addresses that come and go are followed;
+//! bad interface choices are refused before anything changes; and an upstream chain that comes
+//! back is noticed. The agent holds only the DaemonSet's capabilities (see `agent`).
+
+#![expect(
+    clippy::expect_used,
+    reason = "helpers of these tests fail the test with the value that broke it"
+)]
+
+use std::{
+    fs,
+    net::{IpAddr, Ipv4Addr, SocketAddrV4},
+    thread,
+    time::{Duration, Instant},
+};
+
+use masq_testbed::{
+    agent::Agent,
+    in_both_attach_modes,
+    sandbox::{
+        AttachMode, NODE_IP, OUTSIDE_IP, SECOND_GATEWAY, SECOND_NODE_IP, SECOND_OUTSIDE_IP,
+        SECOND_UPLINK, Sandbox, SandboxOptions, UPLINK,
+    },
+    traffic::{tcp_server, tcp_transfer},
+};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+fn any(port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)
+}
+
+/// The address a server at `destination` sees pod `pod`'s connection come from.
+fn arrives_from(sandbox: &Sandbox, pod: usize, destination: Ipv4Addr) -> IpAddr {
+    let destination = SocketAddrV4::new(destination, 8080);
+    sandbox
+        .pod(pod)
+        .enter(|| tcp_transfer(destination, "probe", b"probe", TIMEOUT))
+        .unwrap_or_else(|error| panic!("flow to {destination} failed: {error}"))
+        .peer
+        .ip()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if condition() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// `(interface, node_ip, attach_mode)` of every uplink `masq status` lists.
+fn uplinks(agent: &Agent) -> Vec<(String, String, String)> {
+    let output = agent.masq(&["status", "--output", "json"]);
+    assert!(
+        output.status.success(),
+        "masq status: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("status json");
+    status["uplinks"]
+        .as_array()
+        .map(|uplinks| {
+            uplinks
+                .iter()
+                .map(|uplink| {
+                    let text = |key: &str| uplink[key].as_str().unwrap_or_default().to_owned();
+                    (text("interface"), text("node_ip"), text("attach_mode"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn uplink(name: &str, address: Ipv4Addr, mode: AttachMode) -> (String, String, String) {
+    (name.to_owned(), address.to_string(), mode.flag().to_owned())
+}
+
+in_both_attach_modes! {
+/// Found without `--interface`: the default route's interface and the one routing to a second
+/// network are uplinks, the pod veths are not. An uplink that comes up later is picked up, an
+/// address change is followed, and an interface that vanishes is cleaned up, all within
+/// moments (netlink events, not the resync interval).
+fn every_uplink_masquerades_with_its_own_address_and_follows_changes(attach_mode) {
+    let sandbox = Sandbox::new(
+        "nic",
+        SandboxOptions {
+            second_uplink: true,
+            ..SandboxOptions::in_mode(attach_mode)
+        },
+    );
+    let second = sandbox.second_outside.as_ref().expect("second uplink");
+    let _first_server = tcp_server(&sandbox.outside, any(8080));
+    let _second_server = tcp_server(second, any(8080));
+    // Down at first: not an uplink yet.
+    sandbox.node.ip(&["link", "set", SECOND_UPLINK, "down"]);
+
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let agent = Agent::start_on(&sandbox, &[], &["--config", &absent]);
+    assert_eq!(uplinks(&agent), [uplink(UPLINK, NODE_IP, attach_mode)]);
+    assert_eq!(arrives_from(&sandbox, 1, OUTSIDE_IP), IpAddr::V4(NODE_IP));
+
+    // The second NIC comes up with its route: picked up without a restart or a resync.
+    sandbox.node.ip(&["link", "set", SECOND_UPLINK, "up"]);
+    sandbox.node.ip(&[
+        "route",
+        "add",
+        "203.0.113.128/25",
+        "via",
+        &SECOND_GATEWAY.to_string(),
+        "dev",
+        SECOND_UPLINK,
+    ]);
+    wait_for("the second uplink to be picked up", Duration::from_secs(5), || {
+        uplinks(&agent).len() == 2
+    });
+    assert_eq!(
+        uplinks(&agent),
+        [
+            uplink(UPLINK, NODE_IP, attach_mode),
+            uplink(SECOND_UPLINK, SECOND_NODE_IP, attach_mode)
+        ]
+    );
+    assert_eq!(arrives_from(&sandbox, 1, OUTSIDE_IP), IpAddr::V4(NODE_IP));
+    assert_eq!(
+        arrives_from(&sandbox, 2, SECOND_OUTSIDE_IP),
+        IpAddr::V4(SECOND_NODE_IP),
+        "traffic leaving by the second uplink must get its address"
+    );
+    assert!(
+        agent.metric(&format!(
+            "masq_uplink_info{{interface=\"{SECOND_UPLINK}\",node_ip=\"{SECOND_NODE_IP}\",attach_mode=\"{}\"}}",
+            attach_mode.flag()
+        )) == Some(1.0),
+        "{}",
+        agent.log()
+    );
+
+    // Its address changes (DHCP): new flows follow.
+    let renumbered = Ipv4Addr::new(203, 0, 113, 2);
+    sandbox.node.ip(&["addr", "flush", "dev", SECOND_UPLINK]);
+    sandbox.node.ip(&[
+        "addr",
+        "add",
+        &format!("{renumbered}/25"),
+        "dev",
+        SECOND_UPLINK,
+    ]);
+    sandbox.node.ip(&[
+        "route",
+        "replace",
+        "203.0.113.128/25",
+        "via",
+        &SECOND_GATEWAY.to_string(),
+        "dev",
+        SECOND_UPLINK,
+    ]);
+    wait_for("the new address to be followed", Duration::from_secs(5), || {
+        uplinks(&agent).contains(&uplink(SECOND_UPLINK, renumbered, attach_mode))
+    });
+    assert_eq!(
+        arrives_from(&sandbox, 2, SECOND_OUTSIDE_IP),
+        IpAddr::V4(renumbered)
+    );
+
+    // The NIC goes away: masq forgets it and leaves nothing of it behind.
+    sandbox.node.ip(&["link", "del", SECOND_UPLINK]);
+    wait_for("the vanished uplink to be dropped", Duration::from_secs(5), || {
+        uplinks(&agent) == [uplink(UPLINK, NODE_IP, attach_mode)]
+    });
+    let links = agent.pin_path().join("links");
+    let leftovers: Vec<String> = fs::read_dir(&links)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.ends_with(SECOND_UPLINK))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(leftovers, Vec::<String>::new(), "pins of the vanished uplink");
+    assert_eq!(arrives_from(&sandbox, 1, OUTSIDE_IP), IpAddr::V4(NODE_IP));
+    assert_eq!(sandbox.checksum_errors(), Vec::new());
+}
+}
+
+#[test]
+fn named_interfaces_are_the_only_ones_translated_on() {
+    let sandbox = Sandbox::new(
+        "named",
+        SandboxOptions {
+            second_uplink: true,
+            ..SandboxOptions::default()
+        },
+    );
+    let second = sandbox.second_outside.as_ref().expect("second uplink");
+    let _first_server = tcp_server(&sandbox.outside, any(8080));
+    let _second_server = tcp_server(second, any(8080));
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let mut agent = Agent::start_on(&sandbox, &[UPLINK, SECOND_UPLINK], &["--config", &absent]);
+    assert_eq!(arrives_from(&sandbox, 1, OUTSIDE_IP), IpAddr::V4(NODE_IP));
+    assert_eq!(
+        arrives_from(&sandbox, 1, SECOND_OUTSIDE_IP),
+        IpAddr::V4(SECOND_NODE_IP)
+    );
+
+    // Restarted on the first only: the second is released, and what leaves by it keeps the
+    // pod address (which the second network cannot route back: the server never sees it).
+    agent.kill();
+    let mut agent = Agent::start_on(&sandbox, &[UPLINK], &["--config", &absent]);
+    assert_eq!(uplinks(&agent), [uplink(UPLINK, NODE_IP, AttachMode::Tcx)]);
+    let untranslated = sandbox.pod(1).enter(|| {
+        tcp_transfer(
+            SocketAddrV4::new(SECOND_OUTSIDE_IP, 8080),
+            "probe",
+            b"probe",
+            Duration::from_secs(2),
+        )
+    });
+    assert!(
+        untranslated.is_err(),
+        "traffic by an interface masq was not asked to use was translated: {untranslated:?}"
+    );
+    assert_eq!(arrives_from(&sandbox, 2, OUTSIDE_IP), IpAddr::V4(NODE_IP));
+    agent.kill();
+}
+
+/// Runs `masq agent ARGS` in the node namespace (DaemonSet capabilities) until it exits, and
+/// returns its exit status and log.
+fn agent_fails(agent: &Agent, args: &[&str]) -> (bool, String) {
+    let pin_path = agent.pin_path().to_string_lossy().into_owned();
+    let mut full = vec!["agent", "--metrics-addr", "127.0.0.1:0"];
+    if !args.contains(&"--pin-path") {
+        full.extend(["--pin-path", &pin_path]);
+    }
+    full.extend_from_slice(args);
+    let output = agent.masq_command(&full);
+    (
+        !output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_interface_choices_are_refused_with_a_clear_error_and_change_nothing() {
+    let sandbox = Sandbox::new("badif", SandboxOptions::default());
+    // An Ethernet interface without an address, and a layer-3 one.
+    sandbox.node.ip(&[
+        "link", "add", "noaddr0", "type", "veth", "peer", "name", "noaddr1",
+    ]);
+    sandbox.node.ip(&["link", "set", "noaddr0", "up"]);
+    sandbox
+        .node
+        .ip(&["tuntap", "add", "dev", "l3tun0", "mode", "tun"]);
+    sandbox
+        .node
+        .ip(&["addr", "add", "192.0.2.77/32", "dev", "l3tun0"]);
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    // Only to name the pin path and run commands; never started.
+    let probe = Agent::unstarted(&sandbox);
+    let reserved = || {
+        let output = sandbox
+            .node
+            .exec("cat", &["/proc/sys/net/ipv4/ip_local_reserved_ports"]);
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let reserved_before = reserved();
+
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["--interface", "nosuch0"],
+            "interface nosuch0 does not exist",
+        ),
+        (
+            &["--interface", "noaddr0"],
+            "interface noaddr0 has no IPv4 address",
+        ),
+        (
+            &["--interface", "l3tun0"],
+            "interface l3tun0 is not an Ethernet device",
+        ),
+        (
+            &["--interface", UPLINK, "--node-ip", "0.0.0.0"],
+            "0.0.0.0 cannot be a source address",
+        ),
+        (
+            &["--interface", UPLINK, "--node-ip", "224.0.0.1"],
+            "cannot be a source address",
+        ),
+        (
+            &[
+                "--interface",
+                UPLINK,
+                "--interface",
+                "noaddr0",
+                "--node-ip",
+                "192.0.2.1",
+            ],
+            "name exactly one --interface",
+        ),
+        (
+            &["--interface", UPLINK, "--pin-path", "/tmp"],
+            "is not on a bpf filesystem",
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut all = vec!["--config", absent.as_str()];
+        all.extend_from_slice(args);
+        let (failed, stderr) = agent_fails(&probe, &all);
+        assert!(failed, "masq agent {all:?} started");
+        assert!(
+            stderr.contains(expected),
+            "{all:?}: expected {expected:?} in:\n{stderr}"
+        );
+        let mentions = stderr
+            .lines()
+            .filter(|line| line.contains(expected))
+            .count();
+        assert_eq!(mentions, 1, "{all:?}: said once, on one line:\n{stderr}");
+        assert!(
+            !probe.pin_path().exists(),
+            "{all:?} left pins at {}",
+            probe.pin_path().display()
+        );
+        for device in [UPLINK, "noaddr0"] {
+            assert!(
+                !sandbox.node.has_clsact(device),
+                "{all:?} added a qdisc to {device}"
+            );
+        }
+    }
+    assert_eq!(reserved(), reserved_before, "ports were reserved");
+}
+
+in_both_attach_modes! {
+/// A reconciled ip-masq-agent (AKS, GKE) recreates its chain after masq took over: masq sees it
+/// at the next resync, reports it (not ready, a metric, an error naming the chain), and with
+/// `--take-over-iptables` removes it again.
+fn an_upstream_chain_that_comes_back_is_reported_or_removed_again(attach_mode) {
+    let sandbox = Sandbox::new("chain", SandboxOptions::in_mode(attach_mode));
+    let config = std::env::temp_dir().join(format!("{}-config", sandbox.tag));
+    fs::write(&config, "resyncInterval: 1s\n").expect("writing the config");
+    let config = config.to_string_lossy().into_owned();
+    let install_upstream = || {
+        sandbox.node.exec("iptables", &["-t", "nat", "-N", "IP-MASQ-AGENT"]);
+        sandbox.node.exec(
+            "iptables",
+            &[
+                "-t", "nat", "-A", "POSTROUTING", "-m", "addrtype", "!", "--dst-type", "LOCAL",
+                "-j", "IP-MASQ-AGENT",
+            ],
+        );
+    };
+    let chain_installed = || {
+        let rules = sandbox.node.exec("iptables", &["-t", "nat", "-S"]);
+        String::from_utf8_lossy(&rules.stdout).contains("IP-MASQ-AGENT")
+    };
+
+    let mut agent = Agent::start(&sandbox, &["--config", &config]);
+    install_upstream();
+    wait_for("the chain to be reported", Duration::from_secs(5), || {
+        agent.metric("masq_upstream_chain_present") == Some(1.0)
+    });
+    let (status, body) = agent.http_get("/readyz").expect("readyz");
+    assert!(status.contains(" 503 ") && body.contains("IP-MASQ-AGENT"), "{status}: {body}");
+    assert!(agent.log().contains("an ip-masq-agent chain is back"), "{}", agent.log());
+    assert!(chain_installed(), "masq removed the chain without --take-over-iptables");
+
+    // With --take-over-iptables the chain is removed at startup and whenever it returns.
+    agent.relaunch(&["--config", &config, "--take-over-iptables"]);
+    agent.wait_ready();
+    assert!(!chain_installed());
+    install_upstream();
+    wait_for("the returning chain to be removed", Duration::from_secs(5), || {
+        !chain_installed()
+    });
+    assert_eq!(agent.metric("masq_upstream_chain_present"), Some(0.0));
+    let (status, _) = agent.http_get("/readyz").expect("readyz");
+    assert!(status.contains(" 200 "), "{status}");
+    let _ = fs::remove_file(&config);
+}
+}
