@@ -14,7 +14,9 @@ use std::{
 
 use masq_testbed::{
     agent::Agent,
-    sandbox::{CLUSTER_PEER_IP, NODE_IP, OUTSIDE_IP, Offload, Sandbox, SandboxOptions, pod_ip},
+    sandbox::{
+        AttachMode, CLUSTER_PEER_IP, NODE_IP, OUTSIDE_IP, Offload, Sandbox, SandboxOptions, pod_ip,
+    },
     traffic::{HeldConnection, fnv1a, ping, tcp_server, tcp_transfer, udp_request, udp_server},
 };
 
@@ -60,12 +62,12 @@ fn is_node(peer: SocketAddr) -> bool {
 
 /// TCP, UDP and ICMP to a masqueraded destination leave with the node address and come back;
 /// traffic to a non-masquerade destination keeps the pod address; every checksum verifies.
-fn traffic_in_both_directions(offload: Offload) {
+fn traffic_in_both_directions(offload: Offload, attach_mode: AttachMode) {
     let cluster = cluster(
         if offload == Offload::On { "on" } else { "off" },
         SandboxOptions {
             offload,
-            ..SandboxOptions::default()
+            ..SandboxOptions::in_mode(attach_mode)
         },
         &[],
     );
@@ -166,12 +168,18 @@ fn traffic_in_both_directions(offload: Offload) {
 
 #[test]
 fn traffic_with_checksum_offload_on() {
-    traffic_in_both_directions(Offload::On);
+    traffic_in_both_directions(Offload::On, AttachMode::Tcx);
 }
 
 #[test]
 fn traffic_with_checksum_offload_off() {
-    traffic_in_both_directions(Offload::Off);
+    traffic_in_both_directions(Offload::Off, AttachMode::Tcx);
+}
+
+/// tc filters run after the tcx hook, at another point of the device's transmit path.
+#[test]
+fn traffic_through_tc_filters_with_checksum_offload_on() {
+    traffic_in_both_directions(Offload::On, AttachMode::Tc);
 }
 
 #[test]

@@ -416,6 +416,10 @@ pub fn programs_on(
     hook: Hook,
 ) -> Result<Vec<HookProgram>, String> {
     let name = uplink.name();
+    let our_name = match hook {
+        Hook::Egress => PROG_EGRESS,
+        Hook::Ingress => PROG_INGRESS,
+    };
     let our_link = tcx::open_pinned(&pins.link(hook, name))
         .ok()
         .and_then(|fd| tcx::link_info(std::os::fd::AsFd::as_fd(&fd)).ok())
@@ -427,7 +431,8 @@ pub fn programs_on(
             let ours = our_link.is_some_and(|info| info.program_id == program_id);
             HookProgram {
                 program_id,
-                name: None,
+                // Other programs' names would need CAP_SYS_ADMIN (opening them by id).
+                name: ours.then(|| our_name.to_owned()),
                 ours,
                 how: match our_link {
                     Some(info) if ours => format!("tcx link {}", info.link_id),
@@ -436,10 +441,6 @@ pub fn programs_on(
             }
         })
         .collect();
-    let our_name = match hook {
-        Hook::Egress => PROG_EGRESS,
-        Hook::Ingress => PROG_INGRESS,
-    };
     let filters = tc_netlink::list_filters(ifindex, clsact_hook(hook))
         .map_err(|error| format!("listing tc filters: {error}"))?;
     programs.extend(filters.into_iter().map(|filter| HookProgram {
