@@ -26,8 +26,9 @@ mod verdict;
 use aya_ebpf::{macros::classifier, programs::TcContext};
 
 /// TC egress classifier for the uplink: masquerades pod traffic towards destinations outside
-/// the non-masquerade CIDRs. Attached by the agent (tcx, last in the chain so that policy
-/// programs see pod addresses); returns "next" for every packet it does not drop.
+/// the non-masquerade CIDRs. Attached by the agent first on the hook (tcx link first in the chain,
+/// or tc filter at priority 1), so that no program that ends the chain can bypass it; returns
+/// "next" for every packet it does not drop, so the programs after it still run.
 #[classifier]
 #[expect(
     clippy::needless_pass_by_value,

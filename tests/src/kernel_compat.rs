@@ -81,6 +81,7 @@ const HELPERS: &[(bpf_func_id, KernelVersion)] = &[
 
 /// Map types, with the release that introduced them.
 const MAP_TYPES: &[(bpf_map_type, KernelVersion)] = &[
+    (bpf_map_type::BPF_MAP_TYPE_HASH, linux(3, 19)),
     (bpf_map_type::BPF_MAP_TYPE_ARRAY, linux(3, 19)),
     (bpf_map_type::BPF_MAP_TYPE_PERCPU_ARRAY, linux(4, 6)),
     (bpf_map_type::BPF_MAP_TYPE_LRU_HASH, linux(4, 10)),

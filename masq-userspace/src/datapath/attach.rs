@@ -226,11 +226,13 @@ fn attach_tcx(
             });
         }
     }
+    // First in the chain, as the tc filter is first by priority: a program before masq that
+    // returns "pass" would end the chain and send the packet out untranslated.
     let link_id = program
         .attach_with_options(
             name,
             attach_type(hook),
-            TcAttachOptions::TcxOrder(LinkOrder::default()),
+            TcAttachOptions::TcxOrder(LinkOrder::first()),
         )
         .map_err(DatapathError::program("attaching", program_name))?;
     let link = program
