@@ -25,6 +25,7 @@ use masq_testbed::{
     traffic::{
         HeldConnection, UdpFlow, fnv1a, tcp_server, tcp_transfer, tcp_transfer_paced, udp_server,
     },
+    wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -55,20 +56,9 @@ fn metric(agent: &Agent, series: &str) -> f64 {
     agent.metric(series).unwrap_or(0.0)
 }
 
-fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if condition() {
-            return;
-        }
-        thread::sleep(Duration::from_millis(25));
-    }
-    panic!("timed out waiting for {what}");
-}
-
 /// What `masq status` says runs on the uplink's `hook`: (masq's own, how) per program.
 fn uplink_programs(agent: &Agent, hook: &str) -> Vec<(bool, String)> {
-    let status = status_json(agent);
+    let status = agent.status();
     let uplink = status["uplinks"]
         .as_array()
         .and_then(|uplinks| uplinks.iter().find(|uplink| uplink["interface"] == UPLINK))
@@ -112,16 +102,6 @@ fn assert_attached_once(agent: &Agent, mode: AttachMode) {
             "masq must run once on {hook} through a {expected}: {ours:?}"
         );
     }
-}
-
-fn status_json(agent: &Agent) -> serde_json::Value {
-    let output = agent.masq(&["status", "--output", "json"]);
-    assert!(
-        output.status.success(),
-        "masq status: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("status json")
 }
 
 in_both_attach_modes! {
@@ -272,7 +252,7 @@ fn bad_configs_never_change_the_datapath(attach_mode) {
     let config = volume.key("ip-masq-agent");
     let agent = Agent::start(&sandbox, &["--config", config.to_str().unwrap()]);
     let _server = tcp_server(&sandbox.outside, any(8080));
-    let trie_before = status_json(&agent)["nomasq_cidrs"].clone();
+    let trie_before = agent.status()["nomasq_cidrs"].clone();
     assert_eq!(
         trie_before.as_array().map(Vec::len),
         Some(3),
@@ -304,7 +284,7 @@ fn bad_configs_never_change_the_datapath(attach_mode) {
             || metric(&agent, "masq_config_reloads_total{result=\"failed\"}") > failed,
         );
         assert_eq!(
-            status_json(&agent)["nomasq_cidrs"],
+            agent.status()["nomasq_cidrs"],
             trie_before,
             "a {what} config changed the trie"
         );
@@ -330,7 +310,7 @@ fn bad_configs_never_change_the_datapath(attach_mode) {
         metric(&agent, "masq_config_reloads_total{result=\"ok\"}") > ok
     });
     assert_eq!(
-        status_json(&agent)["nomasq_cidrs"].as_array().map(Vec::len),
+        agent.status()["nomasq_cidrs"].as_array().map(Vec::len),
         Some(2)
     );
     let (_, page) = agent.http_get("/metrics").expect("metrics");

@@ -11,8 +11,7 @@
 use std::{
     fs,
     net::{IpAddr, Ipv4Addr, SocketAddrV4},
-    thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use masq_testbed::{
@@ -23,6 +22,7 @@ use masq_testbed::{
         SECOND_UPLINK, Sandbox, SandboxOptions, UPLINK,
     },
     traffic::{tcp_server, tcp_transfer},
+    wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -42,27 +42,9 @@ fn arrives_from(sandbox: &Sandbox, pod: usize, destination: Ipv4Addr) -> IpAddr 
         .ip()
 }
 
-fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if condition() {
-            return;
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for {what}");
-}
-
 /// `(interface, node_ip, attach_mode)` of every uplink `masq status` lists.
 fn uplinks(agent: &Agent) -> Vec<(String, String, String)> {
-    let output = agent.masq(&["status", "--output", "json"]);
-    assert!(
-        output.status.success(),
-        "masq status: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("status json");
-    status["uplinks"]
+    agent.status()["uplinks"]
         .as_array()
         .map(|uplinks| {
             uplinks

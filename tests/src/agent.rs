@@ -302,6 +302,18 @@ impl Agent {
             .unwrap_or_else(|error| panic!("running masq {args:?}: {error}"))
     }
 
+    /// `masq status --output json`, asserting it succeeds.
+    pub fn status(&self) -> serde_json::Value {
+        let output = self.masq(&["status", "--output", "json"]);
+        assert!(
+            output.status.success(),
+            "masq status: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|error| panic!("masq status printed no JSON: {error}"))
+    }
+
     /// The node namespace's name.
     pub fn node_name(&self) -> &str {
         &self.node_name

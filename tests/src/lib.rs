@@ -21,6 +21,18 @@ pub mod pktgen;
 pub mod sandbox;
 pub mod traffic;
 
+/// Polls `condition` until it holds, failing the test with `what` after `timeout`.
+pub fn wait_for(what: &str, timeout: std::time::Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        if condition() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    panic!("timed out waiting for {what}");
+}
+
 /// Defines a namespace test twice, once per attach mode: `fn name(mode) { ... }` becomes the
 /// tests `name::tcx` and `name::tc`, each calling the body with that
 /// [`sandbox::AttachMode`].
