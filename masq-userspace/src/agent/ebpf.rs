@@ -32,6 +32,8 @@ use crate::{
 pub(super) struct EbpfBackend {
     datapath: Datapath,
     pins: PinDir,
+    /// Held for the agent's life: one agent per pin path.
+    _lock: nix::fcntl::Flock<std::fs::File>,
     /// The mode new attachments use.
     attach_mode: AttachMode,
     /// Interfaces this process swapped its programs into (by index), with their names. An
@@ -62,19 +64,32 @@ impl EbpfBackend {
             Some(mode) => mode,
             None => AttachMode::best_for_kernel(),
         };
+        let pins = PinDir::new(&options.pin_path);
+        if !is_on_bpffs(pins.root()) {
+            return Err(AgentError::NotBpffs(pins.root().to_path_buf()));
+        }
+        pins.create()?;
+        let lock = pins.lock()?;
         take_over_upstream_chain(options)?;
         if options.enable_ipv6 {
             tracing::warn!(
                 "the eBPF datapath masquerades IPv4 only; IPv6 needs --backend iptables"
             );
         }
-        let pins = PinDir::new(&options.pin_path);
-        if !is_on_bpffs(pins.root()) {
-            return Err(AgentError::NotBpffs(pins.root().to_path_buf()));
+        if pins.remove_staging()? {
+            tracing::warn!(staging = %pins.staging().display(), "removed the maps of an install that was interrupted");
         }
-        pins.create()?;
-        let (adopted, nat_max_entries) = match pins.inspect()? {
-            PinnedState::Empty => (false, options.nat_max_entries),
+        let mut state = pins.inspect()?;
+        if let PinnedState::Leftovers(maps) = &state {
+            tracing::warn!(
+                ?maps,
+                "removing the maps of an install that was interrupted before it completed; starting afresh"
+            );
+            pins.remove_maps()?;
+            state = PinnedState::Empty;
+        }
+        let (adopted, nat_max_entries) = match state {
+            PinnedState::Empty | PinnedState::Leftovers(_) => (false, options.nat_max_entries),
             PinnedState::Compatible { nat_max_entries } => {
                 if nat_max_entries != options.nat_max_entries {
                     tracing::warn!(
@@ -94,19 +109,20 @@ impl EbpfBackend {
                 return Err(DatapathError::IncompatiblePins {
                     pin_path: pins.root().to_path_buf(),
                     detail,
+                    attached: !pins.links().is_empty(),
                 }
                 .into());
             }
         };
-        let load = LoadOptions {
-            nat_max_entries,
-            pin_dir: Some(pins.root().to_path_buf()),
-            debug_log: options.datapath_debug_log,
+        let mut datapath = if adopted {
+            Datapath::load(&LoadOptions {
+                nat_max_entries,
+                pin_dir: Some(pins.root().to_path_buf()),
+                debug_log: options.datapath_debug_log,
+            })?
+        } else {
+            create_maps(&pins, nat_max_entries, options)?
         };
-        let mut datapath = Datapath::load(&load)?;
-        if !adopted {
-            datapath.maps.set_meta(&MapMeta::current(nat_max_entries))?;
-        }
         if options.datapath_debug_log {
             spawn_logger(&mut datapath)?;
         }
@@ -124,6 +140,7 @@ impl EbpfBackend {
         Ok(Self {
             datapath,
             pins,
+            _lock: lock,
             attach_mode,
             attached: BTreeMap::new(),
             enabled,
@@ -352,11 +369,38 @@ impl EbpfBackend {
             Err(error) => tracing::error!(%error, "flow garbage collection failed"),
         }
     }
+}
 
-    /// The pin directory.
-    pub(super) fn pin_path(&self) -> &std::path::Path {
-        self.pins.root()
-    }
+/// A fresh map set: created and pinned in the staging directory, stamped with the layout
+/// version, then published into the pin directory (the layout record last), so that a kill at
+/// any instant leaves either leftovers the next start removes or a complete set it adopts.
+fn create_maps(
+    pins: &PinDir,
+    nat_max_entries: u32,
+    options: &AgentOptions,
+) -> Result<Datapath, AgentError> {
+    let staging = pins.staging();
+    std::fs::create_dir_all(&staging).map_err(|source| DatapathError::Io {
+        what: "creating",
+        path: staging.clone(),
+        source,
+    })?;
+    let built = Datapath::load(&LoadOptions {
+        nat_max_entries,
+        pin_dir: Some(staging),
+        debug_log: options.datapath_debug_log,
+    })
+    .and_then(|mut datapath| {
+        datapath.maps.set_meta(&MapMeta::current(nat_max_entries))?;
+        pins.publish()?;
+        Ok(datapath)
+    });
+    built.map_err(|error| {
+        if let Err(cleanup) = pins.remove_staging() {
+            tracing::warn!(%cleanup, "could not remove the staged maps; the next start will");
+        }
+        error.into()
+    })
 }
 
 /// How hard a problem with the interfaces hits.

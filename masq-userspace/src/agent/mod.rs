@@ -187,6 +187,17 @@ pub async fn run(
 ) -> Result<(), AgentError> {
     let status = SharedStatus::default();
     status.lock().started = Some(SystemTime::now());
+    // The port is taken before anything changes on the node: an address in use stops the
+    // agent before it attaches or reserves anything.
+    let pin_path = (options.backend == BackendKind::Ebpf).then(|| options.pin_path.clone());
+    let _metrics = match options.metrics_addr {
+        Some(addr) => Some(
+            metrics::serve(addr, status.clone(), pin_path)
+                .await
+                .map_err(|source| AgentError::Metrics { addr, source })?,
+        ),
+        None => None,
+    };
     let backend = match options.backend {
         BackendKind::Ebpf => Backend::Ebpf(Box::new(EbpfBackend::start(&options, &status)?)),
         BackendKind::Iptables => Backend::Iptables(IptablesBackend::start(&options)?),
@@ -204,18 +215,6 @@ pub async fn run(
         ebpf.reconcile_uplinks(&agent.options, &agent.status, Strictness::Startup)?;
     }
     agent.update_readiness();
-    let pin_path = match &agent.backend {
-        Backend::Ebpf(ebpf) => Some(ebpf.pin_path().to_path_buf()),
-        Backend::Iptables(_) => None,
-    };
-    let _metrics = match agent.options.metrics_addr {
-        Some(addr) => Some(
-            metrics::serve(addr, status.clone(), pin_path)
-                .await
-                .map_err(|source| AgentError::Metrics { addr, source })?,
-        ),
-        None => None,
-    };
     agent.run(shutdown).await;
     Ok(())
 }

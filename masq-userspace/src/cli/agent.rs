@@ -102,7 +102,8 @@ pub(crate) struct AgentArgs {
     pin_path: PathBuf,
 
     /// NAT table capacity in entries (two per flow) for a fresh install.
-    #[arg(long, value_name = "ENTRIES", default_value_t = NAT_V4_DEFAULT_MAX_ENTRIES)]
+    #[arg(long, value_name = "ENTRIES", default_value_t = NAT_V4_DEFAULT_MAX_ENTRIES,
+          value_parser = clap::value_parser!(u32).range(2..))]
     nat_max_entries: u32,
 
     /// The cluster's NodePort range; SNAT ports are never taken from it.

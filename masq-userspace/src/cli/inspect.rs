@@ -407,6 +407,9 @@ pub(crate) fn nat(command: &NatCommand) -> anyhow::Result<ExitCode> {
 pub(crate) fn uninstall(args: &UninstallArgs) -> anyhow::Result<ExitCode> {
     let pins = PinDir::new(&args.pins.pin_path);
     let mut out = io::stdout().lock();
+    if pins.remove_staging()? {
+        writeln!(out, "removed the staged maps of an interrupted install")?;
+    }
     match pins.inspect() {
         Ok(PinnedState::Empty) if pins.links().is_empty() => {
             writeln!(
@@ -449,6 +452,10 @@ pub(crate) fn uninstall(args: &UninstallArgs) -> anyhow::Result<ExitCode> {
                 )?,
             }
         }
+        Ok(PinnedState::Leftovers(_)) => writeln!(
+            out,
+            "an interrupted install left maps behind (it never reserved ports); removing them"
+        )?,
         Ok(_) => writeln!(
             out,
             "pinned maps are from another masq version; leaving net.ipv4.ip_local_reserved_ports as it is"

@@ -19,7 +19,7 @@ pub enum DatapathError {
         name: &'static str,
     },
     /// A map operation failed.
-    #[error("{operation} on map {map} failed: {source}")]
+    #[error("{operation} map {map} failed: {source}")]
     Map {
         /// What was being done.
         operation: &'static str,
@@ -81,16 +81,30 @@ pub enum DatapathError {
     },
     /// The pinned maps were created by an incompatible version of masq.
     #[error(
-        "the maps pinned under {pin_path} have an incompatible layout ({detail}); the running \
-         datapath was left untouched. Run `masq uninstall --pin-path {pin_path}` to remove it \
-         (live flows are lost), or start the agent with --replace-incompatible-state"
+        "the maps pinned under {pin_path} have an incompatible layout ({detail}); {running}. Run \
+         `masq uninstall --pin-path {pin_path}` to remove them (live flows are lost), or start \
+         the agent with --replace-incompatible-state",
+        running = if *attached {
+            "the datapath attached from them keeps running, untouched"
+        } else {
+            "no program is attached from them"
+        }
     )]
     IncompatiblePins {
         /// The pin directory.
         pin_path: PathBuf,
         /// What differs.
         detail: String,
+        /// Whether programs are attached from the pin directory (pinned links exist).
+        attached: bool,
     },
+    /// Another agent holds the pin directory.
+    #[error(
+        "another masq agent is running with the pin path {}; two agents would replace each \
+         other's programs (stop it, or give this one another --pin-path)",
+        .0.display()
+    )]
+    PinPathInUse(PathBuf),
     /// The datapath's debug records cannot be read.
     #[error("reading datapath debug logs: {0}")]
     Logger(String),

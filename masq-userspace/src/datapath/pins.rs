@@ -53,6 +53,9 @@ pub struct PinDir {
 pub enum PinnedState {
     /// Nothing: a fresh install.
     Empty,
+    /// Maps of an install that was interrupted before it completed (no layout record): nothing
+    /// can be using them, so they are removed and the install starts over.
+    Leftovers(Vec<&'static str>),
     /// A map set this version can adopt.
     Compatible {
         /// Capacity the NAT table was created with.
@@ -190,13 +193,22 @@ impl PinDir {
 
     /// Inspects what is pinned and whether this version can adopt it.
     pub fn inspect(&self) -> Result<PinnedState, DatapathError> {
-        let present: Vec<&str> = ALL_MAPS
+        let present: Vec<&'static str> = ALL_MAPS
             .iter()
             .copied()
             .filter(|name| self.map(name).exists())
             .collect();
         if present.is_empty() {
             return Ok(PinnedState::Empty);
+        }
+        // The layout record is published last: without it, or without a version in it (masq
+        // before crash-safe installs wrote it after pinning), the install never completed and
+        // no program was attached to these maps.
+        let unfinished = !present.contains(&MAP_META)
+            || (self.links().is_empty()
+                && read_meta(&self.map(MAP_META)).is_ok_and(|meta| meta.layout_version == 0));
+        if unfinished {
+            return Ok(PinnedState::Leftovers(present));
         }
         if present.len() != ALL_MAPS.len() {
             let missing: Vec<&str> = ALL_MAPS
@@ -286,6 +298,82 @@ impl PinDir {
             }
         }
         Ok(removed)
+    }
+
+    /// Where a fresh map set is built before it is published into the pin directory: a sibling
+    /// on the same bpffs, so publishing is a rename (bpffs refuses dots in names).
+    pub fn staging(&self) -> PathBuf {
+        let name = self
+            .root
+            .file_name()
+            .map_or_else(|| "masq".into(), |name| name.to_string_lossy().into_owned());
+        self.root
+            .parent()
+            .unwrap_or_else(|| Path::new("/"))
+            .join(format!("{name}-staging"))
+    }
+
+    /// Removes what an interrupted install left in the staging directory; returns whether
+    /// there was anything.
+    pub fn remove_staging(&self) -> Result<bool, DatapathError> {
+        let staging = self.staging();
+        let Ok(entries) = fs::read_dir(&staging) else {
+            return Ok(false);
+        };
+        for entry in entries.filter_map(Result::ok) {
+            remove_file(&entry.path())?;
+        }
+        fs::remove_dir(&staging).map_err(|source| DatapathError::Io {
+            what: "removing",
+            path: staging,
+            source,
+        })?;
+        Ok(true)
+    }
+
+    /// Moves a complete map set from the staging directory into the pin directory, the layout
+    /// record last: a kill at any instant leaves either no record (leftovers the next start
+    /// removes) or a complete set it adopts.
+    pub fn publish(&self) -> Result<(), DatapathError> {
+        let staging = self.staging();
+        let order = ALL_MAPS
+            .iter()
+            .filter(|&&name| name != MAP_META)
+            .chain([&MAP_META]);
+        for name in order {
+            let from = staging.join(name);
+            fs::rename(&from, self.map(name)).map_err(|source| DatapathError::Io {
+                what: "publishing",
+                path: from,
+                source,
+            })?;
+        }
+        fs::remove_dir(&staging).map_err(|source| DatapathError::Io {
+            what: "removing",
+            path: staging,
+            source,
+        })
+    }
+
+    /// Takes the pin directory for this process: one agent per pin path. The lock is released
+    /// when the returned descriptor is closed, also when the process dies.
+    pub fn lock(&self) -> Result<nix::fcntl::Flock<fs::File>, DatapathError> {
+        let directory = fs::File::open(&self.root).map_err(|source| DatapathError::Io {
+            what: "opening",
+            path: self.root.clone(),
+            source,
+        })?;
+        match nix::fcntl::Flock::lock(directory, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(lock),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                Err(DatapathError::PinPathInUse(self.root.clone()))
+            }
+            Err((_, errno)) => Err(DatapathError::Io {
+                what: "locking",
+                path: self.root.clone(),
+                source: errno.into(),
+            }),
+        }
     }
 
     /// Removes the pinned maps only, so that a fresh set can be created (links stay, and keep
