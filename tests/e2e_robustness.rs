@@ -174,3 +174,109 @@ fn a_metrics_port_in_use_or_a_bad_flag_stops_the_agent_before_it_changes_anythin
     }
     let _ = fs::remove_file(&absent);
 }
+
+#[test]
+fn a_config_the_trie_cannot_hold_is_rejected_whole_and_the_datapath_keeps_the_one_in_force() {
+    let sandbox = Sandbox::new("cap", SandboxOptions::default());
+    let _server = tcp_server(
+        &sandbox.outside,
+        SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080),
+    );
+    let dir = std::env::temp_dir().join(format!("{}-config", sandbox.tag));
+    fs::create_dir_all(&dir).expect("config dir");
+    let config = dir.join("ip-masq-agent");
+    let write = |cidrs: &[&str]| {
+        let text = format!(
+            "cidrLimit: 1000\nnonMasqueradeCIDRs: [{}]\nresyncInterval: 1s\n",
+            cidrs.join(", ")
+        );
+        // A rename, as the kubelet swaps ConfigMaps: never a half-written file.
+        let temporary = dir.join("next");
+        fs::write(&temporary, text).expect("write config");
+        fs::rename(&temporary, &config).expect("swap config");
+    };
+    let defaults = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"];
+    write(&defaults);
+    let config_arg = config.to_string_lossy().into_owned();
+    let agent = Agent::start(
+        &sandbox,
+        &["--config", &config_arg, "--nomasq-max-entries", "8"],
+    );
+    let trie = || agent.status()["nomasq_cidrs"].clone();
+    let in_force = trie();
+    assert_eq!(arrives_from(&sandbox, OUTSIDE_IP), IpAddr::V4(NODE_IP));
+    let failed = || agent.metric("masq_config_reloads_total{result=\"failed\"}");
+    let failed_before = failed().unwrap_or(0.0);
+
+    // Eight CIDRs, one of them the outside host's network, plus link-local: nine entries.
+    let too_many = [
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "100.64.0.0/10",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "192.0.0.0/24",
+        "240.0.0.0/4",
+    ];
+    write(&too_many);
+    masq_testbed::wait_for("the rejection", Duration::from_secs(5), || {
+        failed().unwrap_or(0.0) > failed_before
+    });
+    assert!(
+        agent.log().contains("raise --nomasq-max-entries"),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(trie(), in_force, "a rejected config changed the trie");
+    assert_eq!(
+        arrives_from(&sandbox, OUTSIDE_IP),
+        IpAddr::V4(NODE_IP),
+        "the datapath exempts a destination the config in force masquerades"
+    );
+    let (status, _) = agent.http_get("/readyz").expect("readyz");
+    assert!(
+        status.contains(" 200 "),
+        "the config in force is still applied: {status}"
+    );
+
+    // check-config says the same, naming the flag; it accepts the config with room for it.
+    let check = |extra: &[&str]| {
+        let mut args = vec!["check-config", "--config", config_arg.as_str()];
+        args.extend_from_slice(extra);
+        agent.masq_command(&args)
+    };
+    let refused = check(&["--nomasq-max-entries", "8"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("raise --nomasq-max-entries"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(check(&[]).status.success());
+
+    // Seven entries fit, though old and new together do not: applied whole.
+    let fits = [
+        "100.64.0.0/10",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "192.0.0.0/24",
+        "240.0.0.0/4",
+        "10.0.0.0/8",
+    ];
+    write(&fits);
+    masq_testbed::wait_for("the new config", Duration::from_secs(5), || {
+        trie().as_array().map(Vec::len) == Some(fits.len() + 1)
+    });
+    assert_eq!(
+        arrives_from(&sandbox, OUTSIDE_IP),
+        IpAddr::V4(masq_testbed::sandbox::pod_ip(1)),
+        "the outside network is exempt now"
+    );
+    write(&defaults);
+    masq_testbed::wait_for("the defaults again", Duration::from_secs(5), || {
+        trie() == in_force
+    });
+    assert_eq!(arrives_from(&sandbox, OUTSIDE_IP), IpAddr::V4(NODE_IP));
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -88,9 +88,14 @@ impl EbpfBackend {
             pins.remove_maps()?;
             state = PinnedState::Empty;
         }
-        let (adopted, nat_max_entries) = match state {
-            PinnedState::Empty | PinnedState::Leftovers(_) => (false, options.nat_max_entries),
-            PinnedState::Compatible { nat_max_entries } => {
+        let (adopted, nat_max_entries, pinned_trie) = match state {
+            PinnedState::Empty | PinnedState::Leftovers(_) => {
+                (false, options.nat_max_entries, None)
+            }
+            PinnedState::Compatible {
+                nat_max_entries,
+                nomasq_max_entries,
+            } => {
                 if nat_max_entries != options.nat_max_entries {
                     tracing::warn!(
                         pinned = nat_max_entries,
@@ -98,12 +103,12 @@ impl EbpfBackend {
                         "keeping the pinned NAT table's capacity; resizing it needs `masq uninstall` (which drops live flows)"
                     );
                 }
-                (true, nat_max_entries)
+                (true, nat_max_entries, Some(nomasq_max_entries))
             }
             PinnedState::Incompatible(detail) if options.replace_incompatible_state => {
                 tracing::warn!(%detail, "replacing incompatible pinned state as requested; live flows are lost");
                 pins.remove_maps()?;
-                (false, options.nat_max_entries)
+                (false, options.nat_max_entries, None)
             }
             PinnedState::Incompatible(detail) => {
                 return Err(DatapathError::IncompatiblePins {
@@ -114,14 +119,18 @@ impl EbpfBackend {
                 .into());
             }
         };
-        let mut datapath = if adopted {
-            Datapath::load(&LoadOptions {
+        let mut datapath = match pinned_trie {
+            Some(pinned) if pinned != options.nomasq_max_entries => {
+                resize_trie(&pins, nat_max_entries, pinned, options)?
+            }
+            Some(_) => Datapath::load(&LoadOptions {
                 nat_max_entries,
+                nomasq_max_entries: options.nomasq_max_entries,
+                trie_pin_dir: None,
                 pin_dir: Some(pins.root().to_path_buf()),
                 debug_log: options.datapath_debug_log,
-            })?
-        } else {
-            create_maps(&pins, nat_max_entries, options)?
+            })?,
+            None => create_maps(&pins, nat_max_entries, options)?,
         };
         if options.datapath_debug_log {
             spawn_logger(&mut datapath)?;
@@ -387,6 +396,8 @@ fn create_maps(
     })?;
     let built = Datapath::load(&LoadOptions {
         nat_max_entries,
+        nomasq_max_entries: options.nomasq_max_entries,
+        trie_pin_dir: None,
         pin_dir: Some(staging),
         debug_log: options.datapath_debug_log,
     })
@@ -401,6 +412,78 @@ fn create_maps(
         }
         error.into()
     })
+}
+
+/// Adopts the pinned maps with a trie of another capacity (`--nomasq-max-entries` changed).
+/// The new trie is built in the staging directory with the old one's entries, then renamed
+/// over it: the programs still attached keep the old trie until the new programs take over,
+/// and a kill at any instant leaves one complete trie pinned. A trie too small for what the
+/// old one holds is not built; the old capacity stays.
+fn resize_trie(
+    pins: &PinDir,
+    nat_max_entries: u32,
+    pinned: u32,
+    options: &AgentOptions,
+) -> Result<Datapath, AgentError> {
+    let adopt = |nomasq_max_entries, trie_pin_dir| {
+        Datapath::load(&LoadOptions {
+            nat_max_entries,
+            nomasq_max_entries,
+            trie_pin_dir,
+            pin_dir: Some(pins.root().to_path_buf()),
+            debug_log: options.datapath_debug_log,
+        })
+    };
+    let old = crate::datapath::maps::DatapathMaps::from_pins(pins.root())?.nomasq_entries()?;
+    if old.len() > options.nomasq_max_entries as usize {
+        tracing::warn!(
+            pinned,
+            requested = options.nomasq_max_entries,
+            entries = old.len(),
+            "the trie holds more entries than --nomasq-max-entries allows; keeping its capacity"
+        );
+        return Ok(adopt(pinned, None)?);
+    }
+    let staging = pins.staging();
+    std::fs::create_dir_all(&staging).map_err(|source| DatapathError::Io {
+        what: "creating",
+        path: staging.clone(),
+        source,
+    })?;
+    let built = adopt(options.nomasq_max_entries, Some(staging)).and_then(|mut datapath| {
+        for (addr, prefix, kind) in &old {
+            datapath
+                .maps
+                .nomasq_v4
+                .insert(
+                    &aya::maps::lpm_trie::Key::new(u32::from(*prefix), *addr),
+                    kind,
+                    0,
+                )
+                .map_err(DatapathError::map(
+                    "inserting into",
+                    masq_common::layout::MAP_NOMASQ_V4,
+                ))?;
+        }
+        pins.publish_trie()?;
+        Ok(datapath)
+    });
+    match built {
+        Ok(datapath) => {
+            tracing::info!(
+                from = pinned,
+                to = options.nomasq_max_entries,
+                "resized the non-masquerade trie; the new programs use it from the swap on"
+            );
+            Ok(datapath)
+        }
+        Err(error) => {
+            if let Err(cleanup) = pins.remove_staging() {
+                tracing::warn!(%cleanup, "could not remove the staged trie; the next start will");
+            }
+            Err(error.into())
+        }
+    }
 }
 
 /// How hard a problem with the interfaces hits.

@@ -96,6 +96,8 @@ pub struct AgentOptions {
     pub random_fully: bool,
     /// NAT table capacity for a fresh install.
     pub nat_max_entries: u32,
+    /// Capacity of the non-masquerade trie.
+    pub nomasq_max_entries: u32,
     /// How often expired flows are collected.
     pub gc_interval: Duration,
     /// Flow idle timeouts.
@@ -366,19 +368,22 @@ impl Agent {
         let changed = self.config.as_ref() != Some(config);
         let policy = Policy::new(config, self.options.enable_ipv6);
         let trie_entries = match &mut self.backend {
-            // Only changes touch the trie: applying an unchanged config is a no-op.
-            Backend::Ebpf(ebpf) if changed || !ebpf.enabled() => {
+            // Every sync compares the trie with the config in force, so anything that drifted
+            // (a change the kernel refused and could not undo, a hand edit) is repaired; an
+            // unchanged config writes nothing.
+            Backend::Ebpf(ebpf) => {
                 let report = ebpf.apply(&policy, &self.options)?;
-                tracing::info!(
-                    trigger,
-                    added = report.added,
-                    removed = report.removed,
-                    unchanged = report.unchanged,
-                    "non-masquerade trie synced"
-                );
+                if report.added + report.removed > 0 {
+                    tracing::info!(
+                        trigger,
+                        added = report.added,
+                        removed = report.removed,
+                        unchanged = report.unchanged,
+                        "non-masquerade trie synced"
+                    );
+                }
                 EbpfBackend::trie_entries(&policy)
             }
-            Backend::Ebpf(_) => EbpfBackend::trie_entries(&policy),
             // Upstream rewrites its chain on every sync, which also repairs tampering.
             Backend::Iptables(iptables) => {
                 iptables.apply(&policy, &self.options)?;

@@ -16,7 +16,7 @@ use masq::{
     ports::parse_port_range,
 };
 use masq_common::{
-    layout::NAT_V4_DEFAULT_MAX_ENTRIES,
+    layout::{NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES},
     ports::{DEFAULT_NODEPORT_RANGE, PortRange},
     timeouts::FlowTimeouts,
 };
@@ -106,6 +106,13 @@ pub(crate) struct AgentArgs {
           value_parser = clap::value_parser!(u32).range(2..))]
     nat_max_entries: u32,
 
+    /// Capacity of the non-masquerade trie: the most CIDRs (plus link-local) a config may
+    /// need. A config that needs more is rejected whole; a new value takes effect at the next
+    /// start without dropping flows.
+    #[arg(long, value_name = "ENTRIES", default_value_t = NOMASQ_V4_MAX_ENTRIES,
+          value_parser = clap::value_parser!(u32).range(1..=16_777_216))]
+    nomasq_max_entries: u32,
+
     /// The cluster's NodePort range; SNAT ports are never taken from it.
     #[arg(long, value_name = "RANGE", default_value_t = DEFAULT_NODEPORT_RANGE, value_parser = parse_port_range)]
     service_node_port_range: PortRange,
@@ -180,6 +187,7 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
         snat_ranges,
         random_fully: args.flags.random_fully,
         nat_max_entries: args.nat_max_entries,
+        nomasq_max_entries: args.nomasq_max_entries,
         gc_interval: args.gc_interval,
         timeouts: FlowTimeouts::LINUX_DEFAULTS,
         replace_incompatible_state: args.replace_incompatible_state,

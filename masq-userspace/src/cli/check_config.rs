@@ -11,8 +11,10 @@ use masq::{
         cidr::Family,
         source::{CidrOrigin, ConfigOrigin, EffectiveConfig, load},
     },
+    datapath::sync::check_trie_capacity,
     policy::{Policy, RuleKind},
 };
+use masq_common::layout::NOMASQ_V4_MAX_ENTRIES;
 
 use super::args::{ConfigArgs, UpstreamFlags};
 
@@ -25,6 +27,10 @@ pub(crate) struct CheckConfigArgs {
     config: ConfigArgs,
     #[command(flatten)]
     flags: UpstreamFlags,
+    /// The agent's --nomasq-max-entries: a config needing more trie entries is one the agent
+    /// would refuse.
+    #[arg(long, value_name = "ENTRIES", default_value_t = NOMASQ_V4_MAX_ENTRIES)]
+    nomasq_max_entries: u32,
 }
 
 pub(crate) fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
@@ -37,6 +43,10 @@ pub(crate) fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
         Err(error) => return Ok(fail(&error.to_string())),
     };
     let policy = Policy::new(&config, args.flags.enable_ipv6);
+    // What the eBPF agent would refuse beyond upstream's validation.
+    if let Err(error) = check_trie_capacity(policy.nomasq_v4().len(), args.nomasq_max_entries) {
+        return Ok(fail(&error.to_string()));
+    }
     let mut out = io::stdout().lock();
     write_summary(&mut out, &config, &policy, args)?;
     Ok(ExitCode::SUCCESS)

@@ -98,6 +98,9 @@ pub enum DatapathError {
         /// Whether programs are attached from the pin directory (pinned links exist).
         attached: bool,
     },
+    /// The config does not fit the trie.
+    #[error(transparent)]
+    TrieCapacity(#[from] super::sync::TrieCapacityError),
     /// Another agent holds the pin directory.
     #[error(
         "another masq agent is running with the pin path {}; two agents would replace each \

@@ -37,6 +37,7 @@ pub struct DatapathMaps {
     /// Per-CPU port allocation histogram.
     pub alloc_retries: PerCpuArray<MapData, u64>,
     nat_capacity: u32,
+    nomasq_capacity: u32,
 }
 
 impl std::fmt::Debug for DatapathMaps {
@@ -90,11 +91,20 @@ impl DatapathMaps {
                 .max_entries(),
             _ => 0,
         };
+        let nomasq = get(MAP_NOMASQ_V4)?;
+        let nomasq_capacity = match &nomasq {
+            Map::LpmTrie(data) => data
+                .info()
+                .map_err(DatapathError::map("inspecting", MAP_NOMASQ_V4))?
+                .max_entries(),
+            _ => 0,
+        };
         Ok(Self {
             meta: typed(get(MAP_META)?, MAP_META)?,
             settings: typed(get(MAP_SETTINGS)?, MAP_SETTINGS)?,
             uplinks: typed(get(MAP_UPLINKS)?, MAP_UPLINKS)?,
-            nomasq_v4: typed(get(MAP_NOMASQ_V4)?, MAP_NOMASQ_V4)?,
+            nomasq_v4: typed(nomasq, MAP_NOMASQ_V4)?,
+            nomasq_capacity,
             nat_v4: typed(nat, MAP_NAT_V4)?,
             nat_capacity,
             frags_v4: typed(get(MAP_FRAGS_V4)?, MAP_FRAGS_V4)?,
@@ -158,6 +168,11 @@ impl DatapathMaps {
         self.meta
             .set(0, meta, 0)
             .map_err(DatapathError::map("writing", MAP_META))
+    }
+
+    /// Capacity of the non-masquerade trie as the kernel reports it.
+    pub const fn nomasq_v4_capacity(&self) -> u32 {
+        self.nomasq_capacity
     }
 
     /// Capacity of the NAT table as the kernel reports it.

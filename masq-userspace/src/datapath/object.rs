@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use aya::{Ebpf, EbpfLoader, programs::SchedClassifier};
 use masq_common::layout::{
-    ALL_MAPS, MAP_NAT_V4, NAT_V4_DEFAULT_MAX_ENTRIES, PROG_EGRESS, PROG_INGRESS,
+    ALL_MAPS, MAP_NAT_V4, MAP_NOMASQ_V4, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES,
+    PROG_EGRESS, PROG_INGRESS,
 };
 
 use super::{error::DatapathError, maps::DatapathMaps};
@@ -18,6 +19,11 @@ pub static DATAPATH_OBJECT: &[u8] =
 pub struct LoadOptions {
     /// Capacity of the NAT table in entries (two per flow).
     pub nat_max_entries: u32,
+    /// Capacity of the non-masquerade trie in entries.
+    pub nomasq_max_entries: u32,
+    /// Where the trie is pinned when not with the other maps (a resized trie is built in the
+    /// staging directory and then renamed over the old one).
+    pub trie_pin_dir: Option<PathBuf>,
     /// Directory whose pinned maps are reused, and where new maps are pinned. `None` creates
     /// private maps that vanish with the process (tests, benchmarks).
     pub pin_dir: Option<PathBuf>,
@@ -30,6 +36,8 @@ impl Default for LoadOptions {
     fn default() -> Self {
         Self {
             nat_max_entries: NAT_V4_DEFAULT_MAX_ENTRIES,
+            nomasq_max_entries: NOMASQ_V4_MAX_ENTRIES,
+            trie_pin_dir: None,
             pin_dir: None,
             debug_log: false,
         }
@@ -57,9 +65,14 @@ impl Datapath {
         };
         let mut loader = EbpfLoader::new();
         loader.map_max_entries(MAP_NAT_V4, options.nat_max_entries);
+        loader.map_max_entries(MAP_NOMASQ_V4, options.nomasq_max_entries);
         loader.override_global(LOG_LEVEL_GLOBAL, &log_level, true);
         if let Some(dir) = &options.pin_dir {
             for name in ALL_MAPS {
+                let dir = match &options.trie_pin_dir {
+                    Some(trie_dir) if name == MAP_NOMASQ_V4 => trie_dir,
+                    _ => dir,
+                };
                 loader.map_pin_path(name, dir.join(name));
             }
         }

@@ -12,7 +12,7 @@ use masq_common::{
     layout::{
         ALL_MAPS, FRAGS_V4_MAX_ENTRIES, MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_FRAGS_V4,
         MAP_LAYOUT_VERSION, MAP_META, MAP_NAT_V4, MAP_NOMASQ_V4, MAP_SETTINGS, MAP_UPLINKS,
-        MapMeta, NOMASQ_V4_MAX_ENTRIES, UPLINKS_MAX_ENTRIES, Uplink,
+        MapMeta, UPLINKS_MAX_ENTRIES, Uplink,
     },
     nat::{FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
     settings::Settings,
@@ -60,6 +60,8 @@ pub enum PinnedState {
     Compatible {
         /// Capacity the NAT table was created with.
         nat_max_entries: u32,
+        /// Capacity the non-masquerade trie was created with.
+        nomasq_max_entries: u32,
     },
     /// Pins this version must not adopt, and why.
     Incompatible(String),
@@ -103,7 +105,7 @@ fn expected_maps() -> [ExpectedMap; 8] {
             map_type: MapType::LpmTrie,
             key_size: 8,
             value_size: 4,
-            max_entries: Some(NOMASQ_V4_MAX_ENTRIES),
+            max_entries: None,
         },
         ExpectedMap {
             name: MAP_NAT_V4,
@@ -222,6 +224,7 @@ impl PinDir {
             )));
         }
         let mut nat_max_entries = 0;
+        let mut nomasq_max_entries = 0;
         for expected in expected_maps() {
             let path = self.map(expected.name);
             let info = MapInfo::from_pin(&path)
@@ -255,8 +258,10 @@ impl PinDir {
                     info.max_entries()
                 )));
             }
-            if expected.name == MAP_NAT_V4 {
-                nat_max_entries = info.max_entries();
+            match expected.name {
+                MAP_NAT_V4 => nat_max_entries = info.max_entries(),
+                MAP_NOMASQ_V4 => nomasq_max_entries = info.max_entries(),
+                _ => {}
             }
         }
         let meta = read_meta(&self.map(MAP_META))?;
@@ -266,7 +271,10 @@ impl PinDir {
                 meta.layout_version
             )));
         }
-        Ok(PinnedState::Compatible { nat_max_entries })
+        Ok(PinnedState::Compatible {
+            nat_max_entries,
+            nomasq_max_entries,
+        })
     }
 
     /// Removes every pin: links first (which detaches the programs), then the maps.
@@ -329,6 +337,22 @@ impl PinDir {
             source,
         })?;
         Ok(true)
+    }
+
+    /// Replaces the pinned trie by the one staged beside it (a rename: atomic).
+    pub fn publish_trie(&self) -> Result<(), DatapathError> {
+        let staging = self.staging();
+        let from = staging.join(MAP_NOMASQ_V4);
+        fs::rename(&from, self.map(MAP_NOMASQ_V4)).map_err(|source| DatapathError::Io {
+            what: "publishing",
+            path: from,
+            source,
+        })?;
+        fs::remove_dir(&staging).map_err(|source| DatapathError::Io {
+            what: "removing",
+            path: staging,
+            source,
+        })
     }
 
     /// Moves a complete map set from the staging directory into the pin directory, the layout

@@ -22,41 +22,152 @@ pub struct TrieSync {
     pub unchanged: usize,
 }
 
-/// Makes the non-masquerade trie hold exactly `desired`.
+/// A config whose non-masquerade entries do not fit the trie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the config needs {needed} non-masquerade trie entries (CIDRs plus link-local), but the \
+     datapath holds at most {capacity}; raise --nomasq-max-entries"
+)]
+pub struct TrieCapacityError {
+    /// Entries the config needs.
+    pub needed: usize,
+    /// Entries the trie holds.
+    pub capacity: u32,
+}
+
+/// Checks that `needed` entries fit a trie of `capacity`, before anything is changed.
+pub fn check_trie_capacity(needed: usize, capacity: u32) -> Result<(), TrieCapacityError> {
+    if needed > capacity as usize {
+        return Err(TrieCapacityError { needed, capacity });
+    }
+    Ok(())
+}
+
+/// Makes the non-masquerade trie hold exactly `desired`, or, if the kernel refuses a change
+/// half-way, exactly what it held before: a config is applied whole or not at all.
 ///
 /// New and changed entries are written before stale ones are deleted, so a destination that is
 /// exempt under both the old and the new config is exempt at every instant of the change: no
-/// packet is masqueraded by mistake while the trie is in flux.
+/// packet is masqueraded by mistake while the trie is in flux. Only when old and new together
+/// exceed the trie's capacity are the stale entries deleted before the last additions.
 pub fn sync_nomasq(
     maps: &mut DatapathMaps,
     desired: &BTreeMap<(Ipv4Addr, u8), u32>,
 ) -> Result<TrieSync, DatapathError> {
+    let capacity = maps.nomasq_v4_capacity();
+    check_trie_capacity(desired.len(), capacity)?;
     let current: BTreeMap<(Ipv4Addr, u8), u32> = maps
         .nomasq_entries()?
         .into_iter()
         .map(|(addr, prefix, kind)| ((Ipv4Addr::from(addr), prefix), kind))
         .collect();
-    let mut report = TrieSync::default();
-    for (&(addr, prefix), &kind) in desired {
-        if current.get(&(addr, prefix)) == Some(&kind) {
-            report.unchanged += 1;
-            continue;
+    let changes: Vec<((Ipv4Addr, u8), u32)> = desired
+        .iter()
+        .filter(|(key, kind)| current.get(*key) != Some(*kind))
+        .map(|(&key, &kind)| (key, kind))
+        .collect();
+    let stale: Vec<(Ipv4Addr, u8)> = current
+        .keys()
+        .filter(|key| !desired.contains_key(*key))
+        .copied()
+        .collect();
+    let report = TrieSync {
+        added: changes.len(),
+        removed: stale.len(),
+        unchanged: desired.len() - changes.len(),
+    };
+    // Additions that fit next to every old entry go first; the rest after the removals.
+    let mut room = (capacity as usize).saturating_sub(current.len());
+    let (early, late): (Vec<_>, Vec<_>) = changes.iter().partition(|(key, _)| {
+        if current.contains_key(key) {
+            return true;
         }
+        if room > 0 {
+            room -= 1;
+            return true;
+        }
+        false
+    });
+    if !late.is_empty() {
+        tracing::warn!(
+            late = late.len(),
+            capacity,
+            "the old and new non-masquerade entries together exceed the trie: stale entries are removed before the last additions"
+        );
+    }
+    let mut journal = Journal::default();
+    let applied = (|| {
+        for &(key, kind) in &early {
+            journal.write(maps, key, kind, current.get(&key).copied())?;
+        }
+        for &key in &stale {
+            journal.remove(maps, key, current.get(&key).copied())?;
+        }
+        for &(key, kind) in &late {
+            journal.write(maps, key, kind, None)?;
+        }
+        Ok(())
+    })();
+    match applied {
+        Ok(()) => Ok(report),
+        Err(error) => {
+            journal.undo(maps);
+            Err(error)
+        }
+    }
+}
+
+/// The trie changes made so far, to be undone if a later one fails.
+#[derive(Default)]
+struct Journal {
+    /// (entry, its value before the change, if it had one).
+    undo: Vec<((Ipv4Addr, u8), Option<u32>)>,
+}
+
+fn trie_key((addr, prefix): (Ipv4Addr, u8)) -> Key<[u8; 4]> {
+    Key::new(u32::from(prefix), addr.octets())
+}
+
+impl Journal {
+    fn write(
+        &mut self,
+        maps: &mut DatapathMaps,
+        key: (Ipv4Addr, u8),
+        kind: u32,
+        before: Option<u32>,
+    ) -> Result<(), DatapathError> {
         maps.nomasq_v4
-            .insert(&Key::new(u32::from(prefix), addr.octets()), kind, 0)
+            .insert(&trie_key(key), kind, 0)
             .map_err(DatapathError::map("inserting into", MAP_NOMASQ_V4))?;
-        report.added += 1;
+        self.undo.push((key, before));
+        Ok(())
     }
-    for &(addr, prefix) in current.keys() {
-        if desired.contains_key(&(addr, prefix)) {
-            continue;
-        }
+
+    fn remove(
+        &mut self,
+        maps: &mut DatapathMaps,
+        key: (Ipv4Addr, u8),
+        before: Option<u32>,
+    ) -> Result<(), DatapathError> {
         maps.nomasq_v4
-            .remove(&Key::new(u32::from(prefix), addr.octets()))
+            .remove(&trie_key(key))
             .map_err(DatapathError::map("removing from", MAP_NOMASQ_V4))?;
-        report.removed += 1;
+        self.undo.push((key, before));
+        Ok(())
     }
-    Ok(report)
+
+    /// Puts every changed entry back as it was, newest change first.
+    fn undo(self, maps: &mut DatapathMaps) {
+        for (key, before) in self.undo.into_iter().rev() {
+            let restored = match before {
+                Some(kind) => maps.nomasq_v4.insert(&trie_key(key), kind, 0),
+                None => maps.nomasq_v4.remove(&trie_key(key)),
+            };
+            if let Err(error) = restored {
+                tracing::error!(cidr = %format!("{}/{}", key.0, key.1), %error, "could not undo a trie change; the next resync repairs it");
+            }
+        }
+    }
 }
 
 /// The settings value for the datapath.
