@@ -290,7 +290,7 @@ fn bad_configs_never_change_the_datapath(attach_mode) {
         );
         let (_, page) = agent.http_get("/metrics").expect("metrics");
         assert!(
-            page.contains("masq_config_last_error{message="),
+            page.contains("masq_config_last_error{reason="),
             "no error reported for the {what} config"
         );
         let (ready, _) = agent.http_get("/readyz").expect("readyz");
@@ -315,7 +315,7 @@ fn bad_configs_never_change_the_datapath(attach_mode) {
     );
     let (_, page) = agent.http_get("/metrics").expect("metrics");
     assert!(
-        !page.contains("masq_config_last_error{message="),
+        !page.contains("masq_config_last_error{reason="),
         "a successful load clears the error"
     );
 }

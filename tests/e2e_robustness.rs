@@ -280,3 +280,88 @@ fn a_config_the_trie_cannot_hold_is_rejected_whole_and_the_datapath_keeps_the_on
     assert_eq!(arrives_from(&sandbox, OUTSIDE_IP), IpAddr::V4(NODE_IP));
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn odd_and_oversized_config_files_never_hang_the_agent_nor_flood_logs_and_metrics() {
+    let sandbox = Sandbox::new("odd", SandboxOptions::default());
+    let dir = std::env::temp_dir().join(format!("{}-config", sandbox.tag));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("config dir");
+    let config = dir.join("ip-masq-agent");
+    // A FIFO where the config should be: opening it for reading would wait for a writer.
+    nix::unistd::mkfifo(&config, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    let config_arg = config.to_string_lossy().into_owned();
+    let mut agent = Agent::launch(&sandbox, &["--config", &config_arg]);
+    agent.wait_serving();
+    let (status, body) = agent.http_get("/readyz").expect("readyz");
+    assert!(
+        status.contains(" 503 ") && body.contains("not a regular file (a FIFO)"),
+        "{status}: {body}"
+    );
+    assert_eq!(
+        agent.metric("masq_config_last_error{reason=\"read\"}"),
+        Some(1.0)
+    );
+
+    // A valid config arrives (as the kubelet swaps it in: a rename).
+    let swap = |contents: &[u8]| {
+        let next = dir.join("next");
+        fs::write(&next, contents).expect("write");
+        fs::rename(&next, &config).expect("swap");
+    };
+    swap(b"nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+    agent.wait_ready();
+
+    // A megabyte of garbage in one CIDR: rejected, and its text appears nowhere whole.
+    let failed = agent
+        .metric("masq_config_reloads_total{result=\"failed\"}")
+        .unwrap_or(0.0);
+    let mut garbage = b"nonMasqueradeCIDRs: [\"".to_vec();
+    garbage.extend(std::iter::repeat_n(b'x', 1_000_000));
+    garbage.extend(b"\"]\n");
+    swap(&garbage);
+    masq_testbed::wait_for("the garbage to be rejected", Duration::from_secs(5), || {
+        agent
+            .metric("masq_config_reloads_total{result=\"failed\"}")
+            .unwrap_or(0.0)
+            > failed
+    });
+    let (_, page) = agent.http_get("/metrics").expect("metrics");
+    assert!(
+        page.len() < 64 * 1024,
+        "metrics page of {} bytes",
+        page.len()
+    );
+    assert_eq!(
+        agent.metric("masq_config_last_error{reason=\"invalid\"}"),
+        Some(1.0),
+        "{page}"
+    );
+    let (status, body) = agent.http_get("/readyz").expect("readyz");
+    assert!(
+        status.contains(" 200 "),
+        "the config in force stays: {status}"
+    );
+    let longest = agent.log().lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 4096, "a log line of {longest} bytes");
+
+    // Too large for a ConfigMap, and /dev/zero: refused without reading them whole.
+    let huge = dir.join("huge");
+    fs::File::create(&huge)
+        .and_then(|file| file.set_len(50 << 20))
+        .expect("sparse file");
+    fs::rename(&huge, &config).expect("swap");
+    masq_testbed::wait_for(
+        "the huge file to be refused",
+        Duration::from_secs(5),
+        || agent.metric("masq_config_last_error{reason=\"read\"}") == Some(1.0),
+    );
+    let _ = fs::remove_file(&config);
+    std::os::unix::fs::symlink("/dev/zero", &config).expect("symlink");
+    thread::sleep(Duration::from_millis(500));
+    let (_, body_after) = agent.http_get("/metrics").expect("metrics still served");
+    assert!(body_after.contains("masq_config_last_error{reason=\"read\"} 1"));
+    let (status, _) = agent.http_get("/readyz").expect("readyz");
+    assert!(status.contains(" 200 "), "{status} {body}");
+    let _ = fs::remove_dir_all(&dir);
+}

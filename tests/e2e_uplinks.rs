@@ -366,3 +366,32 @@ fn an_upstream_chain_that_comes_back_is_reported_or_removed_again(attach_mode) {
     let _ = fs::remove_file(&config);
 }
 }
+
+#[test]
+fn a_node_ip_the_interface_does_not_have_is_used_but_reported() {
+    let sandbox = Sandbox::new("nodeip", SandboxOptions::default());
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let foreign = "192.0.2.99";
+    let agent = Agent::start(&sandbox, &["--config", &absent, "--node-ip", foreign]);
+    assert_eq!(
+        uplinks(&agent),
+        [uplink(
+            UPLINK,
+            foreign.parse().expect("address"),
+            AttachMode::Tcx
+        )]
+    );
+    assert!(
+        agent
+            .log()
+            .contains("--node-ip is not an address of the interface"),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(
+        agent.metric(&format!(
+            "masq_uplink_address_local{{interface=\"{UPLINK}\"}}"
+        )),
+        Some(0.0)
+    );
+}

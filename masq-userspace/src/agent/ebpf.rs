@@ -49,6 +49,8 @@ struct WantedUplink {
     name: String,
     ifindex: u32,
     address: Ipv4Addr,
+    /// Whether the address is one of the interface's own (a `--node-ip` may not be).
+    address_is_local: bool,
 }
 
 impl EbpfBackend {
@@ -292,10 +294,14 @@ impl EbpfBackend {
             .uplinks()?
             .into_iter()
             .filter(|(ifindex, _)| self.attached.contains_key(ifindex))
-            .map(|(_, uplink)| UplinkStatus {
+            .map(|(ifindex, uplink)| UplinkStatus {
                 interface: uplink.name().to_owned(),
                 node_ip: Ipv4Addr::from(uplink.snat_addr),
                 attach_mode: AttachMode::of(&uplink).map_or("?", AttachMode::name),
+                address_is_local: wanted
+                    .iter()
+                    .find(|wanted| wanted.ifindex == ifindex)
+                    .is_none_or(|wanted| wanted.address_is_local),
             })
             .collect();
         status.lock().uplinks = uplinks;
@@ -510,6 +516,7 @@ fn wanted_uplinks(
             .filter_map(|interface| {
                 Some(WantedUplink {
                     address: interface.global_ipv4.first().copied()?,
+                    address_is_local: true,
                     name: interface.name,
                     ifindex: interface.index,
                 })
@@ -542,11 +549,21 @@ fn wanted_uplinks(
             })
         };
         match problem {
-            Ok(address) => chosen.push(WantedUplink {
-                name: interface.name,
-                ifindex: interface.index,
-                address,
-            }),
+            Ok(address) => {
+                let address_is_local = interface.global_ipv4.contains(&address);
+                if !address_is_local && strictness == Strictness::Startup {
+                    tracing::warn!(
+                        interface = %name, node_ip = %address,
+                        "--node-ip is not an address of the interface: replies reach the node only if the network routes it here"
+                    );
+                }
+                chosen.push(WantedUplink {
+                    name: interface.name,
+                    ifindex: interface.index,
+                    address,
+                    address_is_local,
+                });
+            }
             Err(error) if strictness == Strictness::Running => {
                 tracing::warn!(interface = %name, %error, "not translating on this interface for now");
             }

@@ -215,6 +215,20 @@ pub fn render(status: &AgentStatus, datapath: &DatapathReadings) -> String {
     }
     family(
         &mut out,
+        "masq_uplink_address_local",
+        "gauge",
+        "Per uplink: 1 when the address traffic is masqueraded to is one of the interface's own, 0 for a --node-ip the interface does not have (replies must be routed to the node).",
+    );
+    for uplink in &status.uplinks {
+        let _ = writeln!(
+            out,
+            "masq_uplink_address_local{{interface=\"{}\"}} {}",
+            label(&uplink.interface),
+            u8::from(uplink.address_is_local)
+        );
+    }
+    family(
+        &mut out,
         "masq_upstream_chain_present",
         "gauge",
         "1 while an upstream ip-masq-agent chain is installed next to masq (it masquerades before masq sees the packets).",
@@ -386,13 +400,13 @@ pub fn render(status: &AgentStatus, datapath: &DatapathReadings) -> String {
         &mut out,
         "masq_config_last_error",
         "gauge",
-        "1 with the message of the last config error, until a load succeeds.",
+        "1 with the kind of the last config error (read, syntax, decode, invalid, empty, capacity, apply) until a load succeeds; the message is in the log and /readyz.",
     );
     if let Some(error) = &status.last_error {
         let _ = writeln!(
             out,
-            "masq_config_last_error{{message=\"{}\"}} 1",
-            label(error)
+            "masq_config_last_error{{reason=\"{}\"}} 1",
+            error.reason
         );
     }
     family(
@@ -433,9 +447,13 @@ mod tests {
                 interface: "up0".to_owned(),
                 node_ip: std::net::Ipv4Addr::new(192, 0, 2, 1),
                 attach_mode: "tcx",
+                address_is_local: true,
             }],
             config_origin: Some("/etc/config/ip-masq-agent (file)".to_owned()),
-            last_error: Some("CIDR \"x\" could not be parsed\nnext".to_owned()),
+            last_error: Some(crate::agent::status::ConfigFailure {
+                reason: "invalid",
+                message: "CIDR \"x\" could not be parsed\nnext".to_owned(),
+            }),
             ..AgentStatus::default()
         };
         let readings = DatapathReadings {
@@ -485,9 +503,8 @@ mod tests {
             "{page}"
         );
         assert!(
-            page.contains(
-                r#"masq_config_last_error{message="CIDR \"x\" could not be parsed\nnext"} 1"#
-            ),
+            page.contains("masq_config_last_error{reason=\"invalid\"} 1\n")
+                && !page.contains("could not be parsed"),
             "{page}"
         );
         let mut declared = std::collections::HashSet::new();

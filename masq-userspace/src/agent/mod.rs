@@ -43,7 +43,7 @@ use self::{
     iptables_backend::IptablesBackend,
     netif::InterfaceError,
     reserved_ports::SysctlError,
-    status::SharedStatus,
+    status::{ConfigFailure, SharedStatus},
     watch::{DirectoryWatch, InterfaceWatch},
 };
 use crate::{
@@ -179,6 +179,21 @@ struct Agent {
     /// The config in force, once one was valid.
     config: Option<EffectiveConfig>,
     status: SharedStatus,
+}
+
+/// The longest error text the agent repeats in logs, `/readyz` and status.
+const MAX_ERROR_TEXT: usize = 1024;
+
+/// `text`, cut to [`MAX_ERROR_TEXT`] bytes at a character boundary, saying how much was cut.
+fn bounded(text: &str) -> String {
+    if text.len() <= MAX_ERROR_TEXT {
+        return text.to_owned();
+    }
+    let mut end = MAX_ERROR_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} more bytes)", &text[..end], text.len() - end)
 }
 
 /// Runs the agent until `shutdown` completes. With the eBPF backend the datapath stays
@@ -349,19 +364,28 @@ impl Agent {
                     state.last_success = Some(SystemTime::now());
                     state.last_error = None;
                 }
-                Err(error) => self.record_failure(&format!("applying the config: {error}")),
+                Err(error) => {
+                    let reason = match &error {
+                        AgentError::Datapath(DatapathError::TrieCapacity(_)) => "capacity",
+                        _ => "apply",
+                    };
+                    self.record_failure(reason, &format!("applying the config: {error}"));
+                }
             },
-            Err(error) => self.record_failure(&error.to_string()),
+            Err(error) => self.record_failure(error.reason(), &error.to_string()),
         }
         self.update_readiness();
     }
 
-    fn record_failure(&self, message: &str) {
-        tracing::error!(error = %message, "Error syncing configuration; keeping the config in force");
+    fn record_failure(&self, reason: &'static str, message: &str) {
+        // A config's own text can end up in its error (a 1 MiB "CIDR"): logs, /readyz and
+        // status get a bounded excerpt.
+        let message = bounded(message);
+        tracing::error!(error = %message, reason, "Error syncing configuration; keeping the config in force");
         let mut state = self.status.lock();
         state.reloads_failed += 1;
         state.last_failure = Some(SystemTime::now());
-        state.last_error = Some(message.to_owned());
+        state.last_error = Some(ConfigFailure { reason, message });
     }
 
     fn apply(&mut self, config: &EffectiveConfig, trigger: &'static str) -> Result<(), AgentError> {
@@ -416,12 +440,10 @@ impl Agent {
         };
         let mut state = self.status.lock();
         let reason = if !enabled {
-            Some(
-                state
-                    .last_error
-                    .clone()
-                    .unwrap_or_else(|| "no valid config in force".to_owned()),
-            )
+            Some(state.last_error.as_ref().map_or_else(
+                || "no valid config in force".to_owned(),
+                |error| error.message.clone(),
+            ))
         } else if let Some(chain) = &state.upstream_chain {
             Some(format!(
                 "the ip-masq-agent chain {chain} is installed and masquerades before masq; remove upstream ip-masq-agent or run with --take-over-iptables"

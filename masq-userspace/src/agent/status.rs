@@ -32,7 +32,7 @@ pub struct AgentStatus {
     /// Failed config loads.
     pub reloads_failed: u64,
     /// The last load error, kept until a load succeeds.
-    pub last_error: Option<String>,
+    pub last_error: Option<ConfigFailure>,
     /// When the last load succeeded.
     pub last_success: Option<SystemTime>,
     /// When the last load failed.
@@ -49,6 +49,15 @@ pub struct AgentStatus {
     pub adopted: bool,
 }
 
+/// Why the last config load failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigFailure {
+    /// A fixed word for metrics: read, syntax, decode, invalid, empty, capacity, apply.
+    pub reason: &'static str,
+    /// The error, bounded in length.
+    pub message: String,
+}
+
 /// One interface masq translates on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UplinkStatus {
@@ -58,6 +67,8 @@ pub struct UplinkStatus {
     pub node_ip: Ipv4Addr,
     /// `tcx` or `tc`.
     pub attach_mode: &'static str,
+    /// Whether `node_ip` is an address of the interface (a `--node-ip` may not be).
+    pub address_is_local: bool,
 }
 
 /// The status behind a lock, cheap to clone.

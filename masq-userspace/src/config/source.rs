@@ -2,9 +2,14 @@
 //! turning it into the [`EffectiveConfig`] everything else derives from.
 
 use std::{
+    collections::BTreeSet,
     fs::{self, File},
     io::{self, Read as _},
+    os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _},
     path::{Path, PathBuf},
+    sync::{Arc, Condvar, Mutex, PoisonError},
+    thread,
+    time::Duration,
 };
 
 use super::{
@@ -235,12 +240,122 @@ fn go_io_error(op: &str, path: &Path, error: &io::Error) -> String {
     format!("{op} {}: {cause}", path.display())
 }
 
+/// The largest config file read: a ConfigMap holds at most 1 MiB.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+/// How long one read may take before it is given up (a hung network filesystem).
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Paths whose read hung past [`READ_TIMEOUT`] and has not returned yet: reading them again
+/// would only pile up stuck threads.
+static HANGING_READS: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+/// Reads a config file as upstream does, but bounded: only regular files (a FIFO would block
+/// the agent, `/dev/zero` never ends), at most [`MAX_CONFIG_BYTES`], within [`READ_TIMEOUT`].
 fn read_file(path: &Path) -> Result<Vec<u8>, (&'static str, io::Error)> {
-    let mut file = File::open(path).map_err(|error| ("open", error))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .map_err(|error| ("read", error))?;
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|error| ("open", error))?;
+    let metadata = file.metadata().map_err(|error| ("open", error))?;
+    let kind = metadata.file_type();
+    // A directory fails its read with upstream's "is a directory", as in Go.
+    if !kind.is_file() && !kind.is_dir() {
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "a device"
+        } else {
+            "a socket"
+        };
+        return Err((
+            "open",
+            io::Error::other(format!("not a regular file ({what})")),
+        ));
+    }
+    let too_large = |size: u64| {
+        io::Error::other(format!(
+            "{size} bytes is more than a ConfigMap holds ({MAX_CONFIG_BYTES} bytes)"
+        ))
+    };
+    if metadata.len() > MAX_CONFIG_BYTES {
+        return Err(("read", too_large(metadata.len())));
+    }
+    let bytes = read_with_timeout(path, file).map_err(|error| ("read", error))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(("read", too_large(bytes.len() as u64)));
+    }
     Ok(bytes)
+}
+
+/// What the helper thread of [`read_with_timeout`] hands back, unless it was given up on.
+#[derive(Default)]
+struct ReadSlot {
+    result: Option<io::Result<Vec<u8>>>,
+    abandoned: bool,
+}
+
+/// Reads at most one byte more than [`MAX_CONFIG_BYTES`] on a helper thread, giving up after
+/// [`READ_TIMEOUT`]. A read given up on marks its path as hanging until it returns.
+fn read_with_timeout(path: &Path, file: File) -> io::Result<Vec<u8>> {
+    let hanging = || HANGING_READS.lock().unwrap_or_else(PoisonError::into_inner);
+    if hanging().contains(path) {
+        return Err(io::Error::other(
+            "an earlier read of this file still hangs; not reading it again",
+        ));
+    }
+    let shared = Arc::new((Mutex::new(ReadSlot::default()), Condvar::new()));
+    let for_reader = Arc::clone(&shared);
+    let owned = path.to_path_buf();
+    thread::Builder::new()
+        .name("config-read".to_owned())
+        .spawn(move || {
+            let mut bytes = Vec::new();
+            let result = file
+                .take(MAX_CONFIG_BYTES + 1)
+                .read_to_end(&mut bytes)
+                .map(|_| bytes);
+            let (slot, done) = &*for_reader;
+            let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+            if slot.abandoned {
+                HANGING_READS
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&owned);
+            } else {
+                slot.result = Some(result);
+                done.notify_one();
+            }
+        })?;
+    let (slot, done) = &*shared;
+    let slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+    let (mut slot, _) = done
+        .wait_timeout_while(slot, READ_TIMEOUT, |slot| slot.result.is_none())
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(result) = slot.result.take() {
+        return result;
+    }
+    // Marked under the slot's lock: the reader cannot finish between the two steps.
+    slot.abandoned = true;
+    hanging().insert(path.to_path_buf());
+    Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("no data within {} s", READ_TIMEOUT.as_secs()),
+    ))
+}
+
+impl ConfigError {
+    /// The kind of failure, for a metric label (never free text).
+    pub const fn reason(&self) -> &'static str {
+        match self {
+            Self::Read { .. } | Self::ReadDir { .. } | Self::ReadDirFile { .. } => "read",
+            Self::Syntax(_) | Self::ConvertDirFile { .. } => "syntax",
+            Self::Decode(_) | Self::UnmarshalDirFile { .. } => "decode",
+            Self::Invalid(_) | Self::InvalidDirFile { .. } => "invalid",
+            Self::Empty { .. } => "empty",
+        }
+    }
 }
 
 /// Reads the config from `source` with upstream's semantics for that source.
@@ -594,6 +709,49 @@ mod tests {
             message,
             Err(format!("read {}: is a directory", dir.path().display()))
         );
+    }
+
+    #[test]
+    fn odd_and_oversized_files_are_refused_without_reading_them_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let huge = dir.path().join("huge");
+        let file = File::create(&huge).expect("create");
+        // Sparse: 50 MB that take no disk.
+        file.set_len(50 << 20).expect("set_len");
+        let cases = [
+            (fifo, "open", "not a regular file (a FIFO)"),
+            (
+                PathBuf::from("/dev/zero"),
+                "open",
+                "not a regular file (a device)",
+            ),
+            (
+                huge,
+                "read",
+                "52428800 bytes is more than a ConfigMap holds (1048576 bytes)",
+            ),
+        ];
+        for (path, op, cause) in cases {
+            let started = std::time::Instant::now();
+            let error = load(&ConfigSource::File(path.clone()), &OPTIONS)
+                .map(|_| ())
+                .map_err(|error| (error.reason(), error.to_string()));
+            assert_eq!(
+                error,
+                Err(("read", format!("{op} {}: {cause}", path.display())))
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(1),
+                "{path:?} blocked"
+            );
+        }
+        let at_limit = dir.path().join("at-limit");
+        let mut text = b"nonMasqueradeCIDRs: [10.0.0.0/8]\n".to_vec();
+        text.resize(MAX_CONFIG_BYTES as usize, b'\n');
+        fs::write(&at_limit, text).expect("write");
+        assert!(load(&ConfigSource::File(at_limit), &OPTIONS).is_ok());
     }
 
     fn write_configmap(dir: &Path, files: &[(&str, &str)], generation: &str) {
