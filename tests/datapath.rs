@@ -4,7 +4,7 @@
 use std::net::Ipv4Addr;
 
 use masq_common::{
-    counters::{ALLOC_HISTOGRAM_BUCKETS, Counter},
+    counters::{ALLOC_FAILED_SLOT, ALLOC_HISTOGRAM_BUCKETS, Counter},
     layout::NOMASQ_KIND_CIDR,
     nat::{Direction, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, NatKeyV4, ORIGIN_HOST},
     ports::PortRange,
@@ -483,8 +483,14 @@ fn an_exhausted_port_range_drops_new_flows_and_spares_old_ones() {
     assert_eq!(harness.counter(Counter::EgressDropNoPort), 1);
     let histogram = harness.alloc_histogram();
     assert_eq!(histogram.len(), ALLOC_HISTOGRAM_BUCKETS as usize);
-    assert_eq!(histogram.last(), Some(&1), "{histogram:?}");
-    assert_eq!(histogram.iter().sum::<u64>(), 3);
+    assert_eq!(
+        histogram[ALLOC_FAILED_SLOT as usize], 1,
+        "one flow found no port: {histogram:?}"
+    );
+    assert_eq!(
+        histogram[..=ALLOC_FAILED_SLOT as usize].iter().sum::<u64>(),
+        3
+    );
 
     // Existing flows keep working.
     let again = egress_ok(

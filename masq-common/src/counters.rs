@@ -61,6 +61,9 @@ counters! {
     EgressDropNoPort = "egress_drop_no_port",
     /// Egress SCTP packets dropped because their source port is taken towards that remote.
     EgressDropSctpPortInUse = "egress_drop_sctp_port_in_use",
+    /// Egress packets of new flows dropped because the NAT table is full (live flows are never
+    /// evicted for new ones; raise --nat-max-entries).
+    EgressDropTableFull = "egress_drop_table_full",
     /// Egress packets dropped because rewriting them failed half-way.
     EgressDropRewriteFailed = "egress_drop_rewrite_failed",
     /// Egress IPv4 packets of a kind that is not translated (e.g. ICMP informational types).
@@ -100,15 +103,41 @@ counters! {
 /// Number of counters, the size of the counters map.
 pub const COUNTER_COUNT: u32 = Counter::ALL.len() as u32;
 
-/// Most ports tried for one new flow before it is dropped and counted.
+/// Most ports tried for one new flow before it is dropped and counted: a scan of 32 ports from
+/// a random start, so every port of a range of up to 32 is tried. The kernel's NAT tries about
+/// 240; longer scans here exceed what the verifier explores across the program's many paths
+/// into the allocation (64 does), which needs the allocation moved into a separately verified
+/// function first.
 pub const MAX_ALLOC_ATTEMPTS: u32 = 32;
-/// Buckets of the allocation histogram: bucket `i < MAX_ALLOC_ATTEMPTS` counts flows that got a
-/// port at attempt `i + 1`; the last bucket counts flows that got none.
-pub const ALLOC_HISTOGRAM_BUCKETS: u32 = MAX_ALLOC_ATTEMPTS + 1;
+/// Buckets of attempt counts in the allocation histogram: bucket `i` counts flows that found a
+/// port within `2^i` attempts and not within `2^(i-1)` (1, 2, 3-4, 5-8, 9-16, 17-32).
+pub const ALLOC_ATTEMPT_BUCKETS: u32 = 6;
+/// Slot of the allocation histogram that counts flows that found no port.
+pub const ALLOC_FAILED_SLOT: u32 = ALLOC_ATTEMPT_BUCKETS;
+/// Slot of the allocation histogram that sums the attempts of successful allocations.
+pub const ALLOC_SUM_SLOT: u32 = ALLOC_ATTEMPT_BUCKETS + 1;
+/// Slots of the allocation histogram map: the buckets, the failures, the sum.
+pub const ALLOC_HISTOGRAM_BUCKETS: u32 = ALLOC_ATTEMPT_BUCKETS + 2;
+
+/// The bucket of a successful allocation after `attempts` tries (1 or more).
+#[inline(always)]
+pub const fn alloc_bucket(attempts: u32) -> u32 {
+    let mut bucket = 0;
+    while bucket + 1 < ALLOC_ATTEMPT_BUCKETS && (1 << bucket) < attempts {
+        bucket += 1;
+    }
+    bucket
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attempts_fall_in_power_of_two_buckets() {
+        let buckets = [1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 1000].map(alloc_bucket);
+        assert_eq!(buckets, [0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 5]);
+    }
 
     #[test]
     fn indices_are_dense_and_names_unique() {

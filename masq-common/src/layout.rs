@@ -9,13 +9,13 @@ use crate::ports::PortRange;
 
 /// Version of the pinned map layout. Bump it whenever a shared struct, a map type, or the meaning
 /// of a stored value changes; the agent then refuses to adopt old pins instead of misreading them.
-pub const MAP_LAYOUT_VERSION: u32 = 2;
+pub const MAP_LAYOUT_VERSION: u32 = 3;
 
 /// Longest-prefix-match trie of IPv4 destinations that keep their source address.
 pub const MAP_NOMASQ_V4: &str = "masq_nomasq_v4";
 /// Single-entry array holding the datapath [`crate::settings::Settings`].
 pub const MAP_SETTINGS: &str = "masq_settings";
-/// LRU hash holding both halves of every IPv4 translation.
+/// Hash holding both halves of every IPv4 translation.
 pub const MAP_NAT_V4: &str = "masq_nat_v4";
 /// LRU hash remembering how the first fragment of a datagram was translated.
 pub const MAP_FRAGS_V4: &str = "masq_frags_v4";

@@ -75,6 +75,27 @@ impl Settings {
         false
     }
 
+    /// The range holding position `offset` when all ranges are laid end to end, as (its first
+    /// port, its size, `offset`'s position within it), or `None` when `offset` is past the last.
+    #[inline(always)]
+    pub fn range_at(&self, offset: u32) -> Option<(u16, u32, u32)> {
+        let mut remaining = offset;
+        let mut index = 0;
+        while index < MAX_PORT_RANGES {
+            if index as u32 >= self.port_range_count {
+                return None;
+            }
+            let range = self.port_ranges.get(index)?;
+            let size = range.size();
+            if remaining < size {
+                return Some((range.first, size, remaining));
+            }
+            remaining -= size;
+            index += 1;
+        }
+        None
+    }
+
     /// The port at position `offset` when all ranges are laid end to end, or `None` when
     /// `offset` is past the last one.
     #[inline(always)]
@@ -123,6 +144,14 @@ mod tests {
             ports,
             [Some(100), Some(101), Some(200), Some(201), Some(202), None]
         );
+    }
+
+    #[test]
+    fn range_at_finds_the_range_and_the_position_in_it() {
+        let settings = settings_with(&[PortRange::new(100, 101), PortRange::new(200, 202)]);
+        assert_eq!(settings.range_at(0), Some((100, 2, 0)));
+        assert_eq!(settings.range_at(3), Some((200, 3, 1)));
+        assert_eq!(settings.range_at(5), None);
     }
 
     #[test]

@@ -8,6 +8,10 @@ use crate::nat::{FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, NatEntryV4, proto};
 
 const SECOND_NS: u64 = 1_000_000_000;
 
+/// A UDP flow with replies becomes a stream (and gets [`FlowTimeouts::udp_stream`]) once it
+/// is active this long after it began, as conntrack's `stream_ts`.
+pub const UDP_STREAM_AFTER_NS: u64 = 2 * SECOND_NS;
+
 /// Idle timeouts per protocol state, in nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowTimeouts {
@@ -19,9 +23,11 @@ pub struct FlowTimeouts {
     pub tcp_closing: u64,
     /// TCP connection after a RST (`nf_conntrack_tcp_timeout_close`).
     pub tcp_reset: u64,
-    /// UDP flow that never got a reply (`nf_conntrack_udp_timeout`).
+    /// UDP flow that never got a reply, or whose exchange ended within two seconds
+    /// (`nf_conntrack_udp_timeout`).
     pub udp: u64,
-    /// UDP flow with replies (`nf_conntrack_udp_timeout_stream`).
+    /// UDP flow with replies still active more than two seconds after it began
+    /// (`nf_conntrack_udp_timeout_stream`).
     pub udp_stream: u64,
     /// ICMP query (`nf_conntrack_icmp_timeout`).
     pub icmp: u64,
@@ -58,8 +64,12 @@ impl FlowTimeouts {
                     self.tcp_established
                 }
             }
+            // Conntrack's "assured" UDP stream: answered, and still active more than two
+            // seconds after it began. A query and its answer (DNS) stay unassured: 30 s.
             proto::UDP => {
-                if replied {
+                let began = max(egress.created_ns, ingress.created_ns);
+                let last = max(egress.last_seen_ns, ingress.last_seen_ns);
+                if replied && last.saturating_sub(began) > UDP_STREAM_AFTER_NS {
                     self.udp_stream
                 } else {
                     self.udp
@@ -137,12 +147,17 @@ mod tests {
     }
 
     #[test]
-    fn udp_gets_longer_once_replied() {
+    fn udp_gets_longer_only_as_an_assured_stream() {
         let one_way = (half(0, 10), half(0, 0));
         assert!(T.expired(proto::UDP, &one_way.0, &one_way.1, 41 * SECOND_NS));
-        let replied = (half(0, 10), half(FLOW_SEEN, 10));
-        assert!(!T.expired(proto::UDP, &replied.0, &replied.1, 41 * SECOND_NS));
-        assert!(T.expired(proto::UDP, &replied.0, &replied.1, 131 * SECOND_NS));
+        // A query answered at once (DNS): 30 s, as the kernel keeps it, not 120 s.
+        let query = (half(0, 1), half(FLOW_SEEN, 1));
+        assert!(!T.expired(proto::UDP, &query.0, &query.1, 31 * SECOND_NS));
+        assert!(T.expired(proto::UDP, &query.0, &query.1, 32 * SECOND_NS));
+        // Traffic both ways more than two seconds after the start: a stream, 120 s.
+        let stream = (half(0, 10), half(FLOW_SEEN, 10));
+        assert!(!T.expired(proto::UDP, &stream.0, &stream.1, 41 * SECOND_NS));
+        assert!(T.expired(proto::UDP, &stream.0, &stream.1, 131 * SECOND_NS));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Counting outcomes into the per-CPU maps.
 
-use masq_common::counters::{Counter, MAX_ALLOC_ATTEMPTS};
+use masq_common::counters::{ALLOC_FAILED_SLOT, ALLOC_SUM_SLOT, Counter, alloc_bucket};
 
 use crate::maps::{ALLOC_RETRIES, COUNTERS};
 
@@ -13,17 +13,20 @@ pub(crate) fn count(counter: Counter) {
     }
 }
 
-/// Records that a new flow found a port on attempt `attempt` (0-based), or none at all when
-/// `attempt` is `MAX_ALLOC_ATTEMPTS`.
+/// Records that a new flow found a port after `attempts` tries, or none at all (`None`).
 #[inline(always)]
-pub(crate) fn record_allocation(attempt: u32) {
-    let bucket = if attempt > MAX_ALLOC_ATTEMPTS {
-        MAX_ALLOC_ATTEMPTS
-    } else {
-        attempt
+pub(crate) fn record_allocation(attempts: Option<u32>) {
+    let bump = |slot: u32, amount: u64| {
+        if let Some(slot) = ALLOC_RETRIES.get_ptr_mut(slot) {
+            // SAFETY: per-CPU array slots are private to this CPU while the program runs.
+            unsafe { *slot += amount };
+        }
     };
-    if let Some(slot) = ALLOC_RETRIES.get_ptr_mut(bucket) {
-        // SAFETY: per-CPU array slots are private to this CPU while the program runs.
-        unsafe { *slot += 1 };
+    match attempts {
+        Some(attempts) => {
+            bump(alloc_bucket(attempts), 1);
+            bump(ALLOC_SUM_SLOT, u64::from(attempts));
+        }
+        None => bump(ALLOC_FAILED_SLOT, 1),
     }
 }

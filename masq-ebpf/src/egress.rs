@@ -152,6 +152,11 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, node_ip: [u8; 4], ip: &Ip
             count(Counter::EgressDropNoPort);
             Verdict::Drop
         }
+        Err(AllocError::TableFull) => {
+            debug!(ctx, "NAT table full: new flow refused");
+            count(Counter::EgressDropTableFull);
+            Verdict::Drop
+        }
         Err(AllocError::SctpPortInUse) => {
             debug!(
                 ctx,

@@ -43,14 +43,12 @@ pub(crate) static NOMASQ_V4: LpmTrie<[u8; 4], u32, { NOMASQ_V4_MAX_ENTRIES as us
 
 /// Both halves of every translated flow (see `masq_common::nat`). Written by the programs
 /// (new mappings, last-seen refreshes at most once a second, TCP flags); expired flows are
-/// deleted by the agent's garbage collector. LRU eviction only acts when the table is full.
-/// The agent sizes it at load time (`--nat-max-entries`).
+/// deleted by the agent's garbage collector. A plain, preallocated hash: when it is full new
+/// flows are refused and counted, and no live flow is ever evicted (conntrack never evicts an
+/// assured flow either). The agent sizes it at load time (`--nat-max-entries`).
 #[btf_map(name = "masq_nat_v4")]
-pub(crate) static NAT_V4: LruHashMap<
-    NatKeyV4,
-    NatEntryV4,
-    { NAT_V4_DEFAULT_MAX_ENTRIES as usize },
-> = LruHashMap::new();
+pub(crate) static NAT_V4: HashMap<NatKeyV4, NatEntryV4, { NAT_V4_DEFAULT_MAX_ENTRIES as usize }> =
+    HashMap::new();
 
 /// Translation decided for the first fragment of each fragmented datagram, so later fragments
 /// (which carry no ports) follow it. Written and read by the programs; stale entries are removed

@@ -50,14 +50,20 @@ pub(crate) fn lookup(key: &NatKeyV4, flow_flags: u8, tcp_opens: bool) -> Option<
     Some(*entry)
 }
 
-/// A SYN on a closing TCP flow reuses the tuple for a new connection (as after TIME_WAIT):
-/// forget the closing state of both halves so the new connection gets the established timeout.
+/// A SYN on a closing TCP flow reuses the tuple for a new connection (as after TIME_WAIT): the
+/// flow starts over, as conntrack does, keeping its port.
 #[inline(always)]
 fn reopen(key: &NatKeyV4, entry: &mut NatEntryV4) {
+    let now = now_ns();
     entry.flags &= !FLOW_TCP_CLOSING;
+    entry.created_ns = now;
     if let Some(peer) = NAT_V4.get_ptr_mut(key.peer(entry)) {
-        // SAFETY: as in `lookup`.
-        unsafe { (*peer).flags &= !FLOW_TCP_CLOSING };
+        // SAFETY: as in `lookup`. The reply half forgets the old connection entirely: until
+        // the new one is answered it is not established.
+        unsafe {
+            (*peer).flags = 0;
+            (*peer).created_ns = now;
+        }
     }
 }
 
@@ -93,13 +99,23 @@ pub(crate) enum AllocError {
     NoPort,
     /// An SCTP flow's own port is taken towards this remote endpoint.
     SctpPortInUse,
+    /// The NAT table is full: the new flow is dropped, no live flow is evicted.
+    TableFull,
 }
+
+/// `-EEXIST`: the key of a `BPF_NOEXIST` insert is taken.
+const EEXIST: i32 = -17;
 
 /// Creates both halves of a mapping for the egress tuple `key`, translating to `node_ip`.
 ///
-/// The ingress half is inserted first and only if absent: it reserves `(remote, remote port,
-/// node, port, protocol)` for this flow, so two flows never share a reply tuple. If another CPU
-/// created the same flow meanwhile, its mapping wins and ours is rolled back.
+/// Ports are scanned in order from a random start (the pod's own port first where it is kept),
+/// like the kernel's unique-tuple search, so a range with a free port is never reported full
+/// while fewer than [`MAX_ALLOC_ATTEMPTS`] ports are taken. Each candidate is looked up before
+/// it is inserted: a taken port costs a lookup and changes nothing. The ingress half is
+/// inserted first and only if absent: it reserves `(remote, remote port, node, port,
+/// protocol)` for this flow, so two flows never share a reply tuple. If another CPU created the
+/// same flow meanwhile, its mapping wins and ours is rolled back. The table is a plain hash:
+/// when it is full the new flow is refused, and no live flow is ever evicted.
 #[inline(always)]
 pub(crate) fn allocate(
     settings: &Settings,
@@ -127,65 +143,99 @@ pub(crate) fn allocate(
     // --random-fully (iptables MASQUERADE tries the original port first too).
     let preferred =
         (origin == ORIGIN_HOST || !settings.random_fully()) && settings.port_in_range(key.src_port);
+    // SAFETY: the helper takes no arguments and has no preconditions.
+    let random = unsafe { bpf_get_prandom_u32() };
+    // `settings()` only hands out settings with ports, but the map value can change under the
+    // program: never divide by a value the verifier cannot see is nonzero.
+    let Some((first, size, start)) = random
+        .checked_rem(settings.total_ports)
+        .and_then(|offset| settings.range_at(offset))
+    else {
+        return Err(AllocError::NoPort);
+    };
+    // The scan runs through the range the random start fell in (all of it, for the single
+    // range of the default), wrapping at its end: one comparison per step keeps the verifier's
+    // branch count low.
+    let candidates = match fixed_port {
+        Some(_) => 1,
+        None if size < MAX_ALLOC_ATTEMPTS => size,
+        None => MAX_ALLOC_ATTEMPTS,
+    };
 
-    let mut attempt = 0;
-    while attempt < MAX_ALLOC_ATTEMPTS {
+    // The scan only looks: its body stays small, which keeps the loop within what the verifier
+    // explores. The inserts happen once, after it.
+    let mut found = None;
+    let mut attempt: u32 = 0;
+    let mut within = start;
+    while attempt < MAX_ALLOC_ATTEMPTS + 1 {
+        if attempt >= candidates + u32::from(preferred) {
+            break;
+        }
         let port = match fixed_port {
-            Some(port) if attempt == 0 => port,
-            Some(_) => break,
+            Some(port) => port,
             None if attempt == 0 && preferred => key.src_port,
             None => {
-                // SAFETY: the helper takes no arguments and has no preconditions.
-                let random = unsafe { bpf_get_prandom_u32() };
-                // `settings()` only hands out settings with ports, but the map value can change
-                // under the program: never divide by a value the verifier cannot see is nonzero.
-                let Some(port) = random
-                    .checked_rem(settings.total_ports)
-                    .and_then(|offset| settings.port_at(offset))
-                else {
-                    break;
-                };
+                let port = first.wrapping_add(within as u16);
+                within += 1;
+                if within >= size {
+                    within = 0;
+                }
                 port
             }
         };
-        let reply = NatEntryV4 {
+        attempt += 1;
+        let reply_key = key.peer(&NatEntryV4 {
             addr: node_ip,
             port,
             ..restore
-        };
-        let reply_key = key.peer(&reply);
-        if NAT_V4
-            .insert(reply_key, restore, u64::from(BPF_NOEXIST))
-            .is_ok()
-        {
-            record_allocation(attempt);
-            let forward = NatEntryV4 {
-                addr: node_ip,
-                port,
-                flags: flow_flags | FLOW_SEEN,
-                origin,
-                created_ns: now,
-                last_seen_ns: now,
-            };
-            if NAT_V4.insert(key, forward, u64::from(BPF_NOEXIST)).is_ok() {
-                return Ok(forward);
-            }
-            // Another CPU mapped this flow first: release our reservation and use theirs.
-            let _ = NAT_V4.remove(reply_key);
-            return match NAT_V4.get_ptr(key) {
-                // SAFETY: as in `lookup`.
-                Some(existing) => Ok(unsafe { *existing }),
-                None => Err(AllocError::NoPort),
-            };
+        });
+        if NAT_V4.get_ptr(reply_key).is_none() {
+            found = Some((port, reply_key));
+            break;
         }
-        attempt += 1;
     }
-    record_allocation(MAX_ALLOC_ATTEMPTS);
-    if key.protocol == proto::SCTP {
-        Err(AllocError::SctpPortInUse)
-    } else {
-        Err(AllocError::NoPort)
+    let Some((port, reply_key)) = found else {
+        record_allocation(None);
+        return Err(if key.protocol == proto::SCTP {
+            AllocError::SctpPortInUse
+        } else {
+            AllocError::NoPort
+        });
+    };
+    match NAT_V4.insert(reply_key, restore, u64::from(BPF_NOEXIST)) {
+        Ok(()) => {}
+        // Another CPU took the port between the look and the insert; the packet's next
+        // retransmission scans again.
+        Err(EEXIST) => {
+            record_allocation(None);
+            return Err(AllocError::NoPort);
+        }
+        Err(_) => {
+            record_allocation(None);
+            return Err(AllocError::TableFull);
+        }
     }
+    let forward = NatEntryV4 {
+        addr: node_ip,
+        port,
+        flags: flow_flags | FLOW_SEEN,
+        origin,
+        created_ns: now,
+        last_seen_ns: now,
+    };
+    if NAT_V4.insert(key, forward, u64::from(BPF_NOEXIST)).is_ok() {
+        record_allocation(Some(attempt));
+        return Ok(forward);
+    }
+    let _ = NAT_V4.remove(reply_key);
+    // Another CPU mapped this flow first: use theirs.
+    if let Some(existing) = NAT_V4.get_ptr(key) {
+        record_allocation(Some(attempt));
+        // SAFETY: as in `lookup`.
+        return Ok(unsafe { *existing });
+    }
+    record_allocation(None);
+    Err(AllocError::TableFull)
 }
 
 /// Remembers a UDP flow that a masqueraded address opened towards a pod; `key` is the tuple

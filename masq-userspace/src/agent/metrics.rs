@@ -11,7 +11,10 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use masq_common::{counters::Counter, layout::MAP_LAYOUT_VERSION};
+use masq_common::{
+    counters::{ALLOC_ATTEMPT_BUCKETS, ALLOC_FAILED_SLOT, ALLOC_SUM_SLOT, Counter},
+    layout::MAP_LAYOUT_VERSION,
+};
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::{TcpListener, TcpStream},
@@ -296,7 +299,11 @@ pub fn render(status: &AgentStatus, datapath: &DatapathReadings) -> String {
         u8::from(datapath.error.is_some())
     );
 
-    if let Some((failed, attempts)) = datapath.allocation.split_last() {
+    if let (Some(attempts), Some(&failed), Some(&sum)) = (
+        datapath.allocation.get(..ALLOC_ATTEMPT_BUCKETS as usize),
+        datapath.allocation.get(ALLOC_FAILED_SLOT as usize),
+        datapath.allocation.get(ALLOC_SUM_SLOT as usize),
+    ) {
         family(
             &mut out,
             "masq_port_allocation_attempts",
@@ -304,14 +311,12 @@ pub fn render(status: &AgentStatus, datapath: &DatapathReadings) -> String {
             "Ports tried per new flow until a free one was found (successful allocations).",
         );
         let mut cumulative = 0u64;
-        let mut sum = 0u64;
         for (index, count) in attempts.iter().enumerate() {
             cumulative += count;
-            sum += count * (index as u64 + 1);
             let _ = writeln!(
                 out,
                 "masq_port_allocation_attempts_bucket{{le=\"{}\"}} {cumulative}",
-                index + 1
+                1u32 << index
             );
         }
         let _ = writeln!(
@@ -461,7 +466,9 @@ mod tests {
                 (Counter::EgressMasqueraded, 5),
                 (Counter::EgressDropNoPort, 2),
             ],
-            allocation: vec![3, 1, 0, 2],
+            // Six attempt buckets (3 flows at the first port, 1 at the second), 2 failures,
+            // 5 attempts in all.
+            allocation: vec![3, 1, 0, 0, 0, 0, 2, 5],
             error: None,
         };
         let page = render(&status, &readings);

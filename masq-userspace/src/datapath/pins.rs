@@ -109,7 +109,7 @@ fn expected_maps() -> [ExpectedMap; 8] {
         },
         ExpectedMap {
             name: MAP_NAT_V4,
-            map_type: MapType::LruHash,
+            map_type: MapType::Hash,
             key_size: size_of::<NatKeyV4>(),
             value_size: size_of::<NatEntryV4>(),
             max_entries: None,
@@ -476,14 +476,19 @@ mod tests {
     }
 
     #[test]
-    fn a_partial_set_is_not_adopted() {
+    fn maps_without_a_layout_record_are_leftovers_not_a_datapath() {
+        // The record is published last: without it the install never completed.
         let dir = tempfile::tempdir().expect("tempdir");
         fs::write(dir.path().join(MAP_NAT_V4), b"").expect("write");
-        match PinDir::new(dir.path()).inspect().expect("inspect") {
-            PinnedState::Incompatible(reason) => {
-                assert!(reason.contains("maps missing"), "{reason}");
-            }
-            other => panic!("unexpected {other:?}"),
-        }
+        assert_eq!(
+            PinDir::new(dir.path()).inspect().expect("inspect"),
+            PinnedState::Leftovers(vec![MAP_NAT_V4])
+        );
+    }
+
+    #[test]
+    fn the_staging_directory_is_a_sibling_without_dots() {
+        let pins = PinDir::new("/sys/fs/bpf/masq");
+        assert_eq!(pins.staging(), Path::new("/sys/fs/bpf/masq-staging"));
     }
 }
