@@ -4,10 +4,13 @@
 //! swaps its freshly loaded program into the existing link (`BPF_LINK_UPDATE`), so packets
 //! never see a moment without a program, and never two.
 
-use aya::programs::{
-    LinkOrder, SchedClassifier, TcAttachType,
-    links::{FdLink, LinkError, PinnedLink},
-    tc::{SchedClassifierLink, TcAttachOptions},
+use aya::{
+    programs::{
+        LinkOrder, ProgramError, SchedClassifier, TcAttachType,
+        links::{FdLink, LinkError, PinnedLink},
+        tc::{SchedClassifierLink, TcAttachOptions},
+    },
+    sys::SyscallError,
 };
 use masq_common::layout::{PROG_EGRESS, PROG_INGRESS};
 
@@ -86,17 +89,22 @@ fn attach_one(
                     detail: error.to_string(),
                 }
             })?;
-            let link_id = program
-                .attach_to_link(link)
-                .map_err(DatapathError::program("replacing in link", name))?;
-            // The pin keeps the link; dropping our handle must not detach it.
-            drop(
-                program
-                    .take_link(link_id)
-                    .map_err(DatapathError::program("releasing link of", name))?,
-            );
-            if is_attached(program, interface, hook)? {
-                return Ok(AttachOutcome::Replaced);
+            // A tcx link whose device went away refuses updates with ENOLINK; one that takes the
+            // update is attached and now runs the new program. No need to list the device's
+            // programs, which would take CAP_SYS_ADMIN (BPF_PROG_GET_FD_BY_ID).
+            match program.attach_to_link(link) {
+                Ok(link_id) => {
+                    // The pin keeps the link; dropping our handle must not detach it.
+                    drop(
+                        program
+                            .take_link(link_id)
+                            .map_err(DatapathError::program("releasing link of", name))?,
+                    );
+                    return Ok(AttachOutcome::Replaced);
+                }
+                Err(ProgramError::SyscallError(SyscallError { io_error, .. }))
+                    if io_error.raw_os_error() == Some(libc::ENOLINK) => {}
+                Err(error) => return Err(DatapathError::program("replacing in link", name)(error)),
             }
             tracing::warn!(link = %path.display(), "pinned link is defunct (interface recreated?); creating a new one");
             std::fs::remove_file(&path).map_err(|source| DatapathError::Io {
@@ -135,25 +143,6 @@ fn attach_one(
         source,
     })?;
     Ok(outcome)
-}
-
-/// Whether `program` is among the tcx programs attached to `interface` at `hook`.
-fn is_attached(
-    program: &SchedClassifier,
-    interface: &str,
-    hook: Hook,
-) -> Result<bool, DatapathError> {
-    let name = match hook {
-        Hook::Egress => PROG_EGRESS,
-        Hook::Ingress => PROG_INGRESS,
-    };
-    let ours = program
-        .info()
-        .map_err(DatapathError::program("inspecting", name))?
-        .id();
-    let (_, attached) = SchedClassifier::query_tcx(interface, attach_type(hook))
-        .map_err(DatapathError::program("querying tcx for", name))?;
-    Ok(attached.iter().any(|info| info.id() == ours))
 }
 
 /// The ids of the programs attached to `interface` at `hook` (for `masq status`).
