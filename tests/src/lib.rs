@@ -6,12 +6,15 @@
 //! scratch.
 //!
 //! The namespace tests build a [`sandbox`] (pods, a node, a router, an outside host), run the
-//! real `masq agent` in the node namespace ([`agent`]) and send real [`traffic`].
+//! real `masq agent` in the node namespace ([`agent`]) and send real [`traffic`]. The container
+//! tests run the image instead, as the rendered [`manifest`]s say, under podman ([`container`]).
 
 pub mod agent;
 pub mod check;
 pub mod configmap;
+pub mod container;
 pub mod harness;
+pub mod manifest;
 pub mod netns;
 pub mod pktgen;
 pub mod sandbox;
