@@ -294,6 +294,34 @@ fn the_images_are_the_one_cargo_xtask_image_builds() {
     }
 }
 
+#[test]
+fn every_rendered_container_runs_masq_with_arguments_it_accepts() {
+    let mut checked = 0;
+    for kustomization in KUSTOMIZATIONS {
+        for object in render(kustomization) {
+            let spec = &object["spec"]["template"]["spec"];
+            for list in ["initContainers", "containers"] {
+                for container in spec[list].as_array().into_iter().flatten() {
+                    assert!(
+                        container["command"].is_null(),
+                        "deploy/{kustomization}: the image has nothing but masq to run"
+                    );
+                    let mut args = strings(&container["args"]);
+                    args.push("--help".to_owned());
+                    let output = Command::new(masq_binary()).args(&args).output().unwrap();
+                    assert!(
+                        output.status.success(),
+                        "deploy/{kustomization}: masq rejects {args:?}: {}",
+                        String::from_utf8_lossy(&output.stderr)
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 7, "containers found");
+}
+
 /// `--flag` → the default `masq agent --help` prints for it, if any.
 fn agent_flags() -> BTreeMap<String, Option<String>> {
     let output = Command::new(masq_binary())
