@@ -49,10 +49,17 @@ pub fn require_image(image: &str) {
     );
 }
 
+/// The image the tests run in place of the manifests' `masq:<version>`: `cargo xtask test` sets
+/// `MASQ_TEST_IMAGE` to its checkout's own name for the image it just built, because every
+/// checkout on a machine builds `masq:<version>` into the same container storage.
+fn image_under_test(manifest_image: &str) -> String {
+    std::env::var("MASQ_TEST_IMAGE").unwrap_or_else(|_| manifest_image.to_owned())
+}
+
 /// One container of a workload, translated to `podman run` arguments.
 #[derive(Clone, Debug)]
 pub struct ContainerSpec {
-    /// The image as the manifest names it.
+    /// The image: the manifest's, or the one under test (see [`image_under_test`]).
     pub image: String,
     /// `podman run` options: network, security, mounts, entrypoint.
     pub options: Vec<String>,
@@ -208,7 +215,7 @@ impl ContainerSpec {
             option(&["--entrypoint", &entrypoint]);
         }
         Self {
-            image: spec["image"].as_str().unwrap_or_default().to_owned(),
+            image: image_under_test(spec["image"].as_str().unwrap_or_default()),
             options,
             args: strings(&spec["args"]),
         }

@@ -72,8 +72,22 @@ pub(crate) struct Built {
     pub(crate) size: u64,
 }
 
-/// Builds the image and exports it.
-pub(crate) fn build() -> Result<Built> {
+/// A name for the image private to this checkout. Checkouts on one machine share the container
+/// storage and all build `masq:<version>`; the tests run this name, so they test their own
+/// checkout's build even while another checkout rebuilds.
+pub(crate) fn checkout_reference() -> String {
+    let root = workspace_root();
+    let hash = root
+        .to_string_lossy()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("localhost/{NAME}-checkout:{hash:016x}")
+}
+
+/// Builds the image as `masq:<version>` (and as `also`, if given) and exports it.
+pub(crate) fn build(also: Option<&str>) -> Result<Built> {
     setup::ensure_image_tools()?;
     let binary = build_static_masq()?;
     let out_dir = workspace_root().join("target").join("image");
@@ -81,7 +95,9 @@ pub(crate) fn build() -> Result<Built> {
     stage_rootfs(&rootfs, &binary)?;
     let size = tree_size(&rootfs)?;
     let reference = reference();
-    commit(&rootfs, &reference)?;
+    let mut names = also.map(str::to_owned).into_iter().collect::<Vec<_>>();
+    names.push(reference.clone());
+    commit(&rootfs, &names)?;
     let archive = out_dir.join(format!("{NAME}-{}.tar", tag()));
     let _ = fs::remove_file(&archive);
     // Named as a node's runtime resolves the manifests' short name `masq:<tag>`
@@ -308,12 +324,19 @@ impl Drop for WorkingContainer {
     }
 }
 
-/// Commits `rootfs` as image `reference`; the image it replaces is removed when nothing uses it.
-fn commit(rootfs: &Path, reference: &str) -> Result<()> {
-    let previous = output(Command::new("buildah").args(["images", "--quiet", reference]))
-        .unwrap_or_default()
-        .trim()
-        .to_owned();
+/// The ID of the image called `name`, if there is one.
+fn image_id(name: &str) -> Option<String> {
+    output(Command::new("buildah").args(["images", "--quiet", name]))
+        .ok()
+        .map(|id| id.trim().to_owned())
+        .filter(|id| !id.is_empty())
+}
+
+/// Commits `rootfs` as an image named `names`; the images those names had before are removed
+/// when no other name and no container uses them any more.
+fn commit(rootfs: &Path, names: &[String]) -> Result<()> {
+    let reference = names.first().context("an image needs a name")?;
+    let previous: Vec<String> = names.iter().filter_map(|name| image_id(name)).collect();
     let container = WorkingContainer(
         output(Command::new("buildah").args(["from", "--quiet", "scratch"]))?
             .trim()
@@ -348,11 +371,21 @@ fn commit(rootfs: &Path, reference: &str) -> Result<()> {
     ]))?;
     // Prints the new image's ID, which the caller has no use for.
     output(Command::new("buildah").args(["commit", "--quiet", &container.0, reference]))?;
-    let current = output(Command::new("buildah").args(["images", "--quiet", reference]))?;
-    if !previous.is_empty() && previous != current.trim() {
-        // Untagged by the commit; still in use if a container runs it, which is fine.
+    for name in &names[1..] {
+        run(Command::new("buildah").args(["tag", reference, name]))?;
+    }
+    // Only images that lost their last name: another checkout's name may still be on one (and
+    // `buildah rmi` would remove it regardless).
+    let dangling =
+        output(Command::new("buildah").args(["images", "--quiet", "--filter", "dangling=true"]))
+            .unwrap_or_default();
+    for stale in previous
+        .iter()
+        .filter(|id| dangling.lines().any(|line| line.trim() == id.as_str()))
+    {
+        // Fails while a container still runs it, which is fine.
         let _ = Command::new("buildah")
-            .args(["rmi", &previous])
+            .args(["rmi", stale])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();

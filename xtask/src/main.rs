@@ -66,7 +66,7 @@ fn main() -> Result<()> {
         Task::BuildEbpf => build_ebpf(),
         Task::Demo => demo(),
         Task::Bench => bench(),
-        Task::Image => build_image().map(|_| ()),
+        Task::Image => build_image(None).map(|_| ()),
         Task::Test { no_lint, test_args } => test(no_lint, &test_args),
     }
 }
@@ -158,8 +158,8 @@ pub(crate) fn workspace_root() -> PathBuf {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
-fn build_image() -> Result<image::Built> {
-    let built = image::build()?;
+fn build_image(also: Option<&str>) -> Result<image::Built> {
+    let built = image::build(also)?;
     println!(
         "image {} ({:.1} MB of files), exported to {}",
         built.reference,
@@ -262,10 +262,13 @@ fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
         ]))?;
     }
     validate_manifests()?;
-    // The container tests run this image under podman.
-    build_image()?;
+    // The container tests run this image under podman, by this checkout's own name for it.
+    let image = image::checkout_reference();
+    build_image(Some(&image))?;
     let mut tests = cargo();
-    tests.args(["test", "--workspace"]);
+    tests
+        .args(["test", "--workspace"])
+        .env("MASQ_TEST_IMAGE", &image);
     if !test_args.is_empty() {
         tests.arg("--").args(test_args);
     }
