@@ -178,23 +178,8 @@ impl Agent {
 
     /// An HTTP GET on the agent's metrics server; `(status line, body)`.
     pub fn http_get(&self, path: &str) -> Option<(String, String)> {
-        let node = self.node.clone();
-        let path = path.to_owned();
-        thread::spawn(move || {
-            crate::netns::enter_thread(&node);
-            let address: SocketAddr = METRICS_ADDR.parse().ok()?;
-            let mut stream =
-                TcpStream::connect_timeout(&address, Duration::from_millis(500)).ok()?;
-            stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-            write!(stream, "GET {path} HTTP/1.1\r\nHost: masq\r\n\r\n").ok()?;
-            let mut response = String::new();
-            stream.read_to_string(&mut response).ok()?;
-            let (head, body) = response.split_once("\r\n\r\n")?;
-            Some((head.lines().next()?.to_owned(), body.to_owned()))
-        })
-        .join()
-        .ok()
-        .flatten()
+        let address = METRICS_ADDR.parse().ok()?;
+        http_get(&self.node, address, path)
     }
 
     /// Waits up to 20 s for `/readyz` to answer 200.
@@ -323,16 +308,41 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         self.kill();
-        // Never panic here: this may run while a failed test unwinds.
-        if let Some(binary) = locate_masq_binary() {
-            // Full root here: cleaning up must work even when the restricted path is broken.
-            let _ = Command::new("nsenter")
-                .arg(format!("--net={}", self.node.display()))
-                .arg(binary)
-                .args(["uninstall", "--pin-path"])
-                .arg(&self.pin_path)
-                .output();
-        }
+        uninstall_quietly(&self.node, &self.pin_path);
         let _ = fs::remove_file(&self.log_path);
+    }
+}
+
+/// An HTTP GET from inside the network namespace at `netns` (where a probe or a scraper on the
+/// node would send it); `(status line, body)`, or `None` when nothing answers.
+pub fn http_get(netns: &Path, address: SocketAddr, path: &str) -> Option<(String, String)> {
+    let netns = netns.to_path_buf();
+    let path = path.to_owned();
+    thread::spawn(move || {
+        crate::netns::enter_thread(&netns);
+        let mut stream = TcpStream::connect_timeout(&address, Duration::from_millis(500)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: masq\r\n\r\n").ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        Some((head.lines().next()?.to_owned(), body.to_owned()))
+    })
+    .join()
+    .ok()
+    .flatten()
+}
+
+/// Removes whatever a test's agent left pinned under `pin_path`, with the `masq` built alongside
+/// the tests, in the node namespace at `node`. Never panics: this runs while failed tests unwind.
+pub fn uninstall_quietly(node: &Path, pin_path: &Path) {
+    // Full root here: cleaning up must work even when the restricted path is broken.
+    if let Some(binary) = locate_masq_binary() {
+        let _ = Command::new("nsenter")
+            .arg(format!("--net={}", node.display()))
+            .arg(binary)
+            .args(["uninstall", "--pin-path"])
+            .arg(pin_path)
+            .output();
     }
 }

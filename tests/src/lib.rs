@@ -8,14 +8,17 @@
 //! [`kernel_compat`] lists what the built datapath object needs from the kernel, without root.
 //!
 //! The namespace tests build a [`sandbox`] (pods, a node, a router, an outside host), run the
-//! real `masq agent` in the node namespace ([`agent`]) and send real [`traffic`].
+//! real `masq agent` in the node namespace ([`agent`]) and send real [`traffic`]. The container
+//! tests run the image instead, as the rendered [`manifest`]s say, under podman ([`container`]).
 
 pub mod agent;
 pub mod caps;
 pub mod check;
 pub mod configmap;
+pub mod container;
 pub mod harness;
 pub mod kernel_compat;
+pub mod manifest;
 pub mod netns;
 pub mod pktgen;
 pub mod sandbox;

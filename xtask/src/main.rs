@@ -3,7 +3,8 @@
 //! * `build-ebpf`: installs what the eBPF build needs and builds the datapath object;
 //! * `test`: prepares the machine, then runs formatting, lints and every test (as root);
 //! * `demo`: a sandbox of namespaces showing what masq masquerades;
-//! * `bench`: masq against iptables MASQUERADE and no NAT, side by side.
+//! * `bench`: masq against iptables MASQUERADE and no NAT, side by side;
+//! * `image`: the container image, from scratch, with buildah.
 
 #![expect(clippy::print_stderr, reason = "xtask reports progress on stderr")]
 #![expect(
@@ -12,11 +13,12 @@
 )]
 
 mod command;
+mod image;
 mod setup;
 
 use std::{
     io::{BufRead as _, BufReader},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
 };
 
@@ -43,8 +45,12 @@ enum Task {
     /// per second by CIDR count, throughput, per-packet cost) and print a Markdown report.
     /// Needs root.
     Bench,
-    /// Prepare the machine (toolchain, packages, bpffs), then check formatting and lints and
-    /// run every test. Needs root.
+    /// Build the container image `masq:<version>` from scratch with buildah (a static masq and
+    /// both iptables backends), store it where podman finds it, and export it to
+    /// target/image/masq-<version>.tar for loading onto nodes. Needs root.
+    Image,
+    /// Prepare the machine (toolchain, packages, bpffs, podman), then check formatting and
+    /// lints, validate the manifests, build the image and run every test. Needs root.
     Test {
         /// Skip `cargo fmt --check` and clippy.
         #[arg(long)]
@@ -60,6 +66,7 @@ fn main() -> Result<()> {
         Task::BuildEbpf => build_ebpf(),
         Task::Demo => demo(),
         Task::Bench => bench(),
+        Task::Image => build_image(None).map(|_| ()),
         Task::Test { no_lint, test_args } => test(no_lint, &test_args),
     }
 }
@@ -144,26 +151,104 @@ fn build_masq_and_run(program: &str, release: bool) -> Result<()> {
     ]))
 }
 
-/// Renders every kustomization under deploy/ and validates it against the Kubernetes schemas.
+/// The repository's root (xtask lives one level below it), whatever directory cargo runs in.
+pub(crate) fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+fn build_image(also: Option<&str>) -> Result<image::Built> {
+    let built = image::build(also)?;
+    println!(
+        "image {} ({:.1} MB of files), exported to {}",
+        built.reference,
+        built.size as f64 / 1e6,
+        built.archive.display()
+    );
+    Ok(built)
+}
+
+/// The oldest Kubernetes the manifests are validated for: `securityContext.appArmorProfile`
+/// exists from 1.30 on. The validator's own default, the newest it knows, is checked as well.
+const OLDEST_KUBERNETES: &str = "1.30.0";
+
+/// Every kustomization under `dir` (not components, which only render inside one).
+fn kustomizations(dir: &Path, found: &mut Vec<PathBuf>) -> Result<()> {
+    let file = dir.join("kustomization.yaml");
+    if file.is_file()
+        && std::fs::read_to_string(&file)?
+            .lines()
+            .any(|line| line.trim() == "kind: Kustomization")
+    {
+        found.push(dir.to_path_buf());
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            kustomizations(&entry.path(), found)?;
+        }
+    }
+    Ok(())
+}
+
+/// Renders every kustomization under deploy/ (the layouts, the uninstall job, the example
+/// overlay) and validates it, and the example ConfigMaps, against the Kubernetes schemas.
 fn validate_manifests() -> Result<()> {
     setup::ensure_manifest_validator()?;
-    let root = std::env::current_dir()?.join("deploy");
-    for kustomization in [root.clone(), root.join("uninstall")] {
-        let rendered = output(Command::new("kubectl").arg("kustomize").arg(&kustomization))?;
-        let file = std::env::temp_dir().join(format!("masq-manifests-{}.yaml", std::process::id()));
+    let root = workspace_root().join("deploy");
+    let mut found = Vec::new();
+    kustomizations(&root, &mut found)?;
+    found.sort();
+    let scratch = std::env::temp_dir().join(format!("masq-manifests-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let mut files = Vec::new();
+    for kustomization in &found {
+        let rendered = output(Command::new("kubectl").arg("kustomize").arg(kustomization))
+            .with_context(|| format!("{} does not render", kustomization.display()))?;
+        // Named after the kustomization, so the validator's messages say which one failed.
+        let relative = kustomization.strip_prefix(&root).unwrap_or(kustomization);
+        let name = format!("deploy/{}", relative.display()).replace('/', "_");
+        let file = scratch.join(format!("{}.yaml", name.trim_end_matches('_')));
         std::fs::write(&file, rendered)?;
-        let validated = run(Command::new("python3")
-            .args(["-m", "kubernetes_validate", "--strict", "--quiet"])
-            .arg(&file));
-        let _ = std::fs::remove_file(&file);
-        validated.with_context(|| format!("{} does not validate", kustomization.display()))?;
+        files.push(file);
     }
-    println!("manifests under deploy/ render and validate");
+    for entry in std::fs::read_dir(root.join("examples"))? {
+        let path = entry?.path();
+        if path
+            .extension()
+            .is_some_and(|extension| extension == "yaml")
+        {
+            files.push(path);
+        }
+    }
+    let validated = [Some(OLDEST_KUBERNETES), None]
+        .into_iter()
+        .try_for_each(|version| {
+            let mut validate = Command::new("python3");
+            validate.args(["-m", "kubernetes_validate", "--strict", "--quiet"]);
+            if let Some(version) = version {
+                validate.args(["--kubernetes-version", version]);
+            }
+            run(validate.args(&files)).with_context(|| {
+                format!(
+                    "the manifests do not validate against Kubernetes {}",
+                    version.unwrap_or("(the newest the validator knows)")
+                )
+            })
+        });
+    let _ = std::fs::remove_dir_all(&scratch);
+    validated?;
+    println!(
+        "{} kustomizations under deploy/ render, and they and the examples validate",
+        found.len()
+    );
     Ok(())
 }
 
 fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
     setup::ensure_privileged_environment(setup::TEST_PACKAGES)?;
+    setup::ensure_container_runtime()?;
     if !no_lint {
         run(cargo().args(["fmt", "--all", "--", "--check"]))
             .context("formatting differs; run `cargo fmt --all`")?;
@@ -177,8 +262,13 @@ fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
         ]))?;
     }
     validate_manifests()?;
+    // The container tests run this image under podman, by this checkout's own name for it.
+    let image = image::checkout_reference();
+    build_image(Some(&image))?;
     let mut tests = cargo();
-    tests.args(["test", "--workspace"]);
+    tests
+        .args(["test", "--workspace"])
+        .env("MASQ_TEST_IMAGE", &image);
     if !test_args.is_empty() {
         tests.arg("--").args(test_args);
     }

@@ -32,6 +32,25 @@ pub(crate) const TEST_PACKAGES: &[&str] = &[
     "kubectl",      // kubectl kustomize: render the manifests under deploy/
 ];
 
+/// Debian packages `cargo xtask image` uses: buildah assembles the image, iptables is copied
+/// into it, binutils strips the binary.
+const IMAGE_PACKAGES: &[&str] = &["buildah", "iptables", "binutils"];
+
+/// Debian packages the container tests use on top of the image's: podman runs the image with
+/// runc (see [`ensure_container_runtime`]).
+pub(crate) const CONTAINER_PACKAGES: &[&str] = &["podman", "runc"];
+
+/// Podman's settings for this kind of machine. Without CAP_SYS_RESOURCE podman cannot raise the
+/// default file limits it applies to every container, so it must apply none.
+const CONTAINERS_CONF: &str = "/etc/containers/containers.conf";
+const CONTAINERS_CONF_CONTENT: &str = "\
+# Written by masq's `cargo xtask`: podman must not set ulimits on machines (such as VMs and
+# containers) that lack CAP_SYS_RESOURCE. Edit freely; xtask only writes this file if it is
+# missing.
+[containers]
+default_ulimits = []
+";
+
 /// The PyPI package that validates the manifests against the Kubernetes schemas.
 const MANIFEST_VALIDATOR: &str = "kubernetes-validate";
 
@@ -69,13 +88,46 @@ pub(crate) fn ensure_privileged_environment(packages: &[&str]) -> Result<()> {
     ensure_bpffs()
 }
 
+/// Everything `cargo xtask image` needs: buildah and iptables, the musl target, root.
+pub(crate) fn ensure_image_tools() -> Result<()> {
+    ensure_root()?;
+    ensure_packages(IMAGE_PACKAGES)?;
+    ensure_rust_target(crate::image::MUSL_TARGET)
+}
+
+/// Podman (with runc) installed and configured for this machine.
+pub(crate) fn ensure_container_runtime() -> Result<()> {
+    ensure_packages(CONTAINER_PACKAGES)?;
+    if Path::new(CONTAINERS_CONF).exists() {
+        return Ok(());
+    }
+    eprintln!("xtask: writing {CONTAINERS_CONF} (no default ulimits)");
+    fs::create_dir_all("/etc/containers").context("creating /etc/containers")?;
+    fs::write(CONTAINERS_CONF, CONTAINERS_CONF_CONTENT)
+        .with_context(|| format!("writing {CONTAINERS_CONF}"))
+}
+
+/// Adds the standard library for `target` to the toolchain that runs cargo, unless it is there.
+fn ensure_rust_target(target: &str) -> Result<()> {
+    let installed = output(Command::new("rustup").args(["target", "list", "--installed"]))
+        .context("rustup is needed to add the musl target")?;
+    if installed.lines().any(|line| line.trim() == target) {
+        return Ok(());
+    }
+    eprintln!("xtask: adding the {target} target (a static masq binary for the image)");
+    run(Command::new("rustup").args(["target", "add", target]))
+        .with_context(|| format!("could not add {target}; run `rustup target add {target}`"))
+}
+
 fn ensure_root() -> Result<()> {
-    // The tests create network namespaces, load eBPF programs and change sysctls.
+    // The tests create network namespaces, load eBPF programs and change sysctls; images go to
+    // the system's container storage, where podman running as root finds them.
     let uid = output(Command::new("id").arg("-u"))?;
     if uid.trim() != "0" {
         bail!(
-            "the tests, the demo and the benchmarks need root (network namespaces, eBPF, \
-             sysctls); run them as root, e.g. `sudo -E cargo xtask test`"
+            "the tests, the demo, the benchmarks and the image build need root (network \
+             namespaces, eBPF, sysctls, the system's container storage); run them as root, e.g. \
+             `sudo -E cargo xtask test`"
         );
     }
     Ok(())

@@ -129,9 +129,12 @@ pub enum AgentError {
     /// iptables failed.
     #[error(transparent)]
     Iptables(#[from] IptablesError),
-    /// The pin path is not on bpffs.
+    /// The pin path is not on bpffs, so nothing pinned there would outlive the agent.
     #[error(
-        "the pin path {0} is not on a bpf filesystem; mount one with `mount -t bpf bpf /sys/fs/bpf`"
+        "the pin path {0} is not on a bpf filesystem, so the datapath could not outlive the agent. \
+         Mount bpffs on the node: `mount -t bpf bpf /sys/fs/bpf` (to keep it across reboots, add \
+         `bpffs /sys/fs/bpf bpf defaults 0 0` to /etc/fstab); in a container, also mount the node's \
+         /sys/fs/bpf into it (deploy/'s DaemonSet does)"
     )]
     NotBpffs(PathBuf),
     /// An upstream chain would masquerade alongside masq.

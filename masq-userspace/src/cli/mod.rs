@@ -5,6 +5,7 @@ mod args;
 mod check_config;
 mod explain;
 mod inspect;
+mod pause;
 mod render;
 
 use std::{ffi::OsString, process::ExitCode};
@@ -68,6 +69,9 @@ pub(crate) enum Command {
     Nat(inspect::NatCommand),
     /// Detach the datapath, remove its pins and undo the port reservation.
     Uninstall(inspect::UninstallArgs),
+    /// Do nothing until terminated (SIGTERM or SIGINT): keeps the uninstall DaemonSet's pods
+    /// running once their init container has run `masq uninstall`.
+    Pause,
 }
 
 /// Go's `flag` package accepts long flags with one dash (`-masq-chain=X`); rewrite those to
@@ -119,6 +123,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => inspect::status(&args),
         Command::Nat(command) => inspect::nat(&command),
         Command::Uninstall(args) => inspect::uninstall(&args),
+        Command::Pause => pause::run(),
     }
 }
 
