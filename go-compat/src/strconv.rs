@@ -218,10 +218,9 @@ pub fn parse_float(s: &str) -> Option<f64> {
     f.is_finite().then_some(f)
 }
 
-/// go-yaml's `parseTimestamp`: does `s` match one of the layouts it tries with `time.Parse`?
-
 // Float formatting.
 
+/// The shortest round-trip digits of a finite non-negative value and its decimal point
 /// position (`0.d1d2... * 10^dp`), as Go's `strconv` computes them.
 fn shortest_digits(x: f64, single: bool) -> (String, i32) {
     let sci = if single {

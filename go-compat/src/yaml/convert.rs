@@ -480,7 +480,6 @@ fn resolve_scalar(value: &str, tag: &str, implicit: bool) -> Result<GoVal, YamlE
 }
 
 /// `^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`
-
 fn is_yaml_style_float(s: &str) -> bool {
     let b = s.as_bytes();
     let mut i = 0;
@@ -520,6 +519,7 @@ fn is_yaml_style_float(s: &str) -> bool {
     i == b.len()
 }
 
+/// go-yaml's `parseTimestamp`: does `s` match one of the layouts it tries with `time.Parse`?
 fn is_timestamp(s: &str) -> bool {
     let b = s.as_bytes();
     let year_digits = b.iter().take_while(|c| c.is_ascii_digit()).count();

@@ -6,7 +6,7 @@
 
 use std::{ffi::CStr, mem::MaybeUninit, ptr::NonNull};
 
-use unsafe_libyaml as sys;
+use unsafe_libyaml as unsafe_sys;
 
 /// A position in the input (0-based, in characters for `column`, in bytes for `index`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -72,7 +72,7 @@ impl ParseError {
 
 /// A libyaml parser over a byte string it owns.
 pub(crate) struct Parser {
-    raw: NonNull<sys::yaml_parser_t>,
+    raw: NonNull<unsafe_sys::yaml_parser_t>,
     /// The input libyaml reads from; it must outlive `raw` and never move its heap buffer.
     _input: Box<[u8]>,
 }
@@ -83,7 +83,7 @@ impl std::fmt::Debug for Parser {
     }
 }
 
-fn mark(raw: sys::yaml_mark_t) -> Mark {
+fn mark(raw: unsafe_sys::yaml_mark_t) -> Mark {
     Mark {
         index: usize::try_from(raw.index).unwrap_or(usize::MAX),
         line: usize::try_from(raw.line).unwrap_or(usize::MAX),
@@ -108,15 +108,15 @@ impl Parser {
     /// A parser reading `input`.
     pub(crate) fn new(input: &[u8]) -> Self {
         let input: Box<[u8]> = input.into();
-        let raw = Box::into_raw(Box::new(MaybeUninit::<sys::yaml_parser_t>::zeroed()))
-            .cast::<sys::yaml_parser_t>();
+        let raw = Box::into_raw(Box::new(MaybeUninit::<unsafe_sys::yaml_parser_t>::zeroed()))
+            .cast::<unsafe_sys::yaml_parser_t>();
         // SAFETY: `raw` points to zeroed memory the size of a parser, which
         // `yaml_parser_initialize` fills in; the input slice lives as long as the parser (it is
         // owned by `Self`, and a boxed slice's heap buffer does not move).
         unsafe {
             // Initialisation only fails when memory allocation does, which aborts in Rust.
-            let _ = sys::yaml_parser_initialize(raw);
-            sys::yaml_parser_set_input_string(raw, input.as_ptr(), input.len() as u64);
+            let _ = unsafe_sys::yaml_parser_initialize(raw);
+            unsafe_sys::yaml_parser_set_input_string(raw, input.as_ptr(), input.len() as u64);
         }
         Self {
             raw: NonNull::new(raw).unwrap_or(NonNull::dangling()),
@@ -126,16 +126,16 @@ impl Parser {
 
     /// The next event, with its start and end marks.
     pub(crate) fn next(&mut self) -> Result<(Event, Mark, Mark), ParseError> {
-        let mut event = MaybeUninit::<sys::yaml_event_t>::zeroed();
+        let mut event = MaybeUninit::<unsafe_sys::yaml_event_t>::zeroed();
         // SAFETY: `self.raw` is an initialised parser whose input is alive; `event` is writable
         // memory for one event.
-        let parsed = unsafe { sys::yaml_parser_parse(self.raw.as_ptr(), event.as_mut_ptr()) };
+        let parsed = unsafe { unsafe_sys::yaml_parser_parse(self.raw.as_ptr(), event.as_mut_ptr()) };
         if parsed.fail {
             // SAFETY: the parser is initialised; after a failure its error fields are set and
             // `problem` is null or a static NUL-terminated string.
             let parser = unsafe { self.raw.as_ref() };
             return Err(ParseError {
-                scanner: parser.error == sys::YAML_SCANNER_ERROR,
+                scanner: parser.error == unsafe_sys::YAML_SCANNER_ERROR,
                 // SAFETY: see above.
                 problem: unsafe { owned(parser.problem.cast()) }.unwrap_or_default(),
                 problem_mark: mark(parser.problem_mark),
@@ -148,18 +148,18 @@ impl Parser {
         // NUL-terminated (scalar values may hold NULs, so they are read by length).
         let converted = unsafe {
             match event.type_ {
-                sys::YAML_STREAM_END_EVENT => Event::StreamEnd,
-                sys::YAML_DOCUMENT_START_EVENT => {
+                unsafe_sys::YAML_STREAM_END_EVENT => Event::StreamEnd,
+                unsafe_sys::YAML_DOCUMENT_START_EVENT => {
                     let version = event.data.document_start.version_directive;
                     Event::DocumentStart {
                         version: (!version.is_null()).then(|| ((*version).major, (*version).minor)),
                     }
                 }
-                sys::YAML_DOCUMENT_END_EVENT => Event::DocumentEnd,
-                sys::YAML_ALIAS_EVENT => Event::Alias {
+                unsafe_sys::YAML_DOCUMENT_END_EVENT => Event::DocumentEnd,
+                unsafe_sys::YAML_ALIAS_EVENT => Event::Alias {
                     anchor: owned(event.data.alias.anchor).unwrap_or_default(),
                 },
-                sys::YAML_SCALAR_EVENT => {
+                unsafe_sys::YAML_SCALAR_EVENT => {
                     let scalar = &event.data.scalar;
                     let length = usize::try_from(scalar.length).unwrap_or(0);
                     let value = if scalar.value.is_null() || length == 0 {
@@ -173,25 +173,25 @@ impl Parser {
                         tag: owned(scalar.tag).unwrap_or_default(),
                         value,
                         plain_implicit: scalar.plain_implicit,
-                        double_quoted: scalar.style == sys::YAML_DOUBLE_QUOTED_SCALAR_STYLE,
-                        plain: scalar.style == sys::YAML_PLAIN_SCALAR_STYLE,
+                        double_quoted: scalar.style == unsafe_sys::YAML_DOUBLE_QUOTED_SCALAR_STYLE,
+                        plain: scalar.style == unsafe_sys::YAML_PLAIN_SCALAR_STYLE,
                     }
                 }
-                sys::YAML_SEQUENCE_START_EVENT => Event::SequenceStart {
+                unsafe_sys::YAML_SEQUENCE_START_EVENT => Event::SequenceStart {
                     anchor: owned(event.data.sequence_start.anchor),
-                    flow: event.data.sequence_start.style == sys::YAML_FLOW_SEQUENCE_STYLE,
+                    flow: event.data.sequence_start.style == unsafe_sys::YAML_FLOW_SEQUENCE_STYLE,
                 },
-                sys::YAML_MAPPING_START_EVENT => Event::MappingStart {
+                unsafe_sys::YAML_MAPPING_START_EVENT => Event::MappingStart {
                     anchor: owned(event.data.mapping_start.anchor),
-                    flow: event.data.mapping_start.style == sys::YAML_FLOW_MAPPING_STYLE,
+                    flow: event.data.mapping_start.style == unsafe_sys::YAML_FLOW_MAPPING_STYLE,
                 },
-                sys::YAML_SEQUENCE_END_EVENT | sys::YAML_MAPPING_END_EVENT => Event::CollectionEnd,
+                unsafe_sys::YAML_SEQUENCE_END_EVENT | unsafe_sys::YAML_MAPPING_END_EVENT => Event::CollectionEnd,
                 _ => Event::Other,
             }
         };
         let marks = (mark(event.start_mark), mark(event.end_mark));
         // SAFETY: the event was initialised by the parser and is deleted once.
-        unsafe { sys::yaml_event_delete(event) };
+        unsafe { unsafe_sys::yaml_event_delete(event) };
         Ok((converted, marks.0, marks.1))
     }
 }
@@ -201,7 +201,7 @@ impl Drop for Parser {
         // SAFETY: `self.raw` came from `Box::into_raw` in `new` and was initialised there;
         // `yaml_parser_delete` frees what libyaml allocated, then the box is freed once.
         unsafe {
-            sys::yaml_parser_delete(self.raw.as_ptr());
+            unsafe_sys::yaml_parser_delete(self.raw.as_ptr());
             drop(Box::from_raw(self.raw.as_ptr()));
         }
     }
