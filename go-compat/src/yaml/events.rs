@@ -129,7 +129,8 @@ impl Parser {
         let mut event = MaybeUninit::<unsafe_sys::yaml_event_t>::zeroed();
         // SAFETY: `self.raw` is an initialised parser whose input is alive; `event` is writable
         // memory for one event.
-        let parsed = unsafe { unsafe_sys::yaml_parser_parse(self.raw.as_ptr(), event.as_mut_ptr()) };
+        let parsed =
+            unsafe { unsafe_sys::yaml_parser_parse(self.raw.as_ptr(), event.as_mut_ptr()) };
         if parsed.fail {
             // SAFETY: the parser is initialised; after a failure its error fields are set and
             // `problem` is null or a static NUL-terminated string.
@@ -185,7 +186,9 @@ impl Parser {
                     anchor: owned(event.data.mapping_start.anchor),
                     flow: event.data.mapping_start.style == unsafe_sys::YAML_FLOW_MAPPING_STYLE,
                 },
-                unsafe_sys::YAML_SEQUENCE_END_EVENT | unsafe_sys::YAML_MAPPING_END_EVENT => Event::CollectionEnd,
+                unsafe_sys::YAML_SEQUENCE_END_EVENT | unsafe_sys::YAML_MAPPING_END_EVENT => {
+                    Event::CollectionEnd
+                }
                 _ => Event::Other,
             }
         };
