@@ -1195,4 +1195,9 @@ mod tests {
             let _ = parse(&s);
         }
     }
+
+    #[test]
+    fn bytes_outside_utf8_become_replacement_characters() {
+        assert_eq!(go_string_from_bytes(b"a\xe2\x82b"), "a\u{FFFD}\u{FFFD}b");
+    }
 }

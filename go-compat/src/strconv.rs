@@ -353,4 +353,64 @@ mod tests {
             Err(r#"strconv.Atoi: parsing "99999999999999999999": value out of range"#.to_owned())
         );
     }
+
+    #[test]
+    fn json_float_rendering() {
+        for (f, want) in [
+            (64.0, "64"),
+            (1e21, "1e+21"),
+            (1e20, "100000000000000000000"),
+            (1e-7, "1e-7"),
+            (1.5e-7, "1.5e-7"),
+            (1e-6, "0.000001"),
+            (0.000_001_234, "0.000001234"),
+            (123_456_789_012_345_678.0, "123456789012345680"),
+            (-0.0, "-0"),
+            (0.0, "0"),
+            (0.1, "0.1"),
+            (5e-324, "5e-324"),
+            (1.797_693_134_862_315_7e308, "1.7976931348623157e+308"),
+            (-2.5e-10, "-2.5e-10"),
+        ] {
+            assert_eq!(format_json_float(f), want, "{f}");
+        }
+    }
+
+    #[test]
+    fn float32_g_rendering_for_keys() {
+        for (f, want) in [
+            (1e300, "+Inf"),
+            (1.234_567_891_234, "1.2345679"),
+            (100_000.0, "100000"),
+            (1e6, "1e+06"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (1.5, "1.5"),
+            (f64::NAN, "NaN"),
+            (f64::NEG_INFINITY, "-Inf"),
+        ] {
+            assert_eq!(format_g(f, true), want, "{f}");
+        }
+        assert_eq!(format_g(123_456_789.0, false), "1.23456789e+08");
+    }
+
+    #[test]
+    fn parsing_matches_go() {
+        assert_eq!(parse_int("0x1F", 0), Some(31));
+        assert_eq!(parse_int("-0b101", 0), Some(-5));
+        assert_eq!(parse_int("0o17", 0), Some(15));
+        assert_eq!(parse_int("017", 0), Some(15));
+        assert_eq!(parse_int("0", 0), Some(0));
+        assert_eq!(parse_int("-9223372036854775808", 0), Some(i64::MIN));
+        assert_eq!(parse_int("9223372036854775808", 0), None);
+        assert_eq!(parse_int("08", 0), None);
+        assert_eq!(parse_int("0x", 0), None);
+        assert_eq!(parse_int("-101", 2), Some(-5));
+        assert_eq!(parse_uint("18446744073709551615", 0), Some(u64::MAX));
+        assert_eq!(parse_uint("+1", 0), None);
+        assert_eq!(parse_float(".5_0"), Some(0.5));
+        assert_eq!(parse_float("._5"), None);
+        assert_eq!(parse_float("1e400"), None);
+        assert_eq!(parse_float("1e-400"), Some(0.0));
+    }
 }
