@@ -8,7 +8,7 @@ use std::{ffi::CStr, mem::MaybeUninit, ptr::NonNull};
 
 use unsafe_libyaml as unsafe_sys;
 
-/// A position in the input (0-based, in characters for `column`, in bytes for `index`).
+/// A position in the input: the byte offset and the 0-based line.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Mark {
     pub(crate) index: usize,

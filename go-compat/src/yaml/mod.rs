@@ -9,8 +9,11 @@
 //! Events come from libyaml itself ([`events`]), which go-yaml v2 is a port of. Where go-yaml
 //! v2 departs from libyaml 0.2.5 the composer below restores go-yaml's behaviour: its reader
 //! (UTF-8 and control characters checked 512 bytes at a time), `%YAML 1.1` only, the 10,000
-//! level nesting limits, `\'` accepted and `\/` refused in double-quoted scalars, and the
-//! spelling of "hexdecimal".
+//! level nesting limits, `\'` accepted and `\/` refused in double-quoted scalars, `?` ending
+//! plain scalars in flow collections, tags going on through `,[]`, byte order marks read as
+//! text inside the stream, and the spelling of "hexdecimal". Two of these need libyaml to read
+//! a respelled input again (`\'` as `\x27`, a flow indicator in a tag as `%XX`): the same
+//! characters to both parsers, on the same lines, at most once per occurrence.
 
 mod convert;
 mod events;
