@@ -11,11 +11,13 @@ use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
 
+use ipnet::{Ipv4Net, Ipv6Net};
+
 use masq_common::layout::{NOMASQ_KIND_CIDR, NOMASQ_KIND_LINK_LOCAL};
 
 use crate::config::{
     LINK_LOCAL_V4, LINK_LOCAL_V6,
-    cidr::{Cidr, Family, Network, normalize},
+    cidr::{Cidr, Family, Network},
     source::{CidrOrigin, EffectiveConfig},
 };
 
@@ -88,7 +90,7 @@ impl Policy {
         if !config.masq_link_local {
             ipv4.push(link_local(
                 LINK_LOCAL_V4,
-                Network::v4(Ipv4Addr::new(169, 254, 0, 0), 16),
+                Network::V4(Ipv4Net::new_assert(Ipv4Addr::new(169, 254, 0, 0), 16)),
             ));
         }
         ipv4.extend(configured(Family::Ipv4));
@@ -97,7 +99,10 @@ impl Policy {
             if !config.masq_link_local_ipv6 {
                 ipv6.push(link_local(
                     LINK_LOCAL_V6,
-                    Network::v6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10),
+                    Network::V6(Ipv6Net::new_assert(
+                        Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0),
+                        10,
+                    )),
                 ));
             }
             ipv6.extend(configured(Family::Ipv6));
@@ -125,7 +130,8 @@ impl Policy {
     /// What the chain does with traffic to `destination`: the first matching `RETURN` rule
     /// exempts it, otherwise it is masqueraded.
     pub fn decide(&self, destination: IpAddr) -> Decision<'_> {
-        let address = normalize(destination);
+        // IPv4-mapped IPv6 destinations are IPv4, as Go's `To4` has it.
+        let address = destination.to_canonical();
         let (rules, family) = match address {
             IpAddr::V4(_) => (&self.ipv4, Family::Ipv4),
             IpAddr::V6(_) => (&self.ipv6, Family::Ipv6),
@@ -139,7 +145,7 @@ impl Policy {
         }
         match rules
             .iter()
-            .find(|rule| rule.cidr.network().contains(address))
+            .find(|rule| rule.cidr.network().contains(&address))
         {
             Some(rule) => Decision {
                 destination,
@@ -168,11 +174,12 @@ impl Policy {
             .map(|rule| *rule.cidr.network());
         let mut entries = BTreeMap::new();
         for rule in &self.ipv4 {
-            let Network::V4 { addr, prefix } = *rule.cidr.network() else {
+            let Network::V4(network) = *rule.cidr.network() else {
                 continue;
             };
+            let (addr, prefix) = (network.addr(), network.prefix_len());
             let inside_link_local =
-                link_local.is_some_and(|link_local| link_local.covers(rule.cidr.network()));
+                link_local.is_some_and(|link_local| link_local.contains(rule.cidr.network()));
             let kind = if rule.kind == RuleKind::LinkLocal || inside_link_local {
                 NOMASQ_KIND_LINK_LOCAL
             } else {

@@ -6,7 +6,9 @@
 //! have the wrong type Go keeps decoding and reports the first type error, unless a
 //! `resyncInterval` error stops it first.
 
-use super::{MasqConfig, go::GoDuration, value::JsonValue};
+use go_compat::json::{JsonValue, find_field as find_json_field};
+
+use super::{MasqConfig, go::GoDuration};
 
 /// A value of the wrong type or an unparsable duration, with Go's message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -66,29 +68,10 @@ const AZURE_FIELDS: &[Field] = &[
     Field::MasqLinkLocalIpv6,
 ];
 
-/// Go's field lookup: the exact JSON name first, then a case-insensitive match.
+/// `encoding/json`'s field lookup among `fields`.
 fn find_field(fields: &[Field], key: &str) -> Option<Field> {
-    fields
-        .iter()
-        .copied()
-        .find(|field| field.json_name() == key)
-        .or_else(|| {
-            fields
-                .iter()
-                .copied()
-                .find(|field| fold_eq(field.json_name(), key))
-        })
-}
-
-/// Case-insensitive comparison with the Unicode simple folds Go applies to ASCII letters
-/// (`ſ` folds to `s`, the Kelvin sign to `k`).
-fn fold_eq(name: &str, key: &str) -> bool {
-    let fold = |character: char| match character {
-        '\u{17f}' => 's',
-        '\u{212a}' => 'k',
-        other => other.to_ascii_lowercase(),
-    };
-    name.chars().map(fold).eq(key.chars().map(fold))
+    let names: Vec<&str> = fields.iter().map(|field| field.json_name()).collect();
+    find_json_field(&names, key).and_then(|index| fields.get(index).copied())
 }
 
 /// Collects Go's "first type error wins" behaviour.

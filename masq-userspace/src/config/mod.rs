@@ -9,19 +9,18 @@
 //!   CIDR lists are unioned and booleans ORed, and defaults apply only when no such file exists.
 //!
 //! Files go through the same pipeline as upstream's: YAML 1.1 (or JSON) to a JSON document
-//! ([`goyaml`], [`gojson`]), decoded with `encoding/json`'s rules ([`decode`]), then validated
-//! with upstream's messages ([`validate`]).
+//! (`go_compat::yaml`), decoded with `encoding/json`'s rules ([`decode`]), then validated with
+//! upstream's messages ([`validate`]).
 
 pub mod cidr;
 pub mod decode;
 pub mod go;
-pub mod gojson;
-pub mod goyaml;
 pub mod source;
 pub mod validate;
-pub mod value;
 
 use std::fmt::Write as _;
+
+use go_compat::json::quote_string as json_string;
 
 use self::go::GoDuration;
 
@@ -117,29 +116,6 @@ impl MasqConfig {
         );
         json
     }
-}
-
-/// A JSON string literal with Go's escaping of `<`, `>` and `&`.
-fn json_string(text: &str) -> String {
-    let mut quoted = String::from("\"");
-    for character in text.chars() {
-        match character {
-            '"' => quoted.push_str("\\\""),
-            '\\' => quoted.push_str("\\\\"),
-            '\n' => quoted.push_str("\\n"),
-            '\r' => quoted.push_str("\\r"),
-            '\t' => quoted.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(quoted, "\\u{:04x}", u32::from(character));
-            }
-            _ if character < ' ' => {
-                let _ = write!(quoted, "\\u{:04x}", u32::from(character));
-            }
-            _ => quoted.push(character),
-        }
-    }
-    quoted.push('"');
-    quoted
 }
 
 #[cfg(test)]

@@ -18,9 +18,11 @@ use super::{
     cidr::Cidr,
     decode::{self, DecodeError},
     go::{GoDuration, quote},
-    goyaml::{self, YamlError},
     validate::{ValidationError, validate_cidrs},
-    value::JsonValue,
+};
+use go_compat::{
+    json::JsonValue,
+    yaml::{self as goyaml, YamlError},
 };
 
 /// Where the config comes from.
@@ -415,8 +417,7 @@ fn load_file(path: &Path, options: &ReadOptions) -> Result<EffectiveConfig, Conf
         path: path.to_path_buf(),
         source,
     })?;
-    let text = String::from_utf8_lossy(&bytes);
-    let document = goyaml::to_json(&text).map_err(ConfigError::Syntax)?;
+    let document = goyaml::to_json(&bytes).map_err(ConfigError::Syntax)?;
     if document == JsonValue::Null {
         return Err(ConfigError::Empty {
             path: path.to_path_buf(),
@@ -487,10 +488,9 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
             path: path.clone(),
             source,
         })?;
-        let text = String::from_utf8_lossy(&bytes);
         // JSON passes through the YAML step untouched, so its syntax errors surface when the
         // Azure agent unmarshals.
-        let document = goyaml::to_json(&text).map_err(|source| match source {
+        let document = goyaml::to_json(&bytes).map_err(|source| match source {
             YamlError::Json(json) => ConfigError::UnmarshalDirFile {
                 name: name.clone(),
                 message: json.to_string(),

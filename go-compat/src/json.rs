@@ -1,4 +1,5 @@
-//! A JSON reader that accepts, rejects and reports exactly as Go's `encoding/json` does.
+//! Go's `encoding/json`: a reader that accepts, rejects and reports exactly as Go's does, the
+//! string escaping of `json.Marshal`, and the field lookup of `json.Unmarshal`.
 //!
 //! Upstream ip-masq-agent hands its config file to `json.Unmarshal`. Operators see Go's error
 //! text in logs and scripts grep for it, so a drop-in replacement must fail on the same inputs
@@ -10,7 +11,81 @@
 //! The same machine drives the construction of the [`JsonValue`], the way Go's decoder follows
 //! the scanner's opcodes, so nothing here can accept a document Go rejects or the reverse.
 
-use super::value::JsonValue;
+use std::fmt::Write as _;
+
+/// A JSON value as Go's `encoding/json` reads it: object members in document order
+/// (duplicates included, later ones win when decoding) and numbers as their literal text (Go
+/// tells `64` from `64.0` when decoding into an int).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JsonValue {
+    /// `null`.
+    Null,
+    /// `true` or `false`.
+    Bool(bool),
+    /// A number, as its JSON literal text (e.g. `64`, `1.5`, `1e+21`).
+    Number(String),
+    /// A string, unescaped.
+    String(String),
+    /// An array.
+    Array(Vec<JsonValue>),
+    /// An object: members in document order, duplicates kept.
+    Object(Vec<(String, JsonValue)>),
+}
+
+impl JsonValue {
+    /// The kind of value as Go's `UnmarshalTypeError` names it: "string", "number", "bool",
+    /// "array", "object" (and "null").
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::Null => "null",
+            Self::Bool(_) => "bool",
+            Self::Number(_) => "number",
+            Self::String(_) => "string",
+            Self::Array(_) => "array",
+            Self::Object(_) => "object",
+        }
+    }
+}
+
+/// A string as `json.Marshal` writes it, with Go's escaping of `<`, `>`, `&`, U+2028 and
+/// U+2029.
+pub fn quote_string(text: &str) -> String {
+    let mut quoted = String::from("\"");
+    for character in text.chars() {
+        match character {
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            '\n' => quoted.push_str("\\n"),
+            '\r' => quoted.push_str("\\r"),
+            '\t' => quoted.push_str("\\t"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                let _ = write!(quoted, "\\u{:04x}", u32::from(character));
+            }
+            _ if character < ' ' => {
+                let _ = write!(quoted, "\\u{:04x}", u32::from(character));
+            }
+            _ => quoted.push(character),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+/// How `encoding/json` finds the struct field for an object key: the exact name first, then
+/// a case-insensitive match with the simple folds Go applies to ASCII letters (`ſ` folds to
+/// `s`, the Kelvin sign to `k`). Returns the index in `names`.
+pub fn find_field(names: &[&str], key: &str) -> Option<usize> {
+    let fold = |character: char| match character {
+        '\u{17f}' => 's',
+        '\u{212a}' => 'k',
+        other => other.to_ascii_lowercase(),
+    };
+    names.iter().position(|name| *name == key).or_else(|| {
+        names
+            .iter()
+            .position(|name| name.chars().map(fold).eq(key.chars().map(fold)))
+    })
+}
 
 /// Go's `maxNestingDepth`: deeper documents are rejected rather than risking the stack.
 const MAX_NESTING_DEPTH: usize = 10_000;
@@ -49,8 +124,8 @@ impl JsonSyntaxError {
 /// # Errors
 ///
 /// The first syntax error in document order, worded as Go words it.
-pub fn parse(text: &str) -> Result<JsonValue, JsonSyntaxError> {
-    let bytes = text.as_bytes();
+pub fn parse(bytes: &[u8]) -> Result<JsonValue, JsonSyntaxError> {
+    let text = bytes;
     let mut scanner = Scanner::new();
     let mut builder = Builder::default();
     for (i, &c) in bytes.iter().enumerate() {
@@ -70,6 +145,27 @@ pub fn parse(text: &str) -> Result<JsonValue, JsonSyntaxError> {
         .done
         .take()
         .ok_or_else(JsonSyntaxError::unexpected_end)
+}
+
+/// `json.Unmarshal`'s nesting limit applied to a value built some other way (the JSON text
+/// sigs.k8s.io/yaml produced): the error names the bracket that went too deep.
+pub fn check_depth(value: &JsonValue) -> Result<(), JsonSyntaxError> {
+    let mut stack = vec![(value, 0)];
+    while let Some((value, depth)) = stack.pop() {
+        let (bracket, children): (u8, Vec<&JsonValue>) = match value {
+            JsonValue::Array(items) => (b'[', items.iter().collect()),
+            JsonValue::Object(members) => (b'{', members.iter().map(|(_, value)| value).collect()),
+            _ => continue,
+        };
+        if depth + 1 > MAX_NESTING_DEPTH {
+            return Err(JsonSyntaxError::invalid_character(
+                bracket,
+                "exceeded max depth",
+            ));
+        }
+        stack.extend(children.into_iter().map(|child| (child, depth + 1)));
+    }
+    Ok(())
 }
 
 /// Formats a byte the way Go's `quoteChar` does: as a rune U+0000..U+00FF quoted like
@@ -497,7 +593,7 @@ struct Builder {
 }
 
 impl Builder {
-    fn on_op(&mut self, op: Op, at: usize, text: &str) {
+    fn on_op(&mut self, op: Op, at: usize, text: &[u8]) {
         if op == Op::Continue {
             return;
         }
@@ -546,14 +642,36 @@ impl Builder {
 }
 
 /// Turns the raw text of a scalar the scanner accepted into its value.
-fn literal_value(raw: &str) -> JsonValue {
-    match raw.as_bytes().first() {
+fn literal_value(raw: &[u8]) -> JsonValue {
+    match raw.first() {
         Some(b'"') => JsonValue::String(unquote(raw)),
         Some(b't') => JsonValue::Bool(true),
         Some(b'f') => JsonValue::Bool(false),
         Some(b'n') => JsonValue::Null,
-        _ => JsonValue::Number(raw.to_owned()),
+        _ => JsonValue::Number(String::from_utf8_lossy(raw).into_owned()),
     }
+}
+
+/// Bytes as a Go string reads when decoded rune by rune (`json.Unmarshal`, `json.Marshal`):
+/// every byte that is not part of valid UTF-8 becomes U+FFFD.
+pub fn go_string_from_bytes(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match std::str::from_utf8(rest) {
+            Ok(valid) => {
+                out.push_str(valid);
+                break;
+            }
+            Err(error) => {
+                let (good, bad) = rest.split_at(error.valid_up_to());
+                out.push_str(std::str::from_utf8(good).unwrap_or_default());
+                out.push(char::REPLACEMENT_CHARACTER);
+                rest = bad.get(1..).unwrap_or_default();
+            }
+        }
+    }
+    out
 }
 
 /// Reads four hex digits of a `\uXXXX` escape starting at `s[0]` (Go's `getu4`).
@@ -566,30 +684,20 @@ fn getu4(s: &[u8]) -> Option<u32> {
 }
 
 /// Unescapes a quoted JSON string the scanner accepted, as Go's `unquote` does.
-fn unquote(raw: &str) -> String {
-    let inner = raw
-        .strip_prefix('"')
-        .and_then(|s| s.strip_suffix('"'))
+fn unquote(raw: &[u8]) -> String {
+    let b = raw
+        .strip_prefix(b"\"")
+        .and_then(|inner| inner.strip_suffix(b"\""))
         .unwrap_or(raw);
-    if !inner.contains('\\') {
-        return inner.to_owned();
-    }
-    let b = inner.as_bytes();
-    let mut out = String::with_capacity(inner.len());
+    let mut out: Vec<u8> = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
         if b[i] != b'\\' {
-            // Copy a run of plain text; escapes are ASCII so the run ends on a char boundary.
-            let run_end = b[i..]
-                .iter()
-                .position(|&c| c == b'\\')
-                .map_or(b.len(), |p| i + p);
-            out.push_str(inner.get(i..run_end).unwrap_or_default());
-            i = run_end;
+            out.push(b[i]);
+            i += 1;
             continue;
         }
-        let esc = b.get(i + 1).copied().unwrap_or(b'\\');
-        let simple = match esc {
+        let simple = match b.get(i + 1).copied().unwrap_or(b'\\') {
             b'"' => Some('"'),
             b'\\' => Some('\\'),
             b'/' => Some('/'),
@@ -600,14 +708,17 @@ fn unquote(raw: &str) -> String {
             b't' => Some('\t'),
             _ => None,
         };
-        if let Some(ch) = simple {
-            out.push(ch);
+        let mut push = |character: char| {
+            out.extend_from_slice(character.encode_utf8(&mut [0; 4]).as_bytes());
+        };
+        if let Some(character) = simple {
+            push(character);
             i += 2;
             continue;
         }
         let Some(r) = getu4(&b[i..]) else {
             // Unreachable for scanner-approved input; keep the byte and move on.
-            out.push('\\');
+            push('\\');
             i += 1;
             continue;
         };
@@ -620,21 +731,25 @@ fn unquote(raw: &str) -> String {
                 && (0xDC00..0xE000).contains(&r2)
             {
                 let joined = 0x10000 + ((r - 0xD800) << 10) + (r2 - 0xDC00);
-                out.push(char::from_u32(joined).unwrap_or(char::REPLACEMENT_CHARACTER));
+                push(char::from_u32(joined).unwrap_or(char::REPLACEMENT_CHARACTER));
                 i += 6;
                 continue;
             }
-            out.push(char::REPLACEMENT_CHARACTER);
+            push(char::REPLACEMENT_CHARACTER);
             continue;
         }
-        out.push(char::from_u32(r).unwrap_or(char::REPLACEMENT_CHARACTER));
+        push(char::from_u32(r).unwrap_or(char::REPLACEMENT_CHARACTER));
     }
-    out
+    go_string_from_bytes(&out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(text: &str) -> Result<JsonValue, JsonSyntaxError> {
+        super::parse(text.as_bytes())
+    }
 
     fn err(text: &str) -> String {
         match parse(text) {
@@ -774,47 +889,6 @@ mod tests {
     }
 
     #[test]
-    fn go_error_messages_structure() {
-        assert_eq!(
-            err(r#"{"X": "foo", "Y"}"#),
-            "invalid character '}' after object key"
-        );
-        assert_eq!(err(r#"{"a" 1}"#), "invalid character '1' after object key");
-        assert_eq!(
-            err(r#"{"X":12x}"#),
-            "invalid character 'x' after object key:value pair"
-        );
-        assert_eq!(
-            err("[1, 2, 3+]"),
-            "invalid character '+' after array element"
-        );
-        assert_eq!(
-            err("{*}"),
-            "invalid character '*' looking for beginning of object key string"
-        );
-        assert_eq!(
-            err("{\"a\":1,}"),
-            "invalid character '}' looking for beginning of object key string"
-        );
-        assert_eq!(
-            err("[1,]"),
-            "invalid character ']' looking for beginning of value"
-        );
-        assert_eq!(
-            err("x"),
-            "invalid character 'x' looking for beginning of value"
-        );
-        assert_eq!(
-            err("{'a':1}"),
-            r"invalid character '\'' looking for beginning of object key string"
-        );
-        assert_eq!(
-            err(":"),
-            "invalid character ':' looking for beginning of value"
-        );
-    }
-
-    #[test]
     fn go_error_messages_end_of_input() {
         for text in [
             "", "   ", "\n", "[2, 3", "{", "{\"a\"", "{\"a\":", "{\"a\":1", "\"abc", "[",
@@ -830,155 +904,153 @@ mod tests {
     }
 
     #[test]
-    fn go_error_messages_literals() {
-        assert_eq!(
-            err("tx"),
-            "invalid character 'x' in literal true (expecting 'r')"
-        );
-        assert_eq!(
-            err("trx"),
-            "invalid character 'x' in literal true (expecting 'u')"
-        );
-        assert_eq!(
-            err("tru"),
-            "invalid character ' ' in literal true (expecting 'e')"
-        );
-        assert_eq!(
-            err("fals"),
-            "invalid character ' ' in literal false (expecting 'e')"
-        );
-        assert_eq!(
-            err("fx"),
-            "invalid character 'x' in literal false (expecting 'a')"
-        );
-        assert_eq!(
-            err("nul"),
-            "invalid character ' ' in literal null (expecting 'l')"
-        );
-        assert_eq!(
-            err("nx"),
-            "invalid character 'x' in literal null (expecting 'u')"
-        );
-        assert_eq!(
-            err("True"),
-            "invalid character 'T' looking for beginning of value"
-        );
-        assert_eq!(err("truex"), "invalid character 'x' after top-level value");
-    }
-
-    #[test]
-    fn go_error_messages_numbers() {
-        assert_eq!(err("-"), "invalid character ' ' in numeric literal");
-        assert_eq!(
-            err(r#"{"F3": -}"#),
-            "invalid character '}' in numeric literal"
-        );
-        assert_eq!(err("-a"), "invalid character 'a' in numeric literal");
-        assert_eq!(
-            err("1."),
-            "invalid character ' ' after decimal point in numeric literal"
-        );
-        assert_eq!(
-            err("1.e5"),
-            "invalid character 'e' after decimal point in numeric literal"
-        );
-        assert_eq!(
-            err("1e"),
-            "invalid character ' ' in exponent of numeric literal"
-        );
-        assert_eq!(
-            err("1e+"),
-            "invalid character ' ' in exponent of numeric literal"
-        );
-        assert_eq!(
-            err("1ex"),
-            "invalid character 'x' in exponent of numeric literal"
-        );
-        assert_eq!(err("01"), "invalid character '1' after top-level value");
-        assert_eq!(
-            err(r#"{"a":01}"#),
-            "invalid character '1' after object key:value pair"
-        );
-        assert_eq!(
-            err("+1"),
-            "invalid character '+' looking for beginning of value"
-        );
-        assert_eq!(
-            err(".5"),
-            "invalid character '.' looking for beginning of value"
-        );
-        assert_eq!(err("1.5.2"), "invalid character '.' after top-level value");
-    }
-
-    #[test]
-    fn go_error_messages_strings() {
-        assert_eq!(err("\"a\tb\""), r"invalid character '\t' in string literal");
-        assert_eq!(err("\"a\nb\""), r"invalid character '\n' in string literal");
-        assert_eq!(
-            err("\"\u{1}\""),
-            r"invalid character '\x01' in string literal"
-        );
-        assert_eq!(
-            err("\"\u{1f}\""),
-            r"invalid character '\x1f' in string literal"
-        );
-        assert_eq!(
-            err(r#""\q""#),
-            "invalid character 'q' in string escape code"
-        );
-        assert_eq!(
-            err(r#""\'""#),
-            r"invalid character '\'' in string escape code"
-        );
-        assert_eq!(
-            err(r#""\U0041""#),
-            "invalid character 'U' in string escape code"
-        );
-        assert_eq!(
-            err(r#""\u12G4""#),
-            r"invalid character 'G' in \u hexadecimal character escape"
-        );
-        assert_eq!(
-            err(r#""\u""#),
-            r#"invalid character '"' in \u hexadecimal character escape"#
-        );
-        // DEL is allowed inside strings.
+    fn go_error_messages() {
+        for (text, message) in [
+            (
+                r#"{"X": "foo", "Y"}"#,
+                "invalid character '}' after object key",
+            ),
+            (r#"{"a" 1}"#, "invalid character '1' after object key"),
+            (
+                r#"{"X":12x}"#,
+                "invalid character 'x' after object key:value pair",
+            ),
+            ("[1, 2, 3+]", "invalid character '+' after array element"),
+            (
+                "{*}",
+                "invalid character '*' looking for beginning of object key string",
+            ),
+            (
+                "{\"a\":1,}",
+                "invalid character '}' looking for beginning of object key string",
+            ),
+            (
+                "[1,]",
+                "invalid character ']' looking for beginning of value",
+            ),
+            ("x", "invalid character 'x' looking for beginning of value"),
+            (
+                "{'a':1}",
+                r"invalid character '\'' looking for beginning of object key string",
+            ),
+            (":", "invalid character ':' looking for beginning of value"),
+            (
+                "tx",
+                "invalid character 'x' in literal true (expecting 'r')",
+            ),
+            (
+                "trx",
+                "invalid character 'x' in literal true (expecting 'u')",
+            ),
+            (
+                "tru",
+                "invalid character ' ' in literal true (expecting 'e')",
+            ),
+            (
+                "fals",
+                "invalid character ' ' in literal false (expecting 'e')",
+            ),
+            (
+                "fx",
+                "invalid character 'x' in literal false (expecting 'a')",
+            ),
+            (
+                "nul",
+                "invalid character ' ' in literal null (expecting 'l')",
+            ),
+            (
+                "nx",
+                "invalid character 'x' in literal null (expecting 'u')",
+            ),
+            (
+                "True",
+                "invalid character 'T' looking for beginning of value",
+            ),
+            ("truex", "invalid character 'x' after top-level value"),
+            ("-", "invalid character ' ' in numeric literal"),
+            (r#"{"F3": -}"#, "invalid character '}' in numeric literal"),
+            ("-a", "invalid character 'a' in numeric literal"),
+            (
+                "1.",
+                "invalid character ' ' after decimal point in numeric literal",
+            ),
+            (
+                "1.e5",
+                "invalid character 'e' after decimal point in numeric literal",
+            ),
+            ("1e", "invalid character ' ' in exponent of numeric literal"),
+            (
+                "1e+",
+                "invalid character ' ' in exponent of numeric literal",
+            ),
+            (
+                "1ex",
+                "invalid character 'x' in exponent of numeric literal",
+            ),
+            ("01", "invalid character '1' after top-level value"),
+            (
+                r#"{"a":01}"#,
+                "invalid character '1' after object key:value pair",
+            ),
+            ("+1", "invalid character '+' looking for beginning of value"),
+            (".5", "invalid character '.' looking for beginning of value"),
+            ("1.5.2", "invalid character '.' after top-level value"),
+            ("\"a\tb\"", r"invalid character '\t' in string literal"),
+            ("\"a\nb\"", r"invalid character '\n' in string literal"),
+            ("\"\u{1}\"", r"invalid character '\x01' in string literal"),
+            ("\"\u{1f}\"", r"invalid character '\x1f' in string literal"),
+            (r#""\q""#, "invalid character 'q' in string escape code"),
+            (r#""\'""#, r"invalid character '\'' in string escape code"),
+            (r#""\U0041""#, "invalid character 'U' in string escape code"),
+            (
+                r#""\u12G4""#,
+                r"invalid character 'G' in \u hexadecimal character escape",
+            ),
+            (
+                r#""\u""#,
+                r#"invalid character '"' in \u hexadecimal character escape"#,
+            ),
+            ("{} {}", "invalid character '{' after top-level value"),
+            ("1 2", "invalid character '2' after top-level value"),
+            ("{}x", "invalid character 'x' after top-level value"),
+            ("[]\n\n]", "invalid character ']' after top-level value"),
+            ("null,", "invalid character ',' after top-level value"),
+            (
+                "\u{c}{}",
+                r"invalid character '\f' looking for beginning of value",
+            ),
+            ("{}\u{b}", r"invalid character '\v' after top-level value"),
+            (
+                "[x, \"\\q\"]",
+                "invalid character 'x' looking for beginning of value",
+            ),
+            (
+                "[1, \"\\q\", x]",
+                "invalid character 'q' in string escape code",
+            ),
+            ("é", "invalid character 'Ã' looking for beginning of value"),
+            (
+                "\u{feff}{}",
+                "invalid character 'ï' looking for beginning of value",
+            ),
+            (
+                "\u{a0}{}",
+                "invalid character 'Â' looking for beginning of value",
+            ),
+            ("[1\u{85}]", "invalid character 'Â' after array element"),
+            (
+                "\u{0}",
+                r"invalid character '\x00' looking for beginning of value",
+            ),
+            (
+                "[\u{1b}]",
+                r"invalid character '\x1b' looking for beginning of value",
+            ),
+        ] {
+            assert_eq!(err(text), message, "{text:?}");
+        }
         assert_eq!(parse("\"\u{7f}\"").unwrap(), string("\u{7f}"));
-    }
-
-    #[test]
-    fn go_error_messages_top_level() {
-        assert_eq!(err("{} {}"), "invalid character '{' after top-level value");
-        assert_eq!(err("1 2"), "invalid character '2' after top-level value");
-        assert_eq!(err("{}x"), "invalid character 'x' after top-level value");
-        assert_eq!(
-            err("[]\n\n]"),
-            "invalid character ']' after top-level value"
-        );
-        assert_eq!(err("null,"), "invalid character ',' after top-level value");
-        // Form feed and vertical tab are not JSON whitespace.
-        assert_eq!(
-            err("\u{c}{}"),
-            r"invalid character '\f' looking for beginning of value"
-        );
-        assert_eq!(
-            err("{}\u{b}"),
-            r"invalid character '\v' after top-level value"
-        );
         assert_eq!(parse(" {}\r\n\t ").unwrap(), JsonValue::Object(vec![]));
-    }
-
-    #[test]
-    fn first_error_in_document_order_wins() {
-        // Go validates everything before decoding: the earliest error is reported.
-        assert_eq!(
-            err("[x, \"\\q\"]"),
-            "invalid character 'x' looking for beginning of value"
-        );
-        assert_eq!(
-            err("[1, \"\\q\", x]"),
-            "invalid character 'q' in string escape code"
-        );
     }
 
     #[test]
@@ -995,39 +1067,6 @@ mod tests {
         assert_eq!(quote_char(0xad), r"'\u00ad'");
         assert_eq!(quote_char(0xc3), "'Ã'");
         assert_eq!(quote_char(0xff), "'ÿ'");
-    }
-
-    #[test]
-    fn non_ascii_bytes_are_reported_as_latin1_runes() {
-        // Go hands the single byte 0xC3 to quoteChar, which shows it as U+00C3.
-        assert_eq!(
-            err("é"),
-            "invalid character 'Ã' looking for beginning of value"
-        );
-        assert_eq!(
-            err("\u{feff}{}"),
-            "invalid character 'ï' looking for beginning of value"
-        );
-        assert_eq!(
-            err("\u{a0}{}"),
-            "invalid character 'Â' looking for beginning of value"
-        );
-        assert_eq!(
-            err("[1\u{85}]"),
-            "invalid character 'Â' after array element"
-        );
-    }
-
-    #[test]
-    fn control_characters_outside_strings() {
-        assert_eq!(
-            err("\u{0}"),
-            r"invalid character '\x00' looking for beginning of value"
-        );
-        assert_eq!(
-            err("[\u{1b}]"),
-            r"invalid character '\x1b' looking for beginning of value"
-        );
     }
 
     #[test]
@@ -1079,5 +1118,10 @@ mod tests {
             }
             let _ = parse(&s);
         }
+    }
+
+    #[test]
+    fn bytes_outside_utf8_become_replacement_characters() {
+        assert_eq!(go_string_from_bytes(b"a\xe2\x82b"), "a\u{FFFD}\u{FFFD}b");
     }
 }

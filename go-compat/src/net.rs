@@ -1,0 +1,134 @@
+//! Go's `net.ParseCIDR` and the `net.IP` and `net.IPNet` strings upstream's messages print.
+//!
+//! Go's address syntax differs from Rust's parsers: it refuses IPv4 fields with leading zeros
+//! (also inside IPv6), zones, and signs in the prefix, and accepts leading zeros in the prefix.
+//! An IPv4-mapped IPv6 address is IPv4 to Go (`To4` succeeds), which decides the family.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+
+const V4_IN_V6_PREFIX: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+
+/// What `net.ParseCIDR` returns: the address and the network, in Go's 16-byte form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GoCidr {
+    /// The address, IPv4 addresses in IPv4-mapped form.
+    ip: [u8; 16],
+    /// `ip` masked with the prefix (Go masks IPv4 input with a 4-byte mask, which keeps the
+    /// IPv4-mapped prefix).
+    masked: [u8; 16],
+    /// 32 for dotted-quad input, 128 for IPv6 syntax (even when IPv4-mapped).
+    bits: u8,
+    prefix: u8,
+}
+
+fn to4(ip: &[u8; 16]) -> Option<Ipv4Addr> {
+    (ip[..12] == V4_IN_V6_PREFIX).then(|| Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]))
+}
+
+impl GoCidr {
+    /// `ip.Equal(ipnet.IP)`: the address has no host bits set.
+    pub fn is_aligned(&self) -> bool {
+        self.ip == self.masked
+    }
+
+    /// Go's `IP.String()` of the address.
+    pub fn ip_string(&self) -> String {
+        to4(&self.ip).map_or_else(|| Ipv6Addr::from(self.ip).to_string(), |v4| v4.to_string())
+    }
+
+    /// Go's `IPNet.String()` of the network. A masked address that is still IPv4-mapped can
+    /// only come from a prefix of at least 96 bits, so the 4-byte form's prefix is the rest.
+    pub fn network_string(&self) -> String {
+        match to4(&self.masked) {
+            Some(v4) if self.bits == 32 => format!("{v4}/{}", self.prefix),
+            Some(v4) => format!("{v4}/{}", self.prefix.saturating_sub(96)),
+            None => format!("{}/{}", Ipv6Addr::from(self.masked), self.prefix),
+        }
+    }
+
+    /// The addresses the CIDR matches, in the family Go files it under (`To4`): an
+    /// IPv4-mapped network keeps only the prefix bits beyond `::ffff:0:0/96`.
+    pub fn network(&self) -> IpNet {
+        let v6 = || {
+            Ipv6Net::new(Ipv6Addr::from(self.masked), self.prefix)
+                .map_or(IpNet::V6(Ipv6Net::default()), |net| IpNet::V6(net.trunc()))
+        };
+        match to4(&self.masked) {
+            Some(v4) => {
+                let prefix = if self.bits == 32 {
+                    self.prefix
+                } else {
+                    self.prefix.saturating_sub(96)
+                };
+                Ipv4Net::new(v4, prefix).map_or_else(|_| v6(), |net| IpNet::V4(net.trunc()))
+            }
+            None => v6(),
+        }
+    }
+}
+
+/// `net.ParseCIDR` (Go 1.22+, via `netip.ParseAddr`): `None` where Go returns
+/// `invalid CIDR address`.
+pub fn parse_cidr(text: &str) -> Option<GoCidr> {
+    let (addr, mask) = text.split_once('/')?;
+    let (ip, bits) = if addr.contains(':') {
+        (parse_ipv6(addr)?.octets(), 128)
+    } else {
+        (parse_ipv4(addr)?.to_ipv6_mapped().octets(), 32)
+    };
+    let prefix = parse_prefix(mask, bits)?;
+    let full = if bits == 32 { prefix + 96 } else { prefix };
+    let mask_bits = u128::MAX.checked_shl(128 - u32::from(full)).unwrap_or(0);
+    let mut masked = (u128::from_be_bytes(ip) & mask_bits).to_be_bytes();
+    if bits == 32 {
+        masked[..12].copy_from_slice(&V4_IN_V6_PREFIX);
+    }
+    Some(GoCidr {
+        ip,
+        masked,
+        bits,
+        prefix,
+    })
+}
+
+/// Go's `dtoi` on the prefix: decimal digits only (leading zeros allowed), at most `bits`.
+fn parse_prefix(text: &str, bits: u8) -> Option<u8> {
+    if text.is_empty() || text.len() > 8 || !text.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    let value: u32 = text.parse().ok()?;
+    u8::try_from(value).ok().filter(|prefix| *prefix <= bits)
+}
+
+/// `netip.ParseAddr` for IPv4: four decimal fields, no leading zeros, each at most 255.
+fn parse_ipv4(text: &str) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut fields = text.split('.');
+    for octet in &mut octets {
+        let field = fields.next()?;
+        if field.is_empty() || field.len() > 3 || !field.bytes().all(|byte| byte.is_ascii_digit()) {
+            return None;
+        }
+        if field.len() > 1 && field.starts_with('0') {
+            return None;
+        }
+        *octet = field.parse().ok()?;
+    }
+    fields.next().is_none().then_some(Ipv4Addr::from(octets))
+}
+
+/// `netip.ParseAddr` for IPv6 (no zones: `ParseCIDR` rejects them). The embedded IPv4 form is
+/// checked with the same strict rules as plain IPv4.
+fn parse_ipv6(text: &str) -> Option<Ipv6Addr> {
+    if text.contains('%') {
+        return None;
+    }
+    if let Some(last_colon) = text.rfind(':')
+        && text[last_colon + 1..].contains('.')
+    {
+        parse_ipv4(&text[last_colon + 1..])?;
+    }
+    text.parse().ok()
+}

@@ -1,0 +1,416 @@
+//! Go's `strconv`: quoting, integer and float parsing, and float formatting.
+//!
+//! Upstream's messages quote values with `%q` and its numbers go through `strconv`, so masq
+//! reproduces Go's rules (prefixes, underscores, ranges, shortest float forms) rather than
+//! Rust's.
+
+use std::fmt::Write as _;
+
+/// Go's `strconv.Quote` (what `%q` does to a string).
+pub fn quote(text: &str) -> String {
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('"');
+    for character in text.chars() {
+        match character {
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            '\u{07}' => quoted.push_str("\\a"),
+            '\u{08}' => quoted.push_str("\\b"),
+            '\u{0c}' => quoted.push_str("\\f"),
+            '\n' => quoted.push_str("\\n"),
+            '\r' => quoted.push_str("\\r"),
+            '\t' => quoted.push_str("\\t"),
+            '\u{0b}' => quoted.push_str("\\v"),
+            _ if is_print(character) => quoted.push(character),
+            _ if character < ' ' || character == '\u{7f}' => {
+                let _ = write!(quoted, "\\x{:02x}", u32::from(character));
+            }
+            _ if u32::from(character) < 0x10000 => {
+                let _ = write!(quoted, "\\u{:04x}", u32::from(character));
+            }
+            _ => {
+                let _ = write!(quoted, "\\U{:08x}", u32::from(character));
+            }
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+/// Go's `strconv.IsPrint`, exact for Latin-1 and approximated beyond it: letters, marks,
+/// numbers, punctuation and symbols are printable; controls, spaces other than U+0020,
+/// format characters and private-use or unassigned planes are not.
+pub fn is_print(character: char) -> bool {
+    let code = u32::from(character);
+    if code < 0x80 {
+        return (0x20..0x7f).contains(&code);
+    }
+    let format = matches!(
+        code,
+        0xad | 0x600..=0x605 | 0x61c | 0x6dd | 0x70f | 0x180e | 0x200b..=0x200f | 0x2028..=0x202e
+            | 0x2060..=0x2064 | 0x2066..=0x206f | 0xfeff | 0xfff9..=0xfffb | 0xe0001 | 0xe0020..=0xe007f
+    );
+    let private_or_unassigned = matches!(code, 0xe000..=0xf8ff | 0xf0000..);
+    !character.is_control() && !character.is_whitespace() && !format && !private_or_unassigned
+}
+
+/// Go's `strconv.Atoi` on a 64-bit platform, with its error messages.
+pub fn atoi(text: &str) -> Result<i64, String> {
+    parse_int(text, 10).ok_or_else(|| {
+        let digits = text.strip_prefix(['+', '-']).unwrap_or(text);
+        let problem = if !digits.is_empty() && digits.bytes().all(|byte| byte.is_ascii_digit()) {
+            "value out of range"
+        } else {
+            "invalid syntax"
+        };
+        format!("strconv.Atoi: parsing {}: {problem}", quote(text))
+    })
+}
+
+/// Go's `strconv.underscoreOK`.
+pub(crate) fn underscore_ok(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut saw = b'^';
+    let mut i = 0;
+    let b = match b.first() {
+        Some(b'+' | b'-') => b.get(1..).unwrap_or_default(),
+        _ => b,
+    };
+    let mut hex = false;
+    if b.len() >= 2 && b[0] == b'0' && matches!(b[1].to_ascii_lowercase(), b'b' | b'o' | b'x') {
+        i = 2;
+        saw = b'0';
+        hex = b[1].eq_ignore_ascii_case(&b'x');
+    }
+    while let Some(&c) = b.get(i) {
+        i += 1;
+        if c.is_ascii_digit() || (hex && c.is_ascii_hexdigit()) {
+            saw = b'0';
+            continue;
+        }
+        if c == b'_' {
+            if saw != b'0' {
+                return false;
+            }
+            saw = b'_';
+            continue;
+        }
+        if saw == b'_' {
+            return false;
+        }
+        saw = b'!';
+    }
+    saw != b'_'
+}
+
+/// Go's `strconv.ParseUint(s, base, 64)` for base 0 (prefix-detected) or an explicit base;
+/// `None` where Go returns an error.
+pub fn parse_uint(s: &str, base: u32) -> Option<u64> {
+    let b = s.as_bytes();
+    let first = *b.first()?;
+    let base0 = base == 0;
+    let (base, digits) = if base0 {
+        if first == b'0' {
+            match b.get(1).map(u8::to_ascii_lowercase) {
+                Some(b'b') if b.len() >= 3 => (2, b.get(2..)?),
+                Some(b'o') if b.len() >= 3 => (8, b.get(2..)?),
+                Some(b'x') if b.len() >= 3 => (16, b.get(2..)?),
+                _ => (8, b.get(1..)?),
+            }
+        } else {
+            (10, b)
+        }
+    } else {
+        (base, b)
+    };
+    let mut n: u64 = 0;
+    let mut underscores = false;
+    for &c in digits {
+        let d = match c {
+            b'_' if base0 => {
+                underscores = true;
+                continue;
+            }
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'z' => c - b'a' + 10,
+            b'A'..=b'Z' => c - b'A' + 10,
+            _ => return None,
+        };
+        if u32::from(d) >= base {
+            return None;
+        }
+        n = n.checked_mul(u64::from(base))?.checked_add(u64::from(d))?;
+    }
+    if underscores && !underscore_ok(s) {
+        return None;
+    }
+    Some(n)
+}
+
+/// Go's `strconv.ParseInt(s, base, 64)`; `None` where Go returns an error.
+pub fn parse_int(s: &str, base: u32) -> Option<i64> {
+    let (neg, rest) = match s.as_bytes().first()? {
+        b'+' => (false, s.get(1..)?),
+        b'-' => (true, s.get(1..)?),
+        _ => (false, s),
+    };
+    let un = parse_uint(rest, base)?;
+    const CUTOFF: u64 = 1 << 63;
+    if neg {
+        if un > CUTOFF {
+            return None;
+        }
+        Some(if un == CUTOFF {
+            i64::MIN
+        } else {
+            -i64::try_from(un).ok()?
+        })
+    } else {
+        i64::try_from(un).ok()
+    }
+}
+
+/// Go's `strconv.ParseFloat(s, 64)` for the decimal forms go-yaml hands it (the value starts
+/// with `.` or passed the YAML float pattern); out-of-range values are errors as in Go.
+pub fn parse_float(s: &str) -> Option<f64> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    if matches!(b.first(), Some(b'+' | b'-')) {
+        i += 1;
+    }
+    let mut saw_digits = false;
+    let mut saw_dot = false;
+    let mut underscores = false;
+    while let Some(&c) = b.get(i) {
+        match c {
+            b'_' => underscores = true,
+            b'.' if !saw_dot => saw_dot = true,
+            b'0'..=b'9' => saw_digits = true,
+            _ => break,
+        }
+        i += 1;
+    }
+    if !saw_digits {
+        return None;
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        if !b.get(i).is_some_and(u8::is_ascii_digit) {
+            return None;
+        }
+        while let Some(&c) = b.get(i) {
+            match c {
+                b'_' => underscores = true,
+                b'0'..=b'9' => {}
+                _ => break,
+            }
+            i += 1;
+        }
+    }
+    if i != b.len() || (underscores && !underscore_ok(s)) {
+        return None;
+    }
+    let cleaned: String = s.chars().filter(|&c| c != '_').collect();
+    let f: f64 = cleaned.parse().ok()?;
+    f.is_finite().then_some(f)
+}
+
+// Float formatting.
+
+/// The shortest round-trip digits of a finite non-negative value and its decimal point
+/// position (`0.d1d2... * 10^dp`), as Go's `strconv` computes them.
+fn shortest_digits(x: f64, single: bool) -> (String, i32) {
+    let sci = if single {
+        format!("{:e}", x as f32)
+    } else {
+        format!("{x:e}")
+    };
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if digits.chars().all(|c| c == '0') {
+        return ("0".to_owned(), 1);
+    }
+    let trimmed = digits.trim_end_matches('0');
+    (trimmed.to_owned(), exp + 1)
+}
+
+/// Go's `%e` body for shortest digits: `d.ddde±XX`.
+fn fmt_e(digits: &str, dp: i32) -> String {
+    let mut out = String::new();
+    let mut chars = digits.chars();
+    out.push(chars.next().unwrap_or('0'));
+    let rest: String = chars.collect();
+    if !rest.is_empty() {
+        out.push('.');
+        out.push_str(&rest);
+    }
+    let exp = if digits == "0" { 0 } else { dp - 1 };
+    let sign = if exp < 0 { '-' } else { '+' };
+    let _ = write!(out, "e{sign}{:02}", exp.unsigned_abs());
+    out
+}
+
+/// Go's `%f` body for shortest digits.
+fn fmt_f(digits: &str, dp: i32) -> String {
+    let nd = i32::try_from(digits.len()).unwrap_or(i32::MAX);
+    let zeros = |n: i32| "0".repeat(usize::try_from(n).unwrap_or(0));
+    if dp <= 0 {
+        format!("0.{}{digits}", zeros(-dp))
+    } else if dp >= nd {
+        format!("{digits}{}", zeros(dp - nd))
+    } else {
+        let split = usize::try_from(dp).unwrap_or(0);
+        format!(
+            "{}.{}",
+            digits.get(..split).unwrap_or_default(),
+            digits.get(split..).unwrap_or_default()
+        )
+    }
+}
+
+/// `json.Marshal` of a finite float64.
+pub fn format_json_float(f: f64) -> String {
+    let neg = if f.is_sign_negative() { "-" } else { "" };
+    let abs = f.abs();
+    let (digits, dp) = shortest_digits(abs, false);
+    if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
+        let mut e = fmt_e(&digits, dp);
+        // json.Marshal shortens "e-07" to "e-7".
+        if let Some(pos) = e.find("e-0")
+            && e.len() == pos + 4
+        {
+            e.remove(pos + 2);
+        }
+        format!("{neg}{e}")
+    } else {
+        format!("{neg}{}", fmt_f(&digits, dp))
+    }
+}
+
+/// `strconv.FormatFloat(f, 'g', -1, bits)` for 32 or 64 bits.
+pub fn format_g(f: f64, single: bool) -> String {
+    let v = if single { f64::from(f as f32) } else { f };
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
+    }
+    let neg = if v.is_sign_negative() { "-" } else { "" };
+    let (digits, dp) = shortest_digits(v.abs(), single);
+    let exp = dp - 1;
+    // Shortest formatting switches to an exponent outside [1e-4, 1e6).
+    if !(-4..6).contains(&exp) {
+        format!("{neg}{}", fmt_e(&digits, dp))
+    } else {
+        format!("{neg}{}", fmt_f(&digits, dp))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quote_matches_strconv() {
+        assert_eq!(quote("10.0.0.1/8"), r#""10.0.0.1/8""#);
+        assert_eq!(quote(""), r#""""#);
+        assert_eq!(quote("a\"b\\c"), r#""a\"b\\c""#);
+        assert_eq!(quote("tab\there\n"), r#""tab\there\n""#);
+        assert_eq!(quote("\u{1}\u{7f}"), r#""\x01\x7f""#);
+        assert_eq!(quote("caf\u{e9}"), "\"caf\u{e9}\"");
+        assert_eq!(quote("nbsp\u{a0}zw\u{200b}"), r#""nbsp\u00a0zw\u200b""#);
+    }
+
+    #[test]
+    fn atoi_matches_go() {
+        assert_eq!(atoi("42"), Ok(42));
+        assert_eq!(atoi("+42"), Ok(42));
+        assert_eq!(atoi("-7"), Ok(-7));
+        assert_eq!(atoi("007"), Ok(7));
+        assert_eq!(
+            atoi(""),
+            Err(r#"strconv.Atoi: parsing "": invalid syntax"#.to_owned())
+        );
+        assert_eq!(
+            atoi("4x"),
+            Err(r#"strconv.Atoi: parsing "4x": invalid syntax"#.to_owned())
+        );
+        assert_eq!(
+            atoi(" 1"),
+            Err(r#"strconv.Atoi: parsing " 1": invalid syntax"#.to_owned())
+        );
+        assert_eq!(
+            atoi("99999999999999999999"),
+            Err(r#"strconv.Atoi: parsing "99999999999999999999": value out of range"#.to_owned())
+        );
+    }
+
+    #[test]
+    fn json_float_rendering() {
+        for (f, want) in [
+            (64.0, "64"),
+            (1e21, "1e+21"),
+            (1e20, "100000000000000000000"),
+            (1e-7, "1e-7"),
+            (1.5e-7, "1.5e-7"),
+            (1e-6, "0.000001"),
+            (0.000_001_234, "0.000001234"),
+            (123_456_789_012_345_678.0, "123456789012345680"),
+            (-0.0, "-0"),
+            (0.0, "0"),
+            (0.1, "0.1"),
+            (5e-324, "5e-324"),
+            (1.797_693_134_862_315_7e308, "1.7976931348623157e+308"),
+            (-2.5e-10, "-2.5e-10"),
+        ] {
+            assert_eq!(format_json_float(f), want, "{f}");
+        }
+    }
+
+    #[test]
+    fn float32_g_rendering_for_keys() {
+        for (f, want) in [
+            (1e300, "+Inf"),
+            (1.234_567_891_234, "1.2345679"),
+            (100_000.0, "100000"),
+            (1e6, "1e+06"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (1.5, "1.5"),
+            (f64::NAN, "NaN"),
+            (f64::NEG_INFINITY, "-Inf"),
+        ] {
+            assert_eq!(format_g(f, true), want, "{f}");
+        }
+        assert_eq!(format_g(123_456_789.0, false), "1.23456789e+08");
+    }
+
+    #[test]
+    fn parsing_matches_go() {
+        assert_eq!(parse_int("0x1F", 0), Some(31));
+        assert_eq!(parse_int("-0b101", 0), Some(-5));
+        assert_eq!(parse_int("0o17", 0), Some(15));
+        assert_eq!(parse_int("017", 0), Some(15));
+        assert_eq!(parse_int("0", 0), Some(0));
+        assert_eq!(parse_int("-9223372036854775808", 0), Some(i64::MIN));
+        assert_eq!(parse_int("9223372036854775808", 0), None);
+        assert_eq!(parse_int("08", 0), None);
+        assert_eq!(parse_int("0x", 0), None);
+        assert_eq!(parse_int("-101", 2), Some(-5));
+        assert_eq!(parse_uint("18446744073709551615", 0), Some(u64::MAX));
+        assert_eq!(parse_uint("+1", 0), None);
+        assert_eq!(parse_float(".5_0"), Some(0.5));
+        assert_eq!(parse_float("._5"), None);
+        assert_eq!(parse_float("1e400"), None);
+        assert_eq!(parse_float("1e-400"), Some(0.0));
+    }
+}

@@ -1,0 +1,482 @@
+#!/usr/bin/env python3
+"""Writes the documents of the Go oracle corpus, one JSON object per line, to stdout.
+
+Each line is {"doc": base64 of the file's bytes, "ipv6": --enable-ipv6, "reserved":
+--nomasq-all-reserved-ranges}. main.go runs upstream's pipeline on each and records what Go
+says. The output is deterministic (fixed seed), so regenerating the corpus only changes it
+when this script, the seeds or the Go packages change.
+
+Documents come from three places: seeds.json (inputs of masq's own tests over the years),
+config-shaped documents built from lists of interesting keys, values and layouts, and
+mutations of those (characters inserted, deleted or replaced, bytes that are not UTF-8) that
+exercise the error paths and their wording.
+"""
+
+import base64
+import json
+import os
+import random
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+rng = random.Random(20240612)
+out = []
+
+
+def emit(doc, ipv6=False, reserved=False):
+    if isinstance(doc, str):
+        doc = doc.encode("utf-8", "surrogatepass")
+    out.append((doc, ipv6, reserved))
+
+
+# ---------------------------------------------------------------------------------------------
+# Seeds, each with the default flags and with IPv6 enabled.
+with open(os.path.join(HERE, "seeds.json"), encoding="utf-8") as seeds:
+    for doc in json.load(seeds):
+        emit(doc)
+        emit(doc, ipv6=True, reserved=True)
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks.
+CIDRS = [
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "1.0.0.0/8", "0.0.0.0/0", "1.2.3.4/32",
+    "10.0.0.0/08", "10.0.0.0/008", "10.0.0.1/8", "10.256.0.0/16", "abcdefg", "", " ",
+    "010.0.0.0/8", "10.0.0.0", "10.0.0.0/", "10.0.0.0/33", "10.0.0.0/-1", "10.0.0.0/+8",
+    "10.0.0/8", "10.0.0.0.0/8", " 10.0.0.0/8", "10.0.0.0/8 ", "10.0.0.0/0008x",
+    "fc00::/7", "FC00::/7", "fd00::/8", "fe80::/10", "::/0", "fc00::1/7", "fe80::%eth0/64",
+    "fe80::/129", "::ffff:10.0.0.0/104", "::ffff:10.0.0.0/8", "::ffff:0:0/96",
+    "::ffff:010.0.0.0/104", "::ffff:10.0.0.1/104", "2001:db8::/32", "2001:db8::1/128",
+    "2001:0db8:0000::/48", "::1.2.3.4/128", "1::2::3/64", "gggg::/16", "100.64.0.0/10",
+    "240.0.0.0/4", "255.255.255.255/32", "10.0.0.0/8/8", "10.0.0.0\\8", "10.0.0.0 /8",
+    "١٠.0.0.0/8", "10.0.0.0/８",
+]
+KEYS = {
+    "nonMasqueradeCIDRs": ["nonMasqueradeCIDRs", "NONMASQUERADECIDRS", "nonmasqueradecidrs",
+                           "NonMasqueradeCIDRs", "nonMasqueradeCIDRſ", "nonMasqueradeCIDR",
+                           "nonMasqueradeCIDRs ", "non_masquerade_cidrs"],
+    "cidrLimit": ["cidrLimit", "CIDRLIMIT", "CidrLimit", "cidrlimit", "cidr_limit"],
+    "masqLinkLocal": ["masqLinkLocal", "MASQLINKLOCAL", "masqlinklocal", "MasqLinkLocal"],
+    "masqLinkLocalIPv6": ["masqLinkLocalIPv6", "masqlinklocalipv6", "MASQLINKLOCALIPV6"],
+    "resyncInterval": ["resyncInterval", "RESYNCINTERVAL", "resyncinterval", "ResyncInterval"],
+}
+INTS = ["64", "0", "1", "2", "3", "-1", "65", "0x10", "0X10", "0o17", "017", "08", "0b11",
+        "1_000", "_1", "64.0", "6.4e1", "1e3", "1e400", "+5", "9223372036854775807",
+        "9223372036854775808", "18446744073709551615", "-9223372036854775809", "'64'",
+        '"64"', "~", "null", "yes", "true", "[]", "{}", ".inf", ".nan", "1.5", "!!int '3'",
+        "!!str 3", "!!float 3", "0x", "3 # three", "!!binary MQ==", "1:20", "2001-12-14"]
+BOOLS = ["true", "false", "True", "FALSE", "yes", "no", "Yes", "NO", "on", "off", "On", "OFF",
+         "y", "n", "Y", "N", "1", "0", "'true'", '"yes"', "~", "null", "tRUE", "[]", "{}",
+         "!!bool yes", "!!bool 1", "!!str true", "1.0", "enabled"]
+DURATIONS = ["60s", "5m", "1m30s", "1h", "1.5h", "300ms", "2us", "2µs", "0", "0s", "-5s",
+             "+1s", ".5s", "1.s", "60", "'60'", "60 s", "1x", "", "''", "~", "null", "abc",
+             "9223372036854775807ns", "9223372036854775808ns", "3000000h", "1h1m1s1ms1us1ns",
+             "[60s]", "{a: 1}", "true", "1e3", "0x10", "'5m'", '"5m"', "!!str 60",
+             "!!int 60", "1d", "1é", "2001-12-14", "1:30", "-0", "1.5", "1h 30m"]
+
+
+def scalar_styles(text):
+    """`text` as a YAML plain, single-quoted and double-quoted scalar."""
+    styles = ["'" + text.replace("'", "''") + "'",
+              '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"']
+    if text and text.strip() == text and not any(c in text for c in ":#[]{},&*!|>'\"%@`"):
+        styles.append(text)
+    return styles
+
+
+def block_list(items, indent="  "):
+    if not items:
+        return " []\n"
+    return "\n" + "".join(f"{indent}- {item}\n" for item in items)
+
+
+def flow_list(items):
+    return " [" + ", ".join(items) + "]\n"
+
+
+def config_doc():
+    """A config-shaped YAML document with random spellings, values and layout."""
+    lines = []
+    fields = list(KEYS)
+    rng.shuffle(fields)
+    for field in fields[: rng.randint(0, len(fields))]:
+        key = rng.choice(KEYS[field]) if rng.random() < 0.3 else field
+        if rng.random() < 0.1:
+            key = rng.choice(scalar_styles(key))
+        if field == "nonMasqueradeCIDRs":
+            count = rng.choice([0, 1, 1, 2, 3, 5, 64, 65])
+            items = []
+            for _ in range(count):
+                if rng.random() < 0.7:
+                    cidr = rng.choice(CIDRS[:8]) if rng.random() < 0.6 else rng.choice(CIDRS)
+                    item = rng.choice(scalar_styles(cidr))
+                else:
+                    item = rng.choice(["", "~", "null", "1", "true", "[]", "{}", "!!str 10.0.0.0/8",
+                                       "&a 10.0.0.0/8", "*a", "10.0.0.0/8 # comment",
+                                       "'10.0.0.0/8'", "!!binary MTAuMC4wLjAvOA=="])
+                items.append(item)
+            layout = rng.random()
+            if layout < 0.45:
+                lines.append(key + ":" + block_list(items, rng.choice(["  ", "", "    ", " "])))
+            elif layout < 0.9:
+                lines.append(key + ":" + flow_list(items))
+            else:
+                lines.append(key + ": " + rng.choice(["~", "null", "10.0.0.0/8", "''", "{}", "1"]) + "\n")
+        elif field == "cidrLimit":
+            lines.append(f"{key}: {rng.choice(INTS)}\n")
+        elif field in ("masqLinkLocal", "masqLinkLocalIPv6"):
+            lines.append(f"{key}: {rng.choice(BOOLS)}\n")
+        else:
+            lines.append(f"{key}: {rng.choice(DURATIONS)}\n")
+    if rng.random() < 0.15:
+        lines.insert(rng.randint(0, len(lines)), rng.choice(
+            ["foo: bar\n", "# comment\n", "\n", "unknown: [1, 2]\n", "nested:\n  a: 1\n",
+             "? complex\n: key\n", "<<: {cidrLimit: 2}\n", "cidrLimit: 1\n",
+             "nonMasqueradeCIDRs: [9.0.0.0/8]\n", "1: one\n", "true: yes\n"]))
+    doc = "".join(lines)
+    if rng.random() < 0.1:
+        doc = rng.choice(["---\n", "--- # doc\n", "%YAML 1.1\n---\n", "\ufeff", "# head\n"]) + doc
+    if rng.random() < 0.1:
+        doc += rng.choice(["---\nfoo: 1\n", "...\n", "--- ]]]\n", "# tail", "\n\n\n"])
+    if rng.random() < 0.05:
+        doc = doc.replace("\n", "\r\n")
+    if rng.random() < 0.05:
+        doc = doc.rstrip("\n")
+    return doc
+
+
+def json_doc():
+    """A config-shaped JSON document (the JSON path of upstream's ToJSON)."""
+    members = []
+    fields = list(KEYS)
+    rng.shuffle(fields)
+    for field in fields[: rng.randint(0, len(fields))]:
+        key = rng.choice(KEYS[field]) if rng.random() < 0.3 else field
+        if field == "nonMasqueradeCIDRs":
+            items = [json.dumps(rng.choice(CIDRS)) if rng.random() < 0.85 else
+                     rng.choice(["null", "1", "true", "[]", "{}", '"\\u0031\\u0030.0.0.0/8"'])
+                     for _ in range(rng.choice([0, 1, 2, 3, 65]))]
+            value = "[" + ", ".join(items) + "]" if rng.random() < 0.9 else rng.choice(
+                ["null", '"10.0.0.0/8"', "{}", "1"])
+        elif field == "cidrLimit":
+            value = rng.choice(["64", "0", "-1", "1.5", "64.0", "1e3", '"64"', "null", "true",
+                                "99999999999999999999", "-0", "1E2", "[]", "012", "+1", "0x10"])
+        elif field in ("masqLinkLocal", "masqLinkLocalIPv6"):
+            value = rng.choice(["true", "false", "null", '"true"', "1", "0", "True", "[]"])
+        else:
+            value = rng.choice(['"60s"', '"5m"', '"\\u0035\\u006d"', "60", "null", '""',
+                                '"abc"', '"1h30m"', "true", "[]", "{}", '"-1s"', '"0"'])
+        members.append(json.dumps(key) + rng.choice([":", ": ", " : "]) + value)
+    if rng.random() < 0.15:
+        members.insert(rng.randint(0, len(members)), rng.choice(
+            ['"foo": "bar"', '"a": {"b": [1, 2, {"c": null}]}', '"cidrLimit": 3']))
+    doc = rng.choice(["{", " {", "\n\t{", "{\n  "]) + rng.choice([",", ",\n  ", ", "]).join(members) + "}"
+    return doc + rng.choice(["", "\n", " ", "\r\n", "\n\n"])
+
+
+for _ in range(1700):
+    emit(config_doc(), ipv6=rng.random() < 0.3, reserved=rng.random() < 0.2)
+for _ in range(500):
+    emit(json_doc(), ipv6=rng.random() < 0.3, reserved=rng.random() < 0.2)
+
+# ---------------------------------------------------------------------------------------------
+# Every building block on its own, so each value is covered at least once.
+for value in INTS:
+    emit(f"cidrLimit: {value}\n")
+for value in BOOLS:
+    emit(f"masqLinkLocal: {value}\nmasqLinkLocalIPv6: {value}\n")
+for value in DURATIONS:
+    emit(f"resyncInterval: {value}\n")
+for cidr in CIDRS:
+    for style in scalar_styles(cidr):
+        emit(f"nonMasqueradeCIDRs: [{style}]\n")
+        emit(f"nonMasqueradeCIDRs:\n  - {style}\n", ipv6=True)
+    emit(json.dumps({"nonMasqueradeCIDRs": [cidr]}), ipv6=True)
+for fields in KEYS.values():
+    for key in fields:
+        emit(f"{key}: []\n")
+        emit(json.dumps({key: None}))
+
+# ---------------------------------------------------------------------------------------------
+# YAML features and oddities, each on a small config.
+FEATURES = [
+    "a: &x 10.0.0.0/8\nnonMasqueradeCIDRs: [*x, *x]\n",
+    "base: &b\n  cidrLimit: 1\nnonMasqueradeCIDRs: [1.0.0.0/8]\n<<: *b\n",
+    "<<: [{cidrLimit: 1}, {cidrLimit: 2, masqLinkLocal: yes}]\n",
+    "<<: {nonMasqueradeCIDRs: [1.0.0.0/8]}\nnonMasqueradeCIDRs: [2.0.0.0/8]\n",
+    "nonMasqueradeCIDRs: !!seq [1.0.0.0/8]\ncidrLimit: !!int 5\n",
+    "nonMasqueradeCIDRs: !!str [1.0.0.0/8]\n",
+    "nonMasqueradeCIDRs: !custom [1.0.0.0/8]\nmasqLinkLocal: !custom true\n",
+    "cidrLimit: 1\ncidrLimit: 2\nCIDRLIMIT: 3\n",
+    "cidrLimit: 1\nCIDRLIMIT: 3\ncidrLimit: 2\n",
+    "nonMasqueradeCIDRs:\n- 1.0.0.0/8\nNONMASQUERADECIDRS:\n- 2.0.0.0/8\n",
+    "nonMasqueradeCIDRs: |\n  10.0.0.0/8\n",
+    "resyncInterval: |-\n  5m\n",
+    "resyncInterval: >\n  5m\n",
+    "resyncInterval: \"5\\\n  m\"\n",
+    "resyncInterval: '5\n  m'\n",
+    "nonMasqueradeCIDRs:\n  - 10.0.0.0/8\n\t- 1.0.0.0/8\n",
+    "nonMasqueradeCIDRs:\t[10.0.0.0/8]\n",
+    "nonMasqueradeCIDRs: [10.0.0.0/8,\t1.0.0.0/8]\n",
+    "\tcidrLimit: 1\n",
+    "cidrLimit: 1\t# tab before comment\n",
+    "\ufeffcidrLimit: 2\n",
+    "cidrLimit: 2\n\ufeff",
+    "cidrLimit: \ufeff2\n",
+    "\ufeff\ufeffcidrLimit: 2\n",
+    "\ufeff{\"cidrLimit\": 2}",
+    "\u00a0{\"cidrLimit\": 2}",
+    "\u0085{\"cidrLimit\": 2}",
+    "\u2028{\"cidrLimit\": 2}",
+    "\u3000{\"cidrLimit\": 2}",
+    "\x0b{\"cidrLimit\": 2}",
+    "\x0c{\"cidrLimit\": 2}",
+    "cidrLimit: 2\u2028masqLinkLocal: true\n",
+    "cidrLimit: 2\u2029masqLinkLocal: true\n",
+    "cidrLimit: 2\u0085masqLinkLocal: true\n",
+    "cidrLimit: 2\rmasqLinkLocal: true\r",
+    "resyncInterval: \"\\x35m\"\n",
+    "resyncInterval: \"\\u0035m\"\n",
+    "resyncInterval: \"\\U00000035m\"\n",
+    "resyncInterval: \"5\\tm\"\n",
+    "resyncInterval: \"\\N\"\n",
+    "resyncInterval: \"\\_\"\n",
+    "resyncInterval: \"\\e\"\n",
+    "resyncInterval: \"\\ \"\n",
+    "resyncInterval: \"\\'\"\n",
+    "resyncInterval: \"\\/\"\n",
+    "resyncInterval: '5m''s'\n",
+    "%YAML 1.1\n---\ncidrLimit: 3\n",
+    "%YAML 1.2\n---\ncidrLimit: 3\n",
+    "%YAML 1.0\n---\ncidrLimit: 3\n",
+    "%YAML 2.0\n---\ncidrLimit: 3\n",
+    "%YAML 1.1\n%YAML 1.1\n---\ncidrLimit: 3\n",
+    "%TAG ! tag:example.com,2000:\n---\ncidrLimit: !foo 3\n",
+    "%TAG !! tag:example.com,2000:\n---\ncidrLimit: !!int 3\n",
+    "%FOO bar\n---\ncidrLimit: 3\n",
+    "%YAML 1.1\ncidrLimit: 3\n",
+    "--- cidrLimit\n",
+    "--- !!map\ncidrLimit: 3\n",
+    "--- &a\ncidrLimit: 3\n",
+    "---\n---\ncidrLimit: 3\n",
+    "...\ncidrLimit: 3\n",
+    "cidrLimit: 3\n...\n...\n",
+    "cidrLimit: 3\n--- \n",
+    "cidrLimit: 3\n---\n%YAML 1.1\n---\n",
+    "cidrLimit: 3\n...\n%YAML 1.1\n---\n",
+    "? cidrLimit\n: 3\n",
+    "? cidrLimit\n",
+    "?\n",
+    "? \n: \n",
+    "cidrLimit: 3\n?",
+    "cidrLimit: 3\n? ",
+    "[cidrLimit, 3]\n",
+    "- cidrLimit: 3\n",
+    "cidrLimit\n",
+    "\"cidrLimit\": 3\n",
+    "'cidrLimit': 3\n",
+    "cidrLimit : 3\n",
+    "cidrLimit:3\n",
+    "cidrLimit:  3  \n",
+    "{cidrLimit: 3}\n",
+    "!!map {cidrLimit: 3}\n",
+    "&a {cidrLimit: 3}\n",
+    "{ \"cidrLimit\": 3 }",
+    "cidrLimit: 0x_10\n",
+    "cidrLimit: 1__0\n",
+    "cidrLimit: 0b1_0\n",
+    "cidrLimit: -0b10\n",
+    "cidrLimit: 0b-10\n",
+    "cidrLimit: +0x10\n",
+    "cidrLimit: -0x10\n",
+    "cidrLimit: 1.0e+2\n",
+    "cidrLimit: 1e2\n",
+    "cidrLimit: 100.\n",
+    "cidrLimit: .5e3\n",
+    "cidrLimit: 2e-1\n",
+    "cidrLimit: 1e21\n",
+    "cidrLimit: 123456789012345678\n",
+    "cidrLimit: 1234567890123456789012\n",
+    "cidrLimit: -9223372036854775808\n",
+    "cidrLimit: 0o\n",
+    "cidrLimit: 0O17\n",
+    "cidrLimit: 0789\n",
+    "cidrLimit: 2001-12-14t21:59:43.10-05:00\n",
+    "cidrLimit: !!timestamp 2001-12-14\n",
+    "cidrLimit: !!binary Mw==\n",
+    "cidrLimit: !!float '3'\n",
+    "cidrLimit: !!null ''\n",
+    "cidrLimit: !<tag:yaml.org,2002:int> '3'\n",
+    "cidrLimit: ! 3\n",
+    "masqLinkLocal: !!bool 'yes'\n",
+    "masqLinkLocal: !!bool 'maybe'\n",
+    "a: &a [*a]\n",
+    "a: *unknown\n",
+    "a: &a 1\nb: &a 2\nc: *a\n",
+    "? [a]\n: 1\n",
+    "? {a: 1}\n: 1\n",
+    "~: 1\n",
+    "null: 1\ncidrLimit: 2\n",
+    "1.5: x\ncidrLimit: 2\n",
+    "18446744073709551615: x\n",
+    "1e300: x\n",
+    ".inf: x\n",
+    "x: .inf\n",
+    "x: [.nan]\n",
+    "1: a\n\"1\": b\n",
+    "true: a\n\"true\": b\n",
+    "a: 1\n- b\n",
+    "a:\n  b: 1\n c: 2\n",
+    "a: b: c\n",
+    "a: 'unterminated\n",
+    "a: \"unterminated",
+    "a: [1, 2\n",
+    "a: {b: 1\n",
+    "a: @b\n",
+    "a: `b\n",
+    "a: |0\n  x\n",
+    "a: | x\n",
+    "a: !e!foo 1\n",
+    "a: \"x\" y\n",
+    "- 'a' b\n",
+    "a: \x01\n",
+    "a: b\x7f\n",
+    "a: \x00\n",
+    "a: \u0080\n",
+    "a: \ud7ff\n",
+    "a: \ue000\n",
+    "a: \ufffe\n",
+    "a: \U0001f600\n",
+    "cidrLimit: 2\n#\x01 control in comment\n",
+    "cidrLimit: 2 #\x01\n",
+    "'\x01': 1\n",
+    "\"\\x01\": 1\n",
+    "nonMasqueradeCIDRs: [\"10.0.0.0/8\\u0000\"]\n",
+    "nonMasqueradeCIDRs: [\"\\u00e9\"]\n",
+    "nonMasqueradeCIDRs: [\"<>&\\u2028\"]\n",
+    "{\"nonMasqueradeCIDRs\": [\"\\ud800\"]}",
+    "{\"nonMasqueradeCIDRs\": [\"\\ud83d\\ude00\"]}",
+    "{\"nonMasqueradeCIDRs\": [\"\u00e9\"]}",
+    "{\"nonMasqueradeCIDRs\": [\"\t\"]}",
+    "{\"cidrLimit\": 1, \"cidrLimit\": 2}",
+    "{\"cidrLimit\": 1}{}",
+    "{\"cidrLimit\": 1}\n---\n",
+    "{\"cidrLimit\": 1} # comment",
+    "{\"cidrLimit\": 1,}",
+    "{\"cidrLimit\": 01}",
+    "{\"cidrLimit\": -}",
+    "{\"cidrLimit\": 1.}",
+    "{\"cidrLimit\": .5}",
+    "{\"cidrLimit\": tru}",
+    "{\"resyncInterval\": \"\\q\"}",
+    "{\"resyncInterval\": \"\\u12G4\"}",
+    "{'cidrLimit': 1}",
+    "{cidrLimit: 1}",
+    "{",
+    "{\"a\"",
+    "[1, 2]",
+    "\"string\"",
+    "null",
+    "42",
+    "true",
+    "[]",
+    "{}",
+    "- 1\n- 2\n",
+    "just a string\n",
+    "nonMasqueradeCIDRs: [[10.0.0.0/8]]\n",
+    "nonMasqueradeCIDRs: [{a: 1}]\n",
+    "nonMasqueradeCIDRs: {a: 1}\n",
+    "cidrLimit: [1]\n",
+    "cidrLimit: {a: 1}\n",
+    "masqLinkLocal: [true]\n",
+    "resyncInterval: [60s]\n",
+    "resyncInterval: 60\ncidrLimit: x\n",
+    "cidrLimit: x\nmasqLinkLocal: y\n",
+    "masqLinkLocal: y\ncidrLimit: x\n",
+    "cidrLimit: x\nresyncInterval: bad\n",
+    "resyncInterval: bad\ncidrLimit: x\n",
+    "nonMasqueradeCIDRs: [1, 2.5, true]\n",
+    "nonMasqueradeCIDRs:\n  -\n  - 1.0.0.0/8\n  -\n  -\n",
+    "nonMasqueradeCIDRs: [~, 1.0.0.0/8]\n",
+    "nonMasqueradeCIDRs: ~\n",
+    "cidrLimit: 0\nnonMasqueradeCIDRs: []\n",
+    "cidrLimit: -1\nnonMasqueradeCIDRs: []\n",
+    "cidrLimit: 1\nnonMasqueradeCIDRs: [garbage, fc00::/7]\n",
+    "nonMasqueradeCIDRs: [fc00::/7, garbage]\n",
+    "nonMasqueradeCIDRs: [garbage, fc00::/7]\ncidrLimit: 5\n",
+    "nonMasqueradeCIDRs: [\"10.0.0.0/8\", \"10.0.0.0/8\"]\n",
+    "nonMasqueradeCIDRs: [10.0.0.0/8, 10.0.0.0/16, 0.0.0.0/0]\n",
+    "url: http://example.com:8080/path?q=1#frag\ncidrLimit: 2\n",
+    "a: [b: c, d]\ncidrLimit: 2\n",
+    "[a: b, c]\n",
+    "[? a : b]\n",
+    "{? a}\n",
+    "a: {? b}\n",
+    "a: {b, c: d}\n",
+    "a: [b, c: d, {e: f}]\n",
+    "a: {b: [c, {d: e}]}\n",
+    "a: !!set {b, c}\n",
+    "a: !!omap [b: 1, c: 2]\n",
+    "a: !!pairs [b: 1, b: 2]\n",
+]
+for feature in FEATURES:
+    emit(feature)
+    emit(feature, ipv6=True)
+
+# Deep nesting around go-yaml's limits (10000) and yaml_rust2's (255).
+for depth in (254, 255, 256, 257, 1000, 9999, 10000, 10001):
+    emit("a: " + "[" * depth + "]" * depth + "\n")
+    emit("{\"a\": " + "[" * depth + "]" * depth + "}")
+for depth in (100, 9999, 10000, 10001):
+    emit("- " * depth + "x\n")
+emit("a: " + "{b: " * 300 + "c" + "}" * 300 + "\n")
+emit("[" * 10001)
+emit("{\"a\":" * 10001)
+
+# Aliases that expand a lot (go-yaml's excessive aliasing check).
+bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+for level in "bcdefgh":
+    prev = chr(ord(level) - 1)
+    bomb += f"{level}: &{level} [" + ", ".join([f"*{prev}"] * 10) + "]\n"
+emit(bomb)
+emit("a: &a [x, x]\nb: &b [*a, *a, *a]\nc: [*b, *b]\n")
+
+# ---------------------------------------------------------------------------------------------
+# Mutations: random edits of valid documents, for the error paths and their wording.
+ALPHABET = list(" :-\t\n\r#'\"[]{},&*!|>?%@`~.019abynNT\\<=_") + [
+    "\u00e9", "\u0085", "\ufeff", "\u2028", "\u00a0", "\x00", "\x01", "- ", ": ", "\n  ",
+    "\n- ", "---", "...", "? ", "!!", "&a ", "*a", "\t", "<<: "]
+
+
+def mutate(doc):
+    chars = list(doc)
+    for _ in range(rng.choice([1, 1, 1, 2, 3])):
+        action = rng.random()
+        at = rng.randint(0, len(chars))
+        if action < 0.4 or not chars:
+            chars.insert(at, rng.choice(ALPHABET))
+        elif action < 0.7:
+            del chars[min(at, len(chars) - 1)]
+        else:
+            chars[min(at, len(chars) - 1)] = rng.choice(ALPHABET)
+    return "".join(chars)
+
+
+bases = [config_doc() for _ in range(200)] + FEATURES
+for _ in range(2200):
+    emit(mutate(rng.choice(bases)), ipv6=rng.random() < 0.3)
+for _ in range(300):
+    emit(mutate(json_doc()))
+
+# Bytes that are not UTF-8, at the start, inside values, keys, comments and JSON strings.
+BAD = [b"\xff", b"\xc3", b"\xc3(", b"\xe2\x82", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80",
+       b"\x80", b"\xef\xbb", b"\xf4\x90\x80\x80", b"\xc0\xaf"]
+for bad in BAD:
+    for template in [b"%s", b"cidrLimit: 2\n%s", b"a: %s\n", b"%s: 1\n", b"cidrLimit: 2 # %s\n",
+                     b"a: '%s'\n", b"a: \"%s\"\n", b"{\"a\": \"%s\"}", b"{\"a\": %s}",
+                     b"nonMasqueradeCIDRs: [\"10.0.0.0/8%s\"]\n", b"{%s}",
+                     b"{\"nonMasqueradeCIDRs\": [\"%s\"]}", b"\xef\xbb\xbf%s"]:
+        emit(template % bad)
+
+for doc, ipv6, reserved in out:
+    sys.stdout.write(json.dumps({"doc": base64.b64encode(doc).decode("ascii"), "ipv6": ipv6,
+                                 "reserved": reserved}) + "\n")

@@ -1,0 +1,196 @@
+// Command go-oracle records what upstream ip-masq-agent's config pipeline says about each
+// document gen.py writes: the accepted config, or the exact error text.
+//
+// The pipeline is upstream's syncConfig: apimachinery's yaml.ToJSON (input whose first
+// non-space character is '{' is passed through as JSON, anything else goes through
+// sigs.k8s.io/yaml's YAMLToJSON, i.e. go-yaml v2), encoding/json's Unmarshal over the
+// defaults, then upstream's validate(). resyncInterval decodes like metav1.Duration.
+//
+// It reads gen.py's lines on stdin and writes the corpus on stdout, one JSON object a line:
+//
+//	{"id": ..., "doc": base64, "ipv6": bool, "reserved": bool,
+//	 "yaml_json": text YAMLToJSON produced (absent for JSON input or when it failed),
+//	 "ok": the accepted config (normalized, see accepted) | "err": the error text}
+//
+// Build it in GOPATH mode against Debian's packages (see regenerate.sh).
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"time"
+	"unicode"
+
+	"sigs.k8s.io/yaml"
+)
+
+// MasqConfig is upstream's config struct; its name shows in encoding/json's messages.
+type MasqConfig struct {
+	NonMasqueradeCIDRs []string `json:"nonMasqueradeCIDRs"`
+	CidrLimit          int      `json:"cidrLimit"`
+	MasqLinkLocal      bool     `json:"masqLinkLocal"`
+	MasqLinkLocalIPv6  bool     `json:"masqLinkLocalIPv6"`
+	ResyncInterval     Duration `json:"resyncInterval"`
+}
+
+// Duration decodes as metav1.Duration does: the JSON value into a string, then
+// time.ParseDuration.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON follows metav1.Duration.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var str string
+	if err := json.Unmarshal(b, &str); err != nil {
+		return err
+	}
+	parsed, err := time.ParseDuration(str)
+	if err != nil {
+		return err
+	}
+	d.Duration = parsed
+	return nil
+}
+
+func defaults(reserved bool) *MasqConfig {
+	cidrs := []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"}
+	if reserved {
+		cidrs = append(cidrs, "100.64.0.0/10", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24",
+			"198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4")
+	}
+	return &MasqConfig{
+		NonMasqueradeCIDRs: cidrs,
+		CidrLimit:          64,
+		ResyncInterval:     Duration{60 * time.Second},
+	}
+}
+
+// toJSON is apimachinery's yaml.ToJSON: JSON input (after Unicode white space) passes as is.
+func toJSON(data []byte) (out []byte, fromYAML bool, err error) {
+	if bytes.HasPrefix(bytes.TrimLeftFunc(data, unicode.IsSpace), []byte("{")) {
+		return data, false, nil
+	}
+	out, err = yaml.YAMLToJSON(data)
+	return out, true, err
+}
+
+func (c *MasqConfig) validate(enableIPv6 bool) error {
+	if n := len(c.NonMasqueradeCIDRs); n > c.CidrLimit {
+		return fmt.Errorf("the daemon can only accept up to %d CIDRs (excluding link-local), but got %d CIDRs (excluding link local)", c.CidrLimit, n)
+	}
+	for _, cidr := range c.NonMasqueradeCIDRs {
+		ip, ipnet, err := net.ParseCIDR(cidr)
+		if err != nil {
+			return fmt.Errorf("CIDR %q could not be parsed, %v", cidr, err)
+		}
+		if !ip.Equal(ipnet.IP) {
+			return fmt.Errorf("CIDR %q is not aligned to a CIDR block, ip: %q network: %q", cidr, ip, ipnet.String())
+		}
+		if !enableIPv6 && net.ParseIP(ip.String()).To4() == nil {
+			return fmt.Errorf("ipv6 is not enabled, but ipv6 cidr %s provided. Enable ipv6 using --enable-ipv6 agent flag", cidr)
+		}
+	}
+	return nil
+}
+
+// accepted is the normalized form of an accepted config: the CIDR list is always a list, and
+// the interval is Go's Duration.String.
+type accepted struct {
+	Cidrs             []string `json:"cidrs"`
+	CidrLimit         int      `json:"cidrLimit"`
+	MasqLinkLocal     bool     `json:"masqLinkLocal"`
+	MasqLinkLocalIPv6 bool     `json:"masqLinkLocalIPv6"`
+	ResyncInterval    string   `json:"resyncInterval"`
+}
+
+type input struct {
+	Doc      string `json:"doc"`
+	IPv6     bool   `json:"ipv6"`
+	Reserved bool   `json:"reserved"`
+}
+
+type record struct {
+	ID       string    `json:"id"`
+	Doc      string    `json:"doc"`
+	IPv6     bool      `json:"ipv6"`
+	Reserved bool      `json:"reserved"`
+	YAMLJSON *string   `json:"yaml_json,omitempty"`
+	OK       *accepted `json:"ok,omitempty"`
+	Err      *string   `json:"err,omitempty"`
+}
+
+func run(doc []byte, enableIPv6, reserved bool, rec *record) {
+	fail := func(err error) {
+		text := err.Error()
+		rec.Err = &text
+	}
+	converted, fromYAML, err := toJSON(doc)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if fromYAML {
+		text := string(converted)
+		rec.YAMLJSON = &text
+	}
+	c := defaults(reserved)
+	if err := json.Unmarshal(converted, c); err != nil {
+		fail(err)
+		return
+	}
+	if err := c.validate(enableIPv6); err != nil {
+		fail(err)
+		return
+	}
+	cidrs := c.NonMasqueradeCIDRs
+	if cidrs == nil {
+		cidrs = []string{}
+	}
+	rec.OK = &accepted{cidrs, c.CidrLimit, c.MasqLinkLocal, c.MasqLinkLocalIPv6, c.ResyncInterval.String()}
+}
+
+func main() {
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 1<<24)
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	seen := map[string]bool{}
+	for in.Scan() {
+		var line input
+		if err := json.Unmarshal(in.Bytes(), &line); err != nil {
+			fmt.Fprintln(os.Stderr, "bad input line:", err)
+			os.Exit(1)
+		}
+		doc, err := base64.StdEncoding.DecodeString(line.Doc)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bad base64:", err)
+			os.Exit(1)
+		}
+		// The id names a case in masq's allow-list, so it depends only on the case itself.
+		sum := sha256.Sum256([]byte(fmt.Sprintf("%t %t %s", line.IPv6, line.Reserved, doc)))
+		id := hex.EncodeToString(sum[:6])
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		rec := record{ID: id, Doc: line.Doc, IPv6: line.IPv6, Reserved: line.Reserved}
+		run(doc, line.IPv6, line.Reserved, &rec)
+		encoded, err := json.Marshal(rec)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "encoding:", err)
+			os.Exit(1)
+		}
+		out.Write(encoded)
+		out.WriteByte('\n')
+	}
+	if err := in.Err(); err != nil {
+		fmt.Fprintln(os.Stderr, "reading:", err)
+		os.Exit(1)
+	}
+}

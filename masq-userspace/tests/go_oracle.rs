@@ -1,0 +1,202 @@
+//! Replays the Go oracle corpus (`tests/go-oracle/corpus.jsonl`) through masq's config loader:
+//! every document must be accepted with the same config, or rejected with the same message, as
+//! upstream's Go pipeline does it, unless `tests/go-oracle/known-differences.txt` lists it with
+//! a reason. See `tests/go-oracle/regenerate.sh` for how the corpus is made.
+
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers fail the test with context"
+)]
+
+use std::{collections::BTreeMap, fmt::Write as _, fs, path::Path};
+
+use masq::config::{
+    go::GoDuration,
+    source::{ConfigError, ConfigSource, EffectiveConfig, ReadOptions, load},
+};
+use serde_json::{Value, json};
+
+/// One document and what Go made of it.
+struct Case {
+    id: String,
+    doc: Vec<u8>,
+    ipv6: bool,
+    reserved: bool,
+    /// What sigs.k8s.io/yaml's YAMLToJSON produced, when the document went that way.
+    yaml_json: Option<String>,
+    /// Go's outcome: the accepted config (normalized) or the error text.
+    go: Result<Value, String>,
+}
+
+/// How masq may differ from Go on a listed document.
+#[derive(Debug, PartialEq, Eq)]
+enum Allowed {
+    /// Both reject it, with different messages.
+    Wording,
+    /// masq decides differently (a gap documented with its reason).
+    Decision,
+}
+
+fn corpus_dir() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/go-oracle"))
+}
+
+/// Standard base64 with padding, as the oracle writes the documents.
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => u32::from(c - b'A'),
+        b'a'..=b'z' => u32::from(c - b'a') + 26,
+        b'0'..=b'9' => u32::from(c - b'0') + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => 0,
+    };
+    let mut bytes = Vec::with_capacity(text.len() / 4 * 3);
+    for chunk in text.as_bytes().chunks(4) {
+        let padding = chunk.iter().filter(|&&c| c == b'=').count();
+        let word = chunk.iter().fold(0u32, |word, &c| (word << 6) | value(c));
+        bytes.extend_from_slice(&word.to_be_bytes()[1..4 - padding]);
+    }
+    bytes
+}
+
+fn read_corpus() -> Vec<Case> {
+    let text = fs::read_to_string(corpus_dir().join("corpus.jsonl")).expect("corpus.jsonl");
+    text.lines()
+        .map(|line| {
+            let record: Value = serde_json::from_str(line).expect("corpus line is JSON");
+            let string = |key: &str| record.get(key).and_then(Value::as_str).map(str::to_owned);
+            let go = match (record.get("ok"), string("err")) {
+                (Some(accepted), None) => Ok(accepted.clone()),
+                (None, Some(message)) => Err(message),
+                _ => panic!("corpus line without one outcome: {line}"),
+            };
+            Case {
+                id: string("id").expect("id"),
+                doc: base64_decode(&string("doc").expect("doc")),
+                ipv6: record.get("ipv6") == Some(&Value::Bool(true)),
+                reserved: record.get("reserved") == Some(&Value::Bool(true)),
+                yaml_json: string("yaml_json"),
+                go,
+            }
+        })
+        .collect()
+}
+
+/// `known-differences.txt`: `ID KIND REASON` lines, `#` comments.
+fn read_allowed() -> BTreeMap<String, (Allowed, String)> {
+    let text = fs::read_to_string(corpus_dir().join("known-differences.txt"))
+        .expect("known-differences.txt");
+    text.lines()
+        .filter(|line| !line.trim().is_empty() && !line.starts_with('#'))
+        .map(|line| {
+            let mut fields = line.splitn(3, ' ');
+            let id = fields.next().unwrap_or_default().to_owned();
+            let kind = match fields.next() {
+                Some("wording") => Allowed::Wording,
+                Some("decision") => Allowed::Decision,
+                other => panic!("unknown kind {other:?} in {line}"),
+            };
+            let reason = fields.next().unwrap_or_default().trim().to_owned();
+            assert!(
+                !reason.is_empty(),
+                "an allowed difference needs a reason: {line}"
+            );
+            (id, (kind, reason))
+        })
+        .collect()
+}
+
+/// masq's config in the oracle's normalized form.
+fn normalized(config: &EffectiveConfig) -> Value {
+    json!({
+        "cidrs": config.raw.non_masquerade_cidrs,
+        "cidrLimit": config.raw.cidr_limit,
+        "masqLinkLocal": config.raw.masq_link_local,
+        "masqLinkLocalIPv6": config.raw.masq_link_local_ipv6,
+        "resyncInterval": config.raw.resync_interval.to_string(),
+    })
+}
+
+#[test]
+fn masq_reads_every_corpus_document_as_go_does() {
+    let cases = read_corpus();
+    let allowed = read_allowed();
+    assert!(cases.len() > 1000, "the corpus is suspiciously small");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ip-masq-agent");
+    let mut report = String::new();
+    let mut mismatches = 0;
+    let mut stale = Vec::new();
+    // For maintaining the allow-list: every difference, as JSON lines, to this file.
+    let mut dump = std::env::var_os("MASQ_ORACLE_DIFFS").map(|_| String::new());
+    for case in &cases {
+        fs::write(&path, &case.doc).expect("write document");
+        let options = ReadOptions {
+            nomasq_all_reserved_ranges: case.reserved,
+            enable_ipv6: case.ipv6,
+            resync_interval: GoDuration::from_secs(60),
+        };
+        let masq = load(&ConfigSource::File(path.clone()), &options);
+        // README, "Differences from ip-masq-agent": a file holding no document is rejected
+        // rather than meaning the defaults.
+        if case.yaml_json.as_deref() == Some("null")
+            && matches!(masq, Err(ConfigError::Empty { .. }))
+        {
+            continue;
+        }
+        let masq = masq
+            .map(|config| normalized(&config))
+            .map_err(|e| e.to_string());
+        let differs = masq != case.go;
+        match (allowed.get(&case.id), differs) {
+            (None, false) => {}
+            (Some((Allowed::Wording, _)), true) if masq.is_err() && case.go.is_err() => {}
+            (Some((Allowed::Decision, _)), true) => {}
+            (Some(_), false) => stale.push(case.id.clone()),
+            (listed, true) => {
+                if let Some(dump) = dump.as_mut() {
+                    let kind = if masq.is_err() && case.go.is_err() {
+                        "wording"
+                    } else {
+                        "decision"
+                    };
+                    let line = json!({"id": case.id, "kind": kind, "doc": String::from_utf8_lossy(&case.doc),
+                        "go": format!("{:?}", case.go), "masq": format!("{masq:?}")});
+                    let _ = writeln!(dump, "{line}");
+                }
+                mismatches += 1;
+                if mismatches <= 40 {
+                    let _ = writeln!(
+                        report,
+                        "{} (ipv6 {}, reserved {}{}): {:?}\n  go:   {:?}\n  masq: {:?}",
+                        case.id,
+                        case.ipv6,
+                        case.reserved,
+                        listed.map_or(String::new(), |(kind, _)| format!(", listed as {kind:?}")),
+                        String::from_utf8_lossy(&case.doc)
+                            .chars()
+                            .take(160)
+                            .collect::<String>(),
+                        case.go,
+                        masq
+                    );
+                }
+            }
+        }
+    }
+    if let (Some(dump), Some(path)) = (dump, std::env::var_os("MASQ_ORACLE_DIFFS")) {
+        fs::write(path, dump).expect("write the differences");
+    }
+    let unknown: Vec<&String> = allowed
+        .keys()
+        .filter(|id| !cases.iter().any(|case| &case.id == *id))
+        .collect();
+    assert!(
+        mismatches == 0 && stale.is_empty() && unknown.is_empty(),
+        "{mismatches} of {} corpus documents read differently from Go:\n{report}\n\
+         listed in known-differences.txt but now read as Go does (remove them): {stale:?}\n\
+         listed but not in the corpus: {unknown:?}",
+        cases.len()
+    );
+}
