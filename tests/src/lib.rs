@@ -5,6 +5,9 @@
 //! `BPF_PROG_TEST_RUN`, and [`check`] parses the output and verifies every checksum from
 //! scratch.
 //!
+//! [`fuzz`] drives random and mutated frames through both programs the same way and checks
+//! every result against an oracle of what the datapath may do to a frame.
+//!
 //! [`kernel_compat`] lists what the built datapath object needs from the kernel, without root.
 //!
 //! The namespace tests build a [`sandbox`] (pods, a node, a router, an outside host), run the
@@ -16,6 +19,7 @@ pub mod caps;
 pub mod check;
 pub mod configmap;
 pub mod container;
+pub mod fuzz;
 pub mod harness;
 pub mod kernel_compat;
 pub mod manifest;

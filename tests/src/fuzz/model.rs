@@ -1,0 +1,214 @@
+//! What the fuzzer knows about the datapath's state, learnt only from the frames it sent and
+//! what came back: the mappings it saw created, the UDP flows pods were sent from outside, and
+//! what happened to the first fragment of each datagram. The oracle checks translations
+//! against it; the generator builds replies from it.
+
+use std::collections::HashMap;
+
+use masq_common::{counters::Counter, nat::Direction};
+
+use super::wire::{Ip, be16, proto};
+
+/// A flow as masq keys it: the packet's addresses, its ports for TCP, UDP and SCTP, its ICMP
+/// query identifier (the source "port" of a request, the destination "port" of a reply), and
+/// zero ports for every other protocol, which is tracked by address only (README, "Protocols").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tuple {
+    pub protocol: u8,
+    pub src: [u8; 4],
+    pub src_port: u16,
+    pub dst: [u8; 4],
+    pub dst_port: u16,
+}
+
+impl Tuple {
+    /// The tuple of a packet going the other way.
+    pub const fn reversed(&self) -> Self {
+        Self {
+            protocol: self.protocol,
+            src: self.dst,
+            src_port: self.dst_port,
+            dst: self.src,
+            dst_port: self.src_port,
+        }
+    }
+
+    /// The flow of the packet whose IPv4 header is `ip`, reading only bytes before `limit`:
+    /// `None` for later fragments, truncated transport headers and ICMP other than queries.
+    pub fn of_packet(frame: &[u8], ip: &Ip, limit: usize) -> Option<Self> {
+        if ip.is_later_fragment() {
+            return None;
+        }
+        let l4 = ip.l4();
+        let visible = |len: usize| (l4 + len <= limit).then_some(());
+        let (src_port, dst_port) = match ip.protocol {
+            proto::TCP | proto::UDP | proto::SCTP => {
+                visible(4)?;
+                (be16(frame, l4)?, be16(frame, l4 + 2)?)
+            }
+            proto::ICMP => {
+                visible(6)?;
+                let id = be16(frame, l4 + 4)?;
+                match frame.get(l4)? {
+                    8 | 13 => (id, 0),
+                    0 | 14 => (0, id),
+                    _ => return None,
+                }
+            }
+            _ => (0, 0),
+        };
+        Some(Self {
+            protocol: ip.protocol,
+            src: ip.src,
+            src_port,
+            dst: ip.dst,
+            dst_port,
+        })
+    }
+
+    /// The flow of a whole frame's packet, with its transport header complete.
+    pub fn of_frame(frame: &[u8]) -> Option<Self> {
+        let ip = Ip::of_frame(frame)?;
+        let needed = match ip.protocol {
+            proto::TCP => 20,
+            proto::SCTP => 12,
+            proto::UDP | proto::ICMP => 8,
+            _ => 0,
+        };
+        if ip.l4() + needed > ip.end {
+            return None;
+        }
+        Self::of_packet(frame, &ip, ip.end)
+    }
+}
+
+/// A translated flow as the fuzzer saw it leave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// The flow as the pod (or the node) sent it.
+    pub original: Tuple,
+    /// The address and port (identifier) it left with.
+    pub nat: ([u8; 4], u16),
+}
+
+impl Mapping {
+    /// The tuple the flow's replies arrive with.
+    pub const fn reply(&self) -> Tuple {
+        Tuple {
+            protocol: self.original.protocol,
+            src: self.original.dst,
+            src_port: self.original.dst_port,
+            dst: self.nat.0,
+            dst_port: self.nat.1,
+        }
+    }
+}
+
+/// Identifies a datagram, like the datapath's fragment table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DatagramKey {
+    pub src: [u8; 4],
+    pub dst: [u8; 4],
+    pub id: u16,
+    pub protocol: u8,
+}
+
+impl DatagramKey {
+    pub const fn of(ip: &Ip) -> Self {
+        Self {
+            src: ip.src,
+            dst: ip.dst,
+            id: ip.id,
+            protocol: ip.protocol,
+        }
+    }
+}
+
+/// What became of the last first fragment of a datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FirstFragment {
+    /// The address it left with (the source on egress, the destination on ingress); `None`
+    /// when it was dropped, after which nothing is expected of the later fragments.
+    pub left_with: Option<[u8; 4]>,
+    /// Its outcome counter.
+    pub counter: Option<Counter>,
+}
+
+#[derive(Debug, Default)]
+pub struct Model {
+    /// Mappings by the flow as sent, to the address and port it leaves with.
+    pub by_original: HashMap<Tuple, ([u8; 4], u16)>,
+    /// Mappings by the reply tuple, to the address and port replies are restored to.
+    pub by_reply: HashMap<Tuple, ([u8; 4], u16)>,
+    /// Every mapping seen, oldest first, for building replies.
+    pub mappings: Vec<Mapping>,
+    /// UDP flows opened from outside to a pod's own address, as the pod's answers carry them.
+    pub inbound: Vec<Tuple>,
+    pub egress_datagrams: HashMap<DatagramKey, FirstFragment>,
+    pub ingress_datagrams: HashMap<DatagramKey, FirstFragment>,
+}
+
+impl Model {
+    pub const fn datagrams(&self, direction: Direction) -> &HashMap<DatagramKey, FirstFragment> {
+        match direction {
+            Direction::Egress => &self.egress_datagrams,
+            Direction::Ingress => &self.ingress_datagrams,
+        }
+    }
+
+    /// Learns from one frame's fate. `output` is `None` when the frame was dropped.
+    pub fn learn(
+        &mut self,
+        direction: Direction,
+        input: &[u8],
+        output: Option<&[u8]>,
+        counter: Option<Counter>,
+    ) {
+        let Some(ip) = Ip::of_frame(input) else {
+            return;
+        };
+        if ip.is_first_fragment() {
+            let left_with = output.map(|output| {
+                let at = match direction {
+                    Direction::Egress => ip.start + 12,
+                    Direction::Ingress => ip.start + 16,
+                };
+                super::wire::addr4(output, at).unwrap_or([0; 4])
+            });
+            let datagrams = match direction {
+                Direction::Egress => &mut self.egress_datagrams,
+                Direction::Ingress => &mut self.ingress_datagrams,
+            };
+            datagrams.insert(DatagramKey::of(&ip), FirstFragment { left_with, counter });
+        }
+        let Some(output) = output else {
+            return;
+        };
+        match counter {
+            Some(
+                Counter::EgressNewMapping | Counter::EgressMasqueraded | Counter::EgressHostTracked,
+            ) => {
+                let (Some(original), Some(left)) =
+                    (Tuple::of_frame(input), Tuple::of_frame(output))
+                else {
+                    return;
+                };
+                let mapping = Mapping {
+                    original,
+                    nat: (left.src, left.src_port),
+                };
+                if self.by_original.insert(original, mapping.nat).is_none() {
+                    self.mappings.push(mapping);
+                }
+                self.by_reply
+                    .insert(mapping.reply(), (original.src, original.src_port));
+            }
+            Some(Counter::IngressInboundTracked) => {
+                if let Some(tuple) = Tuple::of_frame(input) {
+                    self.inbound.push(tuple.reversed());
+                }
+            }
+            _ => {}
+        }
+    }
+}
