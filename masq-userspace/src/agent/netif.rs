@@ -193,6 +193,11 @@ fn control_socket() -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// `request` as `ioctl(2)` takes it: unsigned with glibc, signed with musl (the image's build).
+const fn ioctl_request(request: libc::c_ulong) -> libc::Ioctl {
+    request as libc::Ioctl
+}
+
 /// An `ifreq` naming `name` (truncated names never match a real interface).
 fn ifreq_for(name: &str) -> libc::ifreq {
     // SAFETY: ifreq is plain old data; all zeroes is a valid value.
@@ -215,7 +220,7 @@ fn link_type(socket: &OwnedFd, name: &str) -> Result<u16, InterfaceError> {
     let result = unsafe {
         libc::ioctl(
             socket.as_raw_fd(),
-            libc::SIOCGIFHWADDR,
+            ioctl_request(libc::SIOCGIFHWADDR),
             std::ptr::from_mut(&mut request),
         )
     };
@@ -260,7 +265,7 @@ fn driver_reports_bus(socket: &OwnedFd, name: &str) -> bool {
     let result = unsafe {
         libc::ioctl(
             socket.as_raw_fd(),
-            libc::SIOCETHTOOL,
+            ioctl_request(libc::SIOCETHTOOL),
             std::ptr::from_mut(&mut request),
         )
     };
