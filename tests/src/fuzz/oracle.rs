@@ -91,6 +91,8 @@ pub const TRANSLATING: &[Counter] = &[
 pub const DROPS: &[Counter] = &[
     Counter::EgressDropNoPort,
     Counter::EgressDropSctpPortInUse,
+    // A new flow refused because the NAT table is full: nothing else to check in a frame.
+    Counter::EgressDropTableFull,
     Counter::EgressDropRewriteFailed,
     Counter::IngressDropRewriteFailed,
 ];
