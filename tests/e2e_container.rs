@@ -362,8 +362,11 @@ fn a_restarted_agent_attaches_anew_when_the_uplink_was_recreated() {
 
     agent.restart();
     wait_ready(&sandbox, &daemonset, &agent);
+    // The old interface index is gone: its attachment is dropped, the new one attached.
     assert!(
-        agent.logs().contains("pinned link is defunct"),
+        agent
+            .logs()
+            .contains("no longer translating on this interface"),
         "{}",
         agent.logs()
     );
@@ -473,6 +476,12 @@ fn the_aks_layout_merges_the_users_and_the_clouds_configmaps() {
 fn without_a_bpffs_the_agent_exits_naming_the_fix() {
     // A node without bpffs: the DaemonSet's hostPath then mounts a plain directory.
     let node = Netns::new(&format!("{}-node", unique_tag("cbpf")));
+    // An uplink that passes the interface checks, which come before the pin path's.
+    node.ip(&[
+        "link", "add", "up0", "type", "veth", "peer", "name", "up0peer",
+    ]);
+    node.ip(&["addr", "add", "192.0.2.1/24", "dev", "up0"]);
+    node.ip(&["link", "set", "up0", "up"]);
     let plain = std::env::temp_dir().join(format!("{}-not-bpffs", node.name()));
     fs::create_dir_all(&plain).unwrap();
     let config = ConfigMapVolume::new(&format!("{}-cm", node.name()));
@@ -481,7 +490,7 @@ fn without_a_bpffs_the_agent_exits_naming_the_fix() {
     let spec = ContainerSpec::from_manifest(&daemonset, "masq", &node, &[("config", config.dir())])
         .with_mount("/sys/fs/bpf", &plain)
         .with_args(&[
-            "--interface=lo",
+            "--interface=up0",
             &format!("--pin-path={}", pin_path.display()),
         ]);
     let output = spec.run_to_completion();
