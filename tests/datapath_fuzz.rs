@@ -15,7 +15,7 @@ use masq_testbed::{
     fuzz::{
         CONFIGS, Config, Fuzzer, KnownBug, MAX_EPOCH, Probe, Reproduction,
         generate::fragment,
-        model::{DatagramKey, Tuple},
+        model::Tuple,
         oracle::{self, Kind, Region, Sum},
         wire::{self, Ip, is_icmp_error, proto},
     },
@@ -35,74 +35,6 @@ const NODE: &str = masq_testbed::harness::NODE_IP;
 /// fails. `known_datapath_bugs_still_fail` checks that each minimal case still fails exactly
 /// the expected way, so fixing the datapath fails that test until the entry is deleted here.
 static KNOWN_DATAPATH_BUGS: &[KnownBug] = &[
-    // icmp::translate loads the quoted header, ports and transport checksum with
-    // `ctx.load`, bounded by the frame, not by the outer IPv4 total length. When the quote ends
-    // before its transport checksum and the frame goes on (an Ethernet trailer, or a total
-    // length that lies short), the bytes after the packet are taken for the checksum (or the
-    // ports, or the quoted header), rewritten, and their change folded into the ICMP checksum,
-    // which then no longer verifies over the real ICMP message. A quoted ICMP query whose
-    // identifier lies beyond the end also gets its checksum, inside, adjusted for it.
-    KnownBug {
-        name: "icmp_quote_read_beyond_total_length",
-        matches: quote_reads_beyond_total_length,
-        tolerated: &[
-            Kind::Outside(Region::BeyondTotalLength),
-            Kind::Outside(Region::Quote),
-            Kind::Checksum(Sum::OuterTransport),
-            Kind::Checksum(Sum::QuotedTransport),
-            Kind::Mapping,
-        ],
-        reproduce: quote_beyond_total_length_case,
-    },
-    // icmp::translate ignores the fragment offset of the quoted packet. When an error quotes a
-    // later fragment, the bytes after its IPv4 header are payload, yet they are looked up as
-    // ports and, when they match a mapping, rewritten as ports (Linux conntrack does not
-    // translate errors about fragments at all).
-    KnownBug {
-        name: "icmp_quote_of_later_fragment",
-        matches: quote_is_later_fragment,
-        tolerated: &[Kind::Outside(Region::Quote), Kind::Mapping],
-        reproduce: quote_of_later_fragment_case,
-    },
-    // DCCP (33) and UDP-Lite (136) are "other protocols", translated by address only, but
-    // their checksums cover the IPv4 pseudo-header like TCP's and UDP's: rewrite::l4_checksum
-    // knows only TCP and UDP, so every translated DCCP or UDP-Lite packet leaves with a
-    // checksum that no longer verifies, both ways.
-    KnownBug {
-        name: "dccp_udplite_checksum_not_updated",
-        matches: is_dccp_or_udplite,
-        tolerated: &[Kind::Checksum(Sum::OuterTransport)],
-        reproduce: udplite_case,
-    },
-    // frag::remember runs only when a first fragment is translated or exempt. A first fragment
-    // left alone by any other path (a TCP segment that cannot open a connection, the node's
-    // own packet, ICMP that is not translated, a transport header cut by the fragmentation)
-    // records nothing, so its later fragments leave with the node address by the fallback
-    // policy while the first kept the pod's: the datagram never reassembles.
-    KnownBug {
-        name: "egress_later_fragment_translated_after_untouched_first",
-        matches: egress_after_unrecorded_untouched_first,
-        tolerated: &[Kind::Fragment],
-        reproduce: egress_untouched_first_case,
-    },
-    // The same on ingress: a first fragment passed untouched (no mapping) does not replace the
-    // record an earlier datagram with the same addresses, protocol and identification left, so
-    // its later fragments are translated to that earlier datagram's pod.
-    KnownBug {
-        name: "ingress_later_fragment_follows_stale_decision",
-        matches: ingress_after_unrecorded_untouched_first,
-        tolerated: &[Kind::Fragment],
-        reproduce: ingress_stale_decision_case,
-    },
-    // icmp::egress and icmp::ingress translate an ICMP error's first fragment without
-    // recording it, so on ingress its later fragments stay addressed to the node while the
-    // first goes to the pod.
-    KnownBug {
-        name: "later_fragments_of_translated_icmp_error_untranslated",
-        matches: after_translated_icmp_error_first,
-        tolerated: &[Kind::Fragment],
-        reproduce: fragmented_icmp_error_case,
-    },
     // icmp::translate finds the egress half of a UDP flow opened from outside (ORIGIN_INBOUND,
     // which "translates" to the pod's own address) and rewrites the outer source of the error
     // to it. An error the node itself sends about such a flow (time exceeded while forwarding
@@ -127,6 +59,67 @@ static KNOWN_DATAPATH_BUGS: &[KnownBug] = &[
     },
 ];
 
+/// Datapath bugs the fuzzer found that are fixed: their minimal cases must pass the oracle
+/// cleanly, so a regression fails by name (the random run would find it only by chance).
+static FIXED_DATAPATH_BUGS: &[FixedBug] = &[
+    // icmp::translate loads the quoted header, ports and transport checksum with
+    // `ctx.load`, bounded by the frame, not by the outer IPv4 total length. When the quote ends
+    // before its transport checksum and the frame goes on (an Ethernet trailer, or a total
+    // length that lies short), the bytes after the packet are taken for the checksum (or the
+    // ports, or the quoted header), rewritten, and their change folded into the ICMP checksum,
+    // which then no longer verifies over the real ICMP message. A quoted ICMP query whose
+    // identifier lies beyond the end also gets its checksum, inside, adjusted for it.
+    FixedBug {
+        name: "icmp_quote_read_beyond_total_length",
+        reproduce: quote_beyond_total_length_case,
+    },
+    // icmp::translate ignores the fragment offset of the quoted packet. When an error quotes a
+    // later fragment, the bytes after its IPv4 header are payload, yet they are looked up as
+    // ports and, when they match a mapping, rewritten as ports (Linux conntrack does not
+    // translate errors about fragments at all).
+    FixedBug {
+        name: "icmp_quote_of_later_fragment",
+        reproduce: quote_of_later_fragment_case,
+    },
+    // DCCP (33) and UDP-Lite (136) are "other protocols", translated by address only, but
+    // their checksums cover the IPv4 pseudo-header like TCP's and UDP's: rewrite::l4_checksum
+    // knows only TCP and UDP, so every translated DCCP or UDP-Lite packet leaves with a
+    // checksum that no longer verifies, both ways.
+    FixedBug {
+        name: "dccp_udplite_checksum_not_updated",
+        reproduce: udplite_case,
+    },
+    // frag::remember runs only when a first fragment is translated or exempt. A first fragment
+    // left alone by any other path (a TCP segment that cannot open a connection, the node's
+    // own packet, ICMP that is not translated, a transport header cut by the fragmentation)
+    // records nothing, so its later fragments leave with the node address by the fallback
+    // policy while the first kept the pod's: the datagram never reassembles.
+    FixedBug {
+        name: "egress_later_fragment_translated_after_untouched_first",
+        reproduce: egress_untouched_first_case,
+    },
+    // The same on ingress: a first fragment passed untouched (no mapping) does not replace the
+    // record an earlier datagram with the same addresses, protocol and identification left, so
+    // its later fragments are translated to that earlier datagram's pod.
+    FixedBug {
+        name: "ingress_later_fragment_follows_stale_decision",
+        reproduce: ingress_stale_decision_case,
+    },
+    // icmp::egress and icmp::ingress translate an ICMP error's first fragment without
+    // recording it, so on ingress its later fragments stay addressed to the node while the
+    // first goes to the pod.
+    FixedBug {
+        name: "later_fragments_of_translated_icmp_error_untranslated",
+        reproduce: fragmented_icmp_error_case,
+    },
+];
+
+/// A fixed bug: its name and its minimal case.
+struct FixedBug {
+    name: &'static str,
+    reproduce: fn(&mut Fuzzer) -> Reproduction,
+}
+
 /// The outer ICMP error of a frame the datapath would read a quote from: its header and the
 /// quote's offset.
 fn icmp_error(frame: &[u8]) -> Option<(Ip, usize)> {
@@ -137,74 +130,6 @@ fn icmp_error(frame: &[u8]) -> Option<(Ip, usize)> {
         && l4 + 8 <= ip.end
         && is_icmp_error(frame[l4]);
     is_error.then_some((ip, l4 + 8))
-}
-
-/// An ICMP error followed by bytes beyond its total length, whose quote's IPv4 header, ports
-/// (ICMP type and identifier) or transport checksum reach past the total length.
-fn quote_reads_beyond_total_length(probe: &Probe<'_>) -> bool {
-    let Some((ip, quote)) = icmp_error(probe.frame) else {
-        return false;
-    };
-    let Some(quoted) = Ip::header_at(probe.frame, quote) else {
-        return false;
-    };
-    let read = match quoted.protocol {
-        proto::TCP => 18,
-        proto::UDP => 8,
-        proto::ICMP => 6,
-        proto::SCTP => 4,
-        _ => 0,
-    };
-    probe.frame.len() > ip.end && (quote + 20 > ip.end || quoted.l4() + read > ip.end)
-}
-
-fn quote_is_later_fragment(probe: &Probe<'_>) -> bool {
-    icmp_error(probe.frame)
-        .and_then(|(_, quote)| Ip::header_at(probe.frame, quote))
-        .is_some_and(|quoted| quoted.is_later_fragment())
-}
-
-fn is_dccp_or_udplite(probe: &Probe<'_>) -> bool {
-    Ip::of_frame(probe.frame).is_some_and(|ip| {
-        !ip.is_later_fragment() && matches!(ip.protocol, proto::DCCP | proto::UDPLITE)
-    })
-}
-
-/// The outcome of the first fragment of the datagram `probe.frame` is a later fragment of.
-fn first_fragment_outcome(probe: &Probe<'_>) -> Option<Counter> {
-    let ip = Ip::of_frame(probe.frame).filter(Ip::is_later_fragment)?;
-    probe
-        .model
-        .datagrams(probe.direction)
-        .get(&DatagramKey::of(&ip))?
-        .counter
-}
-
-fn egress_after_unrecorded_untouched_first(probe: &Probe<'_>) -> bool {
-    // The untouched outcomes that do record the decision.
-    let recorded = [
-        Counter::EgressExemptCidr,
-        Counter::EgressExemptLinkLocal,
-        Counter::EgressInboundReply,
-    ];
-    probe.direction == Direction::Egress
-        && first_fragment_outcome(probe).is_some_and(|counter| {
-            oracle::UNTOUCHED.contains(&counter) && !recorded.contains(&counter)
-        })
-}
-
-fn ingress_after_unrecorded_untouched_first(probe: &Probe<'_>) -> bool {
-    probe.direction == Direction::Ingress
-        && first_fragment_outcome(probe).is_some_and(|counter| oracle::UNTOUCHED.contains(&counter))
-}
-
-fn after_translated_icmp_error_first(probe: &Probe<'_>) -> bool {
-    first_fragment_outcome(probe).is_some_and(|counter| {
-        matches!(
-            counter,
-            Counter::EgressIcmpErrorTranslated | Counter::IngressIcmpErrorTranslated
-        )
-    })
 }
 
 /// An egress ICMP error quoting a packet of a UDP flow opened from outside, sent by anyone but
@@ -607,6 +532,23 @@ const fn other(direction: Direction) -> Direction {
     match direction {
         Direction::Egress => Direction::Ingress,
         Direction::Ingress => Direction::Egress,
+    }
+}
+
+#[test]
+fn fixed_datapath_bugs_stay_fixed() {
+    let mut fuzzer = Fuzzer::new(SEED, KNOWN_DATAPATH_BUGS);
+    for bug in FIXED_DATAPATH_BUGS {
+        let case = (bug.reproduce)(&mut fuzzer);
+        let sent = fuzzer.run_frame(case.direction, &case.frame);
+        assert!(
+            sent.violations.is_empty(),
+            "{} is back: {:#?}\ninput:  {}\noutput: {}",
+            bug.name,
+            sent.violations,
+            wire::hex(&case.frame),
+            wire::hex(&sent.output)
+        );
     }
 }
 

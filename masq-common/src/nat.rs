@@ -23,6 +23,10 @@ pub mod proto {
     pub const UDP: u8 = 17;
     /// Stream Control Transmission Protocol.
     pub const SCTP: u8 = 132;
+    /// Datagram Congestion Control Protocol.
+    pub const DCCP: u8 = 33;
+    /// Lightweight User Datagram Protocol.
+    pub const UDPLITE: u8 = 136;
 }
 
 /// Which half of a flow an entry is.

@@ -52,10 +52,19 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, node_ip: [u8; 4], ip: &Ip
     if ip.is_later_fragment() {
         return frag::egress(ctx, node_ip, ip);
     }
+    // A first fragment is recorded as left alone before anything is decided; the paths that
+    // translate it record that instead. Whatever else happens to it, its later fragments follow.
+    frag::remember(ip, Direction::Egress, None);
     let Ok(transport) = packet::transport(ctx, ip) else {
         count(Counter::EgressMalformed);
         return Verdict::Pass;
     };
+    // DCCP and UDP-Lite checksums cover the addresses like TCP's and UDP's, and the datapath
+    // does not update them: translating by address alone would break every packet.
+    if matches!(ip.protocol, proto::DCCP | proto::UDPLITE) {
+        count(Counter::EgressUnsupported);
+        return Verdict::Pass;
+    }
     let tcp_opens = transport.tcp_opens;
     let (src_port, dst_port) = match transport.kind {
         Kind::Ports => (transport.src, transport.dst),
@@ -107,12 +116,10 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, node_ip: [u8; 4], ip: &Ip
         match NOMASQ_V4.get(&Key::new(32, ip.dst)) {
             Some(&NOMASQ_KIND_LINK_LOCAL) => {
                 count(Counter::EgressExemptLinkLocal);
-                frag::remember(ip, Direction::Egress, None);
                 return Verdict::Pass;
             }
             Some(_) => {
                 count(Counter::EgressExemptCidr);
-                frag::remember(ip, Direction::Egress, None);
                 return Verdict::Pass;
             }
             None => ORIGIN_POD,

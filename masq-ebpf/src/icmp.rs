@@ -24,6 +24,7 @@ use masq_common::{
 
 use crate::{
     counters::count,
+    frag,
     maps::NAT_V4,
     packet::{IP_DST, IP_SRC, Ipv4, Ipv4Header, icmp_type},
     rewrite::{self, End},
@@ -32,6 +33,8 @@ use crate::{
 
 /// Offset of the quoted IPv4 header within the ICMP message.
 const QUOTE_OFF: usize = 8;
+/// The fragment offset bits of the IPv4 flags-and-offset field.
+const FRAGMENT_OFFSET_MASK: u16 = 0x1fff;
 
 /// Where the translatable fields of a quoted packet are.
 struct Quote {
@@ -50,7 +53,8 @@ struct Quote {
 #[inline(always)]
 pub(crate) fn egress(ctx: &TcContext, node_ip: [u8; 4], ip: &Ipv4) -> Verdict {
     match translate(ctx, ip, Direction::Egress) {
-        Ok(Some(_)) => {
+        Ok(Some(entry)) => {
+            frag::remember(ip, Direction::Egress, Some(entry.addr));
             count(Counter::EgressIcmpErrorTranslated);
             Verdict::Pass
         }
@@ -74,7 +78,8 @@ pub(crate) fn egress(ctx: &TcContext, node_ip: [u8; 4], ip: &Ipv4) -> Verdict {
 #[inline(always)]
 pub(crate) fn ingress(ctx: &TcContext, ip: &Ipv4) -> Verdict {
     match translate(ctx, ip, Direction::Ingress) {
-        Ok(Some(_)) => {
+        Ok(Some(entry)) => {
+            frag::remember(ip, Direction::Ingress, Some(entry.addr));
             count(Counter::IngressIcmpErrorTranslated);
             Verdict::Pass
         }
@@ -93,6 +98,10 @@ pub(crate) fn ingress(ctx: &TcContext, ip: &Ipv4) -> Verdict {
 /// `Ok(None)`: nothing to translate; `Err`: a write failed and the packet is inconsistent.
 #[inline(always)]
 fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Option<NatEntryV4>, ()> {
+    // Everything read or rewritten must lie inside the error's own packet: bytes past its IPv4
+    // total length (an Ethernet trailer, a lying length) are not part of the quote.
+    let end = ip.l4_off + ip.l4_len;
+    let inside = |offset: usize, len: usize| offset + len <= end;
     let quote_ip_off = ip.l4_off + QUOTE_OFF;
     let Ok(quoted) = ctx.load::<Ipv4Header>(quote_ip_off) else {
         return Ok(None);
@@ -100,7 +109,15 @@ fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Option<
     let Some(quoted_header_len) = quoted.header_len() else {
         return Ok(None);
     };
+    // A quoted later fragment has no transport header: what follows its IPv4 header is payload
+    // (conntrack does not translate errors about fragments either).
+    if u16::from_be_bytes(quoted.frag) & FRAGMENT_OFFSET_MASK != 0 {
+        return Ok(None);
+    }
     let quoted_l4 = quote_ip_off + quoted_header_len;
+    if !inside(quote_ip_off, quoted_header_len) {
+        return Ok(None);
+    }
     let protocol = quoted.protocol;
 
     // The quoted packet's local end: its destination when it came in (egress errors), its
@@ -117,6 +134,9 @@ fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Option<
     };
     if protocol == proto::ICMP {
         // Only queries are mapped; an error about an error is never translated.
+        if !inside(quoted_l4, 1) {
+            return Ok(None);
+        }
         let Ok(quoted_type) = ctx.load::<u8>(quoted_l4) else {
             return Ok(None);
         };
@@ -138,6 +158,14 @@ fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Option<
             return Ok(None);
         }
     }
+    if !inside(quoted_l4 + local_port_off, 2)
+        || remote_port_off.is_some_and(|offset| !inside(quoted_l4 + offset, 2))
+    {
+        return Ok(None);
+    }
+    // A quote cut before its transport checksum (routers quote at least 8 bytes) has none to
+    // keep consistent.
+    let l4_check_off = l4_check_off.filter(|&offset| inside(quoted_l4 + offset, 2));
     let Ok(local_port) = ctx.load::<[u8; 2]>(quoted_l4 + local_port_off) else {
         return Ok(None);
     };

@@ -60,6 +60,9 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
     if ip.is_later_fragment() {
         return frag::ingress(ctx, &ip).tc_action();
     }
+    // As on egress: a first fragment is left alone unless a path below translates it, and its
+    // later fragments must follow it, not an older datagram's record.
+    frag::remember(&ip, Direction::Ingress, None);
     let Ok(transport) = packet::transport(ctx, &ip) else {
         count(Counter::IngressMalformed);
         return Verdict::Pass.tc_action();

@@ -154,45 +154,56 @@ pub(crate) fn allocate(
         return Err(AllocError::NoPort);
     };
     // The scan runs through the range the random start fell in (all of it, for the single
-    // range of the default), wrapping at its end: one comparison per step keeps the verifier's
-    // branch count low.
-    let candidates = match fixed_port {
-        Some(_) => 1,
-        None if size < MAX_ALLOC_ATTEMPTS => size,
-        None => MAX_ALLOC_ATTEMPTS,
+    // range of the default), wrapping at its end.
+    let candidates = if size < MAX_ALLOC_ATTEMPTS {
+        size
+    } else {
+        MAX_ALLOC_ATTEMPTS
     };
-
-    // The scan only looks: its body stays small, which keeps the loop within what the verifier
-    // explores. The inserts happen once, after it.
-    let mut found = None;
-    let mut attempt: u32 = 0;
-    let mut within = start;
-    while attempt < MAX_ALLOC_ATTEMPTS + 1 {
-        if attempt >= candidates + u32::from(preferred) {
-            break;
-        }
-        let port = match fixed_port {
-            Some(port) => port,
-            None if attempt == 0 && preferred => key.src_port,
-            None => {
-                let port = first.wrapping_add(within as u16);
-                within += 1;
-                if within >= size {
-                    within = 0;
-                }
-                port
-            }
-        };
-        attempt += 1;
-        let reply_key = key.peer(&NatEntryV4 {
+    let reply_key_for = |port: u16| {
+        key.peer(&NatEntryV4 {
             addr: node_ip,
             port,
             ..restore
-        });
-        if NAT_V4.get_ptr(reply_key).is_none() {
-            found = Some((port, reply_key));
-            break;
+        })
+    };
+    let free = |port: u16| NAT_V4.get_ptr(reply_key_for(port)).is_none();
+
+    // A port that must or may be kept is tried on its own, before any scan.
+    let mut attempt: u32 = 0;
+    let mut found = None;
+    let first_choice = match fixed_port {
+        Some(port) => Some(port),
+        None if preferred => Some(key.src_port),
+        None => None,
+    };
+    if let Some(port) = first_choice {
+        attempt = 1;
+        if free(port) {
+            found = Some((port, reply_key_for(port)));
         }
+    }
+    // The scan only looks, with one comparison per step, so the loop stays within what the
+    // verifier explores; the inserts happen once, after it.
+    if found.is_none() && fixed_port.is_none() {
+        let mut within = start;
+        let mut step: u32 = 0;
+        while step < MAX_ALLOC_ATTEMPTS {
+            if step >= candidates {
+                break;
+            }
+            let port = first.wrapping_add(within as u16);
+            within += 1;
+            if within >= size {
+                within = 0;
+            }
+            step += 1;
+            if free(port) {
+                found = Some((port, reply_key_for(port)));
+                break;
+            }
+        }
+        attempt += step;
     }
     let Some((port, reply_key)) = found else {
         record_allocation(None);
