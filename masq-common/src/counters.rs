@@ -88,6 +88,10 @@ counters! {
     IngressPassed = "ingress_passed",
     /// Ingress packets dropped because rewriting them failed half-way.
     IngressDropRewriteFailed = "ingress_drop_rewrite_failed",
+    /// Ingress packets to the node's address and a port in the SNAT range that match no
+    /// mapping and no node socket: replies of flows whose mapping is gone. The node would answer
+    /// them with a reset or a port unreachable and tear down the remote end.
+    IngressDropNoMapping = "ingress_drop_no_mapping",
     /// Ingress frames that are not IPv4, left alone.
     IngressNotIpv4 = "ingress_not_ipv4",
     /// Ingress IPv4 packets too short or inconsistent to parse, left alone.

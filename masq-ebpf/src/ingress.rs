@@ -16,6 +16,7 @@ use crate::{
     frag, icmp, maps, nat,
     packet::{self, EarlyOutcomes, Kind},
     rewrite::{self, End},
+    sockets,
     verdict::Verdict,
 };
 
@@ -29,7 +30,7 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
     let Some(ip) = packet::classifiable(ctx, &outcomes) else {
         return Verdict::Pass.tc_action();
     };
-    let (Some(_), Some(node_ip)) = (maps::settings(), maps::snat_addr(ctx)) else {
+    let (Some(settings), Some(node_ip)) = (maps::settings(), maps::snat_addr(ctx)) else {
         count(Counter::IngressNotConfigured);
         return Verdict::Pass.tc_action();
     };
@@ -87,6 +88,15 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
         Direction::Ingress,
     );
     let Some(entry) = nat::lookup(&key, transport.flow_flags(), tcp_opens) else {
+        // A connection attempt is not a reply: the stack answers it as it always would.
+        let maybe_reply = matches!(ip.protocol, proto::TCP | proto::UDP)
+            && !tcp_opens
+            && settings.port_in_range(dst_port);
+        if maybe_reply && !sockets::node_owns(ctx, ip.protocol, ip.src, src_port, ip.dst, dst_port)
+        {
+            count(Counter::IngressDropNoMapping);
+            return Verdict::Drop.tc_action();
+        }
         count(Counter::IngressPassed);
         return Verdict::Pass.tc_action();
     };

@@ -21,6 +21,7 @@ mod maps;
 mod nat;
 mod packet;
 mod rewrite;
+mod sockets;
 mod verdict;
 
 use aya_ebpf::{macros::classifier, programs::TcContext};

@@ -68,6 +68,11 @@ const HELPERS: &[(bpf_func_id, KernelVersion)] = &[
     (bpf_func_id::BPF_FUNC_l3_csum_replace, linux(4, 1)),
     (bpf_func_id::BPF_FUNC_l4_csum_replace, linux(4, 1)),
     (bpf_func_id::BPF_FUNC_skb_load_bytes, linux(4, 5)),
+    // Socket lookups for tc programs: 4.20; the one that also finds request and time-wait
+    // sockets: 5.2.
+    (bpf_func_id::BPF_FUNC_sk_lookup_udp, linux(4, 20)),
+    (bpf_func_id::BPF_FUNC_sk_release, linux(4, 20)),
+    (bpf_func_id::BPF_FUNC_skc_lookup_tcp, linux(5, 2)),
     // aya-log's debug records; compiled in even when the level global turns them off.
     (bpf_func_id::BPF_FUNC_ringbuf_reserve, linux(5, 8)),
     (bpf_func_id::BPF_FUNC_ringbuf_submit, linux(5, 8)),

@@ -93,6 +93,8 @@ pub const DROPS: &[Counter] = &[
     Counter::EgressDropSctpPortInUse,
     // A new flow refused because the NAT table is full: nothing else to check in a frame.
     Counter::EgressDropTableFull,
+    // A reply into the SNAT range that matches no mapping and no node socket.
+    Counter::IngressDropNoMapping,
     Counter::EgressDropRewriteFailed,
     Counter::IngressDropRewriteFailed,
 ];

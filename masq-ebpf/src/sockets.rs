@@ -1,0 +1,59 @@
+//! Whether one of the node's own sockets owns a tuple, asked of the kernel's socket tables.
+//!
+//! A packet to the node's address and a port in the SNAT range with no mapping is either for a
+//! node socket (a listener, a connection the node opened from that port) or a reply to a flow
+//! whose mapping is gone: the stack would answer the latter with a reset or a port unreachable
+//! that tears down the remote end, so it is dropped instead.
+
+use aya_ebpf::{
+    bindings::{
+        BPF_F_CURRENT_NETNS, bpf_sock_tuple, bpf_sock_tuple__bindgen_ty_1,
+        bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1,
+    },
+    helpers::generated::{bpf_sk_lookup_udp, bpf_sk_release, bpf_skc_lookup_tcp},
+    programs::TcContext,
+};
+use masq_common::nat::proto;
+
+/// Whether a socket of this network namespace would receive `protocol` traffic from
+/// `remote:remote_port` to `local:local_port` (a listener or a connected socket; for TCP also
+/// connections in their handshake or time-wait).
+#[inline(always)]
+pub(crate) fn node_owns(
+    ctx: &TcContext,
+    protocol: u8,
+    remote: [u8; 4],
+    remote_port: u16,
+    local: [u8; 4],
+    local_port: u16,
+) -> bool {
+    let mut tuple = bpf_sock_tuple {
+        __bindgen_anon_1: bpf_sock_tuple__bindgen_ty_1 {
+            ipv4: bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1 {
+                saddr: u32::from_ne_bytes(remote),
+                daddr: u32::from_ne_bytes(local),
+                sport: remote_port.to_be(),
+                dport: local_port.to_be(),
+            },
+        },
+    };
+    let size = size_of::<bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1>() as u32;
+    // A negative 32-bit namespace id means the namespace of the packet's device.
+    let netns = BPF_F_CURRENT_NETNS as u64;
+    let context = ctx.skb.skb.cast();
+    // SAFETY: the context is the program's own; `tuple` lives across the call and `size` is
+    // the size of its IPv4 member, which the helper reads.
+    let socket: *mut core::ffi::c_void = unsafe {
+        match protocol {
+            proto::TCP => bpf_skc_lookup_tcp(context, &mut tuple, size, netns, 0).cast(),
+            proto::UDP => bpf_sk_lookup_udp(context, &mut tuple, size, netns, 0).cast(),
+            _ => return false,
+        }
+    };
+    if socket.is_null() {
+        return false;
+    }
+    // SAFETY: a non-null socket from a lookup helper holds a reference that must be released.
+    unsafe { bpf_sk_release(socket) };
+    true
+}
