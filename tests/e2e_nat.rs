@@ -1,12 +1,6 @@
 //! NAT state under pressure, as a busy node sees it: a table at capacity must refuse new flows
 //! (counted) and never break a live one, whatever the new-flow load.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "helpers of these tests fail the test with the value that broke it"
-)]
-
 use std::{
     net::{Ipv4Addr, SocketAddrV4, UdpSocket},
     time::Duration,
