@@ -495,7 +495,7 @@ fn encode_agent(
         datapath.allocation.get(ALLOC_SUM_SLOT as usize),
     ) {
         // Bucket `index` counts flows that needed at most 2^index attempts; the +Inf bucket adds
-        // nothing, as the last finite bucket already takes every longer search.
+        // nothing, as the last finite bound is the most attempts the datapath makes.
         let buckets: Vec<(f64, u64)> = attempts
             .iter()
             .enumerate()
@@ -503,7 +503,6 @@ fn encode_agent(
             .chain([(f64::INFINITY, 0)])
             .collect();
         let count = attempts.iter().sum();
-        // Attempt totals stay far below 2^53, where f64 would start rounding them.
         #[expect(
             clippy::cast_precision_loss,
             reason = "the sum of attempts stays far below 2^53"
