@@ -1,28 +1,52 @@
 //! Prometheus metrics and health endpoints.
 //!
-//! `GET /metrics` (text exposition format 0.0.4), `GET /healthz` (the agent is alive),
-//! `GET /readyz` (the datapath is attached and a config is in force). The server is a small
-//! HTTP/1.1 responder: one request per connection, bounded reads, no dependencies.
+//! `GET /metrics` (Prometheus text exposition format 0.0.4), `GET /healthz` (the agent is alive),
+//! `GET /readyz` (the datapath is attached and a config is in force). HTTP is hyper's, on the
+//! agent's own runtime; the families are modelled with prometheus-client and every value is read
+//! when a scrape asks for it: the agent's status, the pinned datapath maps and `/proc/self`.
 
 use std::{
-    fmt::Write as _,
+    convert::Infallible,
+    fmt,
     net::SocketAddr,
-    path::PathBuf,
+    path::{Path, PathBuf},
+    sync::Arc,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use http_body_util::Full;
+use hyper::{
+    Method, Request, Response, StatusCode,
+    body::Bytes,
+    header::{CONTENT_TYPE, HeaderValue},
+    server::conn::http1,
+    service::service_fn,
+};
+use hyper_util::rt::TokioIo;
 use masq_common::{
     counters::{ALLOC_ATTEMPT_BUCKETS, ALLOC_FAILED_SLOT, ALLOC_SUM_SLOT, Counter},
     layout::MAP_LAYOUT_VERSION,
 };
-use tokio::{
-    io::{AsyncReadExt as _, AsyncWriteExt as _},
-    net::{TcpListener, TcpStream},
-    task::JoinHandle,
+use prometheus_client::{
+    collector::Collector,
+    encoding::{
+        DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, EncodeMetric,
+        NoLabelSet,
+    },
+    metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
+    registry::Registry,
 };
+use tokio::{net::TcpListener, task::JoinHandle};
 
 use super::status::{AgentStatus, SharedStatus};
 use crate::datapath::maps::DatapathMaps;
+
+/// How long one connection may take, request and response together: a slow or stuck client
+/// must not hold a task (and a file descriptor) for ever.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The content type of the classic Prometheus text format, which is what `/metrics` serves.
+const EXPOSITION_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The running server; stops when dropped.
 #[derive(Debug)]
@@ -38,7 +62,16 @@ impl Drop for MetricsServer {
     }
 }
 
+/// What every request handler shares.
+#[derive(Debug)]
+struct Endpoint {
+    status: SharedStatus,
+    registry: Registry,
+}
+
 /// Binds `addr` and serves until the returned handle is dropped.
+///
+/// The socket is bound before this returns, so a bind error comes back here and not later.
 pub async fn serve(
     addr: SocketAddr,
     status: SharedStatus,
@@ -47,19 +80,33 @@ pub async fn serve(
     let listener = TcpListener::bind(addr).await?;
     let local_addr = listener.local_addr()?;
     tracing::info!(%local_addr, "serving /metrics, /healthz and /readyz");
+    let endpoint = Arc::new(Endpoint {
+        registry: registry(AgentCollector::Live {
+            status: status.clone(),
+            pin_path,
+        }),
+        status,
+    });
     let task = tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
-            let status = status.clone();
-            let pin_path = pin_path.clone();
+            let endpoint = Arc::clone(&endpoint);
             tokio::spawn(async move {
-                if let Err(error) =
-                    tokio::time::timeout(Duration::from_secs(10), handle(stream, &status, pin_path))
-                        .await
-                {
-                    tracing::debug!(%error, "metrics request timed out");
+                let service = service_fn(move |request| {
+                    let endpoint = Arc::clone(&endpoint);
+                    async move { Ok::<_, Infallible>(respond(&endpoint, &request).await) }
+                });
+                // One request per connection, as scrapers and probes use them: no idle
+                // keep-alive connections to bound.
+                let connection = http1::Builder::new()
+                    .keep_alive(false)
+                    .serve_connection(TokioIo::new(stream), service);
+                match tokio::time::timeout(REQUEST_TIMEOUT, connection).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => tracing::debug!(%error, "metrics connection failed"),
+                    Err(error) => tracing::debug!(%error, "metrics request timed out"),
                 }
             });
         }
@@ -67,64 +114,139 @@ pub async fn serve(
     Ok(MetricsServer { task, local_addr })
 }
 
-async fn handle(mut stream: TcpStream, status: &SharedStatus, pin_path: Option<PathBuf>) {
-    let mut request = Vec::with_capacity(1024);
-    let mut buffer = [0u8; 1024];
-    while !request.windows(4).any(|window| window == b"\r\n\r\n") && request.len() < 16 * 1024 {
-        match stream.read(&mut buffer).await {
-            Ok(0) | Err(_) => break,
-            Ok(read) => request.extend_from_slice(&buffer[..read]),
-        }
-    }
-    let head = String::from_utf8_lossy(&request);
-    let mut words = head.lines().next().unwrap_or_default().split_whitespace();
-    let (method, path) = (
-        words.next().unwrap_or_default(),
-        words.next().unwrap_or_default(),
-    );
-    let path = path.split('?').next().unwrap_or_default();
-    let (code, content_type, body) = match (method, path) {
-        ("GET", "/metrics") => {
-            let snapshot = status.snapshot();
-            let body = tokio::task::spawn_blocking(move || {
-                let readings = pin_path.as_deref().map(read_datapath).unwrap_or_default();
-                render(&snapshot, &readings)
-            })
-            .await
-            .unwrap_or_else(|error| format!("# rendering failed: {error}\n"));
-            ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
-        }
-        ("GET", "/healthz") => ("200 OK", "text/plain", "ok\n".to_owned()),
-        ("GET", "/readyz") if status.lock().ready => ("200 OK", "text/plain", "ready\n".to_owned()),
-        ("GET", "/readyz") => {
-            let reason = status
-                .lock()
-                .not_ready_reason
-                .clone()
-                .unwrap_or_else(|| "starting".to_owned());
-            (
-                "503 Service Unavailable",
-                "text/plain",
-                format!("not ready: {reason}\n"),
-            )
-        }
-        ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_owned()),
-        _ => (
-            "405 Method Not Allowed",
+fn text(code: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = code;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+async fn respond<B>(endpoint: &Arc<Endpoint>, request: &Request<B>) -> Response<Full<Bytes>> {
+    if request.method() != Method::GET {
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
             "method not allowed\n".to_owned(),
+        );
+    }
+    match request.uri().path() {
+        "/metrics" => {
+            // Reading the pinned maps is a run of bpf syscalls: keep it off the runtime's thread.
+            let scrape = Arc::clone(endpoint);
+            match tokio::task::spawn_blocking(move || encode(&scrape.registry)).await {
+                Ok(Ok(page)) => text(StatusCode::OK, EXPOSITION_CONTENT_TYPE, page),
+                Ok(Err(fmt::Error)) => text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    "rendering failed\n".to_owned(),
+                ),
+                Err(error) => text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    format!("rendering failed: {error}\n"),
+                ),
+            }
+        }
+        "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".to_owned()),
+        "/readyz" => {
+            let status = endpoint.status.lock();
+            if status.ready {
+                text(StatusCode::OK, "text/plain", "ready\n".to_owned())
+            } else {
+                let reason = status.not_ready_reason.as_deref().unwrap_or("starting");
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    format!("not ready: {reason}\n"),
+                )
+            }
+        }
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found\n".to_owned(),
         ),
-    };
-    let response = format!(
-        "HTTP/1.1 {code}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = stream.write_all(response.as_bytes()).await;
-    let _ = stream.shutdown().await;
+    }
+}
+
+/// The registry `/metrics` serves: the agent's families, then the process's.
+fn registry(agent: AgentCollector) -> Registry {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(agent));
+    registry.register_collector(Box::new(ProcessCollector));
+    registry
+}
+
+/// Encodes `registry` in the classic Prometheus text format.
+fn encode(registry: &Registry) -> Result<String, fmt::Error> {
+    let mut openmetrics = String::with_capacity(8 * 1024);
+    prometheus_client::encoding::text::encode_registry(&mut openmetrics, registry)?;
+    Ok(to_prometheus_text(&openmetrics))
+}
+
+/// Turns prometheus-client's OpenMetrics text into the classic 0.0.4 text format.
+///
+/// The two differ in what this agent emits only in counter family names (OpenMetrics names the
+/// family without `_total`, the classic format names it as its sample, which is what dashboards
+/// and the 0.0.4 parser match), in the `# EOF` trailer the classic format does not have, and in
+/// bucket bounds: whole numbers stay `le="2"` as masq has always exposed them, so queries on
+/// Prometheus versions that do not normalise `le` keep matching.
+fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 256);
+    for line in openmetrics.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        let comment = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find(|prefix| line.starts_with(prefix));
+        if let Some(prefix) = comment {
+            let rest = &line[prefix.len()..];
+            let name = rest.split(' ').next().unwrap_or_default();
+            if counters.contains(name) {
+                out.push_str(prefix);
+                out.push_str(name);
+                out.push_str("_total");
+                out.push_str(&rest[name.len()..]);
+                out.push('\n');
+                continue;
+            }
+        } else if let Some((head, tail)) = line.split_once("le=\"")
+            && let Some((bound, tail)) = tail.split_once('"')
+            && let Some(whole) = bound.strip_suffix(".0")
+        {
+            out.push_str(head);
+            out.push_str("le=\"");
+            out.push_str(whole);
+            out.push('"');
+            out.push_str(tail);
+            out.push('\n');
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The page `/metrics` would serve for `status` and `datapath`, process metrics included.
+pub fn render(status: &AgentStatus, datapath: &DatapathReadings) -> String {
+    let registry = registry(AgentCollector::Fixed(Box::new((
+        status.clone(),
+        datapath.clone(),
+    ))));
+    // Writing to a String cannot fail, and every value is encodable.
+    encode(&registry).unwrap_or_else(|fmt::Error| String::new())
 }
 
 /// Counters and the allocation histogram read from the pinned maps.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct DatapathReadings {
     /// Counter totals, or empty when the maps could not be read.
     pub counters: Vec<(Counter, u64)>,
@@ -134,7 +256,7 @@ pub struct DatapathReadings {
     pub error: Option<String>,
 }
 
-fn read_datapath(pin_path: &std::path::Path) -> DatapathReadings {
+fn read_datapath(pin_path: &Path) -> DatapathReadings {
     let read = || -> Result<DatapathReadings, crate::datapath::DatapathError> {
         let maps = DatapathMaps::from_pins(pin_path)?;
         Ok(DatapathReadings {
@@ -154,295 +276,703 @@ fn seconds(time: Option<SystemTime>) -> Option<f64> {
         .map(|elapsed| elapsed.as_secs_f64())
 }
 
-/// Escapes a label value (`\`, `"` and newlines).
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// The agent's families, read when a scrape encodes them.
+#[derive(Debug)]
+enum AgentCollector {
+    /// What `/metrics` serves: the shared status and the pinned maps as they are now.
+    Live {
+        status: SharedStatus,
+        pin_path: Option<PathBuf>,
+    },
+    /// Fixed values, for [`render`] (boxed: far larger than the live variant).
+    Fixed(Box<(AgentStatus, DatapathReadings)>),
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// The metrics page for `status` and `datapath`.
-pub fn render(status: &AgentStatus, datapath: &DatapathReadings) -> String {
-    let mut out = String::with_capacity(8 * 1024);
-
-    family(
-        &mut out,
-        "masq_build_info",
-        "gauge",
-        "masq version and datapath map layout.",
-    );
-    let _ = writeln!(
-        out,
-        "masq_build_info{{version=\"{}\",layout_version=\"{MAP_LAYOUT_VERSION}\"}} 1",
-        env!("CARGO_PKG_VERSION")
-    );
-    family(
-        &mut out,
-        "masq_ready",
-        "gauge",
-        "1 when the datapath is attached and a config is in force.",
-    );
-    let _ = writeln!(out, "masq_ready {}", u8::from(status.ready));
-    family(
-        &mut out,
-        "masq_agent_info",
-        "gauge",
-        "The config source in force, and whether pinned state was adopted.",
-    );
-    let _ = writeln!(
-        out,
-        "masq_agent_info{{config=\"{}\",adopted=\"{}\"}} 1",
-        label(status.config_origin.as_deref().unwrap_or("")),
-        status.adopted
-    );
-    family(
-        &mut out,
-        "masq_uplink_info",
-        "gauge",
-        "One series per interface masq translates on: the address traffic leaving by it is masqueraded to, and how the programs are attached.",
-    );
-    for uplink in &status.uplinks {
-        let _ = writeln!(
-            out,
-            "masq_uplink_info{{interface=\"{}\",node_ip=\"{}\",attach_mode=\"{}\"}} 1",
-            label(&uplink.interface),
-            uplink.node_ip,
-            uplink.attach_mode
-        );
-    }
-    family(
-        &mut out,
-        "masq_uplink_address_local",
-        "gauge",
-        "Per uplink: 1 when the address traffic is masqueraded to is one of the interface's own, 0 for a --node-ip the interface does not have (replies must be routed to the node).",
-    );
-    for uplink in &status.uplinks {
-        let _ = writeln!(
-            out,
-            "masq_uplink_address_local{{interface=\"{}\"}} {}",
-            label(&uplink.interface),
-            u8::from(uplink.address_is_local)
-        );
-    }
-    family(
-        &mut out,
-        "masq_upstream_chain_present",
-        "gauge",
-        "1 while an upstream ip-masq-agent chain is installed next to masq (it masquerades before masq sees the packets).",
-    );
-    let _ = writeln!(
-        out,
-        "masq_upstream_chain_present {}",
-        u8::from(status.upstream_chain.is_some())
-    );
-    if let Some(started) = seconds(status.started) {
-        family(
-            &mut out,
-            "masq_start_time_seconds",
-            "gauge",
-            "When the agent started (Unix time).",
-        );
-        let _ = writeln!(out, "masq_start_time_seconds {started}");
-    }
-
-    family(
-        &mut out,
-        "masq_datapath_packets_total",
-        "counter",
-        "Packets handled by the datapath, by outcome.",
-    );
-    for (counter, value) in &datapath.counters {
-        let _ = writeln!(
-            out,
-            "masq_datapath_packets_total{{outcome=\"{}\"}} {value}",
-            counter.name()
-        );
-    }
-    family(
-        &mut out,
-        "masq_datapath_drops_total",
-        "counter",
-        "Packets the datapath dropped, by reason.",
-    );
-    for (counter, value) in &datapath.counters {
-        if let Some(reason) = counter
-            .name()
-            .strip_prefix("egress_drop_")
-            .or_else(|| counter.name().strip_prefix("ingress_drop_"))
-        {
-            let direction = if counter.name().starts_with("egress") {
-                "egress"
-            } else {
-                "ingress"
-            };
-            let _ = writeln!(
-                out,
-                "masq_datapath_drops_total{{direction=\"{direction}\",reason=\"{reason}\"}} {value}"
-            );
+impl Collector for AgentCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        match self {
+            Self::Live { status, pin_path } => {
+                let status = status.snapshot();
+                let datapath = pin_path.as_deref().map(read_datapath).unwrap_or_default();
+                encode_agent(&mut encoder, &status, &datapath)
+            }
+            Self::Fixed(fixed) => encode_agent(&mut encoder, &fixed.0, &fixed.1),
         }
     }
+}
+
+/// A family of one or more series of `metric`.
+fn family<L: EncodeLabelSet, M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    metric_type: MetricType,
+    series: impl IntoIterator<Item = (L, M)>,
+) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
+    for (labels, metric) in series {
+        metric.encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// A gauge family without labels.
+fn gauge(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: impl EncodeGaugeValue,
+) -> fmt::Result {
+    // Straight on the family's encoder: a labelled series with no labels would read `name{}`.
+    ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
+
+/// A counter family without labels; `name` is without the `_total` the encoding appends.
+fn counter(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: impl EncodeCounterValue,
+) -> fmt::Result {
+    // Straight on the family's encoder: a labelled series with no labels would read `name{}`.
+    ConstCounter::new(value).encode(encoder.encode_descriptor(
+        name,
+        help,
+        None,
+        MetricType::Counter,
+    )?)
+}
+
+fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
+    series: impl IntoIterator<Item = (L, V)>,
+) -> impl Iterator<Item = (L, ConstGauge<V>)> {
+    series
+        .into_iter()
+        .map(|(labels, value)| (labels, ConstGauge::new(value)))
+}
+
+fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
+    series: impl IntoIterator<Item = (L, V)>,
+) -> impl Iterator<Item = (L, ConstCounter<V>)> {
+    series
+        .into_iter()
+        .map(|(labels, value)| (labels, ConstCounter::new(value)))
+}
+
+/// Encodes the agent's families, in the order and with the label order masq has always used.
+fn encode_agent(
+    encoder: &mut DescriptorEncoder<'_>,
+    status: &AgentStatus,
+    datapath: &DatapathReadings,
+) -> fmt::Result {
+    let layout = MAP_LAYOUT_VERSION.to_string();
     family(
-        &mut out,
+        encoder,
+        "masq_build_info",
+        "masq version and datapath map layout.",
+        MetricType::Gauge,
+        gauges([(
+            [
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("layout_version", layout.as_str()),
+            ],
+            1i64,
+        )]),
+    )?;
+    gauge(
+        encoder,
+        "masq_ready",
+        "1 when the datapath is attached and a config is in force.",
+        i64::from(status.ready),
+    )?;
+    let adopted = status.adopted.to_string();
+    family(
+        encoder,
+        "masq_agent_info",
+        "The config source in force, and whether pinned state was adopted.",
+        MetricType::Gauge,
+        gauges([(
+            [
+                ("config", status.config_origin.as_deref().unwrap_or("")),
+                ("adopted", adopted.as_str()),
+            ],
+            1i64,
+        )]),
+    )?;
+    let node_ips: Vec<String> = status
+        .uplinks
+        .iter()
+        .map(|uplink| uplink.node_ip.to_string())
+        .collect();
+    family(
+        encoder,
+        "masq_uplink_info",
+        "One series per interface masq translates on: the address traffic leaving by it is masqueraded to, and how the programs are attached.",
+        MetricType::Gauge,
+        gauges(
+            status
+                .uplinks
+                .iter()
+                .zip(&node_ips)
+                .map(|(uplink, node_ip)| {
+                    (
+                        [
+                            ("interface", uplink.interface.as_str()),
+                            ("node_ip", node_ip.as_str()),
+                            ("attach_mode", uplink.attach_mode),
+                        ],
+                        1i64,
+                    )
+                }),
+        ),
+    )?;
+    family(
+        encoder,
+        "masq_uplink_address_local",
+        "Per uplink: 1 when the address traffic is masqueraded to is one of the interface's own, 0 for a --node-ip the interface does not have (replies must be routed to the node).",
+        MetricType::Gauge,
+        gauges(status.uplinks.iter().map(|uplink| {
+            (
+                [("interface", uplink.interface.as_str())],
+                i64::from(uplink.address_is_local),
+            )
+        })),
+    )?;
+    gauge(
+        encoder,
+        "masq_upstream_chain_present",
+        "1 while an upstream ip-masq-agent chain is installed next to masq (it masquerades before masq sees the packets).",
+        i64::from(status.upstream_chain.is_some()),
+    )?;
+    if let Some(started) = seconds(status.started) {
+        gauge(
+            encoder,
+            "masq_start_time_seconds",
+            "When the agent started (Unix time).",
+            started,
+        )?;
+    }
+
+    family(
+        encoder,
+        "masq_datapath_packets",
+        "Packets handled by the datapath, by outcome.",
+        MetricType::Counter,
+        counters(
+            datapath
+                .counters
+                .iter()
+                .map(|&(counter, value)| ([("outcome", counter.name())], value)),
+        ),
+    )?;
+    family(
+        encoder,
+        "masq_datapath_drops",
+        "Packets the datapath dropped, by reason.",
+        MetricType::Counter,
+        counters(datapath.counters.iter().filter_map(|&(counter, value)| {
+            let name = counter.name();
+            let (direction, reason) = name
+                .strip_prefix("egress_drop_")
+                .map(|reason| ("egress", reason))
+                .or_else(|| {
+                    name.strip_prefix("ingress_drop_")
+                        .map(|reason| ("ingress", reason))
+                })?;
+            Some(([("direction", direction), ("reason", reason)], value))
+        })),
+    )?;
+    gauge(
+        encoder,
         "masq_datapath_read_errors",
-        "gauge",
         "1 when the pinned maps could not be read for this scrape.",
-    );
-    let _ = writeln!(
-        out,
-        "masq_datapath_read_errors {}",
-        u8::from(datapath.error.is_some())
-    );
+        i64::from(datapath.error.is_some()),
+    )?;
 
     if let (Some(attempts), Some(&failed), Some(&sum)) = (
         datapath.allocation.get(..ALLOC_ATTEMPT_BUCKETS as usize),
         datapath.allocation.get(ALLOC_FAILED_SLOT as usize),
         datapath.allocation.get(ALLOC_SUM_SLOT as usize),
     ) {
-        family(
-            &mut out,
-            "masq_port_allocation_attempts",
-            "histogram",
-            "Ports tried per new flow until a free one was found (successful allocations).",
-        );
-        let mut cumulative = 0u64;
-        for (index, count) in attempts.iter().enumerate() {
-            cumulative += count;
-            let _ = writeln!(
-                out,
-                "masq_port_allocation_attempts_bucket{{le=\"{}\"}} {cumulative}",
-                1u32 << index
-            );
-        }
-        let _ = writeln!(
-            out,
-            "masq_port_allocation_attempts_bucket{{le=\"+Inf\"}} {cumulative}"
-        );
-        let _ = writeln!(out, "masq_port_allocation_attempts_sum {sum}");
-        let _ = writeln!(out, "masq_port_allocation_attempts_count {cumulative}");
-        family(
-            &mut out,
-            "masq_port_allocation_failures_total",
-            "counter",
+        // Bucket `index` counts flows that needed at most 2^index attempts; the +Inf bucket adds
+        // nothing, as the last finite bound is the most attempts the datapath makes.
+        let buckets: Vec<(f64, u64)> = attempts
+            .iter()
+            .enumerate()
+            .map(|(index, &count)| (f64::from(1u32 << index), count))
+            .chain([(f64::INFINITY, 0)])
+            .collect();
+        let count = attempts.iter().sum();
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "the sum of attempts stays far below 2^53"
+        )]
+        let sum = sum as f64;
+        encoder
+            .encode_descriptor(
+                "masq_port_allocation_attempts",
+                "Ports tried per new flow until a free one was found (successful allocations).",
+                None,
+                MetricType::Histogram,
+            )?
+            .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+        counter(
+            encoder,
+            "masq_port_allocation_failures",
             "New flows that found no free port.",
-        );
-        let _ = writeln!(out, "masq_port_allocation_failures_total {failed}");
+            failed,
+        )?;
     }
 
-    family(
-        &mut out,
+    gauge(
+        encoder,
         "masq_nat_entries",
-        "gauge",
         "NAT table entries (two per flow) at the last garbage collection.",
-    );
-    let _ = writeln!(out, "masq_nat_entries {}", status.last_gc.entries);
-    family(
-        &mut out,
+        status.last_gc.entries,
+    )?;
+    gauge(
+        encoder,
         "masq_nat_flows",
-        "gauge",
         "Translated flows at the last garbage collection.",
-    );
-    let _ = writeln!(out, "masq_nat_flows {}", status.last_gc.flows);
-    family(
-        &mut out,
+        status.last_gc.flows,
+    )?;
+    gauge(
+        encoder,
         "masq_nat_capacity_entries",
-        "gauge",
         "Capacity of the NAT table.",
-    );
-    let _ = writeln!(out, "masq_nat_capacity_entries {}", status.nat_capacity);
-    family(
-        &mut out,
-        "masq_gc_expired_flows_total",
-        "counter",
+        status.nat_capacity,
+    )?;
+    counter(
+        encoder,
+        "masq_gc_expired_flows",
         "Flows removed by garbage collection since start.",
-    );
-    let _ = writeln!(
-        out,
-        "masq_gc_expired_flows_total {}",
-        status.gc_expired_total
-    );
+        status.gc_expired_total,
+    )?;
 
     family(
-        &mut out,
-        "masq_config_reloads_total",
-        "counter",
+        encoder,
+        "masq_config_reloads",
         "Config loads, by result.",
-    );
-    let _ = writeln!(
-        out,
-        "masq_config_reloads_total{{result=\"ok\"}} {}",
-        status.reloads_ok
-    );
-    let _ = writeln!(
-        out,
-        "masq_config_reloads_total{{result=\"failed\"}} {}",
-        status.reloads_failed
-    );
+        MetricType::Counter,
+        counters([
+            ([("result", "ok")], status.reloads_ok),
+            ([("result", "failed")], status.reloads_failed),
+        ]),
+    )?;
     if let Some(time) = seconds(status.last_success) {
-        family(
-            &mut out,
+        gauge(
+            encoder,
             "masq_config_last_success_timestamp_seconds",
-            "gauge",
             "When a config last loaded.",
-        );
-        let _ = writeln!(out, "masq_config_last_success_timestamp_seconds {time}");
+            time,
+        )?;
     }
     if let Some(time) = seconds(status.last_failure) {
-        family(
-            &mut out,
+        gauge(
+            encoder,
             "masq_config_last_failure_timestamp_seconds",
-            "gauge",
             "When a config last failed to load.",
-        );
-        let _ = writeln!(out, "masq_config_last_failure_timestamp_seconds {time}");
+            time,
+        )?;
     }
+    // The reason is one of a fixed set of words; the message (free text) stays out of labels.
     family(
-        &mut out,
+        encoder,
         "masq_config_last_error",
-        "gauge",
         "1 with the kind of the last config error (read, syntax, decode, invalid, empty, capacity, apply) until a load succeeds; the message is in the log and /readyz.",
-    );
-    if let Some(error) = &status.last_error {
-        let _ = writeln!(
-            out,
-            "masq_config_last_error{{reason=\"{}\"}} 1",
-            error.reason
-        );
-    }
+        MetricType::Gauge,
+        gauges(
+            status
+                .last_error
+                .iter()
+                .map(|error| ([("reason", error.reason)], 1i64)),
+        ),
+    )?;
     family(
-        &mut out,
+        encoder,
         "masq_config_cidrs",
-        "gauge",
         "Non-masquerade CIDRs in force, by family.",
-    );
-    let _ = writeln!(
-        out,
-        "masq_config_cidrs{{family=\"ipv4\"}} {}",
-        status.cidrs_v4
-    );
-    let _ = writeln!(
-        out,
-        "masq_config_cidrs{{family=\"ipv6\"}} {}",
-        status.cidrs_v6
-    );
-    family(
-        &mut out,
+        MetricType::Gauge,
+        gauges([
+            ([("family", "ipv4")], status.cidrs_v4),
+            ([("family", "ipv6")], status.cidrs_v6),
+        ]),
+    )?;
+    gauge(
+        encoder,
         "masq_nomasq_trie_entries",
-        "gauge",
         "Entries in the datapath's non-masquerade trie (link-local included).",
-    );
-    let _ = writeln!(out, "masq_nomasq_trie_entries {}", status.trie_entries);
-    out
+        status.trie_entries,
+    )
+}
+
+/// The process families Prometheus client libraries export, read from `/proc/self` per scrape.
+///
+/// A value that cannot be read is left out rather than reported as 0, as other clients do.
+#[derive(Debug)]
+struct ProcessCollector;
+
+/// What `/proc/self/stat` and `/proc/stat` tell about this process.
+#[derive(Debug, PartialEq)]
+struct ProcessStat {
+    cpu_seconds: f64,
+    virtual_bytes: u64,
+    resident_bytes: u64,
+    start_time_seconds: Option<f64>,
+}
+
+impl ProcessStat {
+    /// Parses `/proc/self/stat`; times are in `ticks` per second, resident size in pages.
+    fn parse(stat: &str, ticks: u64, page_size: u64, boot_time: Option<u64>) -> Option<Self> {
+        // The command name (field 2) is in parentheses and may hold spaces and parentheses
+        // itself: the fields after it start after the last `)`.
+        let fields: Vec<&str> = stat
+            .get(stat.rfind(')')? + 1..)?
+            .split_whitespace()
+            .collect();
+        // `fields[0]` is field 3 (state), so field N of proc_pid_stat(5) is `fields[N - 3]`.
+        let field = |number: usize| -> Option<u64> { fields.get(number - 3)?.parse().ok() };
+        let (utime, stime, start, vsize, rss) =
+            (field(14)?, field(15)?, field(22)?, field(23)?, field(24)?);
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "tick counts stay far below 2^53"
+        )]
+        let in_seconds = |value: u64| value as f64 / ticks as f64;
+        Some(Self {
+            cpu_seconds: in_seconds(utime + stime),
+            virtual_bytes: vsize,
+            resident_bytes: rss.saturating_mul(page_size),
+            start_time_seconds: boot_time.map(|boot| {
+                #[expect(clippy::cast_precision_loss, reason = "Unix times stay far below 2^53")]
+                let boot = boot as f64;
+                boot + in_seconds(start)
+            }),
+        })
+    }
+}
+
+/// The boot time from `/proc/stat`'s `btime` line, in Unix seconds.
+fn boot_time(stat: &str) -> Option<u64> {
+    stat.lines()
+        .find_map(|line| line.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The soft limit on open files from `/proc/self/limits`; `None` when unlimited.
+fn max_fds(limits: &str) -> Option<u64> {
+    limits
+        .lines()
+        .find_map(|line| line.strip_prefix("Max open files"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A `sysconf` value, or `None` when the system does not say.
+fn sysconf(name: libc::c_int) -> Option<u64> {
+    // SAFETY: sysconf only reads a system setting; it takes no pointers.
+    let value = unsafe { libc::sysconf(name) };
+    u64::try_from(value).ok().filter(|&value| value > 0)
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        let encoder = &mut encoder;
+        let stat = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .zip(sysconf(libc::_SC_CLK_TCK))
+            .zip(sysconf(libc::_SC_PAGESIZE))
+            .and_then(|((stat, ticks), page_size)| {
+                let boot = std::fs::read_to_string("/proc/stat").ok();
+                ProcessStat::parse(&stat, ticks, page_size, boot.as_deref().and_then(boot_time))
+            });
+        if let Some(stat) = &stat {
+            counter(
+                encoder,
+                "process_cpu_seconds",
+                "Total user and system CPU time spent in seconds.",
+                stat.cpu_seconds,
+            )?;
+        }
+        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+            // The directory handle being read is one of the entries; leave it out.
+            let open = fds.count().saturating_sub(1);
+            gauge(
+                encoder,
+                "process_open_fds",
+                "Number of open file descriptors.",
+                open,
+            )?;
+        }
+        if let Some(max) = std::fs::read_to_string("/proc/self/limits")
+            .ok()
+            .as_deref()
+            .and_then(max_fds)
+        {
+            gauge(
+                encoder,
+                "process_max_fds",
+                "Maximum number of open file descriptors.",
+                max,
+            )?;
+        }
+        if let Some(stat) = &stat {
+            gauge(
+                encoder,
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes.",
+                stat.virtual_bytes,
+            )?;
+            gauge(
+                encoder,
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                stat.resident_bytes,
+            )?;
+            if let Some(start) = stat.start_time_seconds {
+                gauge(
+                    encoder,
+                    "process_start_time_seconds",
+                    "Start time of the process since unix epoch in seconds.",
+                    start,
+                )?;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The value of `series` (name and labels, exactly) on `page`.
+    fn sample(page: &str, series: &str) -> Option<f64> {
+        page.lines()
+            .filter(|line| !line.starts_with('#'))
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// A status and readings under which every family masq can export has a series.
+    fn representative() -> (AgentStatus, DatapathReadings) {
+        let status = AgentStatus {
+            ready: true,
+            uplinks: vec![crate::agent::status::UplinkStatus {
+                interface: "up0".to_owned(),
+                node_ip: std::net::Ipv4Addr::new(192, 0, 2, 1),
+                attach_mode: "tcx",
+                address_is_local: false,
+            }],
+            upstream_chain: Some("IP-MASQ-AGENT".to_owned()),
+            config_origin: Some("defaults".to_owned()),
+            last_error: Some(crate::agent::status::ConfigFailure {
+                reason: "read",
+                message: "gone".to_owned(),
+            }),
+            last_success: Some(SystemTime::now()),
+            last_failure: Some(SystemTime::now()),
+            started: Some(SystemTime::now()),
+            ..AgentStatus::default()
+        };
+        let readings = DatapathReadings {
+            counters: Counter::ALL.iter().map(|&counter| (counter, 1)).collect(),
+            allocation: vec![1; masq_common::counters::ALLOC_HISTOGRAM_BUCKETS as usize],
+            error: None,
+        };
+        (status, readings)
+    }
+
+    /// Every family's name and type, and each sample name's label names in order, as
+    /// `name type` and `  sample{label,label}` lines.
+    fn shape(page: &str) -> String {
+        let mut shape = String::new();
+        let mut last = String::new();
+        for line in page.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                shape.push_str(rest);
+                shape.push('\n');
+                last.clear();
+            } else if !line.starts_with('#') {
+                let series = line.rsplit_once(' ').map_or(line, |(series, _)| series);
+                let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+                let names: Vec<&str> = labels
+                    .split("\",")
+                    .filter_map(|label| label.split_once('=').map(|(name, _)| name))
+                    .collect();
+                let signature = if names.is_empty() {
+                    format!("  {name}\n")
+                } else {
+                    format!("  {name}{{{}}}\n", names.join(","))
+                };
+                if signature != last {
+                    shape.push_str(&signature);
+                    last = signature;
+                }
+            }
+        }
+        shape
+    }
+
+    /// Dashboards and alerts match these names, types and labels: a change here must be
+    /// deliberate (update `metrics.golden` and the README's table together).
+    #[test]
+    fn exported_families_match_the_golden_list() {
+        let (status, readings) = representative();
+        let page = render(&status, &readings);
+        let golden = include_str!("metrics.golden");
+        assert_eq!(
+            shape(&page),
+            golden,
+            "the exported families changed; the page was:\n{page}"
+        );
+    }
+
+    #[test]
+    fn the_page_is_the_classic_text_format() {
+        let (status, readings) = representative();
+        let page = render(&status, &readings);
+        assert!(!page.contains("# EOF"), "{page}");
+        assert!(!page.contains("# UNIT"), "{page}");
+        assert!(
+            page.contains("# TYPE masq_datapath_packets_total counter\n"),
+            "{page}"
+        );
+        assert!(page.contains("# HELP process_cpu_seconds_total "), "{page}");
+        assert_eq!(
+            sample(&page, r#"masq_uplink_address_local{interface="up0"}"#),
+            Some(0.0),
+            "{page}"
+        );
+        assert_eq!(
+            sample(&page, r#"masq_port_allocation_attempts_bucket{le="32"}"#),
+            Some(6.0),
+            "{page}"
+        );
+        let start = sample(&page, "process_start_time_seconds").unwrap_or_default();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        assert!(start > 1e9 && start <= now + 1.0, "{page}");
+        assert!(
+            sample(&page, "process_resident_memory_bytes").unwrap_or_default() > 0.0,
+            "{page}"
+        );
+        assert!(
+            sample(&page, "process_open_fds").unwrap_or_default() >= 1.0,
+            "{page}"
+        );
+    }
+
+    #[test]
+    fn openmetrics_counters_and_bounds_are_rewritten_only_where_they_differ() {
+        let openmetrics = "# HELP a_seconds A counter.\n# TYPE a_seconds counter\na_seconds_total 1\n\
+             # HELP b A gauge named like a counter.\n# TYPE b gauge\nb 2.5\n\
+             # TYPE h histogram\nh_sum 1.5\nh_count 1\nh_bucket{le=\"0.5\"} 0\n\
+             h_bucket{le=\"1.0\"} 1\nh_bucket{le=\"+Inf\"} 1\n# EOF\n";
+        assert_eq!(
+            to_prometheus_text(openmetrics),
+            "# HELP a_seconds_total A counter.\n# TYPE a_seconds_total counter\na_seconds_total 1\n\
+             # HELP b A gauge named like a counter.\n# TYPE b gauge\nb 2.5\n\
+             # TYPE h histogram\nh_sum 1.5\nh_count 1\nh_bucket{le=\"0.5\"} 0\n\
+             h_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 1\n"
+        );
+    }
+
+    #[test]
+    fn proc_stat_is_parsed_past_a_command_name_with_parentheses() {
+        // Fields 3 to 24 of proc_pid_stat(5): utime 150 and stime 50 ticks, started 1000 ticks
+        // after boot, 4096 bytes of virtual memory, 3 resident pages.
+        let stat = "42 (a) b) S 1 42 42 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 1 0 1000 4096 3 \
+                    18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0";
+        assert_eq!(
+            ProcessStat::parse(stat, 100, 4096, Some(1_700_000_000)),
+            Some(ProcessStat {
+                cpu_seconds: 2.0,
+                virtual_bytes: 4096,
+                resident_bytes: 3 * 4096,
+                start_time_seconds: Some(1_700_000_010.0),
+            })
+        );
+        assert_eq!(ProcessStat::parse("42 (truncated", 100, 4096, None), None);
+        assert_eq!(
+            boot_time("cpu  1 2 3\nbtime 1700000000\nprocesses 9\n"),
+            Some(1_700_000_000)
+        );
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max open files            1024                 524288               files\n";
+        assert_eq!(max_fds(limits), Some(1024));
+        assert_eq!(
+            max_fds("Max open files            unlimited            unlimited            files\n"),
+            None
+        );
+    }
+
+    /// Sends one raw HTTP/1.1 request and returns the status line and body.
+    async fn request(addr: SocketAddr, method: &str, path: &str) -> (String, String) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .unwrap_or_else(|error| {
+                panic!("connecting to {addr}: {error}");
+            });
+        let head = format!("{method} {path} HTTP/1.1\r\nHost: masq\r\n\r\n");
+        stream
+            .write_all(head.as_bytes())
+            .await
+            .unwrap_or_else(|error| panic!("sending: {error}"));
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .await
+            .unwrap_or_else(|error| panic!("reading: {error}"));
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+        let status = head.lines().next().unwrap_or_default().to_owned();
+        (status, body.to_owned())
+    }
+
+    #[tokio::test]
+    async fn endpoints_answer_by_path_and_method() {
+        let status = SharedStatus::default();
+        status.lock().not_ready_reason = Some("no uplink yet".to_owned());
+        let server = serve(SocketAddr::from(([127, 0, 0, 1], 0)), status.clone(), None)
+            .await
+            .unwrap_or_else(|error| panic!("binding: {error}"));
+        let addr = server.local_addr;
+
+        let (code, body) = request(addr, "GET", "/metrics").await;
+        assert_eq!(code, "HTTP/1.1 200 OK");
+        assert!(body.contains("masq_ready 0\n"), "{body}");
+        assert!(body.contains("# TYPE process_open_fds gauge\n"), "{body}");
+        assert_eq!(request(addr, "GET", "/healthz").await.1, "ok\n");
+        assert_eq!(
+            request(addr, "GET", "/readyz").await,
+            (
+                "HTTP/1.1 503 Service Unavailable".to_owned(),
+                "not ready: no uplink yet\n".to_owned()
+            )
+        );
+        status.lock().ready = true;
+        assert_eq!(
+            request(addr, "GET", "/readyz?verbose").await,
+            ("HTTP/1.1 200 OK".to_owned(), "ready\n".to_owned())
+        );
+        assert_eq!(
+            request(addr, "GET", "/nothing").await.0,
+            "HTTP/1.1 404 Not Found"
+        );
+        assert_eq!(
+            request(addr, "POST", "/metrics").await.0,
+            "HTTP/1.1 405 Method Not Allowed"
+        );
+
+        // A second bind of the same address fails in `serve` itself.
+        assert!(serve(addr, status, None).await.is_err());
+    }
 
     #[test]
     fn every_family_is_declared_before_use_and_labels_are_escaped() {
@@ -501,8 +1031,10 @@ mod tests {
             page.contains("masq_port_allocation_attempts_count 4\n"),
             "{page}"
         );
-        assert!(
-            page.contains("masq_port_allocation_attempts_sum 5\n"),
+        // prometheus-client writes the sum as a float ("5.0"); the value is what matters.
+        assert_eq!(
+            sample(&page, "masq_port_allocation_attempts_sum"),
+            Some(5.0),
             "{page}"
         );
         assert!(
