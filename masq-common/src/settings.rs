@@ -100,21 +100,8 @@ impl Settings {
     /// `offset` is past the last one.
     #[inline(always)]
     pub fn port_at(&self, offset: u32) -> Option<u16> {
-        let mut remaining = offset;
-        let mut index = 0;
-        while index < MAX_PORT_RANGES {
-            if index as u32 >= self.port_range_count {
-                return None;
-            }
-            let range = self.port_ranges.get(index)?;
-            let size = range.size();
-            if remaining < size {
-                return Some(range.first.wrapping_add(remaining as u16));
-            }
-            remaining -= size;
-            index += 1;
-        }
-        None
+        self.range_at(offset)
+            .map(|(first, _, within)| first.wrapping_add(within as u16))
     }
 }
 

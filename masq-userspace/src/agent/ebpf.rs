@@ -394,12 +394,7 @@ fn create_maps(
     nat_max_entries: u32,
     options: &AgentOptions,
 ) -> Result<Datapath, AgentError> {
-    let staging = pins.staging();
-    std::fs::create_dir_all(&staging).map_err(|source| DatapathError::Io {
-        what: "creating",
-        path: staging.clone(),
-        source,
-    })?;
+    let staging = pins.create_staging()?;
     let built = Datapath::load(&LoadOptions {
         nat_max_entries,
         nomasq_max_entries: options.nomasq_max_entries,
@@ -450,12 +445,7 @@ fn resize_trie(
         );
         return Ok(adopt(pinned, None)?);
     }
-    let staging = pins.staging();
-    std::fs::create_dir_all(&staging).map_err(|source| DatapathError::Io {
-        what: "creating",
-        path: staging.clone(),
-        source,
-    })?;
+    let staging = pins.create_staging()?;
     let built = adopt(options.nomasq_max_entries, Some(staging)).and_then(|mut datapath| {
         for (addr, prefix, kind) in &old {
             datapath

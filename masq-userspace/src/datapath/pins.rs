@@ -321,6 +321,17 @@ impl PinDir {
             .join(format!("{name}-staging"))
     }
 
+    /// Creates the staging directory and returns it.
+    pub fn create_staging(&self) -> Result<PathBuf, DatapathError> {
+        let staging = self.staging();
+        fs::create_dir_all(&staging).map_err(|source| DatapathError::Io {
+            what: "creating",
+            path: staging.clone(),
+            source,
+        })?;
+        Ok(staging)
+    }
+
     /// Removes what an interrupted install left in the staging directory; returns whether
     /// there was anything.
     pub fn remove_staging(&self) -> Result<bool, DatapathError> {
@@ -341,30 +352,27 @@ impl PinDir {
 
     /// Replaces the pinned trie by the one staged beside it (a rename: atomic).
     pub fn publish_trie(&self) -> Result<(), DatapathError> {
-        let staging = self.staging();
-        let from = staging.join(MAP_NOMASQ_V4);
-        fs::rename(&from, self.map(MAP_NOMASQ_V4)).map_err(|source| DatapathError::Io {
-            what: "publishing",
-            path: from,
-            source,
-        })?;
-        fs::remove_dir(&staging).map_err(|source| DatapathError::Io {
-            what: "removing",
-            path: staging,
-            source,
-        })
+        self.publish_staged(&[MAP_NOMASQ_V4])
     }
 
     /// Moves a complete map set from the staging directory into the pin directory, the layout
     /// record last: a kill at any instant leaves either no record (leftovers the next start
     /// removes) or a complete set it adopts.
     pub fn publish(&self) -> Result<(), DatapathError> {
-        let staging = self.staging();
-        let order = ALL_MAPS
+        let order: Vec<&str> = ALL_MAPS
             .iter()
-            .filter(|&&name| name != MAP_META)
-            .chain([&MAP_META]);
-        for name in order {
+            .copied()
+            .filter(|&name| name != MAP_META)
+            .chain([MAP_META])
+            .collect();
+        self.publish_staged(&order)
+    }
+
+    /// Renames the staged maps `names`, in order, into the pin directory, then removes the
+    /// staging directory.
+    fn publish_staged(&self, names: &[&str]) -> Result<(), DatapathError> {
+        let staging = self.staging();
+        for name in names {
             let from = staging.join(name);
             fs::rename(&from, self.map(name)).map_err(|source| DatapathError::Io {
                 what: "publishing",
