@@ -218,6 +218,33 @@ fn a_reply_into_the_snat_range_without_mapping_is_dropped_unless_a_node_socket_o
 }
 
 #[test]
+fn a_port_a_node_socket_holds_is_never_given_to_a_pod_flow() {
+    // A node listener inside the SNAT range (kubelet's 10250 in 1024-29999, say), in this
+    // process's namespace, where BPF_PROG_TEST_RUN looks sockets up.
+    let listener = (23_600..23_700)
+        .find_map(|port| std::net::TcpListener::bind(("0.0.0.0", port)).ok())
+        .expect("a free port");
+    let port = listener.local_addr().expect("address").port();
+    let harness = Harness::with_ports(&[PortRange::new(port, port)], true);
+    let syn = Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN).frame();
+    let refused = harness.egress(&syn);
+    assert_eq!(
+        refused.action,
+        Action::Drop,
+        "the pod flow was given the port of a node listener: its replies would reach the pod"
+    );
+    assert_eq!(harness.counter(Counter::EgressDropNoPort), 1);
+    assert!(harness.egress_mappings().is_empty());
+    // Once the node lets go of the port, it is free for pods.
+    drop(listener);
+    let out = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
+    );
+    assert_eq!((out.src, out.src_port()), (node_ip(), port));
+}
+
+#[test]
 fn traffic_not_belonging_to_a_mapping_is_untouched_on_ingress() {
     let harness = Harness::new();
     // To the node, outside the SNAT range, no mapping: the node's own traffic.

@@ -130,7 +130,7 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, node_ip: [u8; 4], ip: &Ip
         return Verdict::Pass;
     }
 
-    match nat::allocate(settings, node_ip, &key, origin, flow_flags) {
+    match nat::allocate(ctx, settings, node_ip, &key, origin, flow_flags) {
         Ok(entry) => {
             debug!(
                 ctx,

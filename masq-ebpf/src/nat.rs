@@ -4,6 +4,7 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     btf_maps::lpm_trie::Key,
     helpers::generated::{bpf_get_prandom_u32, bpf_ktime_get_coarse_ns},
+    programs::TcContext,
 };
 use masq_common::{
     counters::{Counter, MAX_ALLOC_ATTEMPTS},
@@ -17,6 +18,7 @@ use masq_common::{
 use crate::{
     counters::{count, record_allocation},
     maps::{NAT_V4, NOMASQ_V4},
+    sockets,
 };
 
 /// Monotonic time in nanoseconds, coarse (a few milliseconds) but cheap.
@@ -118,6 +120,7 @@ const EEXIST: i32 = -17;
 /// when it is full the new flow is refused, and no live flow is ever evicted.
 #[inline(always)]
 pub(crate) fn allocate(
+    ctx: &TcContext,
     settings: &Settings,
     node_ip: [u8; 4],
     key: &NatKeyV4,
@@ -213,6 +216,16 @@ pub(crate) fn allocate(
             AllocError::NoPort
         });
     };
+    // The node's own sockets hold tuples too (a listener in the range, such as kubelet's
+    // 10250, answered from a remote port): a pod flow given the same tuple would receive the
+    // node's traffic. Such a port is refused; the packet's retransmission scans from a new
+    // random start.
+    if origin != ORIGIN_HOST
+        && sockets::node_owns(ctx, key.protocol, key.dst_addr, key.dst_port, node_ip, port)
+    {
+        record_allocation(None);
+        return Err(AllocError::NoPort);
+    }
     match NAT_V4.insert(reply_key, restore, u64::from(BPF_NOEXIST)) {
         Ok(()) => {}
         // Another CPU took the port between the look and the insert; the packet's next
