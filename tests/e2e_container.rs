@@ -329,18 +329,7 @@ fn a_restarted_agent_attaches_anew_when_the_uplink_was_recreated() {
     // point at a device that is gone.
     let (node, router) = (&sandbox.node, &sandbox.router);
     node.ip(&["link", "del", UPLINK]);
-    node.ip(&[
-        "link",
-        "add",
-        UPLINK,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        router.name(),
-    ]);
+    node.add_veth(UPLINK, router, "eth0");
     node.ip(&["addr", "add", &format!("{NODE_IP}/24"), "dev", UPLINK]);
     node.ip(&["link", "set", UPLINK, "up"]);
     node.ip(&[

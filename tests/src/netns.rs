@@ -88,6 +88,22 @@ impl Netns {
         run(&mut command)
     }
 
+    /// Creates a veth pair: `name` here, `peer_name` in `peer`.
+    pub fn add_veth(&self, name: &str, peer: &Self, peer_name: &str) {
+        self.ip(&[
+            "link",
+            "add",
+            name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            peer_name,
+            "netns",
+            peer.name(),
+        ]);
+    }
+
     /// A command that runs inside the namespace (`nsenter --net`, which keeps the host's
     /// /sys and so its bpffs visible, unlike `ip netns exec`).
     pub fn command(&self, program: &str) -> Command {

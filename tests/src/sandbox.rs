@@ -136,18 +136,7 @@ fn offload(netns: &Netns, device: &str, tx: bool, rx: bool) {
 /// multi-NIC node reaches a second network.
 fn add_second_uplink(tag: &str, node: &Netns, offload_on: bool) -> Netns {
     let outside = Netns::new(&format!("{tag}-out2"));
-    node.ip(&[
-        "link",
-        "add",
-        SECOND_UPLINK,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        outside.name(),
-    ]);
+    node.add_veth(SECOND_UPLINK, &outside, "eth0");
     node.ip(&[
         "addr",
         "add",
@@ -201,18 +190,7 @@ impl Sandbox {
         for (index, pod) in pods.iter().enumerate() {
             let index = index + 1;
             let node_side = format!("vpod{index}");
-            node.ip(&[
-                "link",
-                "add",
-                &node_side,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                pod.name(),
-            ]);
+            node.add_veth(&node_side, pod, "eth0");
             let subnet_gateway = format!("10.244.{index}.1");
             pod.ip(&[
                 "addr",
@@ -237,18 +215,7 @@ impl Sandbox {
             offload(&node, &node_side, false, offload_on);
         }
 
-        node.ip(&[
-            "link",
-            "add",
-            UPLINK,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            router.name(),
-        ]);
+        node.add_veth(UPLINK, &router, "eth0");
         node.ip(&["addr", "add", &format!("{NODE_IP}/24"), "dev", UPLINK]);
         node.ip(&["link", "set", UPLINK, "up"]);
         node.ip(&[
@@ -269,18 +236,7 @@ impl Sandbox {
             "eth0",
         ]);
         router.ip(&["link", "set", "eth0", "up"]);
-        router.ip(&[
-            "link",
-            "add",
-            "eth1",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            outside.name(),
-        ]);
+        router.add_veth("eth1", &outside, "eth0");
         router.ip(&[
             "addr",
             "add",
