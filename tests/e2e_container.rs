@@ -30,7 +30,7 @@ use masq_testbed::{
     manifest::{container, find, render},
     netns::{Netns, unique_tag},
     sandbox::{
-        CLUSTER_PEER_IP, NODE_IP, OUTSIDE_IP, ROUTER_NODE_SIDE, Sandbox, SandboxOptions, UPLINK,
+        CLUSTER_PEER_IP, NODE_IP, OUTSIDE_IP, Sandbox, SandboxOptions, UPLINK, link_node_to_router,
         pod_ip,
     },
     traffic::{HeldConnection, tcp_server, tcp_transfer},
@@ -329,25 +329,7 @@ fn a_restarted_agent_attaches_anew_when_the_uplink_was_recreated() {
     // point at a device that is gone.
     let (node, router) = (&sandbox.node, &sandbox.router);
     node.ip(&["link", "del", UPLINK]);
-    node.add_veth(UPLINK, router, "eth0");
-    node.ip(&["addr", "add", &format!("{NODE_IP}/24"), "dev", UPLINK]);
-    node.ip(&["link", "set", UPLINK, "up"]);
-    node.ip(&[
-        "route",
-        "add",
-        "default",
-        "via",
-        &ROUTER_NODE_SIDE.to_string(),
-    ]);
-    router.ip(&[
-        "addr",
-        "add",
-        &format!("{ROUTER_NODE_SIDE}/24"),
-        "dev",
-        "eth0",
-    ]);
-    router.ip(&["link", "set", "eth0", "up"]);
-    router.ip(&["route", "add", "10.244.0.0/16", "via", &NODE_IP.to_string()]);
+    link_node_to_router(node, router);
 
     agent.restart();
     wait_ready(&sandbox, &daemonset, &agent);

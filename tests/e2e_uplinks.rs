@@ -18,8 +18,8 @@ use masq_testbed::{
     agent::Agent,
     in_both_attach_modes,
     sandbox::{
-        AttachMode, NODE_IP, OUTSIDE_IP, SECOND_GATEWAY, SECOND_NODE_IP, SECOND_OUTSIDE_IP,
-        SECOND_UPLINK, Sandbox, SandboxOptions, UPLINK,
+        AttachMode, NODE_IP, OUTSIDE_IP, SECOND_NODE_IP, SECOND_OUTSIDE_IP, SECOND_UPLINK, Sandbox,
+        SandboxOptions, UPLINK, route_second_network,
     },
     traffic::{tcp_server, tcp_transfer},
     wait_for,
@@ -88,15 +88,7 @@ fn every_uplink_masquerades_with_its_own_address_and_follows_changes(attach_mode
 
     // The second NIC comes up with its route: picked up without a restart or a resync.
     sandbox.node.ip(&["link", "set", SECOND_UPLINK, "up"]);
-    sandbox.node.ip(&[
-        "route",
-        "add",
-        "203.0.113.128/25",
-        "via",
-        &SECOND_GATEWAY.to_string(),
-        "dev",
-        SECOND_UPLINK,
-    ]);
+    route_second_network(&sandbox.node);
     wait_for("the second uplink to be picked up", Duration::from_secs(5), || {
         uplinks(&agent).len() == 2
     });
@@ -132,15 +124,7 @@ fn every_uplink_masquerades_with_its_own_address_and_follows_changes(attach_mode
         "dev",
         SECOND_UPLINK,
     ]);
-    sandbox.node.ip(&[
-        "route",
-        "replace",
-        "203.0.113.128/25",
-        "via",
-        &SECOND_GATEWAY.to_string(),
-        "dev",
-        SECOND_UPLINK,
-    ]);
+    route_second_network(&sandbox.node);
     wait_for("the new address to be followed", Duration::from_secs(5), || {
         uplinks(&agent).contains(&uplink(SECOND_UPLINK, renumbered, attach_mode))
     });

@@ -131,6 +131,44 @@ fn offload(netns: &Netns, device: &str, tx: bool, rx: bool) {
     netns.exec("ethtool", &["-K", device, "tx", state(tx), "rx", state(rx)]);
 }
 
+/// The node's uplink `up0` to the router's `eth0`, both addressed, with the node's default route
+/// and the router's route back to the pods.
+pub fn link_node_to_router(node: &Netns, router: &Netns) {
+    node.add_veth(UPLINK, router, "eth0");
+    node.ip(&["addr", "add", &format!("{NODE_IP}/24"), "dev", UPLINK]);
+    node.ip(&["link", "set", UPLINK, "up"]);
+    node.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        &ROUTER_NODE_SIDE.to_string(),
+    ]);
+    router.ip(&[
+        "addr",
+        "add",
+        &format!("{ROUTER_NODE_SIDE}/24"),
+        "dev",
+        "eth0",
+    ]);
+    router.ip(&["link", "set", "eth0", "up"]);
+    router.ip(&["route", "add", "10.244.0.0/16", "via", &NODE_IP.to_string()]);
+}
+
+/// The node's route to the host behind the second uplink's gateway (added, or put back after
+/// the uplink went down or was renumbered).
+pub fn route_second_network(node: &Netns) {
+    node.ip(&[
+        "route",
+        "replace",
+        "203.0.113.128/25",
+        "via",
+        &SECOND_GATEWAY.to_string(),
+        "dev",
+        SECOND_UPLINK,
+    ]);
+}
+
 /// `up1` on the node, linked to a namespace that is both the gateway 203.0.113.126 and, behind
 /// it, the host 203.0.113.200. The node reaches that host by a route via the gateway, as a
 /// multi-NIC node reaches a second network.
@@ -145,15 +183,7 @@ fn add_second_uplink(tag: &str, node: &Netns, offload_on: bool) -> Netns {
         SECOND_UPLINK,
     ]);
     node.ip(&["link", "set", SECOND_UPLINK, "up"]);
-    node.ip(&[
-        "route",
-        "add",
-        "203.0.113.128/25",
-        "via",
-        &SECOND_GATEWAY.to_string(),
-        "dev",
-        SECOND_UPLINK,
-    ]);
+    route_second_network(node);
     offload(node, SECOND_UPLINK, offload_on, offload_on);
     outside.ip(&[
         "addr",
@@ -215,27 +245,10 @@ impl Sandbox {
             offload(&node, &node_side, false, offload_on);
         }
 
-        node.add_veth(UPLINK, &router, "eth0");
-        node.ip(&["addr", "add", &format!("{NODE_IP}/24"), "dev", UPLINK]);
-        node.ip(&["link", "set", UPLINK, "up"]);
-        node.ip(&[
-            "route",
-            "add",
-            "default",
-            "via",
-            &ROUTER_NODE_SIDE.to_string(),
-        ]);
+        link_node_to_router(&node, &router);
         node.sysctl("net.ipv4.ip_forward", "1");
         offload(&node, UPLINK, offload_on, offload_on);
 
-        router.ip(&[
-            "addr",
-            "add",
-            &format!("{ROUTER_NODE_SIDE}/24"),
-            "dev",
-            "eth0",
-        ]);
-        router.ip(&["link", "set", "eth0", "up"]);
         router.add_veth("eth1", &outside, "eth0");
         router.ip(&[
             "addr",
@@ -252,7 +265,6 @@ impl Sandbox {
             &options.outside_mtu.to_string(),
             "up",
         ]);
-        router.ip(&["route", "add", "10.244.0.0/16", "via", &NODE_IP.to_string()]);
         router.ip(&[
             "route",
             "add",
