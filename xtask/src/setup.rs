@@ -291,7 +291,8 @@ pub(crate) fn ensure_packages(packages: &[&str]) -> Result<()> {
         .copied()
         .filter(|package| {
             let status = output(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]));
-            !status.is_ok_and(|status| status.ends_with("installed"))
+            // "unknown ok not-installed" also ends in "installed": compare the last word.
+            !status.is_ok_and(|status| status.split_whitespace().last() == Some("installed"))
         })
         .collect();
     if missing.is_empty() {
