@@ -13,7 +13,7 @@ use masq_testbed::{
     check::Ipv4View,
     harness::{Action, Harness, node_ip},
     pktgen::{
-        GRE, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, ICMP_PORT_UNREACH, Packet, TCP_ACK, TCP_FIN,
+        ESP, GRE, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, ICMP_PORT_UNREACH, Packet, TCP_ACK, TCP_FIN,
         TCP_PSH, TCP_RST, TCP_SYN, addr, arp_frame, ipv6_frame,
     },
 };
@@ -568,6 +568,42 @@ fn an_exhausted_port_range_drops_new_flows_and_spares_old_ones() {
     let _ = POD_B;
 }
 
+/// Issue 9, problem 3: allocation gave up after 32 probes, so new flows were dropped while
+/// ports were still free (the first drop came at 86-100 of 100 ports in use). Like the
+/// kernel's search, a range of up to 128 ports is now searched whole.
+#[test]
+fn every_free_port_of_a_small_range_is_found() {
+    let harness = Harness::with_ports(&[PortRange::new(20_000, 20_099)], true);
+    let mut ports = std::collections::BTreeSet::new();
+    for flow in 0..100u16 {
+        let source = format!("10.244.1.5:{}", 40_000 + flow);
+        let out = egress_ok(&harness, &Packet::udp(&source, "203.0.113.10:53"));
+        assert!(
+            ports.insert(out.src_port()),
+            "flow {flow} was given port {} twice",
+            out.src_port()
+        );
+    }
+    assert_eq!(ports.len(), 100, "all 100 ports handed out");
+    assert_eq!(harness.counter(Counter::EgressDropNoPort), 0);
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 100);
+
+    let overflow = harness.egress(&Packet::udp("10.244.1.5:39999", "203.0.113.10:53").frame());
+    assert_eq!(
+        overflow.action,
+        Action::Drop,
+        "the 101st flow has no port left"
+    );
+    assert_eq!(harness.counter(Counter::EgressDropNoPort), 1);
+    let histogram = harness.alloc_histogram();
+    assert_eq!(histogram[ALLOC_FAILED_SLOT as usize], 1, "{histogram:?}");
+    assert_eq!(
+        histogram[..ALLOC_FAILED_SLOT as usize].iter().sum::<u64>(),
+        100,
+        "every successful search recorded once: {histogram:?}"
+    );
+}
+
 #[test]
 fn sctp_keeps_its_port_and_conflicts_are_dropped() {
     let harness = Harness::new();
@@ -601,6 +637,47 @@ fn other_protocols_are_translated_by_address() {
     // Only one flow per remote and protocol can exist, as with conntrack's generic tracking.
     let second = harness.egress(&Packet::raw(POD_B, REMOTE, GRE).frame());
     assert_eq!(second.action, Action::Drop);
+}
+
+/// Issue 9, problem 4: the first pod GRE or ESP flow to a remote claimed that remote's whole
+/// protocol, the node's own tunnel included. The node's own port-less traffic now holds the
+/// tuple, and takes it back from a pod flow that got there first.
+#[test]
+fn protocols_without_ports_never_capture_the_nodes_own_traffic() {
+    let harness = Harness::new();
+    // The node's tunnel to a remote holds (remote, GRE) before any pod flow.
+    let tunnel = Packet::raw("192.0.2.1", REMOTE, GRE).frame();
+    assert_eq!(
+        harness.egress(&tunnel).frame,
+        tunnel,
+        "the node's own GRE leaves as is"
+    );
+    assert_eq!(harness.counter(Counter::EgressHostTracked), 1);
+    let pod = harness.egress(&Packet::raw(POD, REMOTE, GRE).frame());
+    assert_eq!(
+        pod.action,
+        Action::Drop,
+        "a pod may not take the node's tuple"
+    );
+    assert_eq!(harness.counter(Counter::EgressDropNoPort), 1);
+    let inbound = Packet::raw(REMOTE, "192.0.2.1", GRE).frame();
+    assert_eq!(
+        harness.ingress(&inbound).frame,
+        inbound,
+        "the remote's GRE reaches the node, not a pod"
+    );
+
+    // A pod flow that got there first loses the tuple when the node speaks.
+    let other_remote = "198.51.100.20";
+    let out = egress_ok(&harness, &Packet::raw(POD, other_remote, ESP));
+    assert_eq!(out.src, node_ip());
+    let tunnel = Packet::raw("192.0.2.1", other_remote, ESP).frame();
+    assert_eq!(harness.egress(&tunnel).frame, tunnel);
+    assert_eq!(harness.counter(Counter::MappingConflict), 1);
+    let inbound = Packet::raw(other_remote, "192.0.2.1", ESP).frame();
+    assert_eq!(harness.ingress(&inbound).frame, inbound, "now the node's");
+    let pod = harness.egress(&Packet::raw(POD, other_remote, ESP).frame());
+    assert_eq!(pod.action, Action::Drop);
 }
 
 #[test]

@@ -64,6 +64,10 @@ counters! {
     /// Egress packets of new flows dropped because the NAT table is full (live flows are never
     /// evicted for new ones; raise --nat-max-entries).
     EgressDropTableFull = "egress_drop_table_full",
+    /// Egress packets of new flows dropped because a new-flow program (the port allocator or
+    /// the translation after it) is missing from the program array: the agent had not finished
+    /// loading the datapath.
+    EgressDropNoAllocator = "egress_drop_no_allocator",
     /// Egress packets dropped because rewriting them failed half-way.
     EgressDropRewriteFailed = "egress_drop_rewrite_failed",
     /// Egress IPv4 packets of a kind that is not translated (e.g. ICMP informational types).
@@ -107,15 +111,19 @@ counters! {
 /// Number of counters, the size of the counters map.
 pub const COUNTER_COUNT: u32 = Counter::ALL.len() as u32;
 
-/// Most ports tried for one new flow before it is dropped and counted: a scan of 32 ports from
-/// a random start, so every port of a range of up to 32 is tried. The kernel's NAT tries about
-/// 240; longer scans here exceed what the verifier explores across the program's many paths
-/// into the allocation (64 does), which needs the allocation moved into a separately verified
-/// function first.
-pub const MAX_ALLOC_ATTEMPTS: u32 = 32;
+/// Ports the first round of a port search tries, in order from a random start. Like the
+/// kernel's unique-tuple search, each further round starts afresh from a new random position
+/// and tries half as many, down to [`MIN_ALLOC_ROUND`]; a range no larger than the first round
+/// is searched whole, so a free port in it is always found.
+pub const FIRST_ALLOC_ROUND: u32 = 128;
+/// Size of the last round of a port search.
+pub const MIN_ALLOC_ROUND: u32 = 16;
+/// Most ports tried for one new flow before it is dropped and counted: 128 + 64 + 32 + 16, as
+/// many as the kernel's NAT tries.
+pub const MAX_ALLOC_ATTEMPTS: u32 = 240;
 /// Buckets of attempt counts in the allocation histogram: bucket `i` counts flows that found a
-/// port within `2^i` attempts and not within `2^(i-1)` (1, 2, 3-4, 5-8, 9-16, 17-32).
-pub const ALLOC_ATTEMPT_BUCKETS: u32 = 6;
+/// port within `2^i` attempts and not within `2^(i-1)` (1, 2, 3-4, 5-8, ..., 129-256).
+pub const ALLOC_ATTEMPT_BUCKETS: u32 = 9;
 /// Slot of the allocation histogram that counts flows that found no port.
 pub const ALLOC_FAILED_SLOT: u32 = ALLOC_ATTEMPT_BUCKETS;
 /// Slot of the allocation histogram that sums the attempts of successful allocations.
@@ -139,8 +147,9 @@ mod tests {
 
     #[test]
     fn attempts_fall_in_power_of_two_buckets() {
-        let buckets = [1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 1000].map(alloc_bucket);
-        assert_eq!(buckets, [0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 5]);
+        let buckets = [1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 129, 240, 1000].map(alloc_bucket);
+        assert_eq!(buckets, [0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 8, 8, 8]);
+        assert!(alloc_bucket(MAX_ALLOC_ATTEMPTS) < ALLOC_ATTEMPT_BUCKETS);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::ports::PortRange;
 
 /// Version of the pinned map layout. Bump it whenever a shared struct, a map type, or the meaning
 /// of a stored value changes; the agent then refuses to adopt old pins instead of misreading them.
-pub const MAP_LAYOUT_VERSION: u32 = 3;
+pub const MAP_LAYOUT_VERSION: u32 = 4;
 
 /// Longest-prefix-match trie of IPv4 destinations that keep their source address.
 pub const MAP_NOMASQ_V4: &str = "masq_nomasq_v4";
@@ -28,8 +28,14 @@ pub const MAP_META: &str = "masq_meta";
 /// Hash of the interfaces masq translates on, by interface index: see [`Uplink`].
 pub const MAP_UPLINKS: &str = "masq_uplinks";
 
+/// Program array the egress program tail-calls into: see [`PROG_SLOT_ALLOCATOR`].
+pub const MAP_PROGS: &str = "masq_progs";
+/// Per-CPU single-entry array handing a [`crate::nat::AllocRequest`] from the egress program to
+/// the allocator it tail-calls.
+pub const MAP_ALLOC_REQUEST: &str = "masq_alloc_request";
+
 /// Every map the datapath defines, in the order the agent pins and reports them.
-pub const ALL_MAPS: [&str; 8] = [
+pub const ALL_MAPS: [&str; 10] = [
     MAP_META,
     MAP_SETTINGS,
     MAP_UPLINKS,
@@ -38,12 +44,30 @@ pub const ALL_MAPS: [&str; 8] = [
     MAP_FRAGS_V4,
     MAP_COUNTERS,
     MAP_ALLOC_RETRIES,
+    MAP_PROGS,
+    MAP_ALLOC_REQUEST,
 ];
 
 /// Name of the TC egress program.
 pub const PROG_EGRESS: &str = "masq_egress";
 /// Name of the TC ingress program.
 pub const PROG_INGRESS: &str = "masq_ingress";
+/// Name of the port allocator: a classifier that is never attached, only tail-called by the
+/// egress program for a packet that needs a new mapping.
+pub const PROG_ALLOCATOR: &str = "masq_allocator";
+/// Name of the classifier that translates the packet of a new flow once the allocator has
+/// mapped it; tail-called by the allocator, never attached.
+pub const PROG_NEW_FLOW: &str = "masq_new_flow";
+/// Slot of [`MAP_PROGS`] holding [`PROG_ALLOCATOR`]. The port search is a program of its own,
+/// and the packet rewrite after it another, so the verifier checks the search once, from one
+/// entry state, instead of once per path into it, and the rewrite once instead of once per
+/// port the search may stop at: that is what lets the search try as many ports as the
+/// kernel's.
+pub const PROG_SLOT_ALLOCATOR: u32 = 0;
+/// Slot of [`MAP_PROGS`] holding [`PROG_NEW_FLOW`].
+pub const PROG_SLOT_NEW_FLOW: u32 = 1;
+/// Slots of [`MAP_PROGS`].
+pub const PROG_SLOTS: u32 = 2;
 
 /// Default capacity of the IPv4 LPM trie. Upstream limits a config to 64 CIDRs by default; the
 /// trie is sized for configs that raise `cidrLimit` into the thousands.

@@ -187,6 +187,45 @@ impl NatKeyV4 {
 
 crate::impl_pod!(NatKeyV4, NatEntryV4);
 
+/// What the egress program hands the port allocator it tail-calls (the flow that needs a
+/// mapping, decided on but not yet created), and the allocator hands the program that
+/// translates the packet (the mapping). Lives in a per-CPU map for the length of the tail calls
+/// (softirq context: nothing else runs on the CPU in between).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocRequest {
+    /// Egress key of the new flow, as the packet carries it.
+    pub key: NatKeyV4,
+    /// Address the flow is masqueraded to (its uplink's), network byte order.
+    pub snat_addr: [u8; 4],
+    /// `ORIGIN_*` of the flow.
+    pub origin: u8,
+    /// `FLOW_*` bits of the packet.
+    pub flow_flags: u8,
+    /// Keeps the value free of implicit padding; always zero.
+    pub pad: [u8; 2],
+    /// The mapping the allocator created, for the program that translates the packet.
+    pub entry: NatEntryV4,
+    /// Where the allocator's port search starts; the allocator's own scratch space.
+    pub search: PortSearch,
+}
+
+/// The range a port search runs through and where it starts.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortSearch {
+    /// First port of the range.
+    pub first: u16,
+    /// Keeps the layout free of implicit padding; always zero.
+    pub pad: u16,
+    /// Number of ports in the range.
+    pub size: u32,
+    /// Position in the range of the first port tried.
+    pub start: u32,
+    /// Keeps the layout free of implicit padding; always zero.
+    pub pad2: u32,
+}
+
 /// Key of the fragment table: identifies one IPv4 datagram in flight.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -225,7 +264,7 @@ pub struct FragEntryV4 {
 /// How long fragment decisions are kept (Linux's `ipfrag_time`).
 pub const FRAG_LIFETIME_NS: u64 = 30_000_000_000;
 
-crate::impl_pod!(FragKeyV4, FragEntryV4);
+crate::impl_pod!(FragKeyV4, FragEntryV4, AllocRequest, PortSearch);
 
 #[cfg(test)]
 mod tests {

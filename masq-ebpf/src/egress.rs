@@ -8,22 +8,26 @@
 //!    range, which are tracked (keeping their port when free) so no pod flow can take it;
 //! 3. destinations in the non-masquerade trie keep the pod address;
 //! 4. everything else gets a new mapping to the node address, except TCP segments that cannot
-//!    open a connection (replies of connections opened from outside).
+//!    open a connection (replies of connections opened from outside). The mapping is made by
+//!    the allocator program, which this one tail-calls (see `allocator`).
 
 use aya_ebpf::{btf_maps::lpm_trie::Key, programs::TcContext};
-use aya_log_ebpf::debug;
 use masq_common::{
     counters::Counter,
     layout::NOMASQ_KIND_LINK_LOCAL,
-    nat::{Direction, NatEntryV4, NatKeyV4, ORIGIN_HOST, ORIGIN_INBOUND, ORIGIN_POD, proto},
+    nat::{
+        AllocRequest, Direction, NatEntryV4, NatKeyV4, ORIGIN_HOST, ORIGIN_INBOUND, ORIGIN_POD,
+        PortSearch, proto,
+    },
     settings::Settings,
 };
 
 use crate::{
+    allocator,
     counters::count,
     frag, icmp,
     maps::{self, NOMASQ_V4},
-    nat::{self, AllocError},
+    nat,
     packet::{self, EarlyOutcomes, Ipv4, Kind},
     rewrite::{self, End},
     verdict::Verdict,
@@ -107,7 +111,10 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, node_ip: [u8; 4], ip: &Ip
             ip.protocol,
             proto::TCP | proto::UDP | proto::SCTP | proto::ICMP
         );
-        if !has_port || !settings.port_in_range(src_port) {
+        // The node's flows outside the SNAT range cannot clash with a mapping. Its flows of
+        // protocols without ports are tracked: their tuple is the remote address alone, and
+        // the node's own (a tunnel endpoint) must never be handed to a pod.
+        if has_port && !settings.port_in_range(src_port) {
             count(Counter::EgressHostPassed);
             return Verdict::Pass;
         }
@@ -129,57 +136,33 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, node_ip: [u8; 4], ip: &Ip
         count(Counter::EgressTcpMidstreamPassed);
         return Verdict::Pass;
     }
-
-    match nat::allocate(ctx, settings, node_ip, &key, origin, flow_flags) {
-        Ok(entry) => {
-            debug!(
-                ctx,
-                "new mapping proto {} {:i}:{} -> {:i}:{} as port {}",
-                key.protocol,
-                u32::from_be_bytes(key.src_addr),
-                key.src_port,
-                u32::from_be_bytes(key.dst_addr),
-                key.dst_port,
-                entry.port
-            );
-            let counter = if origin == ORIGIN_HOST {
-                Counter::EgressHostTracked
-            } else {
-                Counter::EgressNewMapping
-            };
-            translate(ctx, ip, &key, &entry, counter)
-        }
-        Err(AllocError::NoPort) => {
-            debug!(
-                ctx,
-                "no free port towards {:i}:{}",
-                u32::from_be_bytes(key.dst_addr),
-                key.dst_port
-            );
-            count(Counter::EgressDropNoPort);
-            Verdict::Drop
-        }
-        Err(AllocError::TableFull) => {
-            debug!(ctx, "NAT table full: new flow refused");
-            count(Counter::EgressDropTableFull);
-            Verdict::Drop
-        }
-        Err(AllocError::SctpPortInUse) => {
-            debug!(
-                ctx,
-                "SCTP port {} taken towards {:i}",
-                key.src_port,
-                u32::from_be_bytes(key.dst_addr)
-            );
-            count(Counter::EgressDropSctpPortInUse);
-            Verdict::Drop
-        }
-    }
+    allocator::hand_over(
+        ctx,
+        &AllocRequest {
+            key,
+            snat_addr: node_ip,
+            origin,
+            flow_flags,
+            pad: [0; 2],
+            entry: NatEntryV4 {
+                addr: [0; 4],
+                port: 0,
+                flags: 0,
+                origin: 0,
+                created_ns: 0,
+                last_seen_ns: 0,
+            },
+            search: PortSearch::default(),
+        },
+    );
+    // Only reached when the tail call failed: the allocator is not in its slot.
+    count(Counter::EgressDropNoAllocator);
+    Verdict::Drop
 }
 
 /// Rewrites the packet's source to the mapping's address and port.
 #[inline(always)]
-fn translate(
+pub(crate) fn translate(
     ctx: &TcContext,
     ip: &Ipv4,
     key: &NatKeyV4,

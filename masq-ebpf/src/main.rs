@@ -4,7 +4,9 @@
 //!
 //! * [`masq_egress`] sends traffic towards masqueraded destinations out with the node's
 //!   address, allocating a port mapping for each new flow;
-//! * [`masq_ingress`] restores the pod address and port on the replies.
+//! * [`masq_ingress`] restores the pod address and port on the replies;
+//! * [`masq_allocator`] and [`masq_new_flow`], never attached, are tail-called in turn by the
+//!   egress program to create the mapping of a new flow and translate its packet.
 //!
 //! Everything the programs know comes from maps the agent fills (see `maps`). Every path counts
 //! exactly one outcome; nothing is logged per packet unless the agent turns on debug logging.
@@ -12,6 +14,7 @@
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+mod allocator;
 mod counters;
 mod egress;
 mod frag;
@@ -48,6 +51,28 @@ fn masq_egress(ctx: TcContext) -> i32 {
 )]
 fn masq_ingress(ctx: TcContext) -> i32 {
     ingress::classify(&ctx)
+}
+
+/// Port allocator, tail-called by `masq_egress` (through the `masq_progs` array, which the agent
+/// fills) for each packet that needs a new mapping: finds a free port and creates both halves of
+/// the mapping, then tail-calls `masq_new_flow`; or drops and counts the packet.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_allocator(ctx: TcContext) -> i32 {
+    allocator::allocate(&ctx)
+}
+
+/// Translates the packet of a flow `masq_allocator` has just mapped; tail-called by it.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_new_flow(ctx: TcContext) -> i32 {
+    allocator::translate_new_flow(&ctx)
 }
 
 /// The kernel requires a GPL-compatible license for the helpers the programs call.

@@ -2,7 +2,7 @@
 //! path so a restarted agent adopts them; names and layouts come from `masq_common::layout`.
 
 use aya_ebpf::{
-    btf_maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
+    btf_maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, ProgramArray},
     macros::btf_map,
     programs::TcContext,
 };
@@ -10,9 +10,9 @@ use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
     layout::{
         FRAGS_V4_MAX_ENTRIES, MapMeta, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES,
-        UPLINKS_MAX_ENTRIES, Uplink,
+        PROG_SLOTS, UPLINKS_MAX_ENTRIES, Uplink,
     },
-    nat::{FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
+    nat::{AllocRequest, FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
     settings::Settings,
 };
 
@@ -67,6 +67,19 @@ pub(crate) static COUNTERS: PerCpuArray<u64, { COUNTER_COUNT as usize }> = PerCp
 #[btf_map(name = "masq_retries")]
 pub(crate) static ALLOC_RETRIES: PerCpuArray<u64, { ALLOC_HISTOGRAM_BUCKETS as usize }> =
     PerCpuArray::new();
+
+/// The programs the egress program tail-calls, by `PROG_SLOT_*`: the port allocator. Written by
+/// the agent right after it loads the programs (before it attaches them), so a packet never
+/// finds the slot empty; pinned, because the kernel empties a program array once no file
+/// descriptor or pin refers to it, and the attached programs outlive the agent.
+#[btf_map(name = "masq_progs")]
+pub(crate) static PROGS: ProgramArray<{ PROG_SLOTS as usize }> = ProgramArray::new();
+
+/// The new flow the egress program asks the allocator to map, per CPU. Written by the egress
+/// program just before its tail call, read by the allocator right after; pinned with the
+/// program array so that during an upgrade an old egress program and a new allocator share it.
+#[btf_map(name = "masq_alloc_request")]
+pub(crate) static ALLOC_REQUEST: PerCpuArray<AllocRequest, 1> = PerCpuArray::new();
 
 /// The settings in force, or `None` before the agent configured the datapath.
 #[inline(always)]

@@ -1,24 +1,24 @@
 //! The NAT table: finding, refreshing, repairing and allocating mappings.
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
+    bindings::{BPF_ANY, BPF_NOEXIST},
     btf_maps::lpm_trie::Key,
     helpers::generated::{bpf_get_prandom_u32, bpf_ktime_get_coarse_ns},
     programs::TcContext,
 };
 use masq_common::{
-    counters::{Counter, MAX_ALLOC_ATTEMPTS},
+    counters::{Counter, FIRST_ALLOC_ROUND, MIN_ALLOC_ROUND},
     nat::{
-        FLOW_SEEN, FLOW_TCP_CLOSING, NatEntryV4, NatKeyV4, ORIGIN_HOST, ORIGIN_INBOUND,
-        TOUCH_INTERVAL_NS, proto,
+        AllocRequest, Direction, FLOW_SEEN, FLOW_TCP_CLOSING, NatEntryV4, NatKeyV4, ORIGIN_HOST,
+        ORIGIN_INBOUND, PortSearch, TOUCH_INTERVAL_NS, proto,
     },
     settings::Settings,
 };
 
 use crate::{
     counters::{count, record_allocation},
-    maps::{NAT_V4, NOMASQ_V4},
-    sockets,
+    maps::{ALLOC_REQUEST, NAT_V4, NOMASQ_V4},
+    sockets::{self, SocketTable},
 };
 
 /// Monotonic time in nanoseconds, coarse (a few milliseconds) but cheap.
@@ -108,44 +108,148 @@ pub(crate) enum AllocError {
 /// `-EEXIST`: the key of a `BPF_NOEXIST` insert is taken.
 const EEXIST: i32 = -17;
 
-/// Creates both halves of a mapping for the egress tuple `key`, translating to `node_ip`.
+/// Creates both halves of a mapping for the new flow in the allocator's request slot. Runs in
+/// the allocator program only (see `allocator`), so the verifier walks the port search once.
 ///
-/// Ports are scanned in order from a random start (the pod's own port first where it is kept),
-/// like the kernel's unique-tuple search, so a range with a free port is never reported full
-/// while fewer than [`MAX_ALLOC_ATTEMPTS`] ports are taken. Each candidate is looked up before
-/// it is inserted: a taken port costs a lookup and changes nothing. The ingress half is
-/// inserted first and only if absent: it reserves `(remote, remote port, node, port,
-/// protocol)` for this flow, so two flows never share a reply tuple. If another CPU created the
-/// same flow meanwhile, its mapping wins and ours is rolled back. The table is a plain hash:
-/// when it is full the new flow is refused, and no live flow is ever evicted.
+/// Ports are searched like the kernel's unique-tuple search: rounds of 128, 64, 32 and 16 ports
+/// tried in order, each from a new random start, so a range of up to 128 ports is searched
+/// whole and a larger one gets 240 tries. A port that must or may be kept (SCTP, the node's own
+/// flows, everything without `--random-fully`) is tried first, on its own. Each candidate is
+/// looked up before anything is inserted, so a taken port costs a lookup and changes nothing; a
+/// free one is also checked against the node's own sockets, so no pod flow is given a tuple a
+/// node listener or connection holds. The histogram records how many ports were tried.
+///
+/// The ingress half is inserted first and only if absent: it reserves `(remote, remote port,
+/// node, port, protocol)` for this flow, so two flows never share a reply tuple. If another CPU
+/// created the same flow meanwhile, its mapping wins and ours is rolled back. The table is a
+/// plain hash: when it is full the new flow is refused, and no live flow is ever evicted.
+///
+/// The search and the inserts read the request afresh from its slot ([`request`]): what the
+/// code before them learned about its fields (which protocol, which range, whether the port is
+/// kept) would otherwise split them into one verification per combination.
 #[inline(always)]
-pub(crate) fn allocate(
-    ctx: &TcContext,
-    settings: &Settings,
-    node_ip: [u8; 4],
-    key: &NatKeyV4,
-    origin: u8,
-    flow_flags: u8,
-) -> Result<NatEntryV4, AllocError> {
-    let now = now_ns();
-    let restore = NatEntryV4 {
-        addr: key.src_addr,
-        port: key.src_port,
-        flags: 0,
-        origin,
-        created_ns: now,
-        last_seen_ns: 0,
+pub(crate) fn allocate(ctx: &TcContext, settings: &Settings) -> Result<NatEntryV4, AllocError> {
+    let Some(request) = request() else {
+        return Err(AllocError::TableFull);
     };
+    let key = &request.key;
+    let node_ip = request.snat_addr;
+    let origin = request.origin;
     // Ports that cannot change: SCTP (CRC32c) and protocols without ports (always 0).
     let fixed_port = match key.protocol {
         proto::TCP | proto::UDP | proto::ICMP => None,
         proto::SCTP => Some(key.src_port),
         _ => Some(0),
     };
+    if origin == ORIGIN_HOST && fixed_port == Some(0) {
+        return reserve_for_node(key, node_ip);
+    }
     // The node's own flows keep their port whenever it is free, as do all flows without
     // --random-fully (iptables MASQUERADE tries the original port first too).
     let preferred =
         (origin == ORIGIN_HOST || !settings.random_fully()) && settings.port_in_range(key.src_port);
+    let first_choice = match fixed_port {
+        Some(port) => Some(port),
+        None if preferred => Some(key.src_port),
+        None => None,
+    };
+    if let Some(port) = first_choice {
+        if usable(ctx, &request, socket_table(&request), port) {
+            record_allocation(Some(1));
+            return create(port);
+        }
+        if fixed_port.is_some() {
+            record_allocation(None);
+            return Err(if key.protocol == proto::SCTP {
+                AllocError::SctpPortInUse
+            } else {
+                AllocError::NoPort
+            });
+        }
+    }
+    // One search per socket table, each with its table fixed: a choice of table inside the
+    // search would be one more branch on every port tried.
+    let found = match socket_table(&request) {
+        None => search(ctx, settings, None),
+        Some(SocketTable::Tcp) => search(ctx, settings, Some(SocketTable::Tcp)),
+        Some(SocketTable::Udp) => search(ctx, settings, Some(SocketTable::Udp)),
+    };
+    match found {
+        Some(port) => create(port),
+        None => Err(AllocError::NoPort),
+    }
+}
+
+/// The allocator's request, read from its per-CPU slot with a volatile read: the compiler may
+/// not reuse values it saw written or read before, so the verifier knows nothing about the
+/// fields but their width.
+#[inline(always)]
+fn request() -> Option<AllocRequest> {
+    let slot = ALLOC_REQUEST.get_ptr(0)?;
+    // SAFETY: the slot is a valid, aligned map value private to this CPU while the program runs.
+    Some(unsafe { core::ptr::read_volatile(slot) })
+}
+
+/// The reply tuple of `request`'s flow if it left from node port `port`.
+#[inline(always)]
+fn reply_key(request: &AllocRequest, port: u16) -> NatKeyV4 {
+    let key = &request.key;
+    NatKeyV4::new(
+        key.dst_addr,
+        request.snat_addr,
+        key.dst_port,
+        port,
+        key.protocol,
+        Direction::Ingress,
+    )
+}
+
+/// Whether `request`'s flow may leave from node port `port`: no mapping holds the reply tuple,
+/// and no node socket in `sockets` (the table pod flows of this protocol are checked against,
+/// if any) does.
+#[inline(always)]
+fn usable(
+    ctx: &TcContext,
+    request: &AllocRequest,
+    sockets: Option<SocketTable>,
+    port: u16,
+) -> bool {
+    let key = &request.key;
+    if NAT_V4.get_ptr(reply_key(request, port)).is_some() {
+        return false;
+    }
+    match sockets {
+        Some(table) => !sockets::owned_in(
+            ctx,
+            table,
+            key.dst_addr,
+            key.dst_port,
+            request.snat_addr,
+            port,
+        ),
+        None => true,
+    }
+}
+
+/// The socket table a pod flow of `request`'s protocol must not clash with; `None` for the
+/// node's own flows (the kernel already keeps its own sockets apart) and protocols the kernel
+/// cannot be asked about.
+#[inline(always)]
+fn socket_table(request: &AllocRequest) -> Option<SocketTable> {
+    if request.origin == ORIGIN_HOST {
+        return None;
+    }
+    SocketTable::of(request.key.protocol)
+}
+
+/// The kernel's search for a free port: rounds from [`FIRST_ALLOC_ROUND`] ports down to
+/// [`MIN_ALLOC_ROUND`], halving, each in order from a new random start (wrapping at the range's
+/// end); a round that covered the whole range ends the search. The range is chosen once, at a
+/// random position over all ranges laid end to end, so each port is equally likely to be
+/// tried first; with several `--to-ports` ranges a flow's search stays in the range it drew.
+/// Records in the histogram how many ports it tried, or that it found none.
+#[inline(always)]
+fn search(ctx: &TcContext, settings: &Settings, sockets: Option<SocketTable>) -> Option<u16> {
     // SAFETY: the helper takes no arguments and has no preconditions.
     let random = unsafe { bpf_get_prandom_u32() };
     // `settings()` only hands out settings with ports, but the map value can change under the
@@ -154,112 +258,135 @@ pub(crate) fn allocate(
         .checked_rem(settings.total_ports)
         .and_then(|offset| settings.range_at(offset))
     else {
-        return Err(AllocError::NoPort);
+        record_allocation(None);
+        return None;
     };
-    // The scan runs through the range the random start fell in (all of it, for the single
-    // range of the default), wrapping at its end.
-    let candidates = if size < MAX_ALLOC_ATTEMPTS {
-        size
-    } else {
-        MAX_ALLOC_ATTEMPTS
-    };
-    let reply_key_for = |port: u16| {
-        key.peer(&NatEntryV4 {
-            addr: node_ip,
-            port,
-            ..restore
-        })
-    };
-    let free = |port: u16| NAT_V4.get_ptr(reply_key_for(port)).is_none();
-
-    // A port that must or may be kept is tried on its own, before any scan.
-    let mut attempt: u32 = 0;
-    let mut found = None;
-    let first_choice = match fixed_port {
-        Some(port) => Some(port),
-        None if preferred => Some(key.src_port),
-        None => None,
-    };
-    if let Some(port) = first_choice {
-        attempt = 1;
-        if free(port) {
-            found = Some((port, reply_key_for(port)));
-        }
+    // Through the slot and back, so that every way out of `range_at` meets one search.
+    let slot = ALLOC_REQUEST.get_ptr_mut(0)?;
+    // SAFETY: as in `request`.
+    unsafe {
+        (*slot).search = PortSearch {
+            first,
+            pad: 0,
+            size,
+            start,
+            pad2: 0,
+        };
     }
-    // The scan only looks, with one comparison per step, so the loop stays within what the
-    // verifier explores; the inserts happen once, after it.
-    if found.is_none() && fixed_port.is_none() {
-        let mut within = start;
+    let request = request()?;
+    let PortSearch { first, size, .. } = request.search;
+    let mut start = request.search.start.checked_rem(size)?;
+    let mut tried: u32 = 0;
+    let mut round = FIRST_ALLOC_ROUND;
+    while round >= MIN_ALLOC_ROUND {
         let mut step: u32 = 0;
-        while step < MAX_ALLOC_ATTEMPTS {
-            if step >= candidates {
+        while step < round {
+            if step >= size {
                 break;
+            }
+            // Wrapping by subtraction, not by resetting to zero: a position the verifier
+            // knows exactly after a wrap would start a new chain of states at every step
+            // where the wrap can happen, squaring the cost of the search.
+            let mut within = start + step;
+            if within >= size {
+                within -= size;
             }
             let port = first.wrapping_add(within as u16);
-            within += 1;
-            if within >= size {
-                within = 0;
-            }
             step += 1;
-            if free(port) {
-                found = Some((port, reply_key_for(port)));
-                break;
+            if usable(ctx, &request, sockets, port) {
+                record_allocation(Some(tried + step));
+                return Some(port);
             }
         }
-        attempt += step;
+        tried += step;
+        if step >= size {
+            break;
+        }
+        // SAFETY: as above.
+        let random = unsafe { bpf_get_prandom_u32() };
+        start = random.checked_rem(size)?;
+        round /= 2;
     }
-    let Some((port, reply_key)) = found else {
-        record_allocation(None);
-        return Err(if key.protocol == proto::SCTP {
-            AllocError::SctpPortInUse
-        } else {
-            AllocError::NoPort
-        });
+    record_allocation(None);
+    None
+}
+
+/// Inserts both halves of the mapping of the request's flow through node port `port`.
+#[inline(always)]
+fn create(port: u16) -> Result<NatEntryV4, AllocError> {
+    let Some(request) = request() else {
+        return Err(AllocError::TableFull);
     };
-    // The node's own sockets hold tuples too (a listener in the range, such as kubelet's
-    // 10250, answered from a remote port): a pod flow given the same tuple would receive the
-    // node's traffic. Such a port is refused; the packet's retransmission scans from a new
-    // random start.
-    if origin != ORIGIN_HOST
-        && sockets::node_owns(ctx, key.protocol, key.dst_addr, key.dst_port, node_ip, port)
-    {
-        record_allocation(None);
-        return Err(AllocError::NoPort);
-    }
+    let key = &request.key;
+    let now = now_ns();
+    let restore = NatEntryV4 {
+        addr: key.src_addr,
+        port: key.src_port,
+        flags: 0,
+        origin: request.origin,
+        created_ns: now,
+        last_seen_ns: 0,
+    };
+    let reply_key = reply_key(&request, port);
     match NAT_V4.insert(reply_key, restore, u64::from(BPF_NOEXIST)) {
         Ok(()) => {}
         // Another CPU took the port between the look and the insert; the packet's next
-        // retransmission scans again.
-        Err(EEXIST) => {
-            record_allocation(None);
-            return Err(AllocError::NoPort);
-        }
-        Err(_) => {
-            record_allocation(None);
-            return Err(AllocError::TableFull);
-        }
+        // retransmission searches again.
+        Err(EEXIST) => return Err(AllocError::NoPort),
+        Err(_) => return Err(AllocError::TableFull),
     }
     let forward = NatEntryV4 {
-        addr: node_ip,
+        addr: request.snat_addr,
         port,
-        flags: flow_flags | FLOW_SEEN,
-        origin,
+        flags: request.flow_flags | FLOW_SEEN,
+        origin: request.origin,
         created_ns: now,
         last_seen_ns: now,
     };
     if NAT_V4.insert(key, forward, u64::from(BPF_NOEXIST)).is_ok() {
-        record_allocation(Some(attempt));
         return Ok(forward);
     }
     let _ = NAT_V4.remove(reply_key);
     // Another CPU mapped this flow first: use theirs.
     if let Some(existing) = NAT_V4.get_ptr(key) {
-        record_allocation(Some(attempt));
         // SAFETY: as in `lookup`.
         return Ok(unsafe { *existing });
     }
-    record_allocation(None);
     Err(AllocError::TableFull)
+}
+
+/// Reserves a tuple of a protocol without ports (GRE, ESP, ...) for the node's own traffic
+/// towards that remote. Such a tuple can belong to one flow only, and the node's own (a tunnel
+/// endpoint, typically) always wins: a pod flow holding it loses its mapping here (counted as a
+/// conflict) and its next packet is refused, so the node's traffic is never delivered to a pod.
+#[inline(always)]
+fn reserve_for_node(key: &NatKeyV4, node_ip: [u8; 4]) -> Result<NatEntryV4, AllocError> {
+    let now = now_ns();
+    let own = NatEntryV4 {
+        addr: node_ip,
+        port: 0,
+        flags: FLOW_SEEN,
+        origin: ORIGIN_HOST,
+        created_ns: now,
+        last_seen_ns: now,
+    };
+    let reply_key = key.peer(&own);
+    if let Some(existing) = NAT_V4.get_ptr(reply_key) {
+        // SAFETY: as in `lookup`.
+        let existing = unsafe { *existing };
+        if existing.origin != ORIGIN_HOST {
+            count(Counter::MappingConflict);
+            let _ = NAT_V4.remove(reply_key.peer(&existing));
+        }
+    }
+    let reply = key.peer_entry(&own);
+    if NAT_V4.insert(reply_key, reply, u64::from(BPF_ANY)).is_err()
+        || NAT_V4.insert(key, own, u64::from(BPF_ANY)).is_err()
+    {
+        return Err(AllocError::TableFull);
+    }
+    record_allocation(Some(1));
+    Ok(own)
 }
 
 /// Remembers a UDP flow that a masqueraded address opened towards a pod; `key` is the tuple

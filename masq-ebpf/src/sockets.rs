@@ -15,6 +15,27 @@ use aya_ebpf::{
 };
 use masq_common::nat::proto;
 
+/// Which socket table a lookup asks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SocketTable {
+    /// TCP: listeners, established connections, handshakes and time-wait.
+    Tcp,
+    /// UDP: bound and connected sockets.
+    Udp,
+}
+
+impl SocketTable {
+    /// The table holding sockets of `protocol`, if the kernel can be asked about it.
+    #[inline(always)]
+    pub(crate) const fn of(protocol: u8) -> Option<Self> {
+        match protocol {
+            proto::TCP => Some(Self::Tcp),
+            proto::UDP => Some(Self::Udp),
+            _ => None,
+        }
+    }
+}
+
 /// Whether a socket of this network namespace would receive `protocol` traffic from
 /// `remote:remote_port` to `local:local_port` (a listener or a connected socket; for TCP also
 /// connections in their handshake or time-wait).
@@ -22,6 +43,23 @@ use masq_common::nat::proto;
 pub(crate) fn node_owns(
     ctx: &TcContext,
     protocol: u8,
+    remote: [u8; 4],
+    remote_port: u16,
+    local: [u8; 4],
+    local_port: u16,
+) -> bool {
+    match SocketTable::of(protocol) {
+        Some(table) => owned_in(ctx, table, remote, remote_port, local, local_port),
+        None => false,
+    }
+}
+
+/// [`node_owns`] for a table known in advance: callers that ask in a loop choose the table once,
+/// outside it, so the verifier does not walk a branch per protocol on every pass.
+#[inline(always)]
+pub(crate) fn owned_in(
+    ctx: &TcContext,
+    table: SocketTable,
     remote: [u8; 4],
     remote_port: u16,
     local: [u8; 4],
@@ -44,10 +82,9 @@ pub(crate) fn node_owns(
     // SAFETY: the context is the program's own; `tuple` lives across the call and `size` is
     // the size of its IPv4 member, which the helper reads.
     let socket: *mut core::ffi::c_void = unsafe {
-        match protocol {
-            proto::TCP => bpf_skc_lookup_tcp(context, &mut tuple, size, netns, 0).cast(),
-            proto::UDP => bpf_sk_lookup_udp(context, &mut tuple, size, netns, 0).cast(),
-            _ => return false,
+        match table {
+            SocketTable::Tcp => bpf_skc_lookup_tcp(context, &mut tuple, size, netns, 0).cast(),
+            SocketTable::Udp => bpf_sk_lookup_udp(context, &mut tuple, size, netns, 0).cast(),
         }
     };
     if socket.is_null() {

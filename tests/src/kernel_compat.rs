@@ -68,6 +68,9 @@ const HELPERS: &[(bpf_func_id, KernelVersion)] = &[
     (bpf_func_id::BPF_FUNC_l3_csum_replace, linux(4, 1)),
     (bpf_func_id::BPF_FUNC_l4_csum_replace, linux(4, 1)),
     (bpf_func_id::BPF_FUNC_skb_load_bytes, linux(4, 5)),
+    // New flows go through the allocator by tail call. A program that also makes bpf-to-bpf
+    // calls (masq's call memset) may tail-call from 5.10 on x86-64, below the minimum.
+    (bpf_func_id::BPF_FUNC_tail_call, linux(4, 2)),
     // Socket lookups for tc programs: 4.20; the one that also finds request and time-wait
     // sockets: 5.2.
     (bpf_func_id::BPF_FUNC_sk_lookup_udp, linux(4, 20)),
@@ -88,6 +91,8 @@ const HELPERS: &[(bpf_func_id, KernelVersion)] = &[
 const MAP_TYPES: &[(bpf_map_type, KernelVersion)] = &[
     (bpf_map_type::BPF_MAP_TYPE_HASH, linux(3, 19)),
     (bpf_map_type::BPF_MAP_TYPE_ARRAY, linux(3, 19)),
+    // With BTF, as aya declares it: 4.20.
+    (bpf_map_type::BPF_MAP_TYPE_PROG_ARRAY, linux(4, 20)),
     (bpf_map_type::BPF_MAP_TYPE_PERCPU_ARRAY, linux(4, 6)),
     (bpf_map_type::BPF_MAP_TYPE_LRU_HASH, linux(4, 10)),
     (bpf_map_type::BPF_MAP_TYPE_LPM_TRIE, linux(4, 11)),

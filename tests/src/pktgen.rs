@@ -10,6 +10,8 @@ pub const UDP: u8 = 17;
 pub const ICMP: u8 = 1;
 pub const SCTP: u8 = 132;
 pub const GRE: u8 = 47;
+/// IP protocol number of IPsec ESP.
+pub const ESP: u8 = 50;
 
 pub const TCP_FIN: u8 = 0x01;
 pub const TCP_SYN: u8 = 0x02;

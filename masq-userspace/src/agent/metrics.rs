@@ -996,9 +996,9 @@ mod tests {
                 (Counter::EgressMasqueraded, 5),
                 (Counter::EgressDropNoPort, 2),
             ],
-            // Six attempt buckets (3 flows at the first port, 1 at the second), 2 failures,
+            // Nine attempt buckets (3 flows at the first port, 1 at the second), 2 failures,
             // 5 attempts in all.
-            allocation: vec![3, 1, 0, 0, 0, 0, 2, 5],
+            allocation: vec![3, 1, 0, 0, 0, 0, 0, 0, 0, 2, 5],
             error: None,
         };
         let page = render(&status, &readings);

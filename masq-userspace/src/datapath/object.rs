@@ -2,10 +2,15 @@
 
 use std::path::PathBuf;
 
-use aya::{Ebpf, EbpfLoader, programs::SchedClassifier};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{MapData, ProgramArray},
+    programs::SchedClassifier,
+};
 use masq_common::layout::{
-    ALL_MAPS, MAP_NAT_V4, MAP_NOMASQ_V4, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES,
-    PROG_EGRESS, PROG_INGRESS,
+    ALL_MAPS, MAP_NAT_V4, MAP_NOMASQ_V4, MAP_PROGS, NAT_V4_DEFAULT_MAX_ENTRIES,
+    NOMASQ_V4_MAX_ENTRIES, PROG_ALLOCATOR, PROG_EGRESS, PROG_INGRESS, PROG_NEW_FLOW,
+    PROG_SLOT_ALLOCATOR, PROG_SLOT_NEW_FLOW,
 };
 
 use super::{error::DatapathError, maps::DatapathMaps};
@@ -48,15 +53,29 @@ impl Default for LoadOptions {
 const LOG_LEVEL_GLOBAL: &str = "AYA_LOG_LEVEL";
 
 /// The datapath programs loaded into the kernel (not attached) and their maps.
-#[derive(Debug)]
 pub struct Datapath {
     ebpf: Ebpf,
     /// Typed handles on the maps the programs use.
     pub maps: DatapathMaps,
+    /// The program array the egress program tail-calls through, kept open (see
+    /// `install_allocator`).
+    _program_slots: ProgramArray<MapData>,
+}
+
+impl std::fmt::Debug for Datapath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Datapath")
+            .field("ebpf", &self.ebpf)
+            .field("maps", &self.maps)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Datapath {
-    /// Creates (or, with a pin directory, adopts) the maps and loads both programs.
+    /// Creates (or, with a pin directory, adopts) the maps, loads the programs and puts the
+    /// new-flow programs in the slots the egress program tail-calls through. With adopted maps that slot may be
+    /// serving attached programs: the replacement is one atomic update, so an in-flight packet
+    /// meets the old allocator or the new one, never an empty slot.
     pub fn load(options: &LoadOptions) -> Result<Self, DatapathError> {
         let log_level: u8 = if options.debug_log {
             aya_log::Level::Debug as u8
@@ -77,13 +96,18 @@ impl Datapath {
             }
         }
         let mut ebpf = loader.load(DATAPATH_OBJECT)?;
-        for name in [PROG_EGRESS, PROG_INGRESS] {
+        for name in [PROG_EGRESS, PROG_INGRESS, PROG_ALLOCATOR, PROG_NEW_FLOW] {
             classifier_mut(&mut ebpf, name)?
                 .load()
                 .map_err(DatapathError::program("loading", name))?;
         }
+        let program_slots = install_allocator(&mut ebpf)?;
         let maps = DatapathMaps::take(&mut ebpf)?;
-        Ok(Self { ebpf, maps })
+        Ok(Self {
+            ebpf,
+            maps,
+            _program_slots: program_slots,
+        })
     }
 
     /// Starts forwarding the datapath's debug records to the `log` facade (and from there to
@@ -114,6 +138,30 @@ impl Datapath {
     pub fn ingress_mut(&mut self) -> Result<&mut SchedClassifier, DatapathError> {
         classifier_mut(&mut self.ebpf, PROG_INGRESS)
     }
+}
+
+/// Puts the new-flow programs in their slots of the program array and returns the array, which must stay
+/// open: the kernel empties a program array when its last file descriptor closes and no pin
+/// holds it (private maps in tests and benchmarks).
+fn install_allocator(ebpf: &mut Ebpf) -> Result<ProgramArray<MapData>, DatapathError> {
+    let map = ebpf.take_map(MAP_PROGS).ok_or(DatapathError::Missing {
+        kind: "map",
+        name: MAP_PROGS,
+    })?;
+    let mut slots =
+        ProgramArray::try_from(map).map_err(DatapathError::map("opening", MAP_PROGS))?;
+    for (slot, name) in [
+        (PROG_SLOT_ALLOCATOR, PROG_ALLOCATOR),
+        (PROG_SLOT_NEW_FLOW, PROG_NEW_FLOW),
+    ] {
+        let program = classifier(ebpf, name)?
+            .fd()
+            .map_err(DatapathError::program("opening", name))?;
+        slots
+            .set(slot, program, 0)
+            .map_err(DatapathError::map("filling", MAP_PROGS))?;
+    }
+    Ok(slots)
 }
 
 fn classifier<'a>(

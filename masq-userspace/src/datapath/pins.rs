@@ -10,11 +10,11 @@ use aya::maps::{MapData, MapInfo, MapType};
 use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
     layout::{
-        ALL_MAPS, FRAGS_V4_MAX_ENTRIES, MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_FRAGS_V4,
-        MAP_LAYOUT_VERSION, MAP_META, MAP_NAT_V4, MAP_NOMASQ_V4, MAP_SETTINGS, MAP_UPLINKS,
-        MapMeta, UPLINKS_MAX_ENTRIES, Uplink,
+        ALL_MAPS, FRAGS_V4_MAX_ENTRIES, MAP_ALLOC_REQUEST, MAP_ALLOC_RETRIES, MAP_COUNTERS,
+        MAP_FRAGS_V4, MAP_LAYOUT_VERSION, MAP_META, MAP_NAT_V4, MAP_NOMASQ_V4, MAP_PROGS,
+        MAP_SETTINGS, MAP_UPLINKS, MapMeta, PROG_SLOTS, UPLINKS_MAX_ENTRIES, Uplink,
     },
-    nat::{FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
+    nat::{AllocRequest, FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
     settings::Settings,
 };
 
@@ -77,7 +77,7 @@ struct ExpectedMap {
     max_entries: Option<u32>,
 }
 
-fn expected_maps() -> [ExpectedMap; 8] {
+fn expected_maps() -> [ExpectedMap; 10] {
     [
         ExpectedMap {
             name: MAP_META,
@@ -134,6 +134,20 @@ fn expected_maps() -> [ExpectedMap; 8] {
             key_size: 4,
             value_size: 8,
             max_entries: Some(ALLOC_HISTOGRAM_BUCKETS),
+        },
+        ExpectedMap {
+            name: MAP_PROGS,
+            map_type: MapType::ProgramArray,
+            key_size: 4,
+            value_size: 4,
+            max_entries: Some(PROG_SLOTS),
+        },
+        ExpectedMap {
+            name: MAP_ALLOC_REQUEST,
+            map_type: MapType::PerCpuArray,
+            key_size: 4,
+            value_size: size_of::<AllocRequest>(),
+            max_entries: Some(1),
         },
     ]
 }
