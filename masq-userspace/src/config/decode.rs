@@ -148,11 +148,10 @@ pub fn decode_azure(document: &JsonValue) -> Result<AzureFileConfig, DecodeError
         other => return Err(DecodeError::DocumentType(other.kind())),
     };
     let mut errors = Errors::default();
+    let mut cidrs = None;
     for (key, value) in members {
         match find_field(AZURE_FIELDS, key) {
-            Some(Field::NonMasqueradeCidrs) => {
-                decode_cidrs(value, &mut config.non_masquerade_cidrs, &mut errors);
-            }
+            Some(Field::NonMasqueradeCidrs) => decode_cidrs(value, &mut cidrs, &mut errors),
             Some(field @ Field::MasqLinkLocal) => {
                 decode_bool(value, field, &mut config.masq_link_local, &mut errors);
             }
@@ -162,17 +161,20 @@ pub fn decode_azure(document: &JsonValue) -> Result<AzureFileConfig, DecodeError
             _ => {}
         }
     }
+    config.non_masquerade_cidrs = cidrs.unwrap_or_default();
     errors.first.map_or(Ok(config), Err)
 }
 
-/// A `[]string` field. Go decodes an array into the existing slice: a `null` element keeps the
-/// value already at that index (upstream's defaults!) or is empty past its end.
-fn decode_cidrs(value: &JsonValue, target: &mut Vec<String>, errors: &mut Errors) {
+/// A `[]string` field. `null` makes it nil (`None`), an array a list, empty or not. Go decodes
+/// an array into the existing slice: a `null` element keeps the value already at that index
+/// (upstream's defaults!) or is empty past its end.
+fn decode_cidrs(value: &JsonValue, target: &mut Option<Vec<String>>, errors: &mut Errors) {
     let field = Field::NonMasqueradeCidrs;
     match value {
-        JsonValue::Null => target.clear(),
+        JsonValue::Null => *target = None,
         JsonValue::Array(items) => {
-            let previous = std::mem::take(target);
+            let previous = target.take().unwrap_or_default();
+            let target = target.insert(Vec::with_capacity(items.len()));
             for (index, item) in items.iter().enumerate() {
                 let decoded = match item {
                     JsonValue::String(text) => text.clone(),
@@ -281,7 +283,10 @@ mod tests {
             ("masqlinklocalipv6", JsonValue::Bool(true)),
         ]))
         .expect("valid");
-        assert_eq!(config.non_masquerade_cidrs, ["1.0.0.0/8"]);
+        assert_eq!(
+            config.non_masquerade_cidrs,
+            Some(vec!["1.0.0.0/8".to_owned()])
+        );
         assert_eq!(config.cidr_limit, 5);
         assert!(config.masq_link_local_ipv6);
         // Later members win, whatever their spelling.
@@ -301,7 +306,7 @@ mod tests {
             ("masqLinkLocal", JsonValue::Null),
         ]))
         .expect("valid");
-        assert!(config.non_masquerade_cidrs.is_empty());
+        assert_eq!(config.non_masquerade_cidrs, None);
         assert_eq!(config.cidr_limit, 64);
         assert!(!config.masq_link_local);
     }
@@ -316,7 +321,7 @@ mod tests {
         ]);
         let config = upstream(&object(&[("nonMasqueradeCIDRs", cidrs.clone())])).expect("valid");
         assert_eq!(
-            config.non_masquerade_cidrs,
+            config.non_masquerade_cidrs.as_deref().unwrap_or_default(),
             ["10.0.0.0/8", "1.0.0.0/8", "192.168.0.0/16", ""]
         );
         let azure = decode_azure(&object(&[("nonMasqueradeCIDRs", cidrs)])).expect("valid");

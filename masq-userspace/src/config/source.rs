@@ -426,7 +426,7 @@ fn load_file(path: &Path, options: &ReadOptions) -> Result<EffectiveConfig, Conf
     let base = MasqConfig::defaults(options.nomasq_all_reserved_ranges);
     let raw = decode::decode_upstream(&document, base).map_err(ConfigError::Decode)?;
     let cidrs = validate_cidrs(
-        &raw.non_masquerade_cidrs,
+        raw.non_masquerade_cidrs.as_deref().unwrap_or_default(),
         raw.cidr_limit,
         options.enable_ipv6,
     )
@@ -533,11 +533,14 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
         masq_link_local |= file.masq_link_local;
         masq_link_local_ipv6 |= file.masq_link_local_ipv6;
     }
+    // The Azure agent appends every file's list to a nil one, which stays nil when no file
+    // lists a CIDR.
+    let cidr_texts: Vec<String> = merged
+        .iter()
+        .map(|sourced| sourced.cidr.as_str().to_owned())
+        .collect();
     let raw = MasqConfig {
-        non_masquerade_cidrs: merged
-            .iter()
-            .map(|sourced| sourced.cidr.as_str().to_owned())
-            .collect(),
+        non_masquerade_cidrs: (!cidr_texts.is_empty()).then_some(cidr_texts),
         cidr_limit: AZURE_CIDR_LIMIT,
         masq_link_local,
         masq_link_local_ipv6,
@@ -673,6 +676,27 @@ mod tests {
             empty_list.cidrs.is_empty(),
             "an explicit empty list masquerades everything"
         );
+    }
+
+    #[test]
+    fn an_explicit_empty_list_is_logged_as_go_logs_it() {
+        // Go decodes `[]` into an empty slice and `null` into a nil one; json.Marshal prints
+        // them as `[]` and `null`.
+        for (text, logged) in [
+            ("nonMasqueradeCIDRs: []\n", r#"{"nonMasqueradeCIDRs":[],"#),
+            (
+                r#"{"nonMasqueradeCIDRs": []}"#,
+                r#"{"nonMasqueradeCIDRs":[],"#,
+            ),
+            ("nonMasqueradeCIDRs:\n", r#"{"nonMasqueradeCIDRs":null,"#),
+            (
+                r#"{"nonMasqueradeCIDRs": null}"#,
+                r#"{"nonMasqueradeCIDRs":null,"#,
+            ),
+        ] {
+            let config = load_text(text, &OPTIONS).expect("valid");
+            assert!(config.raw.to_go_json().starts_with(logged), "{text}");
+        }
     }
 
     #[test]
