@@ -10,8 +10,6 @@ use masq_common::{
 
 use super::{
     AgentError, AgentOptions,
-    netif::{self, InterfaceError},
-    reserved_ports,
     status::{SharedStatus, UplinkStatus},
 };
 use crate::{
@@ -25,6 +23,10 @@ use crate::{
         sync::{TrieSync, settings, sync_nomasq},
     },
     iptables::apply::Iptables,
+    node::{
+        interfaces::{self, InterfaceError},
+        reserved_ports,
+    },
     policy::Policy,
 };
 
@@ -499,9 +501,9 @@ fn wanted_uplinks(
     strictness: Strictness,
 ) -> Result<Vec<WantedUplink>, AgentError> {
     if options.interfaces.is_empty() {
-        let interfaces = netif::interfaces()?;
-        let gateways = netif::gateway_interfaces()?;
-        let chosen: Vec<WantedUplink> = netif::uplink_candidates(&interfaces, &gateways)
+        let present = interfaces::interfaces()?;
+        let gateways = interfaces::gateway_interfaces()?;
+        let chosen: Vec<WantedUplink> = interfaces::uplink_candidates(&present, &gateways)
             .into_iter()
             .filter_map(|interface| {
                 Some(WantedUplink {
@@ -519,7 +521,7 @@ fn wanted_uplinks(
     }
     let mut chosen = Vec::new();
     for name in &options.interfaces {
-        let interface = match netif::interface(name) {
+        let interface = match interfaces::interface(name) {
             Ok(interface) => interface,
             Err(error) if strictness == Strictness::Running => {
                 tracing::warn!(interface = %name, %error, "a named interface is missing; translating on the others");
@@ -527,7 +529,7 @@ fn wanted_uplinks(
             }
             Err(error) => return Err(error.into()),
         };
-        let problem = if interface.link_type == netif::ARPHRD_ETHER {
+        let problem = if interface.link_type == interfaces::ARPHRD_ETHER {
             options
                 .node_ip
                 .or_else(|| interface.global_ipv4.first().copied())

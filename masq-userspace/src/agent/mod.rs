@@ -23,8 +23,6 @@
 mod ebpf;
 mod iptables_backend;
 pub mod metrics;
-pub mod netif;
-pub mod reserved_ports;
 pub mod status;
 pub mod watch;
 
@@ -41,10 +39,8 @@ use tokio::time::{Instant, sleep_until};
 use self::{
     ebpf::{EbpfBackend, Strictness, recheck_upstream_chain},
     iptables_backend::IptablesBackend,
-    netif::InterfaceError,
-    reserved_ports::SysctlError,
     status::{ConfigFailure, SharedStatus},
-    watch::{DirectoryWatch, InterfaceWatch},
+    watch::DirectoryWatch,
 };
 use crate::{
     config::{
@@ -53,6 +49,10 @@ use crate::{
     },
     datapath::{DatapathError, attach::AttachMode},
     iptables::apply::IptablesError,
+    node::{
+        interfaces::{InterfaceError, InterfaceWatch},
+        reserved_ports::SysctlError,
+    },
     policy::Policy,
     ports::ToPorts,
 };

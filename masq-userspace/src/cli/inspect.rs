@@ -10,7 +10,6 @@ use std::{
 
 use clap::{Args, Subcommand};
 use masq::{
-    agent::reserved_ports::{self, DEFAULT_SYSCTL_DIR},
     datapath::{
         DatapathError,
         attach::{AttachMode, detach_uplink, programs_on},
@@ -19,6 +18,7 @@ use masq::{
         maps::DatapathMaps,
         pins::{DEFAULT_PIN_PATH, Hook, PinDir, PinnedState},
     },
+    node::reserved_ports::{self, DEFAULT_SYSCTL_DIR},
 };
 use masq_common::{
     layout::{MapMeta, NOMASQ_KIND_LINK_LOCAL},
