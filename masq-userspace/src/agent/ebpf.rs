@@ -9,7 +9,7 @@ use masq_common::{
 };
 
 use super::{
-    AgentError, AgentOptions,
+    AgentError, AgentOptions, Backend,
     status::{SharedStatus, UplinkStatus},
 };
 use crate::{
@@ -20,7 +20,7 @@ use crate::{
         gc,
         object::{Datapath, LoadOptions},
         pins::{PinDir, PinnedState, is_on_bpffs},
-        sync::{TrieSync, settings, sync_nomasq},
+        sync::{settings, sync_nomasq},
     },
     iptables::apply::Iptables,
     node::{
@@ -160,33 +160,9 @@ impl EbpfBackend {
         })
     }
 
-    /// Whether translation is on.
-    pub(super) const fn enabled(&self) -> bool {
-        self.enabled
-    }
-
-    /// Brings the trie in line with `policy` and turns translation on.
-    pub(super) fn apply(
-        &mut self,
-        policy: &Policy,
-        options: &AgentOptions,
-    ) -> Result<TrieSync, AgentError> {
-        let report = sync_nomasq(&mut self.datapath.maps, &policy.nomasq_v4())?;
-        if !self.enabled {
-            self.enabled = true;
-            self.write_settings(options)?;
-        }
-        Ok(report)
-    }
-
-    /// Entries the trie holds for `policy`.
-    pub(super) fn trie_entries(policy: &Policy) -> usize {
-        policy.nomasq_v4().len()
-    }
-
     /// Writes the settings: translating with the current address and ports, or (before any
     /// valid config) passing everything through.
-    pub(super) fn write_settings(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
+    fn write_settings(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
         let value = if self.enabled {
             settings(&options.snat_ranges, options.random_fully)
         } else {
@@ -200,7 +176,7 @@ impl EbpfBackend {
     }
 
     /// Reserves the SNAT ports from the node's ephemeral allocation and records what was added.
-    pub(super) fn reserve_ports(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
+    fn reserve_ports(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
         let ephemeral = reserved_ports::ephemeral_range(&options.sysctl_dir)?;
         if options
             .snat_ranges
@@ -242,7 +218,7 @@ impl EbpfBackend {
     /// this process's programs in) where traffic leaves the node, follows address changes, and
     /// detaches from interfaces that are gone or no longer wanted. Called at startup (where an
     /// error stops the agent) and on every resync and interface change (where it is logged).
-    pub(super) fn reconcile_uplinks(
+    fn reconcile_uplinks(
         &mut self,
         options: &AgentOptions,
         status: &SharedStatus,
@@ -367,9 +343,72 @@ impl EbpfBackend {
         self.datapath.maps.set_uplink(wanted.ifindex, &updated)?;
         Ok(())
     }
+}
 
-    /// Removes expired flows.
-    pub(super) fn collect_garbage(&mut self, options: &AgentOptions, status: &SharedStatus) {
+impl Backend for EbpfBackend {
+    fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Brings the trie in line with `policy` (every sync compares, so anything that drifted, a
+    /// change the kernel refused and could not undo or a hand edit, is repaired; an unchanged
+    /// config writes nothing) and turns translation on.
+    fn apply(
+        &mut self,
+        policy: &Policy,
+        options: &AgentOptions,
+        trigger: &'static str,
+    ) -> Result<usize, AgentError> {
+        let wanted = policy.nomasq_v4();
+        let report = sync_nomasq(&mut self.datapath.maps, &wanted)?;
+        if report.added + report.removed > 0 {
+            tracing::info!(
+                trigger,
+                added = report.added,
+                removed = report.removed,
+                unchanged = report.unchanged,
+                "non-masquerade trie synced"
+            );
+        }
+        if !self.enabled {
+            self.enabled = true;
+            self.write_settings(options)?;
+        }
+        Ok(wanted.len())
+    }
+
+    fn left_in_place(&self) -> &'static str {
+        "the datapath stays attached and keeps translating"
+    }
+
+    /// Turns translation on (or keeps it off until a valid config), reserves the SNAT ports
+    /// and attaches to the uplinks: after the trie, so nothing is translated without its
+    /// exemptions.
+    fn finish_startup(
+        &mut self,
+        options: &AgentOptions,
+        status: &SharedStatus,
+    ) -> Result<(), AgentError> {
+        self.write_settings(options)?;
+        self.reserve_ports(options)?;
+        self.reconcile_uplinks(options, status, Strictness::Startup)
+    }
+
+    fn translates_on_uplinks(&self) -> bool {
+        true
+    }
+
+    fn follow_uplinks(&mut self, options: &AgentOptions, status: &SharedStatus) {
+        // Errors are logged where they happen; the other uplinks carry on.
+        let _ = self.reconcile_uplinks(options, status, Strictness::Running);
+    }
+
+    fn resync(&mut self, options: &AgentOptions, status: &SharedStatus) {
+        self.follow_uplinks(options, status);
+        status.lock().upstream_chain = recheck_upstream_chain(options);
+    }
+
+    fn collect_garbage(&mut self, options: &AgentOptions, status: &SharedStatus) {
         match gc::collect(
             &mut self.datapath.maps,
             &options.timeouts,
@@ -486,7 +525,7 @@ fn resize_trie(
 
 /// How hard a problem with the interfaces hits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Strictness {
+enum Strictness {
     /// At startup: anything wrong with what the operator asked for stops the agent before it
     /// changes anything.
     Startup,
@@ -590,7 +629,7 @@ fn spawn_logger(datapath: &mut Datapath) -> Result<(), AgentError> {
 /// Looks for an upstream ip-masq-agent chain again (a reconciled ip-masq-agent on AKS or GKE
 /// recreates it): removes it with `--take-over-iptables`, and otherwise reports it, since it
 /// masquerades before masq sees the packets. Returns the chain's name while it stays installed.
-pub(super) fn recheck_upstream_chain(options: &AgentOptions) -> Option<String> {
+fn recheck_upstream_chain(options: &AgentOptions) -> Option<String> {
     match take_over_upstream_chain(options) {
         Ok(()) => None,
         Err(error) => {
