@@ -16,7 +16,7 @@
 //! re-reads the config when its directory changes and every resync interval, applies changes,
 //! follows interfaces and addresses as they come and go, checks that no upstream chain came
 //! back, collects expired flows, and serves metrics. Stopping it, or killing it, leaves the datapath
-//! running from its pins; `masq uninstall` removes it.
+//! running from its pins; [`uninstall`] (`masq uninstall`) removes it.
 //!
 //! The iptables backend instead rewrites upstream's chain on every sync, like upstream.
 
@@ -36,6 +36,7 @@ use std::{
 use masq_common::{ports::PortRange, timeouts::FlowTimeouts};
 use tokio::time::{Instant, sleep_until};
 
+pub use self::ebpf::{UninstallStep, uninstall};
 use self::{
     ebpf::EbpfBackend,
     iptables_backend::IptablesBackend,
