@@ -116,14 +116,6 @@ pub(super) struct Decoder<'d> {
     active_aliases: Vec<bool>,
 }
 
-impl std::fmt::Debug for Decoder<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Decoder")
-            .field("decode_count", &self.decode_count)
-            .finish_non_exhaustive()
-    }
-}
-
 /// go-yaml's `allowedAliasRatio`: how much of a document may come from alias expansion.
 fn allowed_alias_ratio(decode_count: usize) -> f64 {
     const LOW: usize = 400_000;
