@@ -246,55 +246,57 @@ impl Reader<'_> {
         })
     }
 
-    fn open(&mut self, bracket: u8) -> Result<(), JsonSyntaxError> {
+    /// The members of an array or object whose opening bracket, `open`, was consumed: each
+    /// read by `member` from its first byte, separated by commas, up to `close`; `after` says
+    /// where a wrong separator was met.
+    fn members(
+        &mut self,
+        (open, close): (u8, u8),
+        after: &str,
+        mut member: impl FnMut(&mut Self, u8) -> Result<(), JsonSyntaxError>,
+    ) -> Result<(), JsonSyntaxError> {
         self.depth += 1;
         if self.depth > MAX_NESTING_DEPTH {
-            return invalid(bracket, "exceeded max depth");
+            return invalid(open, "exceeded max depth");
         }
+        let mut c = self.more()?;
+        if c != close {
+            loop {
+                member(self, c)?;
+                match self.more()? {
+                    b',' => c = self.more()?,
+                    end if end == close => break,
+                    other => return invalid(other, after),
+                }
+            }
+        }
+        self.depth -= 1;
         Ok(())
     }
 
     fn array(&mut self) -> Result<JsonValue, JsonSyntaxError> {
-        self.open(b'[')?;
         let mut items = Vec::new();
-        let mut c = self.more()?;
-        if c != b']' {
-            loop {
-                items.push(self.value_from(c)?);
-                match self.more()? {
-                    b',' => c = self.more()?,
-                    b']' => break,
-                    other => return invalid(other, "after array element"),
-                }
-            }
-        }
-        self.depth -= 1;
+        self.members((b'[', b']'), "after array element", |reader, c| {
+            items.push(reader.value_from(c)?);
+            Ok(())
+        })?;
         Ok(JsonValue::Array(items))
     }
 
     fn object(&mut self) -> Result<JsonValue, JsonSyntaxError> {
-        self.open(b'{')?;
         let mut members = Vec::new();
-        let mut c = self.more()?;
-        if c != b'}' {
-            loop {
-                if c != b'"' {
-                    return invalid(c, "looking for beginning of object key string");
-                }
-                let key = self.string()?;
-                let colon = self.more()?;
-                if colon != b':' {
-                    return invalid(colon, "after object key");
-                }
-                members.push((key, self.value()?));
-                match self.more()? {
-                    b',' => c = self.more()?,
-                    b'}' => break,
-                    other => return invalid(other, "after object key:value pair"),
-                }
+        self.members((b'{', b'}'), "after object key:value pair", |reader, c| {
+            if c != b'"' {
+                return invalid(c, "looking for beginning of object key string");
             }
-        }
-        self.depth -= 1;
+            let key = reader.string()?;
+            let colon = reader.more()?;
+            if colon != b':' {
+                return invalid(colon, "after object key");
+            }
+            members.push((key, reader.value()?));
+            Ok(())
+        })?;
         Ok(JsonValue::Object(members))
     }
 
