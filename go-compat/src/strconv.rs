@@ -106,45 +106,29 @@ pub(crate) fn underscore_ok(s: &str) -> bool {
 /// Go's `strconv.ParseUint(s, base, 64)` for base 0 (prefix-detected) or an explicit base;
 /// `None` where Go returns an error.
 pub fn parse_uint(s: &str, base: u32) -> Option<u64> {
-    let b = s.as_bytes();
-    let first = *b.first()?;
-    let base0 = base == 0;
-    let (base, digits) = if base0 {
-        if first == b'0' {
-            match b.get(1).map(u8::to_ascii_lowercase) {
-                Some(b'b') if b.len() >= 3 => (2, b.get(2..)?),
-                Some(b'o') if b.len() >= 3 => (8, b.get(2..)?),
-                Some(b'x') if b.len() >= 3 => (16, b.get(2..)?),
-                _ => (8, b.get(1..)?),
-            }
-        } else {
-            (10, b)
-        }
-    } else {
-        (base, b)
+    let prefixed = |prefix: &str| {
+        s.get(..2)
+            .filter(|start| start.eq_ignore_ascii_case(prefix) && s.len() > 2)
+            .map(|_| &s[2..])
     };
-    let mut n: u64 = 0;
-    let mut underscores = false;
-    for &c in digits {
-        let d = match c {
-            b'_' if base0 => {
-                underscores = true;
-                continue;
-            }
-            b'0'..=b'9' => c - b'0',
-            b'a'..=b'z' => c - b'a' + 10,
-            b'A'..=b'Z' => c - b'A' + 10,
-            _ => return None,
-        };
-        if u32::from(d) >= base {
-            return None;
-        }
-        n = n.checked_mul(u64::from(base))?.checked_add(u64::from(d))?;
-    }
-    if underscores && !underscore_ok(s) {
+    let (radix, digits) = match base {
+        0 => prefixed("0b")
+            .map(|digits| (2, digits))
+            .or_else(|| prefixed("0o").map(|digits| (8, digits)))
+            .or_else(|| prefixed("0x").map(|digits| (16, digits)))
+            .unwrap_or(if s.starts_with('0') { (8, s) } else { (10, s) }),
+        _ => (base, s),
+    };
+    // Underscores only separate digits, and only where the base comes from the text.
+    if s.contains('_') && (base != 0 || !underscore_ok(s)) {
         return None;
     }
-    Some(n)
+    let digits = digits.replace('_', "");
+    // Rust's parser takes a sign, Go's does not.
+    if digits.starts_with('+') {
+        return None;
+    }
+    u64::from_str_radix(&digits, radix).ok()
 }
 
 /// Go's `strconv.ParseInt(s, base, 64)`; `None` where Go returns an error.
