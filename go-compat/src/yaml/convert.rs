@@ -463,37 +463,37 @@ fn is_yaml_style_float(s: &str) -> bool {
     i == b.len()
 }
 
-/// go-yaml's `parseTimestamp`: does `s` match one of the layouts it tries with `time.Parse`?
+/// go-yaml's `parseTimestamp`: does `s` start with a four-digit year and a dash, and match one
+/// of the layouts it tries with `time.Parse`: `2006-1-2T15:4:5.999999999Z07:00` (or with
+/// `t`), `2006-1-2 15:4:5.999999999` (any number of spaces) or `2006-1-2`?
 fn is_timestamp(s: &str) -> bool {
+    timestamp_layout(s).is_some()
+}
+
+fn timestamp_layout(s: &str) -> Option<()> {
     let b = s.as_bytes();
-    let year_digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
-    if year_digits != 4 || b.get(4) != Some(&b'-') {
-        return false;
-    }
-    let mut p = TimeParser { b, i: 5 };
-    let Ok(year) = s.get(..4).unwrap_or_default().parse::<u32>() else {
-        return false;
-    };
-    let (Some(month), true, Some(day)) = (p.num(), p.lit(b'-'), p.num()) else {
-        return false;
-    };
-    if !(1..=12).contains(&month) || day < 1 || day > days_in(month, year) {
-        return false;
-    }
+    let year: u32 = s.get(..4)?.parse().ok()?;
+    let mut p = TimeParser { b, i: 4 };
+    (b[..4].iter().all(u8::is_ascii_digit)).then_some(())?;
+    p.lit(b'-')?;
+    let month = p.num()?;
+    p.lit(b'-')?;
+    let day = p.num()?;
+    ((1..=12).contains(&month) && (1..=days_in(month, year)).contains(&day)).then_some(())?;
     match b.get(p.i) {
-        None => true,
+        None => return Some(()),
         Some(b'T' | b't') => {
             p.i += 1;
-            p.clock() && p.zone() && p.i == b.len()
+            p.clock()?;
+            p.zone()?;
         }
         Some(b' ') => {
-            while b.get(p.i) == Some(&b' ') {
-                p.i += 1;
-            }
-            p.clock() && p.i == b.len()
+            while p.lit(b' ').is_some() {}
+            p.clock()?;
         }
-        Some(_) => false,
+        Some(_) => return None,
     }
+    (p.i == b.len()).then_some(())
 }
 
 fn days_in(month: u32, year: u32) -> u32 {
@@ -515,45 +515,31 @@ struct TimeParser<'a> {
 }
 
 impl TimeParser<'_> {
-    /// Go's `getnum(s, false)`: one or two digits.
+    /// Go's `getnum(s, false)`: one digit, or two.
     fn num(&mut self) -> Option<u32> {
-        let d1 = self.b.get(self.i).filter(|c| c.is_ascii_digit())?;
-        self.i += 1;
-        let mut n = u32::from(d1 - b'0');
-        if let Some(d2) = self.b.get(self.i).filter(|c| c.is_ascii_digit()) {
+        let mut n = None;
+        for _ in 0..2 {
+            let Some(digit) = self.b.get(self.i).filter(|c| c.is_ascii_digit()) else {
+                break;
+            };
             self.i += 1;
-            n = n * 10 + u32::from(d2 - b'0');
+            n = Some(n.unwrap_or(0) * 10 + u32::from(digit - b'0'));
         }
-        Some(n)
+        n
     }
 
-    fn lit(&mut self, c: u8) -> bool {
-        if self.b.get(self.i) == Some(&c) {
-            self.i += 1;
-            true
-        } else {
-            false
-        }
+    fn lit(&mut self, c: u8) -> Option<()> {
+        (self.b.get(self.i) == Some(&c)).then(|| self.i += 1)
     }
 
-    /// `15:4:5` with an optional fraction (`.` or `,` then any number of digits).
-    fn clock(&mut self) -> bool {
-        let Some(hour) = self.num() else { return false };
-        if !self.lit(b':') {
-            return false;
-        }
-        let Some(minute) = self.num() else {
-            return false;
-        };
-        if !self.lit(b':') {
-            return false;
-        }
-        let Some(second) = self.num() else {
-            return false;
-        };
-        if hour >= 24 || minute >= 60 || second >= 60 {
-            return false;
-        }
+    /// `15:4:5`, then an optional fraction (`.` or `,` and digits).
+    fn clock(&mut self) -> Option<()> {
+        let hour = self.num()?;
+        self.lit(b':')?;
+        let minute = self.num()?;
+        self.lit(b':')?;
+        let second = self.num()?;
+        (hour < 24 && minute < 60 && second < 60).then_some(())?;
         if matches!(self.b.get(self.i), Some(b'.' | b','))
             && self.b.get(self.i + 1).is_some_and(u8::is_ascii_digit)
         {
@@ -562,25 +548,24 @@ impl TimeParser<'_> {
                 self.i += 1;
             }
         }
-        true
+        Some(())
     }
 
-    /// `Z07:00`: `Z` or `±hh:mm`.
-    fn zone(&mut self) -> bool {
-        if self.lit(b'Z') {
-            return true;
+    /// `Z07:00`: `Z` or `±hh:mm`, at most 24 hours and 60 minutes.
+    fn zone(&mut self) -> Option<()> {
+        if self.lit(b'Z').is_some() {
+            return Some(());
         }
-        let rest = self.b.get(self.i..).unwrap_or_default();
-        let [sign, h1, h2, b':', m1, m2, ..] = rest else {
-            return false;
+        let [b'+' | b'-', h1, h2, b':', m1, m2, ..] = self.b.get(self.i..)? else {
+            return None;
         };
-        if !matches!(sign, b'+' | b'-') || ![h1, h2, m1, m2].iter().all(|c| c.is_ascii_digit()) {
-            return false;
-        }
-        let hours = u32::from(h1 - b'0') * 10 + u32::from(h2 - b'0');
-        let minutes = u32::from(m1 - b'0') * 10 + u32::from(m2 - b'0');
+        let two = |tens: &u8, ones: &u8| {
+            (tens.is_ascii_digit() && ones.is_ascii_digit())
+                .then(|| u32::from(tens - b'0') * 10 + u32::from(ones - b'0'))
+        };
+        let (hours, minutes) = (two(h1, h2)?, two(m1, m2)?);
         self.i += 6;
-        hours <= 24 && minutes <= 60
+        (hours <= 24 && minutes <= 60).then_some(())
     }
 }
 
