@@ -3,15 +3,16 @@
 //!
 //! Upstream ip-masq-agent hands its config file to `json.Unmarshal`. Operators see Go's error
 //! text in logs and scripts grep for it, so a drop-in replacement must fail on the same inputs
-//! with the same words. The reader below runs the same byte-at-a-time state machine as Go's
-//! `encoding/json` scanner: `json.Unmarshal` runs that machine over the whole input
-//! before decoding anything, so the first error in document order is the one reported, and the
-//! message is built from the offending byte exactly as Go's `quoteChar` formats it.
-//!
-//! The same machine drives the construction of the [`JsonValue`], the way Go's decoder follows
-//! the scanner's opcodes, so nothing here can accept a document Go rejects or the reverse.
+//! with the same words. `json.Unmarshal` checks the whole input with its scanner before
+//! decoding anything, so the first error in document order is the one reported; the reader
+//! below reads in that order, follows the scanner's grammar byte for byte, and builds the
+//! message from the offending byte as Go's `quoteChar` formats it. At the end of the input
+//! Go's scanner is fed one space, which decides whether a cut-off document is "unexpected end
+//! of JSON input" or an invalid character `' '`.
 
 use std::fmt::Write as _;
+
+use crate::strconv::quote;
 
 /// A JSON value as Go's `encoding/json` reads it: object members in document order
 /// (duplicates included, later ones win when decoding) and numbers as their literal text (Go
@@ -125,530 +126,309 @@ impl JsonSyntaxError {
 ///
 /// The first syntax error in document order, worded as Go words it.
 pub fn parse(bytes: &[u8]) -> Result<JsonValue, JsonSyntaxError> {
-    let text = bytes;
-    let mut scanner = Scanner::new();
-    let mut builder = Builder::default();
-    for (i, &c) in bytes.iter().enumerate() {
-        let op = scanner.step(c);
-        if op == Op::Error {
-            return Err(scanner.take_error());
-        }
-        builder.on_op(op, i, text);
+    // Every level of nesting takes a byte, so a short document fits any thread's stack.
+    if bytes.len() <= 1000 {
+        parse_here(bytes)
+    } else {
+        crate::on_deep_stack(|| parse_here(bytes))
     }
-    let op = scanner.eof();
-    if op == Op::Error {
-        return Err(scanner.take_error());
+}
+
+/// [`parse`] on the calling thread's stack.
+pub(crate) fn parse_here(bytes: &[u8]) -> Result<JsonValue, JsonSyntaxError> {
+    let mut reader = Reader {
+        bytes,
+        at: 0,
+        depth: 0,
+    };
+    let value = reader.value()?;
+    match reader.skip_space() {
+        Some(c) => invalid(c, "after top-level value"),
+        None => Ok(value),
     }
-    builder.on_op(op, bytes.len(), text);
-    // A valid document always yields a value; the fallback only keeps this total.
-    builder
-        .done
-        .take()
-        .ok_or_else(JsonSyntaxError::unexpected_end)
 }
 
 /// `json.Unmarshal`'s nesting limit applied to a value built some other way (the JSON text
-/// sigs.k8s.io/yaml produced): the error names the bracket that went too deep.
+/// sigs.k8s.io/yaml produced): the error names the first bracket, in text order, that goes
+/// too deep.
 pub fn check_depth(value: &JsonValue) -> Result<(), JsonSyntaxError> {
-    let mut stack = vec![(value, 0)];
-    while let Some((value, depth)) = stack.pop() {
+    fn check(value: &JsonValue, depth: usize) -> Result<(), JsonSyntaxError> {
         let (bracket, children): (u8, Vec<&JsonValue>) = match value {
             JsonValue::Array(items) => (b'[', items.iter().collect()),
             JsonValue::Object(members) => (b'{', members.iter().map(|(_, value)| value).collect()),
-            _ => continue,
+            _ => return Ok(()),
         };
-        if depth + 1 > MAX_NESTING_DEPTH {
-            return Err(JsonSyntaxError::invalid_character(
-                bracket,
-                "exceeded max depth",
-            ));
+        if depth > MAX_NESTING_DEPTH {
+            return invalid(bracket, "exceeded max depth");
         }
-        stack.extend(children.into_iter().map(|child| (child, depth + 1)));
+        children
+            .into_iter()
+            .try_for_each(|child| check(child, depth + 1))
     }
-    Ok(())
+    check(value, 1)
 }
 
-/// Formats a byte the way Go's `quoteChar` does: as a rune U+0000..U+00FF quoted like
+/// Formats a byte the way Go's `quoteChar` does: as the rune U+0000..U+00FF quoted by
 /// `strconv.Quote`, but between single quotes.
 fn quote_char(c: u8) -> String {
     match c {
-        b'\'' => return "'\\''".to_owned(),
-        b'"' => return "'\"'".to_owned(),
-        _ => {}
+        b'\'' => "'\\''".to_owned(),
+        b'"' => "'\"'".to_owned(),
+        _ => {
+            let quoted = quote(&char::from(c).to_string());
+            format!("'{}'", &quoted[1..quoted.len() - 1])
+        }
     }
-    let inner = match c {
-        b'\\' => "\\\\".to_owned(),
-        0x07 => "\\a".to_owned(),
-        0x08 => "\\b".to_owned(),
-        0x0c => "\\f".to_owned(),
-        b'\n' => "\\n".to_owned(),
-        b'\r' => "\\r".to_owned(),
-        b'\t' => "\\t".to_owned(),
-        0x0b => "\\v".to_owned(),
-        _ if c < b' ' || c == 0x7f => format!("\\x{c:02x}"),
-        // strconv.IsPrint for Latin-1: printable ASCII and U+00A1..U+00FF except U+00AD.
-        0x20..=0x7e => char::from(c).to_string(),
-        0xa1..=0xff if c != 0xad => char::from(c).to_string(),
-        _ => format!("\\u{:04x}", u32::from(c)),
-    };
-    format!("'{inner}'")
 }
 
-/// What a scanner step tells its caller (Go's `scan*` opcodes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Op {
-    Continue,
-    BeginLiteral,
-    BeginObject,
-    ObjectKey,
-    ObjectValue,
-    EndObject,
-    BeginArray,
-    ArrayValue,
-    EndArray,
-    SkipSpace,
-    End,
-    Error,
-}
-
-/// What the innermost open composite value is waiting for (Go's `parse*` states).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Parse {
-    ObjectKey,
-    ObjectValue,
-    ArrayValue,
-}
-
-/// The scanner's current state function (Go's `state*` functions).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
-    BeginValueOrEmpty,
-    BeginValue,
-    BeginStringOrEmpty,
-    BeginString,
-    EndValue,
-    EndTop,
-    InString,
-    InStringEsc,
-    /// Inside `\u`, with this many hex digits still to come.
-    InStringEscU(u8),
-    Neg,
-    One,
-    Zero,
-    Dot,
-    Dot0,
-    E,
-    ESign,
-    E0,
-    /// Inside `true`, `false` or `null`, expecting the byte at this index of the word.
-    Literal(&'static str, usize),
-    Error,
-}
-
-#[derive(Debug)]
-struct Scanner {
-    state: State,
-    end_top: bool,
-    parse_state: Vec<Parse>,
-    err: Option<JsonSyntaxError>,
+/// Go's error for the byte `c`, met `context`.
+fn invalid<T>(c: u8, context: &str) -> Result<T, JsonSyntaxError> {
+    Err(JsonSyntaxError::invalid_character(c, context))
 }
 
 fn is_space(c: u8) -> bool {
     matches!(c, b' ' | b'\t' | b'\r' | b'\n')
 }
 
-impl Scanner {
-    fn new() -> Self {
-        Self {
-            state: State::BeginValue,
-            end_top: false,
-            parse_state: Vec::new(),
-            err: None,
-        }
+/// Reads one JSON document in the order Go's scanner does.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    /// Open arrays and objects.
+    depth: usize,
+}
+
+impl Reader<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
     }
 
-    fn take_error(&mut self) -> JsonSyntaxError {
-        self.err
-            .take()
-            .unwrap_or_else(JsonSyntaxError::unexpected_end)
+    /// The next byte, or the space Go's scanner is fed at the end of the input.
+    fn next_or_space(&mut self) -> u8 {
+        let c = self.peek().unwrap_or(b' ');
+        self.at = (self.at + 1).min(self.bytes.len());
+        c
     }
 
-    fn error(&mut self, c: u8, context: &str) -> Op {
-        self.state = State::Error;
-        self.err = Some(JsonSyntaxError::invalid_character(c, context));
-        Op::Error
+    /// Consumes white space and the byte after it, if there is one.
+    fn skip_space(&mut self) -> Option<u8> {
+        while let Some(c) = self.peek() {
+            self.at += 1;
+            if !is_space(c) {
+                return Some(c);
+            }
+        }
+        None
     }
 
-    /// Go's `scanner.eof`.
-    fn eof(&mut self) -> Op {
-        if self.err.is_some() {
-            return Op::Error;
-        }
-        if self.end_top {
-            return Op::End;
-        }
-        let op = self.step(b' ');
-        if self.end_top {
-            return op;
-        }
-        if self.err.is_none() {
-            self.err = Some(JsonSyntaxError::unexpected_end());
-        }
-        Op::Error
+    /// Like [`Self::skip_space`], where the document cannot end.
+    fn more(&mut self) -> Result<u8, JsonSyntaxError> {
+        self.skip_space()
+            .ok_or_else(JsonSyntaxError::unexpected_end)
     }
 
-    fn push_parse_state(&mut self, c: u8, p: Parse, success: Op) -> Op {
-        self.parse_state.push(p);
-        if self.parse_state.len() <= MAX_NESTING_DEPTH {
-            success
-        } else {
-            self.error(c, "exceeded max depth")
-        }
+    fn value(&mut self) -> Result<JsonValue, JsonSyntaxError> {
+        let c = self.more()?;
+        self.value_from(c)
     }
 
-    fn pop_parse_state(&mut self) {
-        self.parse_state.pop();
-        if self.parse_state.is_empty() {
-            self.state = State::EndTop;
-            self.end_top = true;
-        } else {
-            self.state = State::EndValue;
-        }
+    /// The value whose first byte, `c`, was just consumed.
+    fn value_from(&mut self, c: u8) -> Result<JsonValue, JsonSyntaxError> {
+        Ok(match c {
+            b'{' => self.object()?,
+            b'[' => self.array()?,
+            b'"' => JsonValue::String(self.string()?),
+            b'-' | b'0'..=b'9' => self.number(c)?,
+            b't' => self.word("true", JsonValue::Bool(true))?,
+            b'f' => self.word("false", JsonValue::Bool(false))?,
+            b'n' => self.word("null", JsonValue::Null)?,
+            _ => return invalid(c, "looking for beginning of value"),
+        })
     }
 
-    fn step(&mut self, c: u8) -> Op {
-        match self.state {
-            State::BeginValueOrEmpty => {
-                if is_space(c) {
-                    Op::SkipSpace
-                } else if c == b']' {
-                    self.end_value(c)
-                } else {
-                    self.begin_value(c)
+    /// The members of an array or object whose opening bracket, `open`, was consumed: each
+    /// read by `member` from its first byte, separated by commas, up to `close`; `after` says
+    /// where a wrong separator was met.
+    fn members(
+        &mut self,
+        (open, close): (u8, u8),
+        after: &str,
+        mut member: impl FnMut(&mut Self, u8) -> Result<(), JsonSyntaxError>,
+    ) -> Result<(), JsonSyntaxError> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING_DEPTH {
+            return invalid(open, "exceeded max depth");
+        }
+        let mut c = self.more()?;
+        if c != close {
+            loop {
+                member(self, c)?;
+                match self.more()? {
+                    b',' => c = self.more()?,
+                    end if end == close => break,
+                    other => return invalid(other, after),
                 }
             }
-            State::BeginValue => self.begin_value(c),
-            State::BeginStringOrEmpty => {
-                if is_space(c) {
-                    Op::SkipSpace
-                } else if c == b'}' {
-                    if let Some(top) = self.parse_state.last_mut() {
-                        *top = Parse::ObjectValue;
+        }
+        self.depth -= 1;
+        Ok(())
+    }
+
+    fn array(&mut self) -> Result<JsonValue, JsonSyntaxError> {
+        let mut items = Vec::new();
+        self.members((b'[', b']'), "after array element", |reader, c| {
+            items.push(reader.value_from(c)?);
+            Ok(())
+        })?;
+        Ok(JsonValue::Array(items))
+    }
+
+    fn object(&mut self) -> Result<JsonValue, JsonSyntaxError> {
+        let mut members = Vec::new();
+        self.members((b'{', b'}'), "after object key:value pair", |reader, c| {
+            if c != b'"' {
+                return invalid(c, "looking for beginning of object key string");
+            }
+            let key = reader.string()?;
+            let colon = reader.more()?;
+            if colon != b':' {
+                return invalid(colon, "after object key");
+            }
+            members.push((key, reader.value()?));
+            Ok(())
+        })?;
+        Ok(JsonValue::Object(members))
+    }
+
+    /// The rest of `true`, `false` or `null`, whose first letter was consumed.
+    fn word(&mut self, word: &str, value: JsonValue) -> Result<JsonValue, JsonSyntaxError> {
+        for expected in word.bytes().skip(1) {
+            let c = self.next_or_space();
+            if c != expected {
+                let context = format!("in literal {word} (expecting {})", quote_char(expected));
+                return invalid(c, &context);
+            }
+        }
+        Ok(value)
+    }
+
+    /// A number whose first byte (`-` or a digit) was consumed; it ends before the first byte
+    /// that cannot continue it, which the caller reads next.
+    fn number(&mut self, first: u8) -> Result<JsonValue, JsonSyntaxError> {
+        let start = self.at - 1;
+        let mut c = first;
+        if c == b'-' {
+            c = self.next_or_space();
+            if !c.is_ascii_digit() {
+                return invalid(c, "in numeric literal");
+            }
+        }
+        // A leading zero is a whole integer part.
+        if c != b'0' {
+            self.digits();
+        }
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            let c = self.next_or_space();
+            if !c.is_ascii_digit() {
+                return invalid(c, "after decimal point in numeric literal");
+            }
+            self.digits();
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            self.at += 1;
+            let mut c = self.next_or_space();
+            if c == b'+' || c == b'-' {
+                c = self.next_or_space();
+            }
+            if !c.is_ascii_digit() {
+                return invalid(c, "in exponent of numeric literal");
+            }
+            self.digits();
+        }
+        let literal = &self.bytes[start..self.at];
+        Ok(JsonValue::Number(
+            String::from_utf8_lossy(literal).into_owned(),
+        ))
+    }
+
+    fn digits(&mut self) {
+        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+            self.at += 1;
+        }
+    }
+
+    /// A string whose opening quote was consumed, unescaped as Go's `unquote` does.
+    fn string(&mut self) -> Result<String, JsonSyntaxError> {
+        let mut text = Vec::new();
+        loop {
+            let c = self.peek().ok_or_else(JsonSyntaxError::unexpected_end)?;
+            self.at += 1;
+            let unescaped = match c {
+                b'"' => return Ok(go_string_from_bytes(&text)),
+                b'\\' => self.escape()?,
+                _ if c < 0x20 => return invalid(c, "in string literal"),
+                _ => {
+                    text.push(c);
+                    continue;
+                }
+            };
+            text.extend_from_slice(unescaped.encode_utf8(&mut [0; 4]).as_bytes());
+        }
+    }
+
+    /// The character an escape stands for, its backslash consumed. `utf16.DecodeRune`'s
+    /// rules: a high surrogate joins a `\u` low surrogate right after it; any other surrogate
+    /// is U+FFFD, and an escape after it is read on its own.
+    fn escape(&mut self) -> Result<char, JsonSyntaxError> {
+        Ok(match self.next_or_space() {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => {
+                let unit = self.hex4()?;
+                let low = (0xD800..0xDC00)
+                    .contains(&unit)
+                    .then(|| self.low_surrogate_ahead())
+                    .flatten();
+                match low {
+                    Some(low) => {
+                        self.at += 6;
+                        let joined = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+                        char::from_u32(joined).unwrap_or(char::REPLACEMENT_CHARACTER)
                     }
-                    self.end_value(c)
-                } else {
-                    self.begin_string(c)
+                    None => char::from_u32(unit).unwrap_or(char::REPLACEMENT_CHARACTER),
                 }
             }
-            State::BeginString => self.begin_string(c),
-            State::EndValue => self.end_value(c),
-            State::EndTop => self.end_top_state(c),
-            State::InString => self.in_string(c),
-            State::InStringEsc => match c {
-                b'b' | b'f' | b'n' | b'r' | b't' | b'\\' | b'/' | b'"' => {
-                    self.state = State::InString;
-                    Op::Continue
-                }
-                b'u' => {
-                    self.state = State::InStringEscU(4);
-                    Op::Continue
-                }
-                _ => self.error(c, "in string escape code"),
-            },
-            State::InStringEscU(left) => {
-                if c.is_ascii_hexdigit() {
-                    self.state = if left <= 1 {
-                        State::InString
-                    } else {
-                        State::InStringEscU(left - 1)
-                    };
-                    Op::Continue
-                } else {
-                    self.error(c, "in \\u hexadecimal character escape")
-                }
-            }
-            State::Neg => match c {
-                b'0' => {
-                    self.state = State::Zero;
-                    Op::Continue
-                }
-                b'1'..=b'9' => {
-                    self.state = State::One;
-                    Op::Continue
-                }
-                _ => self.error(c, "in numeric literal"),
-            },
-            State::One => {
-                if c.is_ascii_digit() {
-                    Op::Continue
-                } else {
-                    self.zero(c)
-                }
-            }
-            State::Zero => self.zero(c),
-            State::Dot => {
-                if c.is_ascii_digit() {
-                    self.state = State::Dot0;
-                    Op::Continue
-                } else {
-                    self.error(c, "after decimal point in numeric literal")
-                }
-            }
-            State::Dot0 => {
-                if c.is_ascii_digit() {
-                    Op::Continue
-                } else if c == b'e' || c == b'E' {
-                    self.state = State::E;
-                    Op::Continue
-                } else {
-                    self.end_value(c)
-                }
-            }
-            State::E => {
-                if c == b'+' || c == b'-' {
-                    self.state = State::ESign;
-                    Op::Continue
-                } else {
-                    self.e_sign(c)
-                }
-            }
-            State::ESign => self.e_sign(c),
-            State::E0 => {
-                if c.is_ascii_digit() {
-                    Op::Continue
-                } else {
-                    self.end_value(c)
-                }
-            }
-            State::Literal(word, at) => {
-                let bytes = word.as_bytes();
-                let expected = bytes.get(at).copied().unwrap_or(b' ');
-                if c == expected {
-                    self.state = if at + 1 >= bytes.len() {
-                        State::EndValue
-                    } else {
-                        State::Literal(word, at + 1)
-                    };
-                    Op::Continue
-                } else {
-                    let context = format!("in literal {word} (expecting {})", quote_char(expected));
-                    self.error(c, &context)
-                }
-            }
-            State::Error => Op::Error,
-        }
+            c => return invalid(c, "in string escape code"),
+        })
     }
 
-    fn begin_value(&mut self, c: u8) -> Op {
-        if is_space(c) {
-            return Op::SkipSpace;
+    /// The four hex digits of a `\u` escape.
+    fn hex4(&mut self) -> Result<u32, JsonSyntaxError> {
+        let mut unit = 0;
+        for _ in 0..4 {
+            let c = self.next_or_space();
+            let digit = char::from(c).to_digit(16).ok_or_else(|| {
+                JsonSyntaxError::invalid_character(c, "in \\u hexadecimal character escape")
+            })?;
+            unit = unit * 16 + digit;
         }
-        match c {
-            b'{' => {
-                self.state = State::BeginStringOrEmpty;
-                self.push_parse_state(c, Parse::ObjectKey, Op::BeginObject)
-            }
-            b'[' => {
-                self.state = State::BeginValueOrEmpty;
-                self.push_parse_state(c, Parse::ArrayValue, Op::BeginArray)
-            }
-            b'"' => self.literal(State::InString),
-            b'-' => self.literal(State::Neg),
-            b'0' => self.literal(State::Zero),
-            b't' => self.literal(State::Literal("true", 1)),
-            b'f' => self.literal(State::Literal("false", 1)),
-            b'n' => self.literal(State::Literal("null", 1)),
-            b'1'..=b'9' => self.literal(State::One),
-            _ => self.error(c, "looking for beginning of value"),
-        }
+        Ok(unit)
     }
 
-    fn literal(&mut self, next: State) -> Op {
-        self.state = next;
-        Op::BeginLiteral
-    }
-
-    fn begin_string(&mut self, c: u8) -> Op {
-        if is_space(c) {
-            Op::SkipSpace
-        } else if c == b'"' {
-            self.literal(State::InString)
-        } else {
-            self.error(c, "looking for beginning of object key string")
-        }
-    }
-
-    fn end_value(&mut self, c: u8) -> Op {
-        let Some(&ps) = self.parse_state.last() else {
-            self.state = State::EndTop;
-            self.end_top = true;
-            return self.end_top_state(c);
-        };
-        if is_space(c) {
-            self.state = State::EndValue;
-            return Op::SkipSpace;
-        }
-        match ps {
-            Parse::ObjectKey => {
-                if c == b':' {
-                    if let Some(top) = self.parse_state.last_mut() {
-                        *top = Parse::ObjectValue;
-                    }
-                    self.state = State::BeginValue;
-                    Op::ObjectKey
-                } else {
-                    self.error(c, "after object key")
-                }
-            }
-            Parse::ObjectValue => {
-                if c == b',' {
-                    if let Some(top) = self.parse_state.last_mut() {
-                        *top = Parse::ObjectKey;
-                    }
-                    self.state = State::BeginString;
-                    Op::ObjectValue
-                } else if c == b'}' {
-                    self.pop_parse_state();
-                    Op::EndObject
-                } else {
-                    self.error(c, "after object key:value pair")
-                }
-            }
-            Parse::ArrayValue => {
-                if c == b',' {
-                    self.state = State::BeginValue;
-                    Op::ArrayValue
-                } else if c == b']' {
-                    self.pop_parse_state();
-                    Op::EndArray
-                } else {
-                    self.error(c, "after array element")
-                }
-            }
-        }
-    }
-
-    fn end_top_state(&mut self, c: u8) -> Op {
-        if !is_space(c) {
-            // Go records the error now and reports it on the next call (or at eof).
-            self.error(c, "after top-level value");
-        }
-        Op::End
-    }
-
-    fn in_string(&mut self, c: u8) -> Op {
-        match c {
-            b'"' => {
-                self.state = State::EndValue;
-                Op::Continue
-            }
-            b'\\' => {
-                self.state = State::InStringEsc;
-                Op::Continue
-            }
-            _ if c < 0x20 => self.error(c, "in string literal"),
-            _ => Op::Continue,
-        }
-    }
-
-    fn zero(&mut self, c: u8) -> Op {
-        match c {
-            b'.' => {
-                self.state = State::Dot;
-                Op::Continue
-            }
-            b'e' | b'E' => {
-                self.state = State::E;
-                Op::Continue
-            }
-            _ => self.end_value(c),
-        }
-    }
-
-    fn e_sign(&mut self, c: u8) -> Op {
-        if c.is_ascii_digit() {
-            self.state = State::E0;
-            Op::Continue
-        } else {
-            self.error(c, "in exponent of numeric literal")
-        }
-    }
-}
-
-/// An open composite value while its members are being read.
-#[derive(Debug)]
-enum Frame {
-    Array(Vec<JsonValue>),
-    Object(Vec<(String, JsonValue)>, Option<String>),
-}
-
-/// Builds the value from the scanner's opcodes, as Go's decoder does.
-#[derive(Debug, Default)]
-struct Builder {
-    stack: Vec<Frame>,
-    /// Start offset of the literal being scanned, if any.
-    literal_start: Option<usize>,
-    /// The most recently completed value, not yet placed in its container.
-    done: Option<JsonValue>,
-}
-
-impl Builder {
-    fn on_op(&mut self, op: Op, at: usize, text: &[u8]) {
-        if op == Op::Continue {
-            return;
-        }
-        if let Some(start) = self.literal_start.take() {
-            let raw = text.get(start..at).unwrap_or_default();
-            self.done = Some(literal_value(raw));
-        }
-        match op {
-            Op::BeginLiteral => self.literal_start = Some(at),
-            Op::BeginObject => self.stack.push(Frame::Object(Vec::new(), None)),
-            Op::BeginArray => self.stack.push(Frame::Array(Vec::new())),
-            Op::ObjectKey => {
-                if let Some(Frame::Object(_, key)) = self.stack.last_mut() {
-                    *key = match self.done.take() {
-                        Some(JsonValue::String(s)) => Some(s),
-                        _ => Some(String::new()),
-                    };
-                }
-            }
-            Op::ObjectValue | Op::ArrayValue => self.place_done(),
-            Op::EndObject | Op::EndArray => {
-                self.place_done();
-                self.done = match self.stack.pop() {
-                    Some(Frame::Array(items)) => Some(JsonValue::Array(items)),
-                    Some(Frame::Object(members, _)) => Some(JsonValue::Object(members)),
-                    None => None,
-                };
-            }
-            Op::Continue | Op::SkipSpace | Op::End | Op::Error => {}
-        }
-    }
-
-    /// Moves the completed value into the innermost open container.
-    fn place_done(&mut self) {
-        let Some(value) = self.done.take() else {
-            return;
-        };
-        match self.stack.last_mut() {
-            Some(Frame::Array(items)) => items.push(value),
-            Some(Frame::Object(members, key)) => {
-                members.push((key.take().unwrap_or_default(), value));
-            }
-            None => self.done = Some(value),
-        }
-    }
-}
-
-/// Turns the raw text of a scalar the scanner accepted into its value.
-fn literal_value(raw: &[u8]) -> JsonValue {
-    match raw.first() {
-        Some(b'"') => JsonValue::String(unquote(raw)),
-        Some(b't') => JsonValue::Bool(true),
-        Some(b'f') => JsonValue::Bool(false),
-        Some(b'n') => JsonValue::Null,
-        _ => JsonValue::Number(String::from_utf8_lossy(raw).into_owned()),
+    /// The low surrogate a `\u` escape right here holds, without consuming it.
+    fn low_surrogate_ahead(&self) -> Option<u32> {
+        let escape = self.bytes.get(self.at..self.at + 6)?;
+        let hex = std::str::from_utf8(escape.strip_prefix(b"\\u")?).ok()?;
+        u32::from_str_radix(hex, 16)
+            .ok()
+            .filter(|unit| (0xDC00..0xE000).contains(unit))
     }
 }
 
@@ -672,75 +452,6 @@ pub fn go_string_from_bytes(bytes: &[u8]) -> String {
         }
     }
     out
-}
-
-/// Reads four hex digits of a `\uXXXX` escape starting at `s[0]` (Go's `getu4`).
-fn getu4(s: &[u8]) -> Option<u32> {
-    if s.len() < 6 || s[0] != b'\\' || s[1] != b'u' {
-        return None;
-    }
-    let hex = std::str::from_utf8(&s[2..6]).ok()?;
-    u32::from_str_radix(hex, 16).ok()
-}
-
-/// Unescapes a quoted JSON string the scanner accepted, as Go's `unquote` does.
-fn unquote(raw: &[u8]) -> String {
-    let b = raw
-        .strip_prefix(b"\"")
-        .and_then(|inner| inner.strip_suffix(b"\""))
-        .unwrap_or(raw);
-    let mut out: Vec<u8> = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] != b'\\' {
-            out.push(b[i]);
-            i += 1;
-            continue;
-        }
-        let simple = match b.get(i + 1).copied().unwrap_or(b'\\') {
-            b'"' => Some('"'),
-            b'\\' => Some('\\'),
-            b'/' => Some('/'),
-            b'b' => Some('\u{8}'),
-            b'f' => Some('\u{c}'),
-            b'n' => Some('\n'),
-            b'r' => Some('\r'),
-            b't' => Some('\t'),
-            _ => None,
-        };
-        let mut push = |character: char| {
-            out.extend_from_slice(character.encode_utf8(&mut [0; 4]).as_bytes());
-        };
-        if let Some(character) = simple {
-            push(character);
-            i += 2;
-            continue;
-        }
-        let Some(r) = getu4(&b[i..]) else {
-            // Unreachable for scanner-approved input; keep the byte and move on.
-            push('\\');
-            i += 1;
-            continue;
-        };
-        i += 6;
-        if (0xD800..0xE000).contains(&r) {
-            // utf16.DecodeRune: a high surrogate followed by a `\u` low surrogate joins;
-            // anything else becomes U+FFFD and the second escape is read on its own.
-            if let Some(r2) = getu4(&b[i..])
-                && (0xD800..0xDC00).contains(&r)
-                && (0xDC00..0xE000).contains(&r2)
-            {
-                let joined = 0x10000 + ((r - 0xD800) << 10) + (r2 - 0xDC00);
-                push(char::from_u32(joined).unwrap_or(char::REPLACEMENT_CHARACTER));
-                i += 6;
-                continue;
-            }
-            push(char::REPLACEMENT_CHARACTER);
-            continue;
-        }
-        push(char::from_u32(r).unwrap_or(char::REPLACEMENT_CHARACTER));
-    }
-    go_string_from_bytes(&out)
 }
 
 #[cfg(test)]

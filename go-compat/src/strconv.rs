@@ -106,45 +106,29 @@ pub(crate) fn underscore_ok(s: &str) -> bool {
 /// Go's `strconv.ParseUint(s, base, 64)` for base 0 (prefix-detected) or an explicit base;
 /// `None` where Go returns an error.
 pub fn parse_uint(s: &str, base: u32) -> Option<u64> {
-    let b = s.as_bytes();
-    let first = *b.first()?;
-    let base0 = base == 0;
-    let (base, digits) = if base0 {
-        if first == b'0' {
-            match b.get(1).map(u8::to_ascii_lowercase) {
-                Some(b'b') if b.len() >= 3 => (2, b.get(2..)?),
-                Some(b'o') if b.len() >= 3 => (8, b.get(2..)?),
-                Some(b'x') if b.len() >= 3 => (16, b.get(2..)?),
-                _ => (8, b.get(1..)?),
-            }
-        } else {
-            (10, b)
-        }
-    } else {
-        (base, b)
+    let prefixed = |prefix: &str| {
+        s.get(..2)
+            .filter(|start| start.eq_ignore_ascii_case(prefix) && s.len() > 2)
+            .map(|_| &s[2..])
     };
-    let mut n: u64 = 0;
-    let mut underscores = false;
-    for &c in digits {
-        let d = match c {
-            b'_' if base0 => {
-                underscores = true;
-                continue;
-            }
-            b'0'..=b'9' => c - b'0',
-            b'a'..=b'z' => c - b'a' + 10,
-            b'A'..=b'Z' => c - b'A' + 10,
-            _ => return None,
-        };
-        if u32::from(d) >= base {
-            return None;
-        }
-        n = n.checked_mul(u64::from(base))?.checked_add(u64::from(d))?;
-    }
-    if underscores && !underscore_ok(s) {
+    let (radix, digits) = match base {
+        0 => prefixed("0b")
+            .map(|digits| (2, digits))
+            .or_else(|| prefixed("0o").map(|digits| (8, digits)))
+            .or_else(|| prefixed("0x").map(|digits| (16, digits)))
+            .unwrap_or(if s.starts_with('0') { (8, s) } else { (10, s) }),
+        _ => (base, s),
+    };
+    // Underscores only separate digits, and only where the base comes from the text.
+    if s.contains('_') && (base != 0 || !underscore_ok(s)) {
         return None;
     }
-    Some(n)
+    let digits = digits.replace('_', "");
+    // Rust's parser takes a sign, Go's does not.
+    if digits.starts_with('+') {
+        return None;
+    }
+    u64::from_str_radix(&digits, radix).ok()
 }
 
 /// Go's `strconv.ParseInt(s, base, 64)`; `None` where Go returns an error.
@@ -218,100 +202,55 @@ pub fn parse_float(s: &str) -> Option<f64> {
     f.is_finite().then_some(f)
 }
 
-// Float formatting.
+// Float formatting. Rust prints floats with the same shortest round-trip digits as Go's
+// `strconv` (`{}` in fixed notation, `{:e}` in scientific); Go differs in when it switches to
+// an exponent and in how it writes one.
 
-/// The shortest round-trip digits of a finite non-negative value and its decimal point
-/// position (`0.d1d2... * 10^dp`), as Go's `strconv` computes them.
-fn shortest_digits(x: f64, single: bool) -> (String, i32) {
-    let sci = if single {
-        format!("{:e}", x as f32)
-    } else {
-        format!("{x:e}")
-    };
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let exp: i32 = exp.parse().unwrap_or(0);
-    if digits.chars().all(|c| c == '0') {
-        return ("0".to_owned(), 1);
-    }
-    let trimmed = digits.trim_end_matches('0');
-    (trimmed.to_owned(), exp + 1)
+/// Go's exponent: a sign always, and (in `%e` and `%g`) at least two digits.
+fn go_exponent(exponent: i32, min_digits: usize) -> String {
+    let sign = if exponent < 0 { '-' } else { '+' };
+    format!("{sign}{:0min_digits$}", exponent.unsigned_abs())
 }
 
-/// Go's `%e` body for shortest digits: `d.ddde±XX`.
-fn fmt_e(digits: &str, dp: i32) -> String {
-    let mut out = String::new();
-    let mut chars = digits.chars();
-    out.push(chars.next().unwrap_or('0'));
-    let rest: String = chars.collect();
-    if !rest.is_empty() {
-        out.push('.');
-        out.push_str(&rest);
-    }
-    let exp = if digits == "0" { 0 } else { dp - 1 };
-    let sign = if exp < 0 { '-' } else { '+' };
-    let _ = write!(out, "e{sign}{:02}", exp.unsigned_abs());
-    out
+/// `{:e}` split into mantissa and exponent.
+fn scientific(text: &str) -> (&str, i32) {
+    let (mantissa, exponent) = text.split_once('e').unwrap_or((text, "0"));
+    (mantissa, exponent.parse().unwrap_or(0))
 }
 
-/// Go's `%f` body for shortest digits.
-fn fmt_f(digits: &str, dp: i32) -> String {
-    let nd = i32::try_from(digits.len()).unwrap_or(i32::MAX);
-    let zeros = |n: i32| "0".repeat(usize::try_from(n).unwrap_or(0));
-    if dp <= 0 {
-        format!("0.{}{digits}", zeros(-dp))
-    } else if dp >= nd {
-        format!("{digits}{}", zeros(dp - nd))
-    } else {
-        let split = usize::try_from(dp).unwrap_or(0);
-        format!(
-            "{}.{}",
-            digits.get(..split).unwrap_or_default(),
-            digits.get(split..).unwrap_or_default()
-        )
-    }
-}
-
-/// `json.Marshal` of a finite float64.
+/// `json.Marshal` of a finite float64: an exponent outside [1e-6, 1e21), written without a
+/// leading zero.
 pub fn format_json_float(f: f64) -> String {
-    let neg = if f.is_sign_negative() { "-" } else { "" };
     let abs = f.abs();
-    let (digits, dp) = shortest_digits(abs, false);
     if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
-        let mut e = fmt_e(&digits, dp);
-        // json.Marshal shortens "e-07" to "e-7".
-        if let Some(pos) = e.find("e-0")
-            && e.len() == pos + 4
-        {
-            e.remove(pos + 2);
-        }
-        format!("{neg}{e}")
+        let text = format!("{f:e}");
+        let (mantissa, exponent) = scientific(&text);
+        format!("{mantissa}e{}", go_exponent(exponent, 1))
     } else {
-        format!("{neg}{}", fmt_f(&digits, dp))
+        f.to_string()
     }
 }
 
-/// `strconv.FormatFloat(f, 'g', -1, bits)` for 32 or 64 bits.
+/// `strconv.FormatFloat(f, 'g', -1, bits)` for 32 or 64 bits: an exponent outside
+/// [1e-4, 1e6).
 pub fn format_g(f: f64, single: bool) -> String {
     let v = if single { f64::from(f as f32) } else { f };
     if v.is_nan() {
         return "NaN".into();
     }
     if v.is_infinite() {
-        return if v > 0.0 {
-            "+Inf".into()
-        } else {
-            "-Inf".into()
-        };
+        return if v > 0.0 { "+Inf" } else { "-Inf" }.into();
     }
-    let neg = if v.is_sign_negative() { "-" } else { "" };
-    let (digits, dp) = shortest_digits(v.abs(), single);
-    let exp = dp - 1;
-    // Shortest formatting switches to an exponent outside [1e-4, 1e6).
-    if !(-4..6).contains(&exp) {
-        format!("{neg}{}", fmt_e(&digits, dp))
+    let (text, fixed) = if single {
+        (format!("{:e}", v as f32), (v as f32).to_string())
     } else {
-        format!("{neg}{}", fmt_f(&digits, dp))
+        (format!("{v:e}"), v.to_string())
+    };
+    let (mantissa, exponent) = scientific(&text);
+    if v != 0.0 && !(-4..6).contains(&exponent) {
+        format!("{mantissa}e{}", go_exponent(exponent, 2))
+    } else {
+        fixed
     }
 }
 

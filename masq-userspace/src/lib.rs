@@ -5,5 +5,6 @@ pub mod agent;
 pub mod config;
 pub mod datapath;
 pub mod iptables;
+pub mod node;
 pub mod policy;
 pub mod ports;

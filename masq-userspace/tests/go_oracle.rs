@@ -107,10 +107,10 @@ fn read_allowed() -> BTreeMap<String, (Allowed, String)> {
         .collect()
 }
 
-/// masq's config in the oracle's normalized form.
+/// masq's config in the oracle's normalized form (a nil list is written as an empty one).
 fn normalized(config: &EffectiveConfig) -> Value {
     json!({
-        "cidrs": config.raw.non_masquerade_cidrs,
+        "cidrs": config.raw.non_masquerade_cidrs.clone().unwrap_or_default(),
         "cidrLimit": config.raw.cidr_limit,
         "masqLinkLocal": config.raw.masq_link_local,
         "masqLinkLocalIPv6": config.raw.masq_link_local_ipv6,

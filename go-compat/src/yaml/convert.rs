@@ -1,8 +1,12 @@
 //! go-yaml v2's decoder into `interface{}` (scalar resolution, merge keys, aliases) and
 //! sigs.k8s.io/yaml's conversion of the result to JSON, as upstream runs them.
 
-use std::collections::HashMap;
-use std::fmt::Write as _;
+use std::collections::{BTreeMap, HashMap};
+
+use base64::{
+    Engine as _, alphabet,
+    engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig},
+};
 
 use super::{SECONDARY_TAG_PREFIX, YamlError, decode_error};
 use crate::{
@@ -102,38 +106,14 @@ impl GoMap {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Task {
-    /// `d.unmarshal(n, new interface{})`: pushes the node's value.
-    Unmarshal(NodeId),
-    /// `d.unmarshal(n, out)` with `out` the map being built (merge keys).
-    UnmarshalInto(NodeId),
-    EndAlias(NodeId),
-    FinishSeq(usize),
-    FinishMap,
-    CheckKey,
-    SetPair,
-    Merge(NodeId),
-    MergeElem(NodeId),
-}
-
+/// go-yaml's decoder state while it unmarshals one document into `interface{}`.
 pub(super) struct Decoder<'d> {
     doc: &'d Doc,
     decode_count: usize,
     alias_count: usize,
     alias_depth: usize,
+    /// The aliases being expanded, by node: one reached again contains itself.
     active_aliases: Vec<bool>,
-    tasks: Vec<Task>,
-    values: Vec<GoVal>,
-    maps: Vec<GoMap>,
-}
-
-impl std::fmt::Debug for Decoder<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Decoder")
-            .field("decode_count", &self.decode_count)
-            .finish_non_exhaustive()
-    }
 }
 
 /// go-yaml's `allowedAliasRatio`: how much of a document may come from alias expansion.
@@ -161,9 +141,6 @@ impl<'d> Decoder<'d> {
             alias_count: 0,
             alias_depth: 0,
             active_aliases: vec![false; doc.nodes.len()],
-            tasks: Vec::new(),
-            values: Vec::new(),
-            maps: Vec::new(),
         }
     }
 
@@ -174,13 +151,10 @@ impl<'d> Decoder<'d> {
     pub(super) fn run(mut self) -> Result<GoVal, YamlError> {
         // The document node itself is one decode operation.
         self.count()?;
-        self.tasks.push(Task::Unmarshal(self.doc.root));
-        while let Some(task) = self.tasks.pop() {
-            self.step(task)?;
-        }
-        Ok(self.values.pop().unwrap_or(GoVal::Nil))
+        self.value(self.doc.root)
     }
 
+    /// Every `d.unmarshal` counts towards go-yaml's limit on aliasing.
     fn count(&mut self) -> Result<(), YamlError> {
         self.decode_count += 1;
         if self.alias_depth > 0 {
@@ -196,37 +170,99 @@ impl<'d> Decoder<'d> {
         Ok(())
     }
 
-    fn enter_alias(&mut self, id: NodeId, name: &str) -> Result<(), YamlError> {
-        let Some(active) = self.active_aliases.get_mut(id) else {
-            return Ok(());
-        };
-        if *active {
+    /// `d.alias`: decodes what alias `id` points at with `decode`.
+    fn through_alias<T>(
+        &mut self,
+        id: NodeId,
+        name: &str,
+        decode: impl FnOnce(&mut Self) -> Result<T, YamlError>,
+    ) -> Result<T, YamlError> {
+        if self.active_aliases.get(id).copied().unwrap_or(false) {
             return Err(decode_error(format!(
                 "anchor '{name}' value contains itself"
             )));
         }
-        *active = true;
+        self.active_aliases[id] = true;
         self.alias_depth += 1;
-        self.tasks.push(Task::EndAlias(id));
+        let decoded = decode(self);
+        self.alias_depth -= 1;
+        self.active_aliases[id] = false;
+        decoded
+    }
+
+    /// `d.unmarshal(n, new interface{})`.
+    fn value(&mut self, id: NodeId) -> Result<GoVal, YamlError> {
+        self.count()?;
+        match self.node(id) {
+            Some(Node::Alias { name, target }) => {
+                self.through_alias(id, name, |decoder| decoder.value(*target))
+            }
+            Some(Node::Scalar {
+                value,
+                tag,
+                implicit,
+            }) => resolve_scalar(value, tag, *implicit),
+            Some(Node::Sequence(children)) => children
+                .iter()
+                .map(|&child| self.value(child))
+                .collect::<Result<_, _>>()
+                .map(GoVal::Seq),
+            Some(Node::Mapping(children)) => {
+                let mut map = GoMap::default();
+                self.pairs(children, &mut map)?;
+                Ok(GoVal::Map(map))
+            }
+            None => Ok(GoVal::Nil),
+        }
+    }
+
+    /// `d.unmarshal(n, out)` with `out` a map being built: the target of a merge key.
+    fn merge_into(&mut self, id: NodeId, map: &mut GoMap) -> Result<(), YamlError> {
+        self.count()?;
+        match self.node(id) {
+            Some(Node::Alias { name, target }) => {
+                self.through_alias(id, name, |decoder| decoder.merge_into(*target, map))
+            }
+            Some(Node::Mapping(children)) => self.pairs(children, map),
+            _ => Err(want_map()),
+        }
+    }
+
+    /// The key and value pairs of a mapping, into `map`.
+    fn pairs(&mut self, children: &[NodeId], map: &mut GoMap) -> Result<(), YamlError> {
+        for pair in children.chunks_exact(2) {
+            let (key, value) = (pair[0], pair[1]);
+            if self.is_merge(key) {
+                self.merge(value, map)?;
+                continue;
+            }
+            let key = self.value(key)?;
+            if matches!(key, GoVal::Seq(_) | GoVal::Map(_)) {
+                return Err(decode_error(format!(
+                    "invalid map key: {}",
+                    go_syntax(&key)
+                )));
+            }
+            let value = self.value(value)?;
+            map.set(key, value);
+        }
         Ok(())
     }
 
-    fn push_pairs(&mut self, children: &[NodeId]) {
-        for pair in children.chunks(2).rev() {
-            let (k, v) = match pair {
-                [k, v] => (*k, *v),
-                _ => continue,
-            };
-            if self.is_merge(k) {
-                self.tasks.push(Task::Merge(v));
-            } else {
-                self.tasks.extend([
-                    Task::SetPair,
-                    Task::Unmarshal(v),
-                    Task::CheckKey,
-                    Task::Unmarshal(k),
-                ]);
+    /// `d.merge`: a map, an alias to one, or a sequence of those; earlier maps take
+    /// precedence, so the last is merged first.
+    fn merge(&mut self, id: NodeId, map: &mut GoMap) -> Result<(), YamlError> {
+        match self.node(id) {
+            Some(Node::Mapping(_) | Node::Alias { .. }) if self.is_mapping_or_alias_to_one(id) => {
+                self.merge_into(id, map)
             }
+            Some(Node::Sequence(children)) => children.iter().rev().try_for_each(|&child| {
+                if !self.is_mapping_or_alias_to_one(child) {
+                    return Err(want_map());
+                }
+                self.merge_into(child, map)
+            }),
+            _ => Err(want_map()),
         }
     }
 
@@ -243,98 +279,6 @@ impl<'d> Decoder<'d> {
             }
             _ => false,
         }
-    }
-
-    fn step(&mut self, task: Task) -> Result<(), YamlError> {
-        match task {
-            Task::Unmarshal(id) => {
-                self.count()?;
-                match self.node(id) {
-                    Some(Node::Alias { name, target }) => {
-                        self.enter_alias(id, name)?;
-                        self.tasks.push(Task::Unmarshal(*target));
-                    }
-                    Some(Node::Scalar {
-                        value,
-                        tag,
-                        implicit,
-                    }) => {
-                        let v = resolve_scalar(value, tag, *implicit)?;
-                        self.values.push(v);
-                    }
-                    Some(Node::Sequence(children)) => {
-                        self.tasks.push(Task::FinishSeq(children.len()));
-                        self.tasks
-                            .extend(children.iter().rev().map(|&c| Task::Unmarshal(c)));
-                    }
-                    Some(Node::Mapping(children)) => {
-                        self.maps.push(GoMap::default());
-                        self.tasks.push(Task::FinishMap);
-                        self.push_pairs(children);
-                    }
-                    None => self.values.push(GoVal::Nil),
-                }
-            }
-            Task::UnmarshalInto(id) => {
-                self.count()?;
-                match self.node(id) {
-                    Some(Node::Alias { name, target }) => {
-                        self.enter_alias(id, name)?;
-                        self.tasks.push(Task::UnmarshalInto(*target));
-                    }
-                    Some(Node::Mapping(children)) => self.push_pairs(children),
-                    _ => return Err(want_map()),
-                }
-            }
-            Task::EndAlias(id) => {
-                self.alias_depth = self.alias_depth.saturating_sub(1);
-                if let Some(active) = self.active_aliases.get_mut(id) {
-                    *active = false;
-                }
-            }
-            Task::FinishSeq(n) => {
-                let items = self.values.split_off(self.values.len().saturating_sub(n));
-                self.values.push(GoVal::Seq(items));
-            }
-            Task::FinishMap => {
-                let map = self.maps.pop().unwrap_or_default();
-                self.values.push(GoVal::Map(map));
-            }
-            Task::CheckKey => {
-                if let Some(k @ (GoVal::Seq(_) | GoVal::Map(_))) = self.values.last() {
-                    return Err(decode_error(format!("invalid map key: {}", go_syntax(k))));
-                }
-            }
-            Task::SetPair => {
-                let v = self.values.pop().unwrap_or(GoVal::Nil);
-                let k = self.values.pop().unwrap_or(GoVal::Nil);
-                if let Some(map) = self.maps.last_mut() {
-                    map.set(k, v);
-                }
-            }
-            Task::Merge(id) => match self.node(id) {
-                Some(Node::Mapping(_)) => self.tasks.push(Task::UnmarshalInto(id)),
-                Some(Node::Alias { .. }) => {
-                    if !self.is_mapping_or_alias_to_one(id) {
-                        return Err(want_map());
-                    }
-                    self.tasks.push(Task::UnmarshalInto(id));
-                }
-                Some(Node::Sequence(children)) => {
-                    // Earlier maps take precedence, so the last is merged first.
-                    self.tasks
-                        .extend(children.iter().map(|&c| Task::MergeElem(c)));
-                }
-                _ => return Err(want_map()),
-            },
-            Task::MergeElem(id) => {
-                if !self.is_mapping_or_alias_to_one(id) {
-                    return Err(want_map());
-                }
-                self.tasks.push(Task::UnmarshalInto(id));
-            }
-        }
-        Ok(())
     }
 }
 
@@ -519,37 +463,37 @@ fn is_yaml_style_float(s: &str) -> bool {
     i == b.len()
 }
 
-/// go-yaml's `parseTimestamp`: does `s` match one of the layouts it tries with `time.Parse`?
+/// go-yaml's `parseTimestamp`: does `s` start with a four-digit year and a dash, and match one
+/// of the layouts it tries with `time.Parse`: `2006-1-2T15:4:5.999999999Z07:00` (or with
+/// `t`), `2006-1-2 15:4:5.999999999` (any number of spaces) or `2006-1-2`?
 fn is_timestamp(s: &str) -> bool {
+    timestamp_layout(s).is_some()
+}
+
+fn timestamp_layout(s: &str) -> Option<()> {
     let b = s.as_bytes();
-    let year_digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
-    if year_digits != 4 || b.get(4) != Some(&b'-') {
-        return false;
-    }
-    let mut p = TimeParser { b, i: 5 };
-    let Ok(year) = s.get(..4).unwrap_or_default().parse::<u32>() else {
-        return false;
-    };
-    let (Some(month), true, Some(day)) = (p.num(), p.lit(b'-'), p.num()) else {
-        return false;
-    };
-    if !(1..=12).contains(&month) || day < 1 || day > days_in(month, year) {
-        return false;
-    }
+    let year: u32 = s.get(..4)?.parse().ok()?;
+    let mut p = TimeParser { b, i: 4 };
+    (b[..4].iter().all(u8::is_ascii_digit)).then_some(())?;
+    p.lit(b'-')?;
+    let month = p.num()?;
+    p.lit(b'-')?;
+    let day = p.num()?;
+    ((1..=12).contains(&month) && (1..=days_in(month, year)).contains(&day)).then_some(())?;
     match b.get(p.i) {
-        None => true,
+        None => return Some(()),
         Some(b'T' | b't') => {
             p.i += 1;
-            p.clock() && p.zone() && p.i == b.len()
+            p.clock()?;
+            p.zone()?;
         }
         Some(b' ') => {
-            while b.get(p.i) == Some(&b' ') {
-                p.i += 1;
-            }
-            p.clock() && p.i == b.len()
+            while p.lit(b' ').is_some() {}
+            p.clock()?;
         }
-        Some(_) => false,
+        Some(_) => return None,
     }
+    (p.i == b.len()).then_some(())
 }
 
 fn days_in(month: u32, year: u32) -> u32 {
@@ -571,45 +515,31 @@ struct TimeParser<'a> {
 }
 
 impl TimeParser<'_> {
-    /// Go's `getnum(s, false)`: one or two digits.
+    /// Go's `getnum(s, false)`: one digit, or two.
     fn num(&mut self) -> Option<u32> {
-        let d1 = self.b.get(self.i).filter(|c| c.is_ascii_digit())?;
-        self.i += 1;
-        let mut n = u32::from(d1 - b'0');
-        if let Some(d2) = self.b.get(self.i).filter(|c| c.is_ascii_digit()) {
+        let mut n = None;
+        for _ in 0..2 {
+            let Some(digit) = self.b.get(self.i).filter(|c| c.is_ascii_digit()) else {
+                break;
+            };
             self.i += 1;
-            n = n * 10 + u32::from(d2 - b'0');
+            n = Some(n.unwrap_or(0) * 10 + u32::from(digit - b'0'));
         }
-        Some(n)
+        n
     }
 
-    fn lit(&mut self, c: u8) -> bool {
-        if self.b.get(self.i) == Some(&c) {
-            self.i += 1;
-            true
-        } else {
-            false
-        }
+    fn lit(&mut self, c: u8) -> Option<()> {
+        (self.b.get(self.i) == Some(&c)).then(|| self.i += 1)
     }
 
-    /// `15:4:5` with an optional fraction (`.` or `,` then any number of digits).
-    fn clock(&mut self) -> bool {
-        let Some(hour) = self.num() else { return false };
-        if !self.lit(b':') {
-            return false;
-        }
-        let Some(minute) = self.num() else {
-            return false;
-        };
-        if !self.lit(b':') {
-            return false;
-        }
-        let Some(second) = self.num() else {
-            return false;
-        };
-        if hour >= 24 || minute >= 60 || second >= 60 {
-            return false;
-        }
+    /// `15:4:5`, then an optional fraction (`.` or `,` and digits).
+    fn clock(&mut self) -> Option<()> {
+        let hour = self.num()?;
+        self.lit(b':')?;
+        let minute = self.num()?;
+        self.lit(b':')?;
+        let second = self.num()?;
+        (hour < 24 && minute < 60 && second < 60).then_some(())?;
         if matches!(self.b.get(self.i), Some(b'.' | b','))
             && self.b.get(self.i + 1).is_some_and(u8::is_ascii_digit)
         {
@@ -618,61 +548,38 @@ impl TimeParser<'_> {
                 self.i += 1;
             }
         }
-        true
+        Some(())
     }
 
-    /// `Z07:00`: `Z` or `±hh:mm`.
-    fn zone(&mut self) -> bool {
-        if self.lit(b'Z') {
-            return true;
+    /// `Z07:00`: `Z` or `±hh:mm`, at most 24 hours and 60 minutes.
+    fn zone(&mut self) -> Option<()> {
+        if self.lit(b'Z').is_some() {
+            return Some(());
         }
-        let rest = self.b.get(self.i..).unwrap_or_default();
-        let [sign, h1, h2, b':', m1, m2, ..] = rest else {
-            return false;
+        let [b'+' | b'-', h1, h2, b':', m1, m2, ..] = self.b.get(self.i..)? else {
+            return None;
         };
-        if !matches!(sign, b'+' | b'-') || ![h1, h2, m1, m2].iter().all(|c| c.is_ascii_digit()) {
-            return false;
-        }
-        let hours = u32::from(h1 - b'0') * 10 + u32::from(h2 - b'0');
-        let minutes = u32::from(m1 - b'0') * 10 + u32::from(m2 - b'0');
+        let two = |tens: &u8, ones: &u8| {
+            (tens.is_ascii_digit() && ones.is_ascii_digit())
+                .then(|| u32::from(tens - b'0') * 10 + u32::from(ones - b'0'))
+        };
+        let (hours, minutes) = (two(h1, h2)?, two(m1, m2)?);
         self.i += 6;
-        hours <= 24 && minutes <= 60
+        (hours <= 24 && minutes <= 60).then_some(())
     }
 }
 
-/// Go's `base64.StdEncoding.DecodeString` (padding required, CR and LF ignored).
+/// Go's `base64.StdEncoding.DecodeString`: padding required, CR and LF ignored, and (Go's
+/// decoding is not strict) the bits after the last byte need not be zero.
 fn go_base64_decode(s: &str) -> Option<Vec<u8>> {
+    const GO_STD_ENCODING: GeneralPurpose = GeneralPurpose::new(
+        &alphabet::STANDARD,
+        GeneralPurposeConfig::new()
+            .with_decode_allow_trailing_bits(true)
+            .with_decode_padding_mode(DecodePaddingMode::RequireCanonical),
+    );
     let clean: Vec<u8> = s.bytes().filter(|&c| c != b'\r' && c != b'\n').collect();
-    if !clean.len().is_multiple_of(4) {
-        return None;
-    }
-    let value = |c: u8| -> Option<u32> {
-        Some(u32::from(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        }))
-    };
-    let mut out = Vec::with_capacity(clean.len() / 4 * 3);
-    let quanta = clean.len() / 4;
-    for (q, chunk) in clean.chunks(4).enumerate() {
-        let last = q + 1 == quanta;
-        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 || (pad > 0 && !last) {
-            return None;
-        }
-        let mut n: u32 = 0;
-        for &c in chunk.get(..4 - pad)? {
-            n = (n << 6) | value(c)?;
-        }
-        n <<= 6 * pad;
-        let bytes = n.to_be_bytes();
-        out.extend_from_slice(bytes.get(1..4 - pad)?);
-    }
-    Some(out)
+    GO_STD_ENCODING.decode(clean).ok()
 }
 
 /// Rank of a dynamic type when Go's `fmt` sorts `interface{}` map keys (by type first).
@@ -700,55 +607,38 @@ fn key_order(a: &GoVal, b: &GoVal) -> std::cmp::Ordering {
     }
 }
 
-/// Go's `%#v` of a value held in an `interface{}` (nested ones print `interface {}(nil)`).
-fn go_syntax(v: &GoVal) -> String {
-    let mut out = String::new();
-    // (value, nested) pairs, written in order; `None` closes a composite.
-    let mut work: Vec<Option<(&GoVal, bool)>> = vec![Some((v, false))];
-    let mut seps: Vec<Option<&'static str>> = vec![None];
-    while let Some(item) = work.pop() {
-        if let Some(sep) = seps.pop().flatten() {
-            out.push_str(sep);
+/// Go's `%#v` of a value held in an `interface{}`.
+fn go_syntax(value: &GoVal) -> String {
+    go_syntax_of(value, false)
+}
+
+/// Go's `%#v`; a `nested` nil (inside a slice or map) prints with its type.
+fn go_syntax_of(value: &GoVal, nested: bool) -> String {
+    match value {
+        GoVal::Nil if nested => "interface {}(nil)".to_owned(),
+        GoVal::Nil => "<nil>".to_owned(),
+        GoVal::Bool(b) => b.to_string(),
+        GoVal::Int(i) => i.to_string(),
+        GoVal::Uint(u) => format!("{u:#x}"),
+        GoVal::Float(f) => format_g(*f, false),
+        GoVal::Str(s) => quote(s),
+        GoVal::Seq(items) => {
+            let items: Vec<String> = items.iter().map(|item| go_syntax_of(item, true)).collect();
+            format!("[]interface {{}}{{{}}}", items.join(", "))
         }
-        let Some((v, nested)) = item else {
-            out.push('}');
-            continue;
-        };
-        match v {
-            GoVal::Nil if nested => out.push_str("interface {}(nil)"),
-            GoVal::Nil => out.push_str("<nil>"),
-            GoVal::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-            GoVal::Int(i) => out.push_str(&i.to_string()),
-            GoVal::Uint(u) => {
-                let _ = write!(out, "{u:#x}");
-            }
-            GoVal::Float(f) => out.push_str(&format_g(*f, false)),
-            GoVal::Str(s) => out.push_str(&quote(s)),
-            GoVal::Seq(items) => {
-                out.push_str("[]interface {}{");
-                work.push(None);
-                seps.push(None);
-                for (i, item) in items.iter().enumerate().rev() {
-                    work.push(Some((item, true)));
-                    seps.push((i > 0).then_some(", "));
-                }
-            }
-            GoVal::Map(map) => {
-                out.push_str("map[interface {}]interface {}{");
-                let mut entries: Vec<&(GoVal, GoVal)> = map.entries.iter().collect();
-                entries.sort_by(|a, b| key_order(&a.0, &b.0));
-                work.push(None);
-                seps.push(None);
-                for (i, (k, val)) in entries.iter().enumerate().rev() {
-                    work.push(Some((val, true)));
-                    seps.push(Some(":"));
-                    work.push(Some((k, true)));
-                    seps.push((i > 0).then_some(", "));
-                }
-            }
+        GoVal::Map(map) => {
+            let mut entries: Vec<&(GoVal, GoVal)> = map.entries.iter().collect();
+            entries.sort_by(|a, b| key_order(&a.0, &b.0));
+            let entries: Vec<String> = entries
+                .iter()
+                .map(|(k, v)| format!("{}:{}", go_syntax_of(k, true), go_syntax_of(v, true)))
+                .collect();
+            format!(
+                "map[interface {{}}]interface {{}}{{{}}}",
+                entries.join(", ")
+            )
         }
     }
-    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -785,111 +675,55 @@ fn key_string(k: &GoVal, v: &GoVal) -> Result<String, YamlError> {
     }
 }
 
-/// A composite being converted: remaining children and the converted ones.
-#[derive(Debug)]
-enum ConvFrame {
-    Arr(std::vec::IntoIter<GoVal>, Vec<JsonValue>),
-    Obj(
-        std::vec::IntoIter<(String, GoVal)>,
-        Vec<(String, JsonValue)>,
-        String,
-    ),
+/// `convertToJSONableObject` and `json.Marshal`: maps become objects with string keys, sorted,
+/// one member per key (distinct Go keys may stringify alike, 1 and "1": the later one wins
+/// here). Key errors come first; then `json.Marshal` refuses the first float JSON cannot
+/// express, in the order it writes them.
+pub(super) fn to_json_value(root: GoVal) -> Result<JsonValue, YamlError> {
+    let mut unsupported = None;
+    let value = convert(root, &mut unsupported)?;
+    unsupported.map_or(Ok(value), |what| Err(YamlError::UnsupportedValue(what)))
 }
 
-pub(super) fn to_json_value(root: GoVal) -> Result<JsonValue, YamlError> {
-    let mut stack: Vec<ConvFrame> = Vec::new();
-    let mut unsupported: Option<&'static str> = None;
-    let mut next = Some(root);
-    loop {
-        let done = match next.take() {
-            Some(GoVal::Seq(items)) => {
-                stack.push(ConvFrame::Arr(items.into_iter(), Vec::new()));
-                None
-            }
-            Some(GoVal::Map(map)) => {
-                let mut members: Vec<(String, GoVal)> = Vec::with_capacity(map.entries.len());
-                for (k, v) in map.entries {
-                    let key = key_string(&k, &v)?;
-                    members.push((key, v));
-                }
-                // Distinct Go keys may stringify alike (1 and "1"); the later one wins here.
-                let mut seen: HashMap<String, usize> = HashMap::new();
-                let mut unique: Vec<(String, GoVal)> = Vec::with_capacity(members.len());
-                for (k, v) in members {
-                    if let Some(&at) = seen.get(&k) {
-                        if let Some(slot) = unique.get_mut(at) {
-                            slot.1 = v;
-                        }
-                    } else {
-                        seen.insert(k.clone(), unique.len());
-                        unique.push((k, v));
-                    }
-                }
-                unique.sort_by(|a, b| a.0.cmp(&b.0));
-                stack.push(ConvFrame::Obj(
-                    unique.into_iter(),
-                    Vec::new(),
-                    String::new(),
-                ));
-                None
-            }
-            Some(scalar) => Some(match scalar {
-                GoVal::Nil => JsonValue::Null,
-                GoVal::Bool(b) => JsonValue::Bool(b),
-                GoVal::Int(i) => JsonValue::Number(i.to_string()),
-                GoVal::Uint(u) => JsonValue::Number(u.to_string()),
-                GoVal::Float(f) if f.is_finite() => JsonValue::Number(format_json_float(f)),
-                GoVal::Float(f) => {
-                    if unsupported.is_none() {
-                        unsupported = Some(if f.is_nan() {
-                            "NaN"
-                        } else if f > 0.0 {
-                            "+Inf"
-                        } else {
-                            "-Inf"
-                        });
-                    }
-                    JsonValue::Null
-                }
-                GoVal::Str(s) => JsonValue::String(s),
-                GoVal::Seq(_) | GoVal::Map(_) => JsonValue::Null,
-            }),
-            None => None,
-        };
-        // Place a finished value, or pull the next child of the innermost composite.
-        let mut finished = done;
-        loop {
-            let Some(frame) = stack.last_mut() else {
-                // Only key errors come before json.Marshal's float check; both are done.
-                if let Some(what) = unsupported {
-                    return Err(YamlError::UnsupportedValue(what));
-                }
-                return Ok(finished.unwrap_or(JsonValue::Null));
+fn convert(value: GoVal, unsupported: &mut Option<&'static str>) -> Result<JsonValue, YamlError> {
+    Ok(match value {
+        GoVal::Nil => JsonValue::Null,
+        GoVal::Bool(b) => JsonValue::Bool(b),
+        GoVal::Int(i) => JsonValue::Number(i.to_string()),
+        GoVal::Uint(u) => JsonValue::Number(u.to_string()),
+        GoVal::Float(f) if f.is_finite() => JsonValue::Number(format_json_float(f)),
+        GoVal::Float(f) => {
+            let what = if f.is_nan() {
+                "NaN"
+            } else if f > 0.0 {
+                "+Inf"
+            } else {
+                "-Inf"
             };
-            if let Some(value) = finished.take() {
-                match frame {
-                    ConvFrame::Arr(_, out) => out.push(value),
-                    ConvFrame::Obj(_, out, key) => out.push((std::mem::take(key), value)),
-                }
-            }
-            let child = match frame {
-                ConvFrame::Arr(items, _) => items.next(),
-                ConvFrame::Obj(members, _, key) => members.next().map(|(k, v)| {
-                    *key = k;
-                    v
-                }),
-            };
-            if let Some(child) = child {
-                next = Some(child);
-                break;
-            }
-            finished = match stack.pop() {
-                Some(ConvFrame::Arr(_, out)) => Some(JsonValue::Array(out)),
-                Some(ConvFrame::Obj(_, out, _)) => Some(JsonValue::Object(out)),
-                None => None,
-            };
+            unsupported.get_or_insert(what);
+            JsonValue::Null
         }
-    }
+        GoVal::Str(s) => JsonValue::String(s),
+        GoVal::Seq(items) => JsonValue::Array(
+            items
+                .into_iter()
+                .map(|item| convert(item, unsupported))
+                .collect::<Result<_, _>>()?,
+        ),
+        GoVal::Map(map) => {
+            let members = map
+                .entries
+                .into_iter()
+                .map(|(k, v)| Ok((key_string(&k, &v)?, v)))
+                .collect::<Result<BTreeMap<String, GoVal>, YamlError>>()?;
+            JsonValue::Object(
+                members
+                    .into_iter()
+                    .map(|(key, value)| Ok((key, convert(value, unsupported)?)))
+                    .collect::<Result<_, YamlError>>()?,
+            )
+        }
+    })
 }
 
 #[cfg(test)]

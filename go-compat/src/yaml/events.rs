@@ -77,12 +77,6 @@ pub(crate) struct Parser {
     _input: Box<[u8]>,
 }
 
-impl std::fmt::Debug for Parser {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("Parser").finish_non_exhaustive()
-    }
-}
-
 fn mark(raw: unsafe_sys::yaml_mark_t) -> Mark {
     Mark {
         index: usize::try_from(raw.index).unwrap_or(usize::MAX),

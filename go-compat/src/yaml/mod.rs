@@ -86,12 +86,16 @@ impl From<ParseError> for YamlError {
 ///
 /// [`YamlError`], worded as the Go agent words it.
 pub fn to_json(input: &[u8]) -> Result<JsonValue, YamlError> {
+    crate::on_deep_stack(|| to_json_here(input))
+}
+
+fn to_json_here(input: &[u8]) -> Result<JsonValue, YamlError> {
     // unicode.IsSpace and Rust's White_Space are the same set.
     if String::from_utf8_lossy(input)
         .trim_start_matches(char::is_whitespace)
         .starts_with('{')
     {
-        return json::parse(input).map_err(YamlError::Json);
+        return json::parse_here(input).map_err(YamlError::Json);
     }
     let Some(doc) = compose(input)? else {
         return Ok(JsonValue::Null);
@@ -533,4 +537,32 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
     // go-yaml insists on the DOCUMENT-END event, which makes libyaml look at the next token.
     next(reached)?;
     Ok(Some(Doc { nodes, root: 0 }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alias_chains_nesting_past_any_thread_stack_are_rejected_as_go_rejects_them() {
+        // Each anchor nests the previous one 9,990 levels deeper: 40,000 levels in all (a
+        // dozen anchors, 120,000 levels, still fit in 240 kB), which overflowed the stack
+        // instead of failing json.Unmarshal's depth check.
+        let depth = 9_990;
+        let document: String = (0..4)
+            .map(|anchor| {
+                let inner = if anchor == 0 {
+                    "0".to_owned()
+                } else {
+                    format!("*a{}", anchor - 1)
+                };
+                let (open, close) = ("[".repeat(depth), "]".repeat(depth));
+                format!("k{anchor}: &a{anchor} {open}{inner}{close}\n")
+            })
+            .collect();
+        assert_eq!(
+            to_json(document.as_bytes()).map_err(|error| error.to_string()),
+            Err("invalid character '[' exceeded max depth".to_owned())
+        );
+    }
 }

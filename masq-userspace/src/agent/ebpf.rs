@@ -1,6 +1,11 @@
 //! The eBPF backend: the pinned datapath on the uplink.
 
-use std::{collections::BTreeMap, net::Ipv4Addr};
+use std::{
+    collections::BTreeMap,
+    fmt,
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+};
 
 use masq_common::{
     layout::{MAX_RESERVED_RANGES, MapMeta, Uplink},
@@ -9,9 +14,7 @@ use masq_common::{
 };
 
 use super::{
-    AgentError, AgentOptions,
-    netif::{self, InterfaceError},
-    reserved_ports,
+    AgentError, AgentOptions, Backend,
     status::{SharedStatus, UplinkStatus},
 };
 use crate::{
@@ -20,11 +23,16 @@ use crate::{
         DatapathError,
         attach::{AttachMode, attach_uplink, detach_uplink},
         gc,
+        maps::DatapathMaps,
         object::{Datapath, LoadOptions},
         pins::{PinDir, PinnedState, is_on_bpffs},
-        sync::{TrieSync, settings, sync_nomasq},
+        sync::{settings, sync_nomasq},
     },
     iptables::apply::Iptables,
+    node::{
+        interfaces::{self, InterfaceError},
+        reserved_ports,
+    },
     policy::Policy,
 };
 
@@ -158,33 +166,9 @@ impl EbpfBackend {
         })
     }
 
-    /// Whether translation is on.
-    pub(super) const fn enabled(&self) -> bool {
-        self.enabled
-    }
-
-    /// Brings the trie in line with `policy` and turns translation on.
-    pub(super) fn apply(
-        &mut self,
-        policy: &Policy,
-        options: &AgentOptions,
-    ) -> Result<TrieSync, AgentError> {
-        let report = sync_nomasq(&mut self.datapath.maps, &policy.nomasq_v4())?;
-        if !self.enabled {
-            self.enabled = true;
-            self.write_settings(options)?;
-        }
-        Ok(report)
-    }
-
-    /// Entries the trie holds for `policy`.
-    pub(super) fn trie_entries(policy: &Policy) -> usize {
-        policy.nomasq_v4().len()
-    }
-
     /// Writes the settings: translating with the current address and ports, or (before any
     /// valid config) passing everything through.
-    pub(super) fn write_settings(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
+    fn write_settings(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
         let value = if self.enabled {
             settings(&options.snat_ranges, options.random_fully)
         } else {
@@ -198,7 +182,7 @@ impl EbpfBackend {
     }
 
     /// Reserves the SNAT ports from the node's ephemeral allocation and records what was added.
-    pub(super) fn reserve_ports(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
+    fn reserve_ports(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
         let ephemeral = reserved_ports::ephemeral_range(&options.sysctl_dir)?;
         if options
             .snat_ranges
@@ -240,7 +224,7 @@ impl EbpfBackend {
     /// this process's programs in) where traffic leaves the node, follows address changes, and
     /// detaches from interfaces that are gone or no longer wanted. Called at startup (where an
     /// error stops the agent) and on every resync and interface change (where it is logged).
-    pub(super) fn reconcile_uplinks(
+    fn reconcile_uplinks(
         &mut self,
         options: &AgentOptions,
         status: &SharedStatus,
@@ -365,9 +349,72 @@ impl EbpfBackend {
         self.datapath.maps.set_uplink(wanted.ifindex, &updated)?;
         Ok(())
     }
+}
 
-    /// Removes expired flows.
-    pub(super) fn collect_garbage(&mut self, options: &AgentOptions, status: &SharedStatus) {
+impl Backend for EbpfBackend {
+    fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Brings the trie in line with `policy` (every sync compares, so anything that drifted, a
+    /// change the kernel refused and could not undo or a hand edit, is repaired; an unchanged
+    /// config writes nothing) and turns translation on.
+    fn apply(
+        &mut self,
+        policy: &Policy,
+        options: &AgentOptions,
+        trigger: &'static str,
+    ) -> Result<usize, AgentError> {
+        let wanted = policy.nomasq_v4();
+        let report = sync_nomasq(&mut self.datapath.maps, &wanted)?;
+        if report.added + report.removed > 0 {
+            tracing::info!(
+                trigger,
+                added = report.added,
+                removed = report.removed,
+                unchanged = report.unchanged,
+                "non-masquerade trie synced"
+            );
+        }
+        if !self.enabled {
+            self.enabled = true;
+            self.write_settings(options)?;
+        }
+        Ok(wanted.len())
+    }
+
+    fn left_in_place(&self) -> &'static str {
+        "the datapath stays attached and keeps translating"
+    }
+
+    /// Turns translation on (or keeps it off until a valid config), reserves the SNAT ports
+    /// and attaches to the uplinks: after the trie, so nothing is translated without its
+    /// exemptions.
+    fn finish_startup(
+        &mut self,
+        options: &AgentOptions,
+        status: &SharedStatus,
+    ) -> Result<(), AgentError> {
+        self.write_settings(options)?;
+        self.reserve_ports(options)?;
+        self.reconcile_uplinks(options, status, Strictness::Startup)
+    }
+
+    fn translates_on_uplinks(&self) -> bool {
+        true
+    }
+
+    fn follow_uplinks(&mut self, options: &AgentOptions, status: &SharedStatus) {
+        // Errors are logged where they happen; the other uplinks carry on.
+        let _ = self.reconcile_uplinks(options, status, Strictness::Running);
+    }
+
+    fn resync(&mut self, options: &AgentOptions, status: &SharedStatus) {
+        self.follow_uplinks(options, status);
+        status.lock().upstream_chain = recheck_upstream_chain(options);
+    }
+
+    fn collect_garbage(&mut self, options: &AgentOptions, status: &SharedStatus) {
         match gc::collect(
             &mut self.datapath.maps,
             &options.timeouts,
@@ -384,6 +431,127 @@ impl EbpfBackend {
             Err(error) => tracing::error!(%error, "flow garbage collection failed"),
         }
     }
+}
+
+/// One thing [`uninstall`] did or left alone, in words for the operator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UninstallStep {
+    /// An interrupted install's staging directory was removed.
+    RemovedStagedMaps,
+    /// Nothing was pinned, so nothing was changed (beyond an empty pin directory).
+    NothingPinned(PathBuf),
+    /// The programs were detached from an uplink.
+    Detached {
+        /// The interface.
+        interface: String,
+        /// How they were attached (`tcx`, `tc`), if known.
+        mode: Option<AttachMode>,
+    },
+    /// These ports were taken out of `net.ipv4.ip_local_reserved_ports` again.
+    ReleasedPorts(Vec<PortRange>),
+    /// The record of what was reserved could not be read, so the reservation stays.
+    ReservedPortsUnknown(String),
+    /// An interrupted install left maps (and had not reserved ports yet).
+    RemovingLeftovers,
+    /// The pins come from another masq version, whose record of reserved ports is not read.
+    ReservedPortsOfAnotherVersion,
+    /// A pin or directory was removed.
+    Removed(PathBuf),
+    /// Everything is gone.
+    Done,
+}
+
+impl fmt::Display for UninstallStep {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const KEEPING_PORTS: &str = "leaving net.ipv4.ip_local_reserved_ports as it is";
+        match self {
+            Self::RemovedStagedMaps => {
+                formatter.write_str("removed the staged maps of an interrupted install")
+            }
+            Self::NothingPinned(root) => write!(
+                formatter,
+                "nothing pinned under {}; nothing to uninstall",
+                root.display()
+            ),
+            Self::Detached { interface, mode } => write!(
+                formatter,
+                "detached from {interface} ({})",
+                mode.map_or("unknown mode", AttachMode::name)
+            ),
+            Self::ReleasedPorts(ranges) => write!(
+                formatter,
+                "released reserved ports {}",
+                reserved_ports::format_port_list(ranges)
+            ),
+            Self::ReservedPortsUnknown(error) => write!(
+                formatter,
+                "could not read which ports masq reserved ({error}); {KEEPING_PORTS}"
+            ),
+            Self::RemovingLeftovers => formatter.write_str(
+                "an interrupted install left maps behind (it never reserved ports); removing them",
+            ),
+            Self::ReservedPortsOfAnotherVersion => write!(
+                formatter,
+                "pinned maps are from another masq version; {KEEPING_PORTS}"
+            ),
+            Self::Removed(path) => write!(formatter, "removed {}", path.display()),
+            Self::Done => formatter
+                .write_str("masq is uninstalled from this node (programs detached, maps released)"),
+        }
+    }
+}
+
+/// Undoes what [`EbpfBackend::start`] and the startup after it did to the node: detaches the
+/// programs from every uplink (tc filters live on the interfaces, not under the pin path: masq
+/// removes its own, and a clsact qdisc only where it created it), releases exactly the ports
+/// it reserved, and removes its pins. Each step is reported as it is done, so an error
+/// leaves a record of how far it got.
+pub fn uninstall(
+    pin_path: &Path,
+    sysctl_dir: &Path,
+    mut report: impl FnMut(UninstallStep),
+) -> Result<(), AgentError> {
+    let pins = PinDir::new(pin_path);
+    if pins.remove_staging()? {
+        report(UninstallStep::RemovedStagedMaps);
+    }
+    match pins.inspect()? {
+        PinnedState::Empty if pins.links().is_empty() => {
+            report(UninstallStep::NothingPinned(pins.root().to_path_buf()));
+            if pins.root().exists() {
+                pins.remove_all()?;
+            }
+            return Ok(());
+        }
+        PinnedState::Compatible { .. } => {
+            let maps = DatapathMaps::from_pins(pins.root())?;
+            for (ifindex, uplink) in maps.uplinks()? {
+                detach_uplink(&pins, ifindex, &uplink)?;
+                report(UninstallStep::Detached {
+                    interface: uplink.name().to_owned(),
+                    mode: AttachMode::of(&uplink),
+                });
+            }
+            match maps.meta() {
+                Ok(meta) => {
+                    reserved_ports::release(sysctl_dir, meta.reserved())?;
+                    if !meta.reserved().is_empty() {
+                        report(UninstallStep::ReleasedPorts(meta.reserved().to_vec()));
+                    }
+                }
+                Err(error) => report(UninstallStep::ReservedPortsUnknown(error.to_string())),
+            }
+        }
+        PinnedState::Leftovers(_) => report(UninstallStep::RemovingLeftovers),
+        PinnedState::Empty | PinnedState::Incompatible(_) => {
+            report(UninstallStep::ReservedPortsOfAnotherVersion);
+        }
+    }
+    for path in pins.remove_all()? {
+        report(UninstallStep::Removed(path));
+    }
+    report(UninstallStep::Done);
+    Ok(())
 }
 
 /// A fresh map set: created and pinned in the staging directory, stamped with the layout
@@ -435,7 +603,7 @@ fn resize_trie(
             debug_log: options.datapath_debug_log,
         })
     };
-    let old = crate::datapath::maps::DatapathMaps::from_pins(pins.root())?.nomasq_entries()?;
+    let old = DatapathMaps::from_pins(pins.root())?.nomasq_entries()?;
     if old.len() > options.nomasq_max_entries as usize {
         tracing::warn!(
             pinned,
@@ -484,7 +652,7 @@ fn resize_trie(
 
 /// How hard a problem with the interfaces hits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Strictness {
+enum Strictness {
     /// At startup: anything wrong with what the operator asked for stops the agent before it
     /// changes anything.
     Startup,
@@ -499,9 +667,9 @@ fn wanted_uplinks(
     strictness: Strictness,
 ) -> Result<Vec<WantedUplink>, AgentError> {
     if options.interfaces.is_empty() {
-        let interfaces = netif::interfaces()?;
-        let gateways = netif::gateway_interfaces()?;
-        let chosen: Vec<WantedUplink> = netif::uplink_candidates(&interfaces, &gateways)
+        let present = interfaces::interfaces()?;
+        let gateways = interfaces::gateway_interfaces()?;
+        let chosen: Vec<WantedUplink> = interfaces::uplink_candidates(&present, &gateways)
             .into_iter()
             .filter_map(|interface| {
                 Some(WantedUplink {
@@ -519,7 +687,7 @@ fn wanted_uplinks(
     }
     let mut chosen = Vec::new();
     for name in &options.interfaces {
-        let interface = match netif::interface(name) {
+        let interface = match interfaces::interface(name) {
             Ok(interface) => interface,
             Err(error) if strictness == Strictness::Running => {
                 tracing::warn!(interface = %name, %error, "a named interface is missing; translating on the others");
@@ -527,7 +695,7 @@ fn wanted_uplinks(
             }
             Err(error) => return Err(error.into()),
         };
-        let problem = if interface.link_type == netif::ARPHRD_ETHER {
+        let problem = if interface.link_type == interfaces::ARPHRD_ETHER {
             options
                 .node_ip
                 .or_else(|| interface.global_ipv4.first().copied())
@@ -588,7 +756,7 @@ fn spawn_logger(datapath: &mut Datapath) -> Result<(), AgentError> {
 /// Looks for an upstream ip-masq-agent chain again (a reconciled ip-masq-agent on AKS or GKE
 /// recreates it): removes it with `--take-over-iptables`, and otherwise reports it, since it
 /// masquerades before masq sees the packets. Returns the chain's name while it stays installed.
-pub(super) fn recheck_upstream_chain(options: &AgentOptions) -> Option<String> {
+fn recheck_upstream_chain(options: &AgentOptions) -> Option<String> {
     match take_over_upstream_chain(options) {
         Ok(()) => None,
         Err(error) => {

@@ -1,7 +1,7 @@
 //! The iptables backend: upstream's rules, applied the upstream way. A fallback for nodes where
 //! eBPF cannot run, and the reference the eBPF backend is compared against.
 
-use super::{AgentError, AgentOptions};
+use super::{AgentError, AgentOptions, Backend};
 use crate::{
     config::cidr::Family,
     iptables::{
@@ -34,18 +34,22 @@ impl IptablesBackend {
             synced: false,
         })
     }
+}
 
+impl Backend for IptablesBackend {
     /// Whether rules were written at least once.
-    pub(super) const fn enabled(&self) -> bool {
+    fn enabled(&self) -> bool {
         self.synced
     }
 
-    /// Rewrites the chain for each family, as upstream does on every sync.
-    pub(super) fn apply(
+    /// Rewrites the chain for each family, as upstream does on every sync (which also repairs
+    /// tampering).
+    fn apply(
         &mut self,
         policy: &Policy,
         options: &AgentOptions,
-    ) -> Result<(), AgentError> {
+        _trigger: &'static str,
+    ) -> Result<usize, AgentError> {
         for (family, iptables) in [
             (Family::Ipv4, Some(&self.ipv4)),
             (Family::Ipv6, self.ipv6.as_ref()),
@@ -61,6 +65,10 @@ impl IptablesBackend {
             iptables.sync(&options.masq_chain, &restore_input(policy, family, &rules))?;
         }
         self.synced = true;
-        Ok(())
+        Ok(policy.rules(Family::Ipv4).len() + policy.rules(Family::Ipv6).len())
+    }
+
+    fn left_in_place(&self) -> &'static str {
+        "the iptables rules stay in place"
     }
 }

@@ -16,15 +16,13 @@
 //! re-reads the config when its directory changes and every resync interval, applies changes,
 //! follows interfaces and addresses as they come and go, checks that no upstream chain came
 //! back, collects expired flows, and serves metrics. Stopping it, or killing it, leaves the datapath
-//! running from its pins; `masq uninstall` removes it.
+//! running from its pins; [`uninstall`] (`masq uninstall`) removes it.
 //!
 //! The iptables backend instead rewrites upstream's chain on every sync, like upstream.
 
 mod ebpf;
 mod iptables_backend;
 pub mod metrics;
-pub mod netif;
-pub mod reserved_ports;
 pub mod status;
 pub mod watch;
 
@@ -38,13 +36,12 @@ use std::{
 use masq_common::{ports::PortRange, timeouts::FlowTimeouts};
 use tokio::time::{Instant, sleep_until};
 
+pub use self::ebpf::{UninstallStep, uninstall};
 use self::{
-    ebpf::{EbpfBackend, Strictness, recheck_upstream_chain},
+    ebpf::EbpfBackend,
     iptables_backend::IptablesBackend,
-    netif::InterfaceError,
-    reserved_ports::SysctlError,
     status::{ConfigFailure, SharedStatus},
-    watch::{DirectoryWatch, InterfaceWatch},
+    watch::DirectoryWatch,
 };
 use crate::{
     config::{
@@ -53,6 +50,10 @@ use crate::{
     },
     datapath::{DatapathError, attach::AttachMode},
     iptables::apply::IptablesError,
+    node::{
+        interfaces::{InterfaceError, InterfaceWatch},
+        reserved_ports::SysctlError,
+    },
     policy::Policy,
     ports::ToPorts,
 };
@@ -171,14 +172,53 @@ pub enum AgentError {
     },
 }
 
-enum Backend {
-    Ebpf(Box<EbpfBackend>),
-    Iptables(IptablesBackend),
+/// What the agent drives. The agent reads configs, keeps time and reports status; a backend
+/// turns the policy into what the kernel does to packets. Only the eBPF backend follows
+/// interfaces and flows, so those hooks do nothing by default.
+trait Backend {
+    /// Whether translation is on: a valid config was applied (or adopted with the pins).
+    fn enabled(&self) -> bool;
+
+    /// Brings the kernel in line with `policy`. Returns the entries it took (trie entries or
+    /// rules), for the status.
+    fn apply(
+        &mut self,
+        policy: &Policy,
+        options: &AgentOptions,
+        trigger: &'static str,
+    ) -> Result<usize, AgentError>;
+
+    /// What stays in place once the agent stops, for the log.
+    fn left_in_place(&self) -> &'static str;
+
+    /// Completes startup once the first config was read.
+    fn finish_startup(
+        &mut self,
+        _options: &AgentOptions,
+        _status: &SharedStatus,
+    ) -> Result<(), AgentError> {
+        Ok(())
+    }
+
+    /// Whether it translates on the node's uplinks, which it then follows as they change (and
+    /// without which it is not ready).
+    fn translates_on_uplinks(&self) -> bool {
+        false
+    }
+
+    /// Follows the uplinks after an interface change.
+    fn follow_uplinks(&mut self, _options: &AgentOptions, _status: &SharedStatus) {}
+
+    /// The periodic check beyond re-reading the config.
+    fn resync(&mut self, _options: &AgentOptions, _status: &SharedStatus) {}
+
+    /// Removes expired flows.
+    fn collect_garbage(&mut self, _options: &AgentOptions, _status: &SharedStatus) {}
 }
 
 struct Agent {
     options: AgentOptions,
-    backend: Backend,
+    backend: Box<dyn Backend>,
     /// The config in force, once one was valid.
     config: Option<EffectiveConfig>,
     status: SharedStatus,
@@ -218,9 +258,9 @@ pub async fn run(
         ),
         None => None,
     };
-    let backend = match options.backend {
-        BackendKind::Ebpf => Backend::Ebpf(Box::new(EbpfBackend::start(&options, &status)?)),
-        BackendKind::Iptables => Backend::Iptables(IptablesBackend::start(&options)?),
+    let backend: Box<dyn Backend> = match options.backend {
+        BackendKind::Ebpf => Box::new(EbpfBackend::start(&options, &status)?),
+        BackendKind::Iptables => Box::new(IptablesBackend::start(&options)?),
     };
     let mut agent = Agent {
         options,
@@ -229,11 +269,9 @@ pub async fn run(
         status: status.clone(),
     };
     agent.reload("startup");
-    if let Backend::Ebpf(ebpf) = &mut agent.backend {
-        ebpf.write_settings(&agent.options)?;
-        ebpf.reserve_ports(&agent.options)?;
-        ebpf.reconcile_uplinks(&agent.options, &agent.status, Strictness::Startup)?;
-    }
+    agent
+        .backend
+        .finish_startup(&agent.options, &agent.status)?;
     agent.update_readiness();
     agent.run(shutdown).await;
     Ok(())
@@ -243,32 +281,25 @@ impl Agent {
     async fn run(&mut self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut watch = self.watch();
-        let mut interfaces = match (&self.backend, InterfaceWatch::new()) {
-            (Backend::Ebpf(_), Ok(watch)) => Some(watch),
-            (Backend::Ebpf(_), Err(error)) => {
-                tracing::warn!(%error, "cannot watch interface changes; they are picked up at the next resync");
-                None
-            }
-            (Backend::Iptables(_), _) => None,
+        let mut interfaces = if self.backend.translates_on_uplinks() {
+            InterfaceWatch::new()
+                .inspect_err(|error| tracing::warn!(%error, "cannot watch interface changes; they are picked up at the next resync"))
+                .ok()
+        } else {
+            None
         };
         let mut next_resync = Instant::now() + self.resync_interval();
         let mut next_gc = Instant::now() + self.options.gc_interval;
         loop {
             tokio::select! {
                 () = &mut shutdown => {
-                    match self.backend {
-                        Backend::Ebpf(_) => tracing::info!("stopping; the datapath stays attached and keeps translating"),
-                        Backend::Iptables(_) => tracing::info!("stopping; the iptables rules stay in place"),
-                    }
+                    tracing::info!("stopping; {}", self.backend.left_in_place());
                     return;
                 }
                 () = sleep_until(next_resync) => {
                     self.reload("resync");
-                    if let Backend::Ebpf(ebpf) = &mut self.backend {
-                        let _ = ebpf.reconcile_uplinks(&self.options, &self.status, Strictness::Running);
-                        self.status.lock().upstream_chain = recheck_upstream_chain(&self.options);
-                        self.update_readiness();
-                    }
+                    self.backend.resync(&self.options, &self.status);
+                    self.update_readiness();
                     if watch.is_none() {
                         watch = self.watch();
                     }
@@ -305,15 +336,11 @@ impl Agent {
                     if let Some(watch) = interfaces.as_mut() {
                         let _ = tokio::time::timeout(Duration::ZERO, watch.changed()).await;
                     }
-                    if let Backend::Ebpf(ebpf) = &mut self.backend {
-                        let _ = ebpf.reconcile_uplinks(&self.options, &self.status, Strictness::Running);
-                        self.update_readiness();
-                    }
+                    self.backend.follow_uplinks(&self.options, &self.status);
+                    self.update_readiness();
                 }
                 () = sleep_until(next_gc) => {
-                    if let Backend::Ebpf(ebpf) = &mut self.backend {
-                        ebpf.collect_garbage(&self.options, &self.status);
-                    }
+                    self.backend.collect_garbage(&self.options, &self.status);
                     next_gc = Instant::now() + self.options.gc_interval;
                 }
             }
@@ -394,29 +421,7 @@ impl Agent {
     fn apply(&mut self, config: &EffectiveConfig, trigger: &'static str) -> Result<(), AgentError> {
         let changed = self.config.as_ref() != Some(config);
         let policy = Policy::new(config, self.options.enable_ipv6);
-        let trie_entries = match &mut self.backend {
-            // Every sync compares the trie with the config in force, so anything that drifted
-            // (a change the kernel refused and could not undo, a hand edit) is repaired; an
-            // unchanged config writes nothing.
-            Backend::Ebpf(ebpf) => {
-                let report = ebpf.apply(&policy, &self.options)?;
-                if report.added + report.removed > 0 {
-                    tracing::info!(
-                        trigger,
-                        added = report.added,
-                        removed = report.removed,
-                        unchanged = report.unchanged,
-                        "non-masquerade trie synced"
-                    );
-                }
-                EbpfBackend::trie_entries(&policy)
-            }
-            // Upstream rewrites its chain on every sync, which also repairs tampering.
-            Backend::Iptables(iptables) => {
-                iptables.apply(&policy, &self.options)?;
-                policy.rules(Family::Ipv4).len() + policy.rules(Family::Ipv6).len()
-            }
-        };
+        let entries = self.backend.apply(&policy, &self.options, trigger)?;
         if changed {
             let v6 = config
                 .cidrs
@@ -428,7 +433,7 @@ impl Agent {
             state.config_origin = Some(config.origin.to_string());
             state.cidrs_v4 = config.cidrs.len() - v6;
             state.cidrs_v6 = v6;
-            state.trie_entries = trie_entries;
+            state.trie_entries = entries;
         } else {
             tracing::debug!(trigger, "config unchanged");
         }
@@ -437,10 +442,7 @@ impl Agent {
     }
 
     fn update_readiness(&self) {
-        let enabled = match &self.backend {
-            Backend::Ebpf(ebpf) => ebpf.enabled(),
-            Backend::Iptables(iptables) => iptables.enabled(),
-        };
+        let enabled = self.backend.enabled();
         let mut state = self.status.lock();
         let reason = if !enabled {
             Some(state.last_error.as_ref().map_or_else(
@@ -451,7 +453,7 @@ impl Agent {
             Some(format!(
                 "the ip-masq-agent chain {chain} is installed and masquerades before masq; remove upstream ip-masq-agent or run with --take-over-iptables"
             ))
-        } else if matches!(self.backend, Backend::Ebpf(_)) && state.uplinks.is_empty() {
+        } else if self.backend.translates_on_uplinks() && state.uplinks.is_empty() {
             Some("no interface to translate on".to_owned())
         } else {
             None

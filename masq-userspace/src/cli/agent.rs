@@ -10,9 +10,10 @@ use std::{
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use masq::{
-    agent::{self, AgentOptions, BackendKind, reserved_ports::DEFAULT_SYSCTL_DIR},
+    agent::{self, AgentOptions, BackendKind},
     config::go::GoDuration,
     datapath::{attach::AttachMode, pins::DEFAULT_PIN_PATH},
+    node::reserved_ports::DEFAULT_SYSCTL_DIR,
     ports::parse_port_range,
 };
 use masq_common::{

@@ -10,15 +10,14 @@ use std::{
 
 use clap::{Args, Subcommand};
 use masq::{
-    agent::reserved_ports::{self, DEFAULT_SYSCTL_DIR},
     datapath::{
-        DatapathError,
-        attach::{AttachMode, detach_uplink, programs_on},
+        attach::{AttachMode, programs_on},
         flows::{Flow, flows},
         gc::monotonic_now_ns,
         maps::DatapathMaps,
-        pins::{DEFAULT_PIN_PATH, Hook, PinDir, PinnedState},
+        pins::{DEFAULT_PIN_PATH, Hook, PinDir},
     },
+    node::reserved_ports::DEFAULT_SYSCTL_DIR,
 };
 use masq_common::{
     layout::{MapMeta, NOMASQ_KIND_LINK_LOCAL},
@@ -405,72 +404,13 @@ pub(crate) fn nat(command: &NatCommand) -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) fn uninstall(args: &UninstallArgs) -> anyhow::Result<ExitCode> {
-    let pins = PinDir::new(&args.pins.pin_path);
     let mut out = io::stdout().lock();
-    if pins.remove_staging()? {
-        writeln!(out, "removed the staged maps of an interrupted install")?;
-    }
-    match pins.inspect() {
-        Ok(PinnedState::Empty) if pins.links().is_empty() => {
-            writeln!(
-                out,
-                "nothing pinned under {}; nothing to uninstall",
-                pins.root().display()
-            )?;
-            if pins.root().exists() {
-                pins.remove_all()?;
-            }
-            return Ok(ExitCode::SUCCESS);
+    let mut written = Ok(());
+    masq::agent::uninstall(&args.pins.pin_path, &args.sysctl_dir, |step| {
+        if written.is_ok() {
+            written = writeln!(out, "{step}");
         }
-        Ok(PinnedState::Compatible { .. }) => {
-            let maps = DatapathMaps::from_pins(pins.root())?;
-            // tc filters live on the interfaces, not under the pin path: remove masq's own,
-            // and a clsact qdisc only where masq created it.
-            for (ifindex, uplink) in maps.uplinks()? {
-                detach_uplink(&pins, ifindex, &uplink)?;
-                writeln!(
-                    out,
-                    "detached from {} ({})",
-                    uplink.name(),
-                    AttachMode::of(&uplink).map_or("unknown mode", AttachMode::name)
-                )?;
-            }
-            match maps.meta() {
-                Ok(meta) => {
-                    reserved_ports::release(&args.sysctl_dir, meta.reserved())?;
-                    if !meta.reserved().is_empty() {
-                        writeln!(
-                            out,
-                            "released reserved ports {}",
-                            reserved_ports::format_port_list(meta.reserved())
-                        )?;
-                    }
-                }
-                Err(error) => writeln!(
-                    out,
-                    "could not read which ports masq reserved ({error}); leaving net.ipv4.ip_local_reserved_ports as it is"
-                )?,
-            }
-        }
-        Ok(PinnedState::Leftovers(_)) => writeln!(
-            out,
-            "an interrupted install left maps behind (it never reserved ports); removing them"
-        )?,
-        Ok(_) => writeln!(
-            out,
-            "pinned maps are from another masq version; leaving net.ipv4.ip_local_reserved_ports as it is"
-        )?,
-        Err(error) => return Err(error.into()),
-    }
-    let removed = pins
-        .remove_all()
-        .map_err(|error: DatapathError| anyhow::anyhow!(error))?;
-    for path in &removed {
-        writeln!(out, "removed {}", path.display())?;
-    }
-    writeln!(
-        out,
-        "masq is uninstalled from this node (programs detached, maps released)"
-    )?;
+    })?;
+    written?;
     Ok(ExitCode::SUCCESS)
 }

@@ -6,7 +6,7 @@
 //! have the wrong type Go keeps decoding and reports the first type error, unless a
 //! `resyncInterval` error stops it first.
 
-use go_compat::json::{JsonValue, find_field as find_json_field};
+use go_compat::json::{JsonValue, find_field};
 
 use super::{MasqConfig, go::GoDuration};
 
@@ -33,46 +33,21 @@ pub enum DecodeError {
     Duration(String),
 }
 
-/// The fields of a config file; which exist depends on the agent flavour.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Field {
-    NonMasqueradeCidrs,
-    CidrLimit,
-    MasqLinkLocal,
-    MasqLinkLocalIpv6,
-    ResyncInterval,
-}
+const NON_MASQUERADE_CIDRS: &str = "nonMasqueradeCIDRs";
+const CIDR_LIMIT: &str = "cidrLimit";
+const MASQ_LINK_LOCAL: &str = "masqLinkLocal";
+const MASQ_LINK_LOCAL_IPV6: &str = "masqLinkLocalIPv6";
+const RESYNC_INTERVAL: &str = "resyncInterval";
 
-impl Field {
-    const fn json_name(self) -> &'static str {
-        match self {
-            Self::NonMasqueradeCidrs => "nonMasqueradeCIDRs",
-            Self::CidrLimit => "cidrLimit",
-            Self::MasqLinkLocal => "masqLinkLocal",
-            Self::MasqLinkLocalIpv6 => "masqLinkLocalIPv6",
-            Self::ResyncInterval => "resyncInterval",
-        }
-    }
-}
-
-const UPSTREAM_FIELDS: &[Field] = &[
-    Field::NonMasqueradeCidrs,
-    Field::CidrLimit,
-    Field::MasqLinkLocal,
-    Field::MasqLinkLocalIpv6,
-    Field::ResyncInterval,
+/// The JSON names of upstream's fields, and of the fewer the Azure agent's struct has.
+const UPSTREAM_FIELDS: &[&str] = &[
+    NON_MASQUERADE_CIDRS,
+    CIDR_LIMIT,
+    MASQ_LINK_LOCAL,
+    MASQ_LINK_LOCAL_IPV6,
+    RESYNC_INTERVAL,
 ];
-const AZURE_FIELDS: &[Field] = &[
-    Field::NonMasqueradeCidrs,
-    Field::MasqLinkLocal,
-    Field::MasqLinkLocalIpv6,
-];
-
-/// `encoding/json`'s field lookup among `fields`.
-fn find_field(fields: &[Field], key: &str) -> Option<Field> {
-    let names: Vec<&str> = fields.iter().map(|field| field.json_name()).collect();
-    find_json_field(&names, key).and_then(|index| fields.get(index).copied())
-}
+const AZURE_FIELDS: &[&str] = &[NON_MASQUERADE_CIDRS, MASQ_LINK_LOCAL, MASQ_LINK_LOCAL_IPV6];
 
 /// Collects Go's "first type error wins" behaviour.
 #[derive(Default)]
@@ -81,7 +56,7 @@ struct Errors {
 }
 
 impl Errors {
-    fn save(&mut self, value: &JsonValue, field: Field, go_type: &'static str) {
+    fn save(&mut self, value: &JsonValue, field: &'static str, go_type: &'static str) {
         let value = match value {
             JsonValue::Number(literal) if go_type == "int" => format!("number {literal}"),
             other => other.kind().to_owned(),
@@ -89,7 +64,7 @@ impl Errors {
         if self.first.is_none() {
             self.first = Some(DecodeError::FieldType {
                 value,
-                field: field.json_name(),
+                field,
                 go_type,
             });
         }
@@ -99,32 +74,7 @@ impl Errors {
 /// Decodes an upstream config file over `base` (upstream's defaults): keys that are absent keep
 /// their value from `base`.
 pub fn decode_upstream(document: &JsonValue, base: MasqConfig) -> Result<MasqConfig, DecodeError> {
-    let mut config = base;
-    let members = match document {
-        JsonValue::Null => return Ok(config),
-        JsonValue::Object(members) => members,
-        other => return Err(DecodeError::DocumentType(other.kind())),
-    };
-    let mut errors = Errors::default();
-    for (key, value) in members {
-        let Some(field) = find_field(UPSTREAM_FIELDS, key) else {
-            continue;
-        };
-        match field {
-            Field::NonMasqueradeCidrs => {
-                decode_cidrs(value, &mut config.non_masquerade_cidrs, &mut errors);
-            }
-            Field::CidrLimit => decode_int(value, field, &mut config.cidr_limit, &mut errors),
-            Field::MasqLinkLocal => {
-                decode_bool(value, field, &mut config.masq_link_local, &mut errors);
-            }
-            Field::MasqLinkLocalIpv6 => {
-                decode_bool(value, field, &mut config.masq_link_local_ipv6, &mut errors);
-            }
-            Field::ResyncInterval => config.resync_interval = decode_duration(value)?,
-        }
-    }
-    errors.first.map_or(Ok(config), Err)
+    decode_fields(document, UPSTREAM_FIELDS, base)
 }
 
 /// One file of the Azure agent's directory, decoded into a zero-valued struct.
@@ -141,7 +91,27 @@ pub struct AzureFileConfig {
 /// Decodes one Azure config file. `cidrLimit` and `resyncInterval` are not fields there and are
 /// ignored like any unknown key.
 pub fn decode_azure(document: &JsonValue) -> Result<AzureFileConfig, DecodeError> {
-    let mut config = AzureFileConfig::default();
+    let zero = MasqConfig {
+        non_masquerade_cidrs: None,
+        cidr_limit: 0,
+        masq_link_local: false,
+        masq_link_local_ipv6: false,
+        resync_interval: GoDuration::from_secs(0),
+    };
+    let config = decode_fields(document, AZURE_FIELDS, zero)?;
+    Ok(AzureFileConfig {
+        non_masquerade_cidrs: config.non_masquerade_cidrs.unwrap_or_default(),
+        masq_link_local: config.masq_link_local,
+        masq_link_local_ipv6: config.masq_link_local_ipv6,
+    })
+}
+
+/// `json.Unmarshal` of `document` into `config`, for the struct that has `fields`.
+fn decode_fields(
+    document: &JsonValue,
+    fields: &[&'static str],
+    mut config: MasqConfig,
+) -> Result<MasqConfig, DecodeError> {
     let members = match document {
         JsonValue::Null => return Ok(config),
         JsonValue::Object(members) => members,
@@ -149,30 +119,35 @@ pub fn decode_azure(document: &JsonValue) -> Result<AzureFileConfig, DecodeError
     };
     let mut errors = Errors::default();
     for (key, value) in members {
-        match find_field(AZURE_FIELDS, key) {
-            Some(Field::NonMasqueradeCidrs) => {
+        let Some(&field) = find_field(fields, key).and_then(|index| fields.get(index)) else {
+            continue;
+        };
+        match field {
+            NON_MASQUERADE_CIDRS => {
                 decode_cidrs(value, &mut config.non_masquerade_cidrs, &mut errors);
             }
-            Some(field @ Field::MasqLinkLocal) => {
-                decode_bool(value, field, &mut config.masq_link_local, &mut errors);
-            }
-            Some(field @ Field::MasqLinkLocalIpv6) => {
+            CIDR_LIMIT => decode_int(value, field, &mut config.cidr_limit, &mut errors),
+            MASQ_LINK_LOCAL => decode_bool(value, field, &mut config.masq_link_local, &mut errors),
+            MASQ_LINK_LOCAL_IPV6 => {
                 decode_bool(value, field, &mut config.masq_link_local_ipv6, &mut errors);
             }
+            RESYNC_INTERVAL => config.resync_interval = decode_duration(value)?,
             _ => {}
         }
     }
     errors.first.map_or(Ok(config), Err)
 }
 
-/// A `[]string` field. Go decodes an array into the existing slice: a `null` element keeps the
-/// value already at that index (upstream's defaults!) or is empty past its end.
-fn decode_cidrs(value: &JsonValue, target: &mut Vec<String>, errors: &mut Errors) {
-    let field = Field::NonMasqueradeCidrs;
+/// A `[]string` field. `null` makes it nil (`None`), an array a list, empty or not. Go decodes
+/// an array into the existing slice: a `null` element keeps the value already at that index
+/// (upstream's defaults!) or is empty past its end.
+fn decode_cidrs(value: &JsonValue, target: &mut Option<Vec<String>>, errors: &mut Errors) {
+    let field = NON_MASQUERADE_CIDRS;
     match value {
-        JsonValue::Null => target.clear(),
+        JsonValue::Null => *target = None,
         JsonValue::Array(items) => {
-            let previous = std::mem::take(target);
+            let previous = target.take().unwrap_or_default();
+            let target = target.insert(Vec::with_capacity(items.len()));
             for (index, item) in items.iter().enumerate() {
                 let decoded = match item {
                     JsonValue::String(text) => text.clone(),
@@ -190,7 +165,7 @@ fn decode_cidrs(value: &JsonValue, target: &mut Vec<String>, errors: &mut Errors
 }
 
 /// An `int` field (64-bit): integer literals only; `null` keeps the current value.
-fn decode_int(value: &JsonValue, field: Field, target: &mut i64, errors: &mut Errors) {
+fn decode_int(value: &JsonValue, field: &'static str, target: &mut i64, errors: &mut Errors) {
     match value {
         JsonValue::Null => {}
         JsonValue::Number(literal) => match literal.parse::<i64>() {
@@ -202,7 +177,7 @@ fn decode_int(value: &JsonValue, field: Field, target: &mut i64, errors: &mut Er
 }
 
 /// A `bool` field; `null` keeps the current value.
-fn decode_bool(value: &JsonValue, field: Field, target: &mut bool, errors: &mut Errors) {
+fn decode_bool(value: &JsonValue, field: &'static str, target: &mut bool, errors: &mut Errors) {
     match value {
         JsonValue::Null => {}
         JsonValue::Bool(flag) => *target = *flag,
@@ -219,7 +194,7 @@ fn decode_duration(value: &JsonValue) -> Result<GoDuration, DecodeError> {
         other => {
             return Err(DecodeError::FieldType {
                 value: other.kind().to_owned(),
-                field: Field::ResyncInterval.json_name(),
+                field: RESYNC_INTERVAL,
                 go_type: "string",
             });
         }
@@ -281,7 +256,10 @@ mod tests {
             ("masqlinklocalipv6", JsonValue::Bool(true)),
         ]))
         .expect("valid");
-        assert_eq!(config.non_masquerade_cidrs, ["1.0.0.0/8"]);
+        assert_eq!(
+            config.non_masquerade_cidrs,
+            Some(vec!["1.0.0.0/8".to_owned()])
+        );
         assert_eq!(config.cidr_limit, 5);
         assert!(config.masq_link_local_ipv6);
         // Later members win, whatever their spelling.
@@ -301,7 +279,7 @@ mod tests {
             ("masqLinkLocal", JsonValue::Null),
         ]))
         .expect("valid");
-        assert!(config.non_masquerade_cidrs.is_empty());
+        assert_eq!(config.non_masquerade_cidrs, None);
         assert_eq!(config.cidr_limit, 64);
         assert!(!config.masq_link_local);
     }
@@ -316,7 +294,7 @@ mod tests {
         ]);
         let config = upstream(&object(&[("nonMasqueradeCIDRs", cidrs.clone())])).expect("valid");
         assert_eq!(
-            config.non_masquerade_cidrs,
+            config.non_masquerade_cidrs.as_deref().unwrap_or_default(),
             ["10.0.0.0/8", "1.0.0.0/8", "192.168.0.0/16", ""]
         );
         let azure = decode_azure(&object(&[("nonMasqueradeCIDRs", cidrs)])).expect("valid");

@@ -62,8 +62,9 @@ pub const DEFAULT_RESYNC_INTERVAL: GoDuration = GoDuration::from_secs(60);
 /// Upstream's `MasqConfig`: the config file's keys with their values before validation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MasqConfig {
-    /// `nonMasqueradeCIDRs`, exactly as written.
-    pub non_masquerade_cidrs: Vec<String>,
+    /// `nonMasqueradeCIDRs`, exactly as written. `None` is Go's nil slice, what `null` decodes
+    /// to; an explicit `[]` is an empty list, which Go tells apart when it prints the config.
+    pub non_masquerade_cidrs: Option<Vec<String>>,
     /// `cidrLimit`.
     pub cidr_limit: i64,
     /// `masqLinkLocal`.
@@ -85,7 +86,7 @@ impl MasqConfig {
             cidrs.extend(RESERVED_RANGES.iter().map(|&cidr| cidr.to_owned()));
         }
         Self {
-            non_masquerade_cidrs: cidrs,
+            non_masquerade_cidrs: Some(cidrs),
             cidr_limit: DEFAULT_CIDR_LIMIT,
             masq_link_local: false,
             masq_link_local_ipv6: false,
@@ -93,18 +94,16 @@ impl MasqConfig {
         }
     }
 
-    /// The config as Go's `json.Marshal` writes it (upstream logs `Using config: ...`).
+    /// The config as Go's `json.Marshal` writes it (upstream logs `Using config: ...`): a nil
+    /// list is `null`, an empty one `[]`.
     pub fn to_go_json(&self) -> String {
         let mut json = String::from("{\"nonMasqueradeCIDRs\":");
-        if self.non_masquerade_cidrs.is_empty() {
-            json.push_str("null");
-        } else {
-            let items: Vec<String> = self
-                .non_masquerade_cidrs
-                .iter()
-                .map(|cidr| json_string(cidr))
-                .collect();
-            let _ = write!(json, "[{}]", items.join(","));
+        match &self.non_masquerade_cidrs {
+            None => json.push_str("null"),
+            Some(cidrs) => {
+                let items: Vec<String> = cidrs.iter().map(|cidr| json_string(cidr)).collect();
+                let _ = write!(json, "[{}]", items.join(","));
+            }
         }
         let _ = write!(
             json,
@@ -125,14 +124,18 @@ mod tests {
     #[test]
     fn defaults_follow_upstream() {
         let plain = MasqConfig::defaults(false);
-        assert_eq!(plain.non_masquerade_cidrs, DEFAULT_NON_MASQUERADE_CIDRS);
+        assert_eq!(
+            plain.non_masquerade_cidrs.as_deref(),
+            Some(DEFAULT_NON_MASQUERADE_CIDRS.map(str::to_owned).as_slice())
+        );
         assert_eq!(plain.cidr_limit, 64);
         assert!(!plain.masq_link_local && !plain.masq_link_local_ipv6);
         assert_eq!(plain.resync_interval.to_string(), "1m0s");
-        let reserved = MasqConfig::defaults(true);
-        assert_eq!(reserved.non_masquerade_cidrs.len(), 11);
-        assert_eq!(reserved.non_masquerade_cidrs[3], "100.64.0.0/10");
-        assert_eq!(reserved.non_masquerade_cidrs[10], "240.0.0.0/4");
+        let reserved = MasqConfig::defaults(true).non_masquerade_cidrs;
+        let reserved = reserved.as_deref().unwrap_or_default();
+        assert_eq!(reserved.len(), 11);
+        assert_eq!(reserved[3], "100.64.0.0/10");
+        assert_eq!(reserved[10], "240.0.0.0/4");
     }
 
     #[test]
@@ -141,14 +144,22 @@ mod tests {
             MasqConfig::defaults(false).to_go_json(),
             r#"{"nonMasqueradeCIDRs":["10.0.0.0/8","172.16.0.0/12","192.168.0.0/16"],"cidrLimit":64,"masqLinkLocal":false,"masqLinkLocalIPv6":false,"resyncInterval":"1m0s"}"#
         );
+        let nil = MasqConfig {
+            non_masquerade_cidrs: None,
+            ..MasqConfig::defaults(false)
+        };
+        assert!(
+            nil.to_go_json()
+                .starts_with(r#"{"nonMasqueradeCIDRs":null,"#)
+        );
         let empty = MasqConfig {
-            non_masquerade_cidrs: Vec::new(),
+            non_masquerade_cidrs: Some(Vec::new()),
             ..MasqConfig::defaults(false)
         };
         assert!(
             empty
                 .to_go_json()
-                .starts_with(r#"{"nonMasqueradeCIDRs":null,"#)
+                .starts_with(r#"{"nonMasqueradeCIDRs":[],"#)
         );
     }
 }

@@ -13,8 +13,7 @@ use std::{
 };
 
 use super::{
-    AZURE_CIDR_LIMIT, CONFIG_FILE_PREFIX, DEFAULT_NON_MASQUERADE_CIDRS, MasqConfig,
-    RESERVED_RANGES,
+    AZURE_CIDR_LIMIT, CONFIG_FILE_PREFIX, MasqConfig,
     cidr::Cidr,
     decode::{self, DecodeError},
     go::{GoDuration, quote},
@@ -180,45 +179,32 @@ pub enum ConfigError {
         #[source]
         source: io::Error,
     },
-    /// A file of the directory could not be read.
-    #[error("failed to read config file {}, error: {}", quote(.name), go_io_error(.op, .path, .source))]
-    ReadDirFile {
+    /// A file of the directory failed to read, convert, decode or validate: the Azure agent's
+    /// words around the cause.
+    #[error("{}", azure_file_error(.name, .source))]
+    DirFile {
         /// The file name.
         name: String,
-        /// "open" or "read".
-        op: &'static str,
-        /// The full path.
-        path: PathBuf,
-        /// The cause.
+        /// What went wrong with it.
         #[source]
-        source: io::Error,
+        source: Box<ConfigError>,
     },
-    /// A file of the directory is neither YAML nor JSON.
-    #[error("failed to convert config file {} to JSON, error: {source}", quote(.name))]
-    ConvertDirFile {
-        /// The file name.
-        name: String,
-        /// The cause.
-        #[source]
-        source: YamlError,
-    },
-    /// A file of the directory does not decode.
-    #[error("failed to unmarshal config file {}, error: {message}", quote(.name))]
-    UnmarshalDirFile {
-        /// The file name.
-        name: String,
-        /// The cause's message.
-        message: String,
-    },
-    /// A file of the directory fails validation.
-    #[error("config file {} is invalid: {source}", quote(.name))]
-    InvalidDirFile {
-        /// The file name.
-        name: String,
-        /// The cause.
-        #[source]
-        source: ValidationError,
-    },
+}
+
+/// The Azure agent's message for a file of its directory. JSON passes through its YAML step
+/// untouched, so JSON syntax errors surface when it unmarshals.
+fn azure_file_error(name: &str, error: &ConfigError) -> String {
+    let name = quote(name);
+    match error {
+        ConfigError::Syntax(YamlError::Json(_)) | ConfigError::Decode(_) => {
+            format!("failed to unmarshal config file {name}, error: {error}")
+        }
+        ConfigError::Syntax(_) => {
+            format!("failed to convert config file {name} to JSON, error: {error}")
+        }
+        ConfigError::Invalid(_) => format!("config file {name} is invalid: {error}"),
+        _ => format!("failed to read config file {name}, error: {error}"),
+    }
 }
 
 /// Formats an I/O error the way Go's `*PathError` prints: `open /x: no such file or directory`.
@@ -351,11 +337,12 @@ impl ConfigError {
     /// The kind of failure, for a metric label (never free text).
     pub const fn reason(&self) -> &'static str {
         match self {
-            Self::Read { .. } | Self::ReadDir { .. } | Self::ReadDirFile { .. } => "read",
-            Self::Syntax(_) | Self::ConvertDirFile { .. } => "syntax",
-            Self::Decode(_) | Self::UnmarshalDirFile { .. } => "decode",
-            Self::Invalid(_) | Self::InvalidDirFile { .. } => "invalid",
+            Self::Read { .. } | Self::ReadDir { .. } => "read",
+            Self::Syntax(_) => "syntax",
+            Self::Decode(_) => "decode",
+            Self::Invalid(_) => "invalid",
             Self::Empty { .. } => "empty",
+            Self::DirFile { source, .. } => source.reason(),
         }
     }
 }
@@ -368,6 +355,20 @@ pub fn load(source: &ConfigSource, options: &ReadOptions) -> Result<EffectiveCon
     }
 }
 
+impl EffectiveConfig {
+    fn new(origin: ConfigOrigin, raw: MasqConfig, cidrs: Vec<SourcedCidr>) -> Self {
+        Self {
+            origin,
+            cidrs,
+            masq_link_local: raw.masq_link_local,
+            masq_link_local_ipv6: raw.masq_link_local_ipv6,
+            resync_interval: raw.resync_interval,
+            cidr_limit: raw.cidr_limit,
+            raw,
+        }
+    }
+}
+
 fn defaults(
     origin: ConfigOrigin,
     options: &ReadOptions,
@@ -377,27 +378,32 @@ fn defaults(
         resync_interval,
         ..MasqConfig::defaults(options.nomasq_all_reserved_ranges)
     };
-    let cidrs = DEFAULT_NON_MASQUERADE_CIDRS
+    let cidrs = raw
+        .non_masquerade_cidrs
         .iter()
-        .chain(if options.nomasq_all_reserved_ranges {
-            RESERVED_RANGES.as_slice()
-        } else {
-            &[]
-        })
+        .flatten()
         .filter_map(|text| Cidr::parse(text).ok())
         .map(|cidr| SourcedCidr {
             cidr,
             origin: CidrOrigin::Default,
         })
         .collect();
-    EffectiveConfig {
-        origin,
-        cidrs,
-        masq_link_local: false,
-        masq_link_local_ipv6: false,
-        resync_interval,
-        cidr_limit: raw.cidr_limit,
-        raw,
+    EffectiveConfig::new(origin, raw, cidrs)
+}
+
+/// Reads a file and converts it to JSON as upstream does; a file holding no document is
+/// refused (see [`ConfigError::Empty`]).
+fn read_document(path: &Path) -> Result<JsonValue, ConfigError> {
+    let bytes = read_file(path).map_err(|(op, source)| ConfigError::Read {
+        op,
+        path: path.to_path_buf(),
+        source,
+    })?;
+    match goyaml::to_json(&bytes).map_err(ConfigError::Syntax)? {
+        JsonValue::Null => Err(ConfigError::Empty {
+            path: path.to_path_buf(),
+        }),
+        document => Ok(document),
     }
 }
 
@@ -405,64 +411,42 @@ fn defaults(
 /// decode over the defaults, and validate.
 fn load_file(path: &Path, options: &ReadOptions) -> Result<EffectiveConfig, ConfigError> {
     if matches!(fs::metadata(path), Err(error) if error.kind() == io::ErrorKind::NotFound) {
-        let interval = super::DEFAULT_RESYNC_INTERVAL;
-        return Ok(defaults(
-            ConfigOrigin::MissingFile(path.to_path_buf()),
-            options,
-            interval,
-        ));
+        let origin = ConfigOrigin::MissingFile(path.to_path_buf());
+        return Ok(defaults(origin, options, super::DEFAULT_RESYNC_INTERVAL));
     }
-    let bytes = read_file(path).map_err(|(op, source)| ConfigError::Read {
-        op,
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let document = goyaml::to_json(&bytes).map_err(ConfigError::Syntax)?;
-    if document == JsonValue::Null {
-        return Err(ConfigError::Empty {
-            path: path.to_path_buf(),
-        });
-    }
+    let document = read_document(path)?;
     let base = MasqConfig::defaults(options.nomasq_all_reserved_ranges);
     let raw = decode::decode_upstream(&document, base).map_err(ConfigError::Decode)?;
     let cidrs = validate_cidrs(
-        &raw.non_masquerade_cidrs,
+        raw.non_masquerade_cidrs.as_deref().unwrap_or_default(),
         raw.cidr_limit,
         options.enable_ipv6,
     )
     .map_err(ConfigError::Invalid)?;
-    let origin_of = CidrOrigin::File(path.to_path_buf());
-    Ok(EffectiveConfig {
-        origin: ConfigOrigin::File(path.to_path_buf()),
-        cidrs: cidrs
-            .into_iter()
-            .map(|cidr| SourcedCidr {
-                cidr,
-                origin: origin_of.clone(),
-            })
-            .collect(),
-        masq_link_local: raw.masq_link_local,
-        masq_link_local_ipv6: raw.masq_link_local_ipv6,
-        resync_interval: raw.resync_interval,
-        cidr_limit: raw.cidr_limit,
+    let cidrs = cidrs
+        .into_iter()
+        .map(|cidr| SourcedCidr {
+            cidr,
+            origin: CidrOrigin::File(path.to_path_buf()),
+        })
+        .collect();
+    Ok(EffectiveConfig::new(
+        ConfigOrigin::File(path.to_path_buf()),
         raw,
-    })
+        cidrs,
+    ))
 }
 
 /// The Azure agent's `syncConfig`: every `ip-masq*` entry of the directory, in name order, each
 /// decoded into an empty config and validated on its own, then merged.
 fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, ConfigError> {
-    let entries = fs::read_dir(dir).map_err(|source| ConfigError::ReadDir {
+    let unlistable = |source| ConfigError::ReadDir {
         dir: dir.to_path_buf(),
         source,
-    })?;
+    };
     let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| ConfigError::ReadDir {
-            dir: dir.to_path_buf(),
-            source,
-        })?;
-        if let Some(name) = entry.file_name().to_str()
+    for entry in fs::read_dir(dir).map_err(unlistable)? {
+        if let Some(name) = entry.map_err(unlistable)?.file_name().to_str()
             && name.starts_with(CONFIG_FILE_PREFIX)
         {
             names.push(name.to_owned());
@@ -470,53 +454,30 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
     }
     names.sort();
     if names.is_empty() {
-        return Ok(defaults(
-            ConfigOrigin::NoMatchingFiles(dir.to_path_buf()),
-            options,
-            options.resync_interval,
-        ));
+        let origin = ConfigOrigin::NoMatchingFiles(dir.to_path_buf());
+        return Ok(defaults(origin, options, options.resync_interval));
     }
 
     let mut merged: Vec<SourcedCidr> = Vec::new();
-    let mut masq_link_local = false;
-    let mut masq_link_local_ipv6 = false;
+    let (mut masq_link_local, mut masq_link_local_ipv6) = (false, false);
     for name in &names {
         let path = dir.join(name);
-        let bytes = read_file(&path).map_err(|(op, source)| ConfigError::ReadDirFile {
-            name: name.clone(),
-            op,
-            path: path.clone(),
-            source,
-        })?;
-        // JSON passes through the YAML step untouched, so its syntax errors surface when the
-        // Azure agent unmarshals.
-        let document = goyaml::to_json(&bytes).map_err(|source| match source {
-            YamlError::Json(json) => ConfigError::UnmarshalDirFile {
+        let in_file = |error| match error {
+            ConfigError::Empty { .. } => error,
+            error => ConfigError::DirFile {
                 name: name.clone(),
-                message: json.to_string(),
+                source: Box::new(error),
             },
-            yaml => ConfigError::ConvertDirFile {
-                name: name.clone(),
-                source: yaml,
-            },
-        })?;
-        if document == JsonValue::Null {
-            return Err(ConfigError::Empty { path });
-        }
+        };
+        let document = read_document(&path).map_err(in_file)?;
         let file =
-            decode::decode_azure(&document).map_err(|error| ConfigError::UnmarshalDirFile {
-                name: name.clone(),
-                message: error.to_string(),
-            })?;
+            decode::decode_azure(&document).map_err(|error| in_file(ConfigError::Decode(error)))?;
         let cidrs = validate_cidrs(
             &file.non_masquerade_cidrs,
             AZURE_CIDR_LIMIT,
             options.enable_ipv6,
         )
-        .map_err(|source| ConfigError::InvalidDirFile {
-            name: name.clone(),
-            source,
-        })?;
+        .map_err(|error| in_file(ConfigError::Invalid(error)))?;
         for cidr in cidrs {
             // The Azure agent deduplicates identical strings (its order is random; ours is
             // the order files and entries were read in).
@@ -533,28 +494,24 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
         masq_link_local |= file.masq_link_local;
         masq_link_local_ipv6 |= file.masq_link_local_ipv6;
     }
+    // The Azure agent appends every file's list to a nil one, which stays nil when no file
+    // lists a CIDR.
+    let cidr_texts: Vec<String> = merged
+        .iter()
+        .map(|sourced| sourced.cidr.as_str().to_owned())
+        .collect();
     let raw = MasqConfig {
-        non_masquerade_cidrs: merged
-            .iter()
-            .map(|sourced| sourced.cidr.as_str().to_owned())
-            .collect(),
+        non_masquerade_cidrs: (!cidr_texts.is_empty()).then_some(cidr_texts),
         cidr_limit: AZURE_CIDR_LIMIT,
         masq_link_local,
         masq_link_local_ipv6,
         resync_interval: options.resync_interval,
     };
-    Ok(EffectiveConfig {
-        origin: ConfigOrigin::Directory {
-            dir: dir.to_path_buf(),
-            files: names,
-        },
-        cidrs: merged,
-        masq_link_local,
-        masq_link_local_ipv6,
-        resync_interval: options.resync_interval,
-        cidr_limit: AZURE_CIDR_LIMIT,
-        raw,
-    })
+    let origin = ConfigOrigin::Directory {
+        dir: dir.to_path_buf(),
+        files: names,
+    };
+    Ok(EffectiveConfig::new(origin, raw, merged))
 }
 
 /// A file-mode config holding `cidrs` (as defaults) for the unit tests of the modules that
@@ -587,7 +544,7 @@ pub(crate) fn test_config(
 mod tests {
     use std::os::unix::fs::symlink;
 
-    use super::*;
+    use super::{super::DEFAULT_NON_MASQUERADE_CIDRS, *};
 
     const OPTIONS: ReadOptions = ReadOptions {
         nomasq_all_reserved_ranges: false,
@@ -673,6 +630,27 @@ mod tests {
             empty_list.cidrs.is_empty(),
             "an explicit empty list masquerades everything"
         );
+    }
+
+    #[test]
+    fn an_explicit_empty_list_is_logged_as_go_logs_it() {
+        // Go decodes `[]` into an empty slice and `null` into a nil one; json.Marshal prints
+        // them as `[]` and `null`.
+        for (text, logged) in [
+            ("nonMasqueradeCIDRs: []\n", r#"{"nonMasqueradeCIDRs":[],"#),
+            (
+                r#"{"nonMasqueradeCIDRs": []}"#,
+                r#"{"nonMasqueradeCIDRs":[],"#,
+            ),
+            ("nonMasqueradeCIDRs:\n", r#"{"nonMasqueradeCIDRs":null,"#),
+            (
+                r#"{"nonMasqueradeCIDRs": null}"#,
+                r#"{"nonMasqueradeCIDRs":null,"#,
+            ),
+        ] {
+            let config = load_text(text, &OPTIONS).expect("valid");
+            assert!(config.raw.to_go_json().starts_with(logged), "{text}");
+        }
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Finding the interfaces traffic leaves the node by, and the address each masquerades to.
+//! Finding the interfaces traffic leaves the node by and the address each masquerades to, and
+//! noticing when they change.
 //!
 //! Everything here asks the kernel through the calling thread's network namespace (getifaddrs,
 //! ioctls, `/proc/self/net`), never through `/sys/class/net`, whose view belongs to whoever
@@ -6,7 +7,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    fs,
+    fs, io,
     net::Ipv4Addr,
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
 };
@@ -15,6 +16,7 @@ use nix::{
     ifaddrs::getifaddrs,
     net::if_::{InterfaceFlags, if_nametoindex},
 };
+use tokio::io::{Interest, unix::AsyncFd};
 
 /// Why the uplink or its address could not be determined.
 #[derive(Debug, thiserror::Error)]
@@ -24,7 +26,7 @@ pub enum InterfaceError {
     NoDefaultRoute,
     /// The routing table could not be read.
     #[error("reading /proc/net/route: {0}")]
-    RouteTable(#[source] std::io::Error),
+    RouteTable(#[source] io::Error),
     /// The interface does not exist.
     #[error("interface {0} does not exist")]
     NoSuchInterface(String),
@@ -52,7 +54,7 @@ pub enum InterfaceError {
         name: String,
         /// The kernel's answer.
         #[source]
-        source: std::io::Error,
+        source: io::Error,
     },
 }
 
@@ -183,11 +185,11 @@ pub fn uplink_candidates(
         .collect()
 }
 
-fn control_socket() -> std::io::Result<OwnedFd> {
+fn control_socket() -> io::Result<OwnedFd> {
     // SAFETY: socket(2) with constant arguments; the result is checked before it is owned.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: `fd` is a fresh descriptor nobody else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -227,7 +229,7 @@ fn link_type(socket: &OwnedFd, name: &str) -> Result<u16, InterfaceError> {
     if result < 0 {
         return Err(InterfaceError::Inspect {
             name: name.to_owned(),
-            source: std::io::Error::last_os_error(),
+            source: io::Error::last_os_error(),
         });
     }
     // SAFETY: the ioctl filled the hardware address member of the union.
@@ -330,6 +332,99 @@ pub fn primary_ipv4(interface: &str) -> Result<Ipv4Addr, InterfaceError> {
             })
         })
         .ok_or_else(|| InterfaceError::NoAddress(interface.to_owned()))
+}
+
+/// A netlink socket subscribed to link, IPv4 address and IPv4 route changes: the events that
+/// can change which interfaces carry traffic out of the node, or the address of one.
+pub struct InterfaceWatch {
+    socket: AsyncFd<OwnedFd>,
+}
+
+impl std::fmt::Debug for InterfaceWatch {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("InterfaceWatch")
+            .finish_non_exhaustive()
+    }
+}
+
+impl InterfaceWatch {
+    /// Subscribes in the calling thread's network namespace (no capability needed).
+    pub fn new() -> io::Result<Self> {
+        const RTMGRP_LINK: u32 = 0x1;
+        const RTMGRP_IPV4_IFADDR: u32 = 0x10;
+        const RTMGRP_IPV4_ROUTE: u32 = 0x40;
+        // SAFETY: socket(2) with constant arguments; the result is checked before it is owned.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                libc::NETLINK_ROUTE,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: sockaddr_nl is plain old data; all zeroes is a valid value.
+        let mut address: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        address.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        address.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE;
+        // SAFETY: `address` is a valid sockaddr_nl of the size given, alive across the call.
+        let bound = unsafe {
+            libc::bind(
+                socket.as_raw_fd(),
+                std::ptr::from_ref(&address).cast(),
+                u32::try_from(size_of::<libc::sockaddr_nl>()).map_err(io::Error::other)?,
+            )
+        };
+        if bound != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the descriptor is owned by the `AsyncFd` and is neither closed nor replaced
+        // while registered.
+        let socket = unsafe { AsyncFd::register_with_interest(socket, Interest::READABLE)? };
+        Ok(Self { socket })
+    }
+
+    /// Waits for the next change and consumes everything queued, so a burst (an interface
+    /// coming up with its addresses and routes) is one wake-up. An overrun (`ENOBUFS`) also
+    /// counts as a change: something happened that was not seen.
+    pub async fn changed(&mut self) -> io::Result<()> {
+        let mut buffer = [0u8; 8192];
+        loop {
+            let mut guard = self.socket.readable().await?;
+            let mut seen = false;
+            loop {
+                // SAFETY: `buffer` is writable for its length and outlives the call.
+                let read = unsafe {
+                    libc::recv(
+                        guard.get_inner().as_raw_fd(),
+                        buffer.as_mut_ptr().cast(),
+                        buffer.len(),
+                        libc::MSG_DONTWAIT,
+                    )
+                };
+                if read > 0 {
+                    seen = true;
+                    continue;
+                }
+                let error = io::Error::last_os_error();
+                match error.raw_os_error() {
+                    Some(libc::EAGAIN) => break,
+                    Some(libc::ENOBUFS) => seen = true,
+                    Some(libc::EINTR) => {}
+                    _ if read == 0 => break,
+                    _ => return Err(error),
+                }
+            }
+            guard.clear_ready();
+            if seen {
+                return Ok(());
+            }
+        }
+    }
 }
 
 #[cfg(test)]
