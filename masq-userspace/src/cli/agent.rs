@@ -13,11 +13,11 @@ use masq::{
     agent::{self, AgentOptions, BackendKind},
     config::go::GoDuration,
     datapath::{attach::AttachMode, pins::DEFAULT_PIN_PATH},
-    node::reserved_ports::DEFAULT_SYSCTL_DIR,
+    node::{self, reserved_ports::DEFAULT_SYSCTL_DIR},
     ports::parse_port_range,
 };
 use masq_common::{
-    layout::{NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES},
+    layout::NOMASQ_V4_MAX_ENTRIES,
     ports::{DEFAULT_NODEPORT_RANGE, PortRange},
     timeouts::FlowTimeouts,
 };
@@ -102,10 +102,11 @@ pub(crate) struct AgentArgs {
     #[arg(long, value_name = "DIR", default_value = DEFAULT_PIN_PATH)]
     pin_path: PathBuf,
 
-    /// NAT table capacity in entries (two per flow) for a fresh install.
-    #[arg(long, value_name = "ENTRIES", default_value_t = NAT_V4_DEFAULT_MAX_ENTRIES,
-          value_parser = clap::value_parser!(u32).range(2..))]
-    nat_max_entries: u32,
+    /// NAT table capacity in entries (two per flow) for a fresh install; auto holds as many
+    /// flows as the kernel's default conntrack table for the node's memory.
+    #[arg(long, value_name = "ENTRIES|auto", default_value = "auto",
+          value_parser = parse_nat_capacity)]
+    nat_max_entries: NatCapacity,
 
     /// Capacity of the non-masquerade trie: the most CIDRs (plus link-local) a config may
     /// need. A config that needs more is rejected whole; a new value takes effect at the next
@@ -139,6 +140,37 @@ pub(crate) struct AgentArgs {
     /// of it (the port reservation is written there).
     #[arg(long, value_name = "DIR", default_value = DEFAULT_SYSCTL_DIR)]
     sysctl_dir: PathBuf,
+}
+
+/// `--nat-max-entries`: a number of entries, or sized from the node's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NatCapacity {
+    FromMemory,
+    Entries(u32),
+}
+
+fn parse_nat_capacity(text: &str) -> Result<NatCapacity, String> {
+    if text == "auto" {
+        return Ok(NatCapacity::FromMemory);
+    }
+    match text.parse::<u32>() {
+        Ok(entries) if entries >= 2 => Ok(NatCapacity::Entries(entries)),
+        Ok(_) => Err("a flow takes two entries: at least 2".to_owned()),
+        Err(error) => Err(format!("{error} (a number of entries, or auto)")),
+    }
+}
+
+impl NatCapacity {
+    fn entries(self) -> anyhow::Result<u32> {
+        match self {
+            Self::Entries(entries) => Ok(entries),
+            Self::FromMemory => {
+                let memory = node::memory::total_memory()
+                    .context("reading the node's memory size for --nat-max-entries=auto")?;
+                Ok(node::memory::nat_entries_for(memory))
+            }
+        }
+    }
 }
 
 fn parse_positive_duration(text: &str) -> Result<Duration, String> {
@@ -187,7 +219,7 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
         pin_path: args.pin_path.clone(),
         snat_ranges,
         random_fully: args.flags.random_fully,
-        nat_max_entries: args.nat_max_entries,
+        nat_max_entries: args.nat_max_entries.entries()?,
         nomasq_max_entries: args.nomasq_max_entries,
         gc_interval: args.gc_interval,
         timeouts: FlowTimeouts::LINUX_DEFAULTS,

@@ -1,6 +1,7 @@
 //! The node the agent runs on, where masq touches it outside its own datapath and pins: the
-//! interfaces traffic leaves by (and their changes), and the ports the node's own sockets may
-//! take.
+//! interfaces traffic leaves by (and their changes), the ports the node's own sockets may
+//! take, and the memory the NAT table is sized from.
 
 pub mod interfaces;
+pub mod memory;
 pub mod reserved_ports;
