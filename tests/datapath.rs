@@ -177,7 +177,7 @@ fn replies_get_the_pod_address_back() {
         .find(|(key, _)| key.direction() == Some(Direction::Ingress))
         .expect("reverse half");
     assert_ne!(
-        reverse_half.flags & FLOW_SEEN,
+        reverse_half.marks.bits() & FLOW_SEEN,
         0,
         "a reply marks the flow as answered"
     );
@@ -743,8 +743,8 @@ fn tcp_close_is_recorded_for_the_garbage_collector() {
         .iter()
         .find(|(key, _)| key.direction() == Some(Direction::Ingress))
         .expect("ingress half");
-    assert_ne!(egress.1.flags & FLOW_TCP_FIN, 0);
-    assert_ne!(ingress.1.flags & FLOW_TCP_RST, 0);
+    assert_ne!(egress.1.marks.bits() & FLOW_TCP_FIN, 0);
+    assert_ne!(ingress.1.marks.bits() & FLOW_TCP_RST, 0);
 
     // A new SYN on the same tuple reopens the flow: closing state is forgotten.
     egress_ok(
@@ -752,7 +752,11 @@ fn tcp_close_is_recorded_for_the_garbage_collector() {
         &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
     );
     for (_, entry) in harness.nat() {
-        assert_eq!(entry.flags & (FLOW_TCP_FIN | FLOW_TCP_RST), 0, "{entry:?}");
+        assert_eq!(
+            entry.marks.bits() & (FLOW_TCP_FIN | FLOW_TCP_RST),
+            0,
+            "{entry:?}"
+        );
     }
 }
 

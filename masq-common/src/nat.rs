@@ -91,6 +91,45 @@ pub const ORIGIN_HOST: u8 = 1;
 /// replies leave untouched, as conntrack would, instead of being masqueraded as new flows.
 pub const ORIGIN_INBOUND: u8 = 2;
 
+/// The `FLOW_*` bits of a half, one byte per bit (byte `i` is 1 when bit `1 << i` was seen).
+///
+/// Packets of one direction may be handled on several CPUs at once. A bit set by reading,
+/// or-ing and writing back one shared byte can be lost when another CPU does the same (a FIN
+/// lost holds a closed flow 5 days), and the atomic OR that would prevent it needs Linux 5.12.
+/// With a byte per bit every update is a plain store of a constant to its own byte, and
+/// concurrent stores to different bytes cannot undo each other.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowMarks(pub [u8; 8]);
+
+impl FlowMarks {
+    /// Marks with the given `FLOW_*` bits set.
+    #[inline(always)]
+    pub const fn from_bits(bits: u8) -> Self {
+        let mut bytes = [0; 8];
+        let mut index = 0;
+        while index < 8 {
+            bytes[index] = (bits >> index) & 1;
+            index += 1;
+        }
+        Self(bytes)
+    }
+
+    /// The `FLOW_*` bits set.
+    #[inline(always)]
+    pub const fn bits(&self) -> u8 {
+        let mut bits = 0;
+        let mut index = 0;
+        while index < 8 {
+            if self.0[index] != 0 {
+                bits |= 1 << index;
+            }
+            index += 1;
+        }
+        bits
+    }
+}
+
 /// Value of the NAT table.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,10 +138,12 @@ pub struct NatEntryV4 {
     pub addr: [u8; 4],
     /// Egress half: port the flow leaves with. Ingress half: the pod port to restore.
     pub port: u16,
-    /// `FLOW_*` bits seen in this direction.
-    pub flags: u8,
     /// `ORIGIN_*` of the flow.
     pub origin: u8,
+    /// Keeps the layout free of implicit padding; always zero.
+    pub pad: u8,
+    /// `FLOW_*` bits seen in this direction.
+    pub marks: FlowMarks,
     /// When the flow was created (`bpf_ktime_get_coarse_ns`, CLOCK_MONOTONIC).
     pub created_ns: u64,
     /// Last packet in this direction, refreshed at most once per [`TOUCH_INTERVAL_NS`].
@@ -177,15 +218,16 @@ impl NatKeyV4 {
         NatEntryV4 {
             addr,
             port,
-            flags: 0,
             origin: entry.origin,
+            pad: 0,
+            marks: FlowMarks::from_bits(0),
             created_ns: entry.created_ns,
             last_seen_ns: 0,
         }
     }
 }
 
-crate::impl_pod!(NatKeyV4, NatEntryV4);
+crate::impl_pod!(NatKeyV4, NatEntryV4, FlowMarks);
 
 /// What the egress program hands the port allocator it tail-calls (the flow that needs a
 /// mapping, decided on but not yet created), and the allocator hands the program that
@@ -278,11 +320,23 @@ mod tests {
         NatEntryV4 {
             addr,
             port,
-            flags: 0,
             origin: ORIGIN_POD,
+            pad: 0,
+            marks: FlowMarks::from_bits(0),
             created_ns: 7,
             last_seen_ns: 9,
         }
+    }
+
+    #[test]
+    fn marks_hold_each_bit_in_its_own_byte() {
+        for bits in 0..=u8::MAX {
+            assert_eq!(FlowMarks::from_bits(bits).bits(), bits);
+        }
+        assert_eq!(
+            FlowMarks::from_bits(FLOW_TCP_FIN | FLOW_SEEN).0,
+            [0, 1, 0, 1, 0, 0, 0, 0]
+        );
     }
 
     #[test]
@@ -318,8 +372,14 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<NatKeyV4>(), 16);
-        assert_eq!(size_of::<NatEntryV4>(), 24);
+        // 4 + 2 + 1 + 1, eight mark bytes, two timestamps.
+        assert_eq!(size_of::<NatEntryV4>(), 32);
         assert_eq!(size_of::<FragKeyV4>(), 12);
         assert_eq!(size_of::<FragEntryV4>(), 16);
+        assert_eq!(size_of::<PortSearch>(), 16);
+        assert_eq!(
+            size_of::<AllocRequest>(),
+            size_of::<NatKeyV4>() + 8 + size_of::<NatEntryV4>() + size_of::<PortSearch>()
+        );
     }
 }

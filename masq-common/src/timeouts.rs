@@ -50,8 +50,8 @@ impl FlowTimeouts {
 
     /// How long the flow whose halves are `egress` and `ingress` may stay idle.
     pub const fn idle_limit(&self, protocol: u8, egress: &NatEntryV4, ingress: &NatEntryV4) -> u64 {
-        let flags = egress.flags | ingress.flags;
-        let replied = ingress.flags & FLOW_SEEN != 0;
+        let flags = egress.marks.bits() | ingress.marks.bits();
+        let replied = ingress.marks.bits() & FLOW_SEEN != 0;
         match protocol {
             proto::TCP => {
                 if flags & FLOW_TCP_RST != 0 {
@@ -115,8 +115,9 @@ mod tests {
         NatEntryV4 {
             addr: [0; 4],
             port: 0,
-            flags,
             origin: ORIGIN_POD,
+            pad: 0,
+            marks: crate::nat::FlowMarks::from_bits(flags),
             created_ns: 0,
             last_seen_ns: last_seen_s * SECOND_NS,
         }

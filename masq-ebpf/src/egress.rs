@@ -16,8 +16,8 @@ use masq_common::{
     counters::Counter,
     layout::NOMASQ_KIND_LINK_LOCAL,
     nat::{
-        AllocRequest, Direction, NatEntryV4, NatKeyV4, ORIGIN_HOST, ORIGIN_INBOUND, ORIGIN_POD,
-        PortSearch, proto,
+        AllocRequest, Direction, FlowMarks, NatEntryV4, NatKeyV4, ORIGIN_HOST, ORIGIN_INBOUND,
+        ORIGIN_POD, PortSearch, proto,
     },
     settings::Settings,
 };
@@ -147,8 +147,9 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, node_ip: [u8; 4], ip: &Ip
             entry: NatEntryV4 {
                 addr: [0; 4],
                 port: 0,
-                flags: 0,
                 origin: 0,
+                pad: 0,
+                marks: FlowMarks::from_bits(0),
                 created_ns: 0,
                 last_seen_ns: 0,
             },

@@ -9,7 +9,7 @@ use aya_ebpf::{
 use masq_common::{
     counters::{Counter, FIRST_ALLOC_ROUND, MIN_ALLOC_ROUND},
     nat::{
-        AllocRequest, Direction, FLOW_SEEN, FLOW_TCP_CLOSING, NatEntryV4, NatKeyV4, ORIGIN_HOST,
+        Direction, FLOW_SEEN, FLOW_TCP_CLOSING, FlowMarks, NatEntryV4, NatKeyV4, ORIGIN_HOST,
         ORIGIN_INBOUND, PortSearch, TOUCH_INTERVAL_NS, proto,
     },
     settings::Settings,
@@ -40,16 +40,41 @@ pub(crate) fn lookup(key: &NatKeyV4, flow_flags: u8, tcp_opens: bool) -> Option<
     // concurrent writers only ever store whole fields, and a torn timestamp is harmless.
     let entry = unsafe { &mut *entry };
     let observed = flow_flags | FLOW_SEEN;
-    if tcp_opens && entry.flags & FLOW_TCP_CLOSING != 0 {
+    let marked = entry.marks.bits();
+    if tcp_opens && marked & FLOW_TCP_CLOSING != 0 {
         reopen(key, entry);
     }
     let now = now_ns();
-    if observed & !entry.flags != 0 || now.wrapping_sub(entry.last_seen_ns) >= TOUCH_INTERVAL_NS {
-        entry.flags |= observed;
+    if observed & !marked != 0 || now.wrapping_sub(entry.last_seen_ns) >= TOUCH_INTERVAL_NS {
+        mark(&mut entry.marks, observed);
         entry.last_seen_ns = now;
         ensure_peer(key, entry);
     }
     Some(*entry)
+}
+
+/// Sets the `FLOW_*` bits of `bits` in `marks`, each by a store of its own byte (see
+/// `FlowMarks`). The stores are volatile so the compiler cannot merge them into one wider
+/// read-modify-write, which would bring back the lost update the byte per bit avoids.
+#[inline(always)]
+fn mark(marks: &mut FlowMarks, bits: u8) {
+    set_marks(marks, bits, 1);
+}
+
+/// Clears the `FLOW_*` bits of `bits` in `marks`, byte by byte as [`mark`] sets them.
+#[inline(always)]
+fn unmark(marks: &mut FlowMarks, bits: u8) {
+    set_marks(marks, bits, 0);
+}
+
+#[inline(always)]
+fn set_marks(marks: &mut FlowMarks, bits: u8, value: u8) {
+    for (index, byte) in marks.0.iter_mut().enumerate() {
+        if bits & (1 << index) != 0 && *byte != value {
+            // SAFETY: `byte` is a valid, aligned byte of the entry.
+            unsafe { core::ptr::write_volatile(byte, value) };
+        }
+    }
 }
 
 /// A SYN on a closing TCP flow reuses the tuple for a new connection (as after TIME_WAIT): the
@@ -57,13 +82,13 @@ pub(crate) fn lookup(key: &NatKeyV4, flow_flags: u8, tcp_opens: bool) -> Option<
 #[inline(always)]
 fn reopen(key: &NatKeyV4, entry: &mut NatEntryV4) {
     let now = now_ns();
-    entry.flags &= !FLOW_TCP_CLOSING;
+    unmark(&mut entry.marks, FLOW_TCP_CLOSING);
     entry.created_ns = now;
     if let Some(peer) = NAT_V4.get_ptr_mut(key.peer(entry)) {
         // SAFETY: as in `lookup`. The reply half forgets the old connection entirely: until
         // the new one is answered it is not established.
         unsafe {
-            (*peer).flags = 0;
+            unmark(&mut (*peer).marks, u8::MAX);
             (*peer).created_ns = now;
         }
     }
@@ -180,19 +205,45 @@ pub(crate) fn allocate(ctx: &TcContext, settings: &Settings) -> Result<NatEntryV
     }
 }
 
-/// The allocator's request, read from its per-CPU slot with a volatile read: the compiler may
+/// The new flow the allocator maps: the part of its request the search and the inserts need.
+#[derive(Clone, Copy)]
+struct NewFlow {
+    key: NatKeyV4,
+    snat_addr: [u8; 4],
+    origin: u8,
+    flow_flags: u8,
+}
+
+/// The allocator's request, read from its per-CPU slot with volatile reads: the compiler may
 /// not reuse values it saw written or read before, so the verifier knows nothing about the
-/// fields but their width.
+/// fields but their width. Only the fields the allocator needs are copied (the program's stack
+/// is 512 bytes).
 #[inline(always)]
-fn request() -> Option<AllocRequest> {
+fn request() -> Option<NewFlow> {
     let slot = ALLOC_REQUEST.get_ptr(0)?;
-    // SAFETY: the slot is a valid, aligned map value private to this CPU while the program runs.
-    Some(unsafe { core::ptr::read_volatile(slot) })
+    // SAFETY: the slot is a valid, aligned map value private to this CPU while the program
+    // runs; the field pointers are derived from it without creating references.
+    unsafe {
+        Some(NewFlow {
+            key: core::ptr::read_volatile(&raw const (*slot).key),
+            snat_addr: core::ptr::read_volatile(&raw const (*slot).snat_addr),
+            origin: core::ptr::read_volatile(&raw const (*slot).origin),
+            flow_flags: core::ptr::read_volatile(&raw const (*slot).flow_flags),
+        })
+    }
+}
+
+/// Where the search starts, read back from the request slot like [`request`].
+#[inline(always)]
+fn search_start() -> Option<PortSearch> {
+    let slot = ALLOC_REQUEST.get_ptr(0)?;
+    // SAFETY: as in `request`.
+    Some(unsafe { core::ptr::read_volatile(&raw const (*slot).search) })
 }
 
 /// The reply tuple of `request`'s flow if it left from node port `port`.
 #[inline(always)]
-fn reply_key(request: &AllocRequest, port: u16) -> NatKeyV4 {
+fn reply_key(request: &NewFlow, port: u16) -> NatKeyV4 {
     let key = &request.key;
     NatKeyV4::new(
         key.dst_addr,
@@ -208,12 +259,7 @@ fn reply_key(request: &AllocRequest, port: u16) -> NatKeyV4 {
 /// and no node socket in `sockets` (the table pod flows of this protocol are checked against,
 /// if any) does.
 #[inline(always)]
-fn usable(
-    ctx: &TcContext,
-    request: &AllocRequest,
-    sockets: Option<SocketTable>,
-    port: u16,
-) -> bool {
+fn usable(ctx: &TcContext, request: &NewFlow, sockets: Option<SocketTable>, port: u16) -> bool {
     let key = &request.key;
     if NAT_V4.get_ptr(reply_key(request, port)).is_some() {
         return false;
@@ -235,7 +281,7 @@ fn usable(
 /// node's own flows (the kernel already keeps its own sockets apart) and protocols the kernel
 /// cannot be asked about.
 #[inline(always)]
-fn socket_table(request: &AllocRequest) -> Option<SocketTable> {
+fn socket_table(request: &NewFlow) -> Option<SocketTable> {
     if request.origin == ORIGIN_HOST {
         return None;
     }
@@ -274,8 +320,10 @@ fn search(ctx: &TcContext, settings: &Settings, sockets: Option<SocketTable>) ->
         };
     }
     let request = request()?;
-    let PortSearch { first, size, .. } = request.search;
-    let mut start = request.search.start.checked_rem(size)?;
+    let PortSearch {
+        first, size, start, ..
+    } = search_start()?;
+    let mut start = start.checked_rem(size)?;
     let mut tried: u32 = 0;
     let mut round = FIRST_ALLOC_ROUND;
     while round >= MIN_ALLOC_ROUND {
@@ -322,8 +370,9 @@ fn create(port: u16) -> Result<NatEntryV4, AllocError> {
     let restore = NatEntryV4 {
         addr: key.src_addr,
         port: key.src_port,
-        flags: 0,
         origin: request.origin,
+        pad: 0,
+        marks: FlowMarks::from_bits(0),
         created_ns: now,
         last_seen_ns: 0,
     };
@@ -338,8 +387,9 @@ fn create(port: u16) -> Result<NatEntryV4, AllocError> {
     let forward = NatEntryV4 {
         addr: request.snat_addr,
         port,
-        flags: request.flow_flags | FLOW_SEEN,
         origin: request.origin,
+        pad: 0,
+        marks: FlowMarks::from_bits(request.flow_flags | FLOW_SEEN),
         created_ns: now,
         last_seen_ns: now,
     };
@@ -365,8 +415,9 @@ fn reserve_for_node(key: &NatKeyV4, node_ip: [u8; 4]) -> Result<NatEntryV4, Allo
     let own = NatEntryV4 {
         addr: node_ip,
         port: 0,
-        flags: FLOW_SEEN,
         origin: ORIGIN_HOST,
+        pad: 0,
+        marks: FlowMarks::from_bits(FLOW_SEEN),
         created_ns: now,
         last_seen_ns: now,
     };
@@ -408,8 +459,9 @@ pub(crate) fn track_inbound(key: &NatKeyV4) -> bool {
     let identity = NatEntryV4 {
         addr: key.src_addr,
         port: key.src_port,
-        flags: FLOW_SEEN,
         origin: ORIGIN_INBOUND,
+        pad: 0,
+        marks: FlowMarks::from_bits(FLOW_SEEN),
         created_ns: now,
         last_seen_ns: now,
     };

@@ -49,7 +49,7 @@ impl Flow {
     /// Whether a reply was seen.
     pub fn replied(&self) -> bool {
         self.ingress
-            .is_some_and(|ingress| ingress.flags & FLOW_SEEN != 0)
+            .is_some_and(|ingress| ingress.marks.bits() & FLOW_SEEN != 0)
     }
 
     /// A short conntrack-like state.
@@ -57,7 +57,8 @@ impl Flow {
         if self.is_inbound() {
             return "inbound";
         }
-        let flags = self.egress.flags | self.ingress.map_or(0, |ingress| ingress.flags);
+        let flags =
+            self.egress.marks.bits() | self.ingress.map_or(0, |ingress| ingress.marks.bits());
         if self.protocol != proto::TCP {
             return if self.replied() {
                 "replied"
@@ -108,7 +109,7 @@ pub fn flows(entries: &[(NatKeyV4, NatEntryV4)]) -> Vec<Flow> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use masq_common::nat::ORIGIN_POD;
+    use masq_common::nat::{FlowMarks, ORIGIN_POD};
 
     #[test]
     fn halves_pair_into_flows() {
@@ -123,13 +124,14 @@ mod tests {
         let entry = NatEntryV4 {
             addr: [192, 0, 2, 1],
             port: 2_000,
-            flags: FLOW_SEEN,
             origin: ORIGIN_POD,
+            pad: 0,
+            marks: FlowMarks::from_bits(FLOW_SEEN),
             created_ns: 5,
             last_seen_ns: 9,
         };
         let mut reverse = key.peer_entry(&entry);
-        reverse.flags = FLOW_SEEN;
+        reverse.marks = FlowMarks::from_bits(FLOW_SEEN);
         reverse.last_seen_ns = 12;
         let table = vec![(key, entry), (key.peer(&entry), reverse)];
         let flows = flows(&table);
