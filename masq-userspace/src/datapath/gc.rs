@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use masq_common::{
     layout::{MAP_FRAGS_V4, MAP_NAT_V4},
-    nat::{Direction, FRAG_LIFETIME_NS, NatEntryV4, NatKeyV4},
+    nat::{Direction, FRAG_LIFETIME_NS, FlowMarks, NatEntryV4, NatKeyV4, ORIGIN_INBOUND},
     timeouts::FlowTimeouts,
 };
 
@@ -68,7 +68,7 @@ pub fn collect(
                         report.expired += 1;
                     }
                     Some(_) => {}
-                    None if timeouts.expired(key.protocol, entry, entry, now_ns)
+                    None if timeouts.expired(key.protocol, entry, &alone(entry), now_ns)
                         && still_expired(maps, key, timeouts, now_ns, None)? =>
                     {
                         remove(maps, key)?;
@@ -80,7 +80,7 @@ pub fn collect(
             Some(Direction::Ingress) => {
                 let peer_key = key.peer(entry);
                 if !table.contains_key(&peer_key)
-                    && timeouts.expired(key.protocol, entry, entry, now_ns)
+                    && timeouts.expired(key.protocol, entry, &alone(entry), now_ns)
                     && still_expired(maps, key, timeouts, now_ns, None)?
                 {
                     remove(maps, key)?;
@@ -111,6 +111,22 @@ pub fn collect(
     Ok(report)
 }
 
+/// The other half a half without one is judged against. An inbound UDP flow has no other half by
+/// design: its one entry sees both directions. Any other half is alone because its flow was
+/// torn down (a conflict, a failed insert): it is judged as never answered, so it goes after
+/// the short unanswered timeouts instead of holding its port for an established TCP flow's 5
+/// days.
+fn alone(entry: &NatEntryV4) -> NatEntryV4 {
+    if entry.origin == ORIGIN_INBOUND {
+        return *entry;
+    }
+    NatEntryV4 {
+        marks: FlowMarks::default(),
+        last_seen_ns: 0,
+        ..*entry
+    }
+}
+
 /// Re-reads the entries of a flow and checks it is still expired.
 fn still_expired(
     maps: &DatapathMaps,
@@ -123,8 +139,8 @@ fn still_expired(
         return Ok(false);
     };
     let peer = match peer_key {
-        Some(peer_key) => get(maps, peer_key)?.unwrap_or(entry),
-        None => entry,
+        Some(peer_key) => get(maps, peer_key)?.unwrap_or_else(|| alone(&entry)),
+        None => alone(&entry),
     };
     Ok(timeouts.expired(key.protocol, &entry, &peer, now_ns))
 }
@@ -141,5 +157,38 @@ fn remove(maps: &mut DatapathMaps, key: &NatKeyV4) -> Result<(), DatapathError> 
     match maps.nat_v4.remove(key) {
         Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
         Err(error) => Err(DatapathError::map("removing from", MAP_NAT_V4)(error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use masq_common::nat::{FLOW_SEEN, ORIGIN_POD, proto};
+
+    use super::*;
+
+    fn half(origin: u8, marks: u8) -> NatEntryV4 {
+        NatEntryV4 {
+            addr: [192, 0, 2, 1],
+            port: 2_000,
+            origin,
+            pad: 0,
+            marks: FlowMarks::from_bits(marks),
+            created_ns: 0,
+            last_seen_ns: 0,
+        }
+    }
+
+    /// Issue 9: an egress half left without its reply half (its TCP flow marked as seen) was
+    /// held as established, 5 days.
+    #[test]
+    fn a_half_left_alone_goes_after_the_unanswered_timeout() {
+        let timeouts = FlowTimeouts::LINUX_DEFAULTS;
+        let orphan = half(ORIGIN_POD, FLOW_SEEN);
+        let after = |seconds: u64| seconds * 1_000_000_000;
+        assert!(!timeouts.expired(proto::TCP, &orphan, &alone(&orphan), after(119)));
+        assert!(timeouts.expired(proto::TCP, &orphan, &alone(&orphan), after(121)));
+        // An inbound UDP flow is one entry by design, and keeps what it saw.
+        let inbound = half(ORIGIN_INBOUND, FLOW_SEEN);
+        assert_eq!(alone(&inbound), inbound);
     }
 }
