@@ -16,7 +16,7 @@ use masq_testbed::{
         CONFIGS, Config, Fuzzer, KnownBug, MAX_EPOCH, Probe, Reproduction,
         generate::fragment,
         oracle::{self, Kind, Region, Sum},
-        wire::{self, Ip, is_icmp_error, proto},
+        wire::{self, proto},
     },
     pktgen::{
         ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, ICMP_PORT_UNREACH, ICMP_TIME_EXCEEDED, Packet,
@@ -33,19 +33,7 @@ const NODE: &str = masq_testbed::harness::NODE_IP;
 /// may show their violations (`tolerated`) in the random run; anything else they show still
 /// fails. `known_datapath_bugs_still_fail` checks that each minimal case still fails exactly
 /// the expected way, so fixing the datapath fails that test until the entry is deleted here.
-static KNOWN_DATAPATH_BUGS: &[KnownBug] = &[
-    // icmp::translate knows quotes of TCP, UDP, SCTP and ICMP queries only; for every other
-    // protocol it returns before the lookup. Those flows are translated (by address, like
-    // conntrack's generic tracking), so errors about them must be too, or they reach the node
-    // instead of the pod, and leave with the pod's unroutable address: path MTU discovery of a
-    // pod's GRE or IPsec (ESP) tunnel through the node breaks.
-    KnownBug {
-        name: "icmp_error_about_address_only_flow_untranslated",
-        matches: quote_of_address_only_protocol,
-        tolerated: &[Kind::Missed],
-        reproduce: error_about_gre_flow_case,
-    },
-];
+static KNOWN_DATAPATH_BUGS: &[KnownBug] = &[];
 
 /// Datapath bugs the fuzzer found that are fixed: their minimal cases must pass the oracle
 /// cleanly, so a regression fails by name (the random run would find it only by chance).
@@ -109,36 +97,21 @@ static FIXED_DATAPATH_BUGS: &[FixedBug] = &[
         name: "icmp_error_about_inbound_flow_takes_pod_source",
         reproduce: error_about_inbound_flow_case,
     },
+    // icmp::translate knew quotes of TCP, UDP, SCTP and ICMP queries only; for every other
+    // protocol it returned before the lookup. Those flows are translated (by address, like
+    // conntrack's generic tracking), so errors about them must be too, or they reach the node
+    // instead of the pod, and leave with the pod's unroutable address: path MTU discovery of a
+    // pod's GRE or IPsec (ESP) tunnel through the node broke.
+    FixedBug {
+        name: "icmp_error_about_address_only_flow_untranslated",
+        reproduce: error_about_gre_flow_case,
+    },
 ];
 
 /// A fixed bug: its name and its minimal case.
 struct FixedBug {
     name: &'static str,
     reproduce: fn(&mut Fuzzer) -> Reproduction,
-}
-
-/// The outer ICMP error of a frame the datapath would read a quote from: its header and the
-/// quote's offset.
-fn icmp_error(frame: &[u8]) -> Option<(Ip, usize)> {
-    let ip = Ip::of_frame(frame)?;
-    let l4 = ip.l4();
-    let is_error = ip.protocol == proto::ICMP
-        && !ip.is_later_fragment()
-        && l4 + 8 <= ip.end
-        && is_icmp_error(frame[l4]);
-    is_error.then_some((ip, l4 + 8))
-}
-
-/// An ICMP error quoting a protocol the datapath translates by address only.
-fn quote_of_address_only_protocol(probe: &Probe<'_>) -> bool {
-    icmp_error(probe.frame)
-        .and_then(|(_, quote)| Ip::header_at(probe.frame, quote))
-        .is_some_and(|quoted| {
-            !matches!(
-                quoted.protocol,
-                proto::TCP | proto::UDP | proto::SCTP | proto::ICMP
-            )
-        })
 }
 
 /// One SNAT port, so that every case's translated port is known: a pod flow from port 40000

@@ -10,8 +10,9 @@
 //!   (`remote -> pod:port`); the quote is rewritten to `remote -> node:nat_port` and the error
 //!   leaves from the node address.
 //!
-//! An error about a flow opened from outside towards a pod is left alone, as conntrack leaves
-//! it: that flow is not translated, so neither is what is said about it.
+//! A quote of a protocol mapped by address alone (GRE, ESP, ...) has only its address
+//! translated. An error about a flow opened from outside towards a pod is left alone, as
+//! conntrack leaves it: that flow is not translated, so neither is what is said about it.
 //!
 //! The quoted fields are payload to the kernel, so their checksums (quoted IPv4 header, quoted
 //! transport header when present, and the ICMP checksum over all of it) are updated here with
@@ -44,8 +45,9 @@ struct Quote {
     /// Offset of the quoted address to rewrite (the local end of the quoted packet).
     addr_off: usize,
     addr: [u8; 4],
-    /// Offset of the quoted port (or ICMP identifier) to rewrite.
-    port_off: usize,
+    /// Offset of the quoted port (or ICMP identifier) to rewrite; `None` for protocols
+    /// translated by address alone.
+    port_off: Option<usize>,
     port: u16,
     /// Offset of the quoted transport checksum, when the quote includes it.
     l4_check_off: Option<usize>,
@@ -142,14 +144,20 @@ fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Quoted,
     // The quoted packet's local end: its destination when it came in (egress errors), its
     // source when it went out (ingress errors). (local port offset, remote port offset, check)
     let (local_port_off, remote_port_off, l4_check_off) = match (protocol, direction) {
-        (proto::TCP, Direction::Egress) => (2, Some(0), Some(16)),
-        (proto::TCP, Direction::Ingress) => (0, Some(2), Some(16)),
-        (proto::UDP, Direction::Egress) => (2, Some(0), Some(6)),
-        (proto::UDP, Direction::Ingress) => (0, Some(2), Some(6)),
-        (proto::SCTP, Direction::Egress) => (2, Some(0), None),
-        (proto::SCTP, Direction::Ingress) => (0, Some(2), None),
-        (proto::ICMP, _) => (4, None, Some(2)),
-        _ => return Ok(Quoted::Unknown),
+        (proto::TCP, Direction::Egress) => (Some(2), Some(0), Some(16)),
+        (proto::TCP, Direction::Ingress) => (Some(0), Some(2), Some(16)),
+        (proto::UDP, Direction::Egress) => (Some(2), Some(0), Some(6)),
+        (proto::UDP, Direction::Ingress) => (Some(0), Some(2), Some(6)),
+        (proto::SCTP, Direction::Egress) => (Some(2), Some(0), None),
+        (proto::SCTP, Direction::Ingress) => (Some(0), Some(2), None),
+        (proto::ICMP, _) => (Some(4), None, Some(2)),
+        // Never mapped: egress passes them untouched (their checksums cover the addresses).
+        (proto::DCCP | proto::UDPLITE, _) => return Ok(Quoted::Unknown),
+        // Every other protocol is mapped by address alone, its ports 0 (a GRE or ESP tunnel,
+        // as conntrack's generic tracking): an error about it is translated like the mapping,
+        // and what follows the quoted IPv4 header is no port, nor covered by a checksum that
+        // includes the addresses.
+        _ => (None, None, None),
     };
     if protocol == proto::ICMP {
         // Only queries are mapped; an error about an error is never translated.
@@ -177,27 +185,21 @@ fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Quoted,
             return Ok(Quoted::Unknown);
         }
     }
-    if !inside(quoted_l4 + local_port_off, 2)
-        || remote_port_off.is_some_and(|offset| !inside(quoted_l4 + offset, 2))
-    {
+    let port_inside = |offset: Option<usize>| offset.is_none_or(|at| inside(quoted_l4 + at, 2));
+    if !port_inside(local_port_off) || !port_inside(remote_port_off) {
         return Ok(Quoted::Unknown);
     }
     // A quote cut before its transport checksum (routers quote at least 8 bytes) has none to
     // keep consistent.
     let l4_check_off = l4_check_off.filter(|&offset| inside(quoted_l4 + offset, 2));
-    let Ok(local_port) = ctx.load::<[u8; 2]>(quoted_l4 + local_port_off) else {
+    let Ok(local_port) = load_port(ctx, quoted_l4, local_port_off) else {
         return Ok(Quoted::Unknown);
     };
-    let local_port = u16::from_be_bytes(local_port);
-    let remote_port = match remote_port_off {
-        Some(offset) => match ctx.load::<[u8; 2]>(quoted_l4 + offset) {
-            Ok(port) => u16::from_be_bytes(port),
-            Err(_) => return Ok(Quoted::Unknown),
-        },
-        None => 0,
+    let Ok(remote_port) = load_port(ctx, quoted_l4, remote_port_off) else {
+        return Ok(Quoted::Unknown);
     };
 
-    let (key, quote) = match direction {
+    let (key, addr_off, addr) = match direction {
         Direction::Egress => (
             NatKeyV4::new(
                 quoted.dst,
@@ -207,14 +209,8 @@ fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Quoted,
                 protocol,
                 direction,
             ),
-            Quote {
-                addr_off: quote_ip_off + IP_DST,
-                addr: quoted.dst,
-                port_off: quoted_l4 + local_port_off,
-                port: local_port,
-                l4_check_off: l4_check_off.map(|offset| quoted_l4 + offset),
-                ip_check_off: quote_ip_off + 10,
-            },
+            quote_ip_off + IP_DST,
+            quoted.dst,
         ),
         Direction::Ingress => (
             NatKeyV4::new(
@@ -225,15 +221,17 @@ fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Quoted,
                 protocol,
                 direction,
             ),
-            Quote {
-                addr_off: quote_ip_off + IP_SRC,
-                addr: quoted.src,
-                port_off: quoted_l4 + local_port_off,
-                port: local_port,
-                l4_check_off: l4_check_off.map(|offset| quoted_l4 + offset),
-                ip_check_off: quote_ip_off + 10,
-            },
+            quote_ip_off + IP_SRC,
+            quoted.src,
         ),
+    };
+    let quote = Quote {
+        addr_off,
+        addr,
+        port_off: local_port_off.map(|offset| quoted_l4 + offset),
+        port: local_port,
+        l4_check_off: l4_check_off.map(|offset| quoted_l4 + offset),
+        ip_check_off: quote_ip_off + 10,
     };
     let Some(entry) = NAT_V4.get_ptr(key) else {
         return Ok(Quoted::Unknown);
@@ -256,7 +254,20 @@ fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Quoted,
     Ok(Quoted::Translated(entry.addr))
 }
 
-/// Rewrites the quoted local address and port to `entry`'s and fixes the three checksums.
+/// The quoted port at `offset` from the quoted transport header; 0 for a packet without one.
+#[inline(always)]
+fn load_port(ctx: &TcContext, quoted_l4: usize, offset: Option<usize>) -> Result<u16, ()> {
+    match offset {
+        Some(offset) => ctx
+            .load::<[u8; 2]>(quoted_l4 + offset)
+            .map(u16::from_be_bytes)
+            .map_err(|_| ()),
+        None => Ok(0),
+    }
+}
+
+/// Rewrites the quoted local address and port (if it has one) to `entry`'s and fixes the
+/// checksums.
 #[inline(always)]
 fn rewrite_quote(
     ctx: &TcContext,
@@ -272,7 +283,9 @@ fn rewrite_quote(
     let new_ip_check = replace32(old_ip_check, quote.addr, entry.addr);
     icmp_check = replace32(icmp_check, quote.addr, entry.addr);
     icmp_check = replace16(icmp_check, old_ip_check, new_ip_check);
-    icmp_check = replace16(icmp_check, quote.port, entry.port);
+    if quote.port_off.is_some() {
+        icmp_check = replace16(icmp_check, quote.port, entry.port);
+    }
 
     // The quote may stop before the transport checksum (only 8 bytes are guaranteed).
     if let Some(offset) = quote.l4_check_off
@@ -301,8 +314,10 @@ fn rewrite_quote(
     ctx.store(quote.addr_off, &entry.addr, 0).map_err(|_| ())?;
     ctx.store(quote.ip_check_off, &new_ip_check.to_be_bytes(), 0)
         .map_err(|_| ())?;
-    ctx.store(quote.port_off, &entry.port.to_be_bytes(), 0)
-        .map_err(|_| ())?;
+    if let Some(offset) = quote.port_off {
+        ctx.store(offset, &entry.port.to_be_bytes(), 0)
+            .map_err(|_| ())?;
+    }
     ctx.store(icmp_check_off, &icmp_check.to_be_bytes(), 0)
         .map_err(|_| ())
 }

@@ -55,7 +55,12 @@ impl Tuple {
                     _ => return None,
                 }
             }
-            _ => (0, 0),
+            // No ports, but the header must be all there, as for the others: a quote cut
+            // inside its options holds no flow.
+            _ => {
+                visible(0)?;
+                (0, 0)
+            }
         };
         Some(Self {
             protocol: ip.protocol,
