@@ -13,8 +13,8 @@ use masq_testbed::{
     check::Ipv4View,
     harness::{Action, Harness, node_ip},
     pktgen::{
-        ESP, GRE, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, ICMP_PORT_UNREACH, Packet, TCP_ACK, TCP_FIN,
-        TCP_PSH, TCP_RST, TCP_SYN, addr, arp_frame, ipv6_frame,
+        ESP, GRE, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, ICMP_PORT_UNREACH, ICMP_TIME_EXCEEDED,
+        Packet, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN, addr, arp_frame, ipv6_frame,
     },
 };
 
@@ -443,6 +443,81 @@ fn icmp_errors_about_pings_are_translated() {
     let back = ingress_ok(&harness, &error.frame());
     assert_eq!(back.dst, addr(POD));
     assert_eq!((back.quoted().src, back.quoted().icmp_id()), (addr(POD), 9));
+}
+
+/// Issue 9: errors about protocols translated by address only (GRE, ESP) were left addressed to
+/// the node, so path MTU discovery of a pod's tunnel through the node broke. They are translated
+/// like the mapping they quote, both ways; what follows the quoted IPv4 header (a GRE header, an
+/// ESP SPI) is no port and stays as it is.
+#[test]
+fn icmp_errors_about_tunnels_are_translated_by_address() {
+    let harness = Harness::new();
+    let gre = [0, 0, 0x08, 0x00, 0x45, 0, 0, 20];
+    let esp = [0x4e, 0x20, 0x01, 0xbb, 0, 0, 0, 1, 0xaa, 0xbb];
+    for (protocol, body) in [(GRE, &gre[..]), (ESP, &esp[..])] {
+        let out = egress_ok(&harness, &Packet::raw(POD, REMOTE, protocol).payload(body));
+        assert_eq!(out.src, node_ip());
+        let as_sent = Packet::raw("192.0.2.1", REMOTE, protocol)
+            .payload(body)
+            .ip_packet();
+        for quote_len in [28, as_sent.len()] {
+            let error = Packet::icmp_error(
+                ROUTER,
+                "192.0.2.1",
+                ICMP_DEST_UNREACH,
+                ICMP_FRAG_NEEDED,
+                &as_sent[..quote_len],
+            );
+            let back = ingress_ok(&harness, &error.frame());
+            assert_eq!(
+                back.dst,
+                addr(POD),
+                "protocol {protocol}, {quote_len} bytes"
+            );
+            let quoted = back.quoted();
+            assert_eq!((quoted.src, quoted.dst), (addr(POD), addr(REMOTE)));
+            assert_eq!(quoted.transport, as_sent[20..quote_len]);
+        }
+        // The pod cannot take a tunnel packet it was delivered: its error leaves as the node.
+        let delivered = Packet::raw(REMOTE, POD, protocol).payload(body).ip_packet();
+        let error = Packet::icmp_error(POD, REMOTE, ICMP_DEST_UNREACH, 2, &delivered);
+        let sent = egress_ok(&harness, &error);
+        assert_eq!((sent.src, sent.dst), (node_ip(), addr(REMOTE)));
+        let quoted = sent.quoted();
+        assert_eq!((quoted.src, quoted.dst), (addr(REMOTE), node_ip()));
+        assert_eq!(quoted.transport, delivered[20..]);
+    }
+    assert_eq!(harness.counter(Counter::IngressIcmpErrorTranslated), 4);
+    assert_eq!(harness.counter(Counter::EgressIcmpErrorTranslated), 2);
+}
+
+/// Issue 9: an error about a UDP flow opened from outside (a remote writing to a pod's own
+/// address) found that flow's record, which "translates" to the pod itself, and an error the
+/// node sent about it (time exceeded forwarding to the pod: a traceroute to a pod address) left
+/// claiming to come from the pod. As with conntrack, whose entry for such a flow has no NAT,
+/// errors about it leave exactly as sent, whoever sends them.
+#[test]
+fn icmp_errors_about_flows_opened_from_outside_leave_untranslated() {
+    let harness = Harness::new();
+    let inbound = Packet::udp("203.0.113.10:5000", "10.244.1.5:53");
+    assert_eq!(harness.ingress(&inbound.frame()).frame, inbound.frame());
+    assert_eq!(harness.counter(Counter::IngressInboundTracked), 1);
+    let quoted = inbound.ip_packet();
+    for (sender, icmp_type, code) in [
+        ("192.0.2.1", ICMP_TIME_EXCEEDED, 0),
+        (POD, ICMP_DEST_UNREACH, ICMP_PORT_UNREACH),
+    ] {
+        let error = Packet::icmp_error(sender, REMOTE, icmp_type, code, &quoted[..28]).frame();
+        let run = harness.egress(&error);
+        assert_eq!(
+            (run.action, run.frame.as_slice()),
+            (Action::Pass, error.as_slice()),
+            "error from {sender}"
+        );
+    }
+    assert_eq!(harness.counter(Counter::EgressInboundReply), 2);
+    assert_eq!(harness.counter(Counter::EgressIcmpErrorTranslated), 0);
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 0);
 }
 
 #[test]

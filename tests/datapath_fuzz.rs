@@ -15,9 +15,8 @@ use masq_testbed::{
     fuzz::{
         CONFIGS, Config, Fuzzer, KnownBug, MAX_EPOCH, Probe, Reproduction,
         generate::fragment,
-        model::Tuple,
         oracle::{self, Kind, Region, Sum},
-        wire::{self, Ip, is_icmp_error, proto},
+        wire::{self, proto},
     },
     pktgen::{
         ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, ICMP_PORT_UNREACH, ICMP_TIME_EXCEEDED, Packet,
@@ -34,30 +33,7 @@ const NODE: &str = masq_testbed::harness::NODE_IP;
 /// may show their violations (`tolerated`) in the random run; anything else they show still
 /// fails. `known_datapath_bugs_still_fail` checks that each minimal case still fails exactly
 /// the expected way, so fixing the datapath fails that test until the entry is deleted here.
-static KNOWN_DATAPATH_BUGS: &[KnownBug] = &[
-    // icmp::translate finds the egress half of a UDP flow opened from outside (ORIGIN_INBOUND,
-    // which "translates" to the pod's own address) and rewrites the outer source of the error
-    // to it. An error the node itself sends about such a flow (time exceeded while forwarding
-    // to the pod: a traceroute to a pod address) then claims to come from the pod. Conntrack
-    // leaves errors about untranslated flows alone.
-    KnownBug {
-        name: "icmp_error_about_inbound_flow_takes_pod_source",
-        matches: error_about_inbound_flow_from_elsewhere,
-        tolerated: &[Kind::Address, Kind::Mapping],
-        reproduce: error_about_inbound_flow_case,
-    },
-    // icmp::translate knows quotes of TCP, UDP, SCTP and ICMP queries only; for every other
-    // protocol it returns before the lookup. Those flows are translated (by address, like
-    // conntrack's generic tracking), so errors about them must be too, or they reach the node
-    // instead of the pod, and leave with the pod's unroutable address: path MTU discovery of a
-    // pod's GRE or IPsec (ESP) tunnel through the node breaks.
-    KnownBug {
-        name: "icmp_error_about_address_only_flow_untranslated",
-        matches: quote_of_address_only_protocol,
-        tolerated: &[Kind::Missed],
-        reproduce: error_about_gre_flow_case,
-    },
-];
+static KNOWN_DATAPATH_BUGS: &[KnownBug] = &[];
 
 /// Datapath bugs the fuzzer found that are fixed: their minimal cases must pass the oracle
 /// cleanly, so a regression fails by name (the random run would find it only by chance).
@@ -112,57 +88,30 @@ static FIXED_DATAPATH_BUGS: &[FixedBug] = &[
         name: "later_fragments_of_translated_icmp_error_untranslated",
         reproduce: fragmented_icmp_error_case,
     },
+    // icmp::translate found the egress half of a UDP flow opened from outside (ORIGIN_INBOUND,
+    // which "translates" to the pod's own address) and rewrote the outer source of the error
+    // to it. An error the node itself sends about such a flow (time exceeded while forwarding
+    // to the pod: a traceroute to a pod address) then claimed to come from the pod. Conntrack
+    // leaves errors about untranslated flows alone.
+    FixedBug {
+        name: "icmp_error_about_inbound_flow_takes_pod_source",
+        reproduce: error_about_inbound_flow_case,
+    },
+    // icmp::translate knew quotes of TCP, UDP, SCTP and ICMP queries only; for every other
+    // protocol it returned before the lookup. Those flows are translated (by address, like
+    // conntrack's generic tracking), so errors about them must be too, or they reach the node
+    // instead of the pod, and leave with the pod's unroutable address: path MTU discovery of a
+    // pod's GRE or IPsec (ESP) tunnel through the node broke.
+    FixedBug {
+        name: "icmp_error_about_address_only_flow_untranslated",
+        reproduce: error_about_gre_flow_case,
+    },
 ];
 
 /// A fixed bug: its name and its minimal case.
 struct FixedBug {
     name: &'static str,
     reproduce: fn(&mut Fuzzer) -> Reproduction,
-}
-
-/// The outer ICMP error of a frame the datapath would read a quote from: its header and the
-/// quote's offset.
-fn icmp_error(frame: &[u8]) -> Option<(Ip, usize)> {
-    let ip = Ip::of_frame(frame)?;
-    let l4 = ip.l4();
-    let is_error = ip.protocol == proto::ICMP
-        && !ip.is_later_fragment()
-        && l4 + 8 <= ip.end
-        && is_icmp_error(frame[l4]);
-    is_error.then_some((ip, l4 + 8))
-}
-
-/// An egress ICMP error quoting a packet of a UDP flow opened from outside, sent by anyone but
-/// the pod the flow belongs to. The quote is read as the datapath reads it: up to the end of
-/// the frame, and as if it were never a later fragment.
-fn error_about_inbound_flow_from_elsewhere(probe: &Probe<'_>) -> bool {
-    if probe.direction != Direction::Egress {
-        return false;
-    }
-    let Some((ip, quote)) = icmp_error(probe.frame) else {
-        return false;
-    };
-    let Some(quoted) = Ip::header_at(probe.frame, quote) else {
-        return false;
-    };
-    let as_read = Ip {
-        fragment_offset: 0,
-        ..quoted
-    };
-    Tuple::of_packet(probe.frame, &as_read, probe.frame.len())
-        .is_some_and(|flow| probe.model.inbound.contains(&flow.reversed()) && ip.src != quoted.dst)
-}
-
-/// An ICMP error quoting a protocol the datapath translates by address only.
-fn quote_of_address_only_protocol(probe: &Probe<'_>) -> bool {
-    icmp_error(probe.frame)
-        .and_then(|(_, quote)| Ip::header_at(probe.frame, quote))
-        .is_some_and(|quoted| {
-            !matches!(
-                quoted.protocol,
-                proto::TCP | proto::UDP | proto::SCTP | proto::ICMP
-            )
-        })
 }
 
 /// One SNAT port, so that every case's translated port is known: a pod flow from port 40000

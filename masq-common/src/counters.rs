@@ -49,7 +49,8 @@ counters! {
     EgressTcpMidstreamPassed = "egress_tcp_midstream_passed",
     /// Egress packets of the node's own flows that use a port in the SNAT range (tracked).
     EgressHostTracked = "egress_host_tracked",
-    /// Egress packets of UDP flows opened from outside, left alone as conntrack would.
+    /// Egress packets of UDP flows opened from outside, and ICMP errors about such flows, left
+    /// alone as conntrack would.
     EgressInboundReply = "egress_inbound_reply",
     /// Egress ICMP errors whose embedded packet was translated.
     EgressIcmpErrorTranslated = "egress_icmp_error_translated",

@@ -55,7 +55,12 @@ impl Tuple {
                     _ => return None,
                 }
             }
-            _ => (0, 0),
+            // No ports, but the header must be all there, as for the others: a quote cut
+            // inside its options holds no flow.
+            _ => {
+                visible(0)?;
+                (0, 0)
+            }
         };
         Some(Self {
             protocol: ip.protocol,
@@ -200,8 +205,23 @@ impl Model {
                 if self.by_original.insert(original, mapping.nat).is_none() {
                     self.mappings.push(mapping);
                 }
-                self.by_reply
-                    .insert(mapping.reply(), (original.src, original.src_port));
+                let reply = mapping.reply();
+                let owner = (original.src, original.src_port);
+                // The node's own traffic of a protocol without ports takes its tuple back from
+                // a pod flow that held it (README, "Protocols"): that flow is gone, and errors
+                // about it are no longer translated. (Any other change of owner is a violation
+                // the oracle reported already.)
+                if let Some(previous) = self.by_reply.insert(reply, owner)
+                    && previous != owner
+                {
+                    self.by_original.remove(&Tuple {
+                        protocol: reply.protocol,
+                        src: previous.0,
+                        src_port: previous.1,
+                        dst: reply.src,
+                        dst_port: reply.src_port,
+                    });
+                }
             }
             Some(Counter::IngressInboundTracked) => {
                 if let Some(tuple) = Tuple::of_frame(input) {
@@ -210,5 +230,38 @@ impl Model {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pktgen::Packet;
+
+    #[test]
+    fn the_nodes_port_less_traffic_ends_the_pod_flow_that_held_its_tuple() {
+        let mut model = Model::default();
+        let pod = Packet::raw("10.244.1.5", "203.0.113.10", proto::GRE).frame();
+        let node = Packet::raw("192.0.2.1", "203.0.113.10", proto::GRE).frame();
+        model.learn(
+            Direction::Egress,
+            &pod,
+            Some(&node),
+            Some(Counter::EgressNewMapping),
+        );
+        let pod_flow = Tuple::of_frame(&pod);
+        assert!(pod_flow.is_some_and(|flow| model.by_original.contains_key(&flow)));
+        model.learn(
+            Direction::Egress,
+            &node,
+            Some(&node),
+            Some(Counter::EgressHostTracked),
+        );
+        assert!(pod_flow.is_some_and(|flow| !model.by_original.contains_key(&flow)));
+        let reply = Tuple::of_frame(&node).map(|flow| flow.reversed());
+        assert_eq!(
+            reply.and_then(|reply| model.by_reply.get(&reply).copied()),
+            Some(([192, 0, 2, 1], 0))
+        );
     }
 }

@@ -943,16 +943,21 @@ fn icmp_error_mapping(
         );
         return;
     };
-    let (outer_at, quoted_at, port_at) = match (direction, quoted.protocol) {
-        (Direction::Egress, proto::ICMP) => (outer + 12, quoted.start + 16, quoted.l4() + 4),
-        (Direction::Egress, _) => (outer + 12, quoted.start + 16, quoted.l4() + 2),
-        (Direction::Ingress, proto::ICMP) => (outer + 16, quoted.start + 12, quoted.l4() + 4),
-        (Direction::Ingress, _) => (outer + 16, quoted.start + 12, quoted.l4()),
+    let (outer_at, quoted_at) = match direction {
+        Direction::Egress => (outer + 12, quoted.start + 16),
+        Direction::Ingress => (outer + 16, quoted.start + 12),
+    };
+    // Protocols mapped by address alone have no port in the quote (their mappings' is 0).
+    let port_at = match (direction, quoted.protocol) {
+        (_, proto::ICMP) => Some(quoted.l4() + 4),
+        (Direction::Egress, proto::TCP | proto::UDP | proto::SCTP) => Some(quoted.l4() + 2),
+        (Direction::Ingress, proto::TCP | proto::UDP | proto::SCTP) => Some(quoted.l4()),
+        _ => None,
     };
     let got = (
         addr4(output, outer_at).unwrap_or_default(),
         addr4(output, quoted_at).unwrap_or_default(),
-        be16(output, port_at).unwrap_or_default(),
+        port_at.map_or(0, |at| be16(output, at).unwrap_or_default()),
     );
     if got != (address, address, port) {
         violate(
@@ -1161,25 +1166,31 @@ mod tests {
         );
     }
 
-    fn mapped() -> Model {
+    /// The model after a flow of `protocol` from 10.244.1.5:`pod_port` to
+    /// 203.0.113.10:`remote_port` left as the node's `nat_port`.
+    fn mapped_flow(protocol: u8, pod_port: u16, remote_port: u16, nat_port: u16) -> Model {
         let mut model = Model::default();
         let original = Tuple {
-            protocol: proto::TCP,
+            protocol,
             src: [10, 244, 1, 5],
-            src_port: 40_000,
+            src_port: pod_port,
             dst: [203, 0, 113, 10],
-            dst_port: 443,
+            dst_port: remote_port,
         };
         let mapping = Mapping {
             original,
-            nat: (NODE, 20_000),
+            nat: (NODE, nat_port),
         };
         model.by_original.insert(original, mapping.nat);
         model
             .by_reply
-            .insert(mapping.reply(), ([10, 244, 1, 5], 40_000));
+            .insert(mapping.reply(), ([10, 244, 1, 5], pod_port));
         model.mappings.push(mapping);
         model
+    }
+
+    fn mapped() -> Model {
+        mapped_flow(proto::TCP, 40_000, 443, 20_000)
     }
 
     #[test]
@@ -1210,6 +1221,36 @@ mod tests {
         assert_eq!(
             kinds(Direction::Ingress, &reply, &right, &moved, &model),
             []
+        );
+    }
+
+    #[test]
+    fn errors_about_address_only_flows_are_checked_by_address() {
+        let model = mapped_flow(proto::GRE, 0, 0, 0);
+        // A GRE header with the key bit set: its first bytes are no port of the mapping's.
+        let gre = [0x20, 0, 0x08, 0, 0, 0, 0, 7];
+        let error_about = |from: &str, to: &str| {
+            let quoted = Packet::raw(from, "203.0.113.10", proto::GRE)
+                .payload(&gre)
+                .ip_packet();
+            Packet::icmp_error("198.51.100.1", to, 3, 4, &quoted).frame()
+        };
+        let error = error_about("192.0.2.1", "192.0.2.1");
+        let moved = [(Counter::IngressIcmpErrorTranslated, 1)];
+        let right = error_about("10.244.1.5", "10.244.1.5");
+        assert_eq!(
+            kinds(Direction::Ingress, &error, &right, &moved, &model),
+            []
+        );
+        let wrong = error_about("10.244.2.7", "10.244.2.7");
+        assert_eq!(
+            kinds(Direction::Ingress, &error, &wrong, &moved, &model),
+            [Kind::Mapping]
+        );
+        let passed = [(Counter::IngressPassed, 1)];
+        assert_eq!(
+            kinds(Direction::Ingress, &error, &error, &passed, &model),
+            [Kind::Missed]
         );
     }
 
