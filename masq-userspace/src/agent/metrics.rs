@@ -69,6 +69,27 @@ struct Endpoint {
     registry: Registry,
 }
 
+/// How long a port another process still holds is retried before the bind fails.
+const BIND_RETRY_FOR: Duration = Duration::from_secs(3);
+
+/// Binds `addr`, retrying for a moment while it is in use: the agent this one replaces may
+/// still be letting go of it (a killed process whose forked child has not reached `exec` yet
+/// holds a copy of the socket).
+async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let deadline = tokio::time::Instant::now() + BIND_RETRY_FOR;
+    loop {
+        match TcpListener::bind(addr).await {
+            Err(error)
+                if error.kind() == std::io::ErrorKind::AddrInUse
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Binds `addr` and serves until the returned handle is dropped.
 ///
 /// The socket is bound before this returns, so a bind error comes back here and not later.
@@ -77,7 +98,7 @@ pub async fn serve(
     status: SharedStatus,
     pin_path: Option<PathBuf>,
 ) -> std::io::Result<MetricsServer> {
-    let listener = TcpListener::bind(addr).await?;
+    let listener = bind(addr).await?;
     let local_addr = listener.local_addr()?;
     tracing::info!(%local_addr, "serving /metrics, /healthz and /readyz");
     let endpoint = Arc::new(Endpoint {
