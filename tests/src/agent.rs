@@ -166,6 +166,11 @@ impl Agent {
         );
     }
 
+    /// The agent's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The pin directory the agent uses.
     pub fn pin_path(&self) -> &Path {
         &self.pin_path
