@@ -9,8 +9,6 @@ use anyhow::{Context as _, Result};
 const COLUMNS: usize = 8;
 const IDLE: usize = 3;
 const IOWAIT: usize = 4;
-const SYSTEM: usize = 2;
-const SOFTIRQ: usize = 6;
 
 /// Clock ticks per second of `/proc/stat` and `/proc/PID/stat`.
 fn ticks_per_second() -> f64 {
@@ -92,19 +90,6 @@ impl CpuUse {
             return 0.0;
         }
         (total - values[IDLE] - values[IOWAIT]) as f64 / total as f64
-    }
-
-    /// Share of `core`'s time spent in the kernel: system time and softirq, where packets are
-    /// forwarded (in a NAPI thread or in softirq context).
-    pub(crate) fn kernel(&self, core: usize) -> f64 {
-        let Some(values) = self.0.get(core) else {
-            return 0.0;
-        };
-        let total = self.total(core);
-        if total == 0 {
-            return 0.0;
-        }
-        (values[SYSTEM] + values[SOFTIRQ]) as f64 / total as f64
     }
 
     /// Share of all cores' time they were busy.

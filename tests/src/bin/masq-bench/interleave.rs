@@ -30,6 +30,8 @@ pub(crate) struct Window {
     pub(crate) cpu: CpuUse,
     /// The generator thread's own CPU seconds.
     pub(crate) generator_seconds: f64,
+    /// CPU seconds of the kernel threads that run the path (generator tests only).
+    pub(crate) path_seconds: f64,
 }
 
 /// The windows of one side, added up.
@@ -41,6 +43,7 @@ pub(crate) struct Totals {
     pub(crate) rejected: u64,
     pub(crate) cpu: CpuUse,
     pub(crate) generator_seconds: f64,
+    pub(crate) path_seconds: f64,
     pub(crate) windows: usize,
 }
 
@@ -52,6 +55,7 @@ impl Totals {
         self.rejected += window.rejected;
         self.cpu.add(&window.cpu);
         self.generator_seconds += window.generator_seconds;
+        self.path_seconds += window.path_seconds;
         self.windows += 1;
     }
 
@@ -62,6 +66,14 @@ impl Totals {
         } else {
             0.0
         }
+    }
+
+    /// CPU nanoseconds the path's threads spent per unit.
+    pub(crate) fn path_ns_per_unit(&self) -> f64 {
+        if self.units == 0 {
+            return f64::NAN;
+        }
+        self.path_seconds * 1e9 / self.units as f64
     }
 
     /// Busy CPU nanoseconds (all cores) per unit.
@@ -91,6 +103,12 @@ impl Comparison {
         } else {
             f64::NAN
         }
+    }
+
+    /// What one unit costs the path under test on top of the reference in CPU time of the
+    /// threads that run the path: independent of what else took the core.
+    pub(crate) fn extra_path_ns(&self) -> f64 {
+        self.test.path_ns_per_unit() - self.reference.path_ns_per_unit()
     }
 
     /// What one unit costs the path under test on top of the reference, in wall nanoseconds

@@ -42,6 +42,8 @@ use crate::{
 };
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// When the run started, for progress lines.
+static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
 /// Whether SIGINT or SIGTERM arrived: loops stop, and the namespaces, agents and pins are
 /// removed on the way out.
@@ -74,6 +76,20 @@ struct Args {
     /// The masq revision to print in the report.
     #[arg(long, default_value = "(unknown revision)")]
     revision: String,
+    /// Only these CIDR counts (comma-separated), for a partial run while developing.
+    #[arg(long, value_delimiter = ',')]
+    cidrs: Vec<usize>,
+    /// Only these modes (nft, legacy, masq), for a partial run while developing.
+    #[arg(long, value_delimiter = ',')]
+    modes: Vec<String>,
+    /// Skip the program, config apply and footprint parts.
+    #[arg(long)]
+    traffic_only: bool,
+    /// Instead of measuring, push traffic through one path for this long, for a profiler to
+    /// watch (`perf record -C CORE`): established flows, then new flows, each half the time.
+    /// The first of --modes and --cidrs choose the path (default: masq, 3 CIDRs).
+    #[arg(long, value_name = "SECONDS")]
+    soak: Option<u64>,
 }
 
 /// How long and how large everything is.
@@ -267,7 +283,10 @@ fn traffic(
 
 fn progress(mode: Mode, cidrs: usize, test: &str, comparison: &interleave::Comparison) {
     eprintln!(
-        "bench: {:<16} {cidrs:>6} CIDRs  {test:<14} ratio {:.2}  ({:.0}/s against {:.0}/s)",
+        "bench: {:>4}s {:<16} {cidrs:>6} CIDRs  {test:<14} ratio {:.2}  ({:.0}/s against {:.0}/s)",
+        STARTED
+            .get()
+            .map_or(0, |started| started.elapsed().as_secs()),
         mode.name(),
         comparison.ratio(),
         comparison.test.rate(),
@@ -315,17 +334,41 @@ fn main() -> Result<()> {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     remove_leftovers();
-    let started = Instant::now();
+    let started = *STARTED.get_or_init(Instant::now);
     let plan = Plan::new(args.quick);
     let cores = Cores::pick()?;
     let online = std::thread::available_parallelism().map_or(1, usize::from);
     let mut run = machine(&args, online);
 
+    if let Some(seconds) = args.soak {
+        let mode = Mode::ALL
+            .into_iter()
+            .find(|mode| {
+                args.modes
+                    .first()
+                    .is_some_and(|name| mode.name().ends_with(name.as_str()))
+            })
+            .unwrap_or(Mode::Masq);
+        let cidrs = args.cidrs.first().copied().unwrap_or(3);
+        return udp::soak(
+            mode,
+            cidrs,
+            plan.nat_entries,
+            cores,
+            Duration::from_secs(seconds),
+        );
+    }
     let reference = BenchPath::new(Mode::NoNat, 3, plan.nat_entries, cores)?;
     let mut figures = Vec::new();
     for &cidrs in &plan.cidr_counts {
         for mode in Mode::COMPARED {
-            if mode != Mode::Masq && cidrs > plan.iptables_max_cidrs {
+            let chosen = (args.cidrs.is_empty() || args.cidrs.contains(&cidrs))
+                && (args.modes.is_empty()
+                    || args
+                        .modes
+                        .iter()
+                        .any(|name| mode.name().ends_with(name.as_str())));
+            if !chosen || (mode != Mode::Masq && cidrs > plan.iptables_max_cidrs) {
                 continue;
             }
             if interrupted() {
@@ -339,22 +382,25 @@ fn main() -> Result<()> {
     }
     drop(reference);
 
-    eprintln!("bench: datapath programs (BPF_PROG_TEST_RUN)");
-    let program = progtime::measure(&plan.program)?;
-    for time in &program {
-        eprintln!(
-            "  {:<85} {:>6.0} ns {:>6.0} ns",
-            time.path, time.few, time.many
-        );
-    }
-    let mut apply = Vec::new();
-    for &cidrs in &plan.apply_sizes {
-        eprintln!("bench: applying {cidrs} CIDRs");
-        apply.push(apply::measure(cidrs)?);
-    }
-    eprintln!("bench: the agent's footprint");
-    let footprint = footprint::measure(&plan.footprint, cores)?;
-
+    let (program, apply, footprint) = if args.traffic_only {
+        Default::default()
+    } else {
+        eprintln!("bench: datapath programs (BPF_PROG_TEST_RUN)");
+        let program = progtime::measure(&plan.program)?;
+        for time in &program {
+            eprintln!(
+                "  {:<85} {:>6.0} ns {:>6.0} ns",
+                time.path, time.few, time.many
+            );
+        }
+        let mut apply = Vec::new();
+        for &cidrs in &plan.apply_sizes {
+            eprintln!("bench: applying {cidrs} CIDRs");
+            apply.push(apply::measure(cidrs)?);
+        }
+        eprintln!("bench: the agent's footprint");
+        (program, apply, footprint::measure(&plan.footprint, cores)?)
+    };
     run.elapsed = started.elapsed();
     let results = Results {
         run,

@@ -4,6 +4,7 @@
 
 use std::{
     collections::BTreeSet, fmt::Write as _, fs, net::Ipv4Addr, path::PathBuf, process::Command,
+    time::Duration,
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -33,6 +34,9 @@ pub(crate) enum Mode {
 }
 
 impl Mode {
+    /// Every mode.
+    pub(crate) const ALL: [Self; 4] = [Self::NoNat, Self::Nft, Self::Legacy, Self::Masq];
+
     /// Every mode compared with the reference.
     pub(crate) const COMPARED: [Self; 3] = [Self::Nft, Self::Legacy, Self::Masq];
 
@@ -104,6 +108,18 @@ fn napi_threads(device: &str) -> BTreeSet<i32> {
                 .is_ok_and(|comm| comm.starts_with(&prefix))
         })
         .collect()
+}
+
+/// The ksoftirqd thread of `core`.
+fn ksoftirqd(core: usize) -> Option<i32> {
+    let name = format!("ksoftirqd/{core}");
+    fs::read_dir("/proc")
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim() == name)
+        })
 }
 
 /// A config with `count` non-masquerade CIDRs, none of which matches [`SINK`], so iptables
@@ -178,6 +194,9 @@ pub(crate) struct BenchPath {
     /// Packets that left the node towards the sinks (the router's receive counter).
     pub(crate) sink: RxCounter,
     pub(crate) link: Link,
+    /// The kernel threads that run this path on its core: the veth's NAPI thread, and the
+    /// core's ksoftirqd should softirq work be deferred to it.
+    path_threads: Vec<i32>,
     pub(crate) agent: Option<Agent>,
     pub(crate) sandbox: Sandbox,
     config: TempFile,
@@ -187,7 +206,8 @@ impl BenchPath {
     /// A fresh sandbox in `mode` with `cidrs` non-masquerade CIDRs, ready for the generator.
     pub(crate) fn new(mode: Mode, cidrs: usize, nat_entries: u32, cores: Cores) -> Result<Self> {
         let sandbox = Sandbox::new("bn", SandboxOptions::default());
-        prepare_for_generator(&sandbox, cores)?;
+        let mut path_threads = prepare_for_generator(&sandbox, cores)?;
+        path_threads.extend(ksoftirqd(cores.path));
         let config = TempFile(std::env::temp_dir().join(format!("{}-config", sandbox.tag)));
         fs::write(&config.0, config_text(cidrs)).context("writing the config")?;
         let config_arg = config.0.to_string_lossy().into_owned();
@@ -230,10 +250,29 @@ impl BenchPath {
             tx: PacketTx::open(sandbox.pod(1), "eth0")?,
             sink: RxCounter::open(&sandbox.router, "eth0")?,
             link,
+            path_threads,
             agent,
             sandbox,
             config,
         })
+    }
+
+    /// CPU time the path's kernel threads have used so far: the path's own cost, whatever
+    /// else runs on its core (from `/proc/PID/schedstat`, in nanoseconds).
+    pub(crate) fn path_time(&self) -> Duration {
+        let nanos: u64 = self
+            .path_threads
+            .iter()
+            .filter_map(|thread| {
+                fs::read_to_string(format!("/proc/{thread}/schedstat"))
+                    .ok()?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum();
+        Duration::from_nanos(nanos)
     }
 
     /// The config file the agent reads.
@@ -263,7 +302,7 @@ impl BenchPath {
 /// Makes pod 1 a traffic source the path cannot blame: its veth's receiving side on the node
 /// runs in a NAPI thread pinned to the path's core, so the generator's core only queues frames;
 /// and the traffic ends as soon as it has left the node.
-fn prepare_for_generator(sandbox: &Sandbox, cores: Cores) -> Result<()> {
+fn prepare_for_generator(sandbox: &Sandbox, cores: Cores) -> Result<Vec<i32>> {
     // veth hands a sender's packets to the peer's NAPI ring only when the sender does no TSO
     // (or the peer aggregates forwarded UDP, which would change what is measured).
     sandbox
@@ -285,7 +324,7 @@ fn prepare_for_generator(sandbox: &Sandbox, cores: Cores) -> Result<()> {
     if threads.is_empty() {
         bail!("vpod1 has no NAPI thread: this kernel's veth lacks threaded NAPI");
     }
-    for thread in threads {
+    for &thread in &threads {
         pin(thread, cores.path)?;
     }
     // The node sends the sinks' traffic to a neighbour that does not exist (a permanent entry,
@@ -313,7 +352,7 @@ fn prepare_for_generator(sandbox: &Sandbox, cores: Cores) -> Result<()> {
             &NOWHERE.to_string(),
         ]);
     }
-    Ok(())
+    Ok(threads)
 }
 
 /// The MAC address of `device` in `netns`.

@@ -69,12 +69,14 @@ pub(crate) fn window(
 ) -> Result<Window> {
     let cpu_before = CpuTimes::read()?;
     let generator_before = thread_time();
+    let path_before = path.path_time();
     let sunk_before = path.sink.packets()?;
     let started = Instant::now();
     let sent = path.tx.send(frames, cycle, started + length)?;
     let sunk = path.sink.packets()?.saturating_sub(sunk_before);
     let seconds = started.elapsed().as_secs_f64();
     let generator_seconds = (thread_time() - generator_before).as_secs_f64();
+    let path_seconds = (path.path_time() - path_before).as_secs_f64();
     let cpu = CpuTimes::read()?.since(&cpu_before);
     thread::sleep(DRAIN);
     Ok(Window {
@@ -84,6 +86,7 @@ pub(crate) fn window(
         rejected: sent.rejected,
         cpu,
         generator_seconds,
+        path_seconds,
     })
 }
 
@@ -170,32 +173,29 @@ impl Table for Conntrack<'_> {
     }
 }
 
-/// Sends flows `first..first + count` to `destination`, pass after pass (the generator
-/// outruns the path, so a pass creates only part of what it sends), until the table holds
-/// `target` flows or a pass adds nothing. Never more flows than `count` are created, so a table
-/// that does not evict is never overfilled.
+/// Sends new flows to `destination` until the table holds `target` flows. The generator
+/// outruns the path, so a pass creates only part of what it sends; each pass sends as many
+/// fresh flows (ids from `next_id` on) as are still missing, so a table that does not evict is
+/// never overfilled, and flows that expire meanwhile are made up for.
 fn fill(
     path: &BenchPath,
     table: &dyn Table,
     destination: std::net::Ipv4Addr,
-    first: u64,
-    count: u64,
+    next_id: &mut u64,
     target: u64,
 ) -> Result<u64> {
-    let frames = udp_flows(&path.link, destination, first..first + count);
     let mut flows = table.flows()?;
-    for _ in 0..30 {
-        if flows >= target || frames.is_empty() || crate::interrupted() {
+    for _ in 0..40 {
+        if flows >= target || crate::interrupted() {
             break;
         }
+        let missing = target - flows;
+        let frames = udp_flows(&path.link, destination, *next_id..*next_id + missing);
+        *next_id += missing;
         path.tx
             .send(&frames, false, Instant::now() + Duration::from_secs(10))?;
         thread::sleep(DRAIN);
-        let before = flows;
         flows = table.flows()?;
-        if flows <= before {
-            break;
-        }
     }
     if flows < target * 99 / 100 {
         bail!(
@@ -218,7 +218,7 @@ impl MasqFill {
         let maps = path.masq_maps()?;
         let capacity = u64::from(path.nat_entries / 2);
         let table = MasqTable { maps: &maps };
-        let flows = fill(path, &table, SINK, PREFILL_IDS, capacity, capacity)?;
+        let flows = fill(path, &table, SINK, &mut { PREFILL_IDS }, capacity)?;
         Ok(Self { entries: 2 * flows })
     }
 }
@@ -301,14 +301,12 @@ pub(crate) fn new_flows(
             Some(maps) => {
                 // The first fill leaves a whole window of room; a trial window shows how many
                 // flows a window really creates, and the room shrinks to twice that (windows vary).
-                let already = MasqTable { maps }.flows()?;
-                let first = (capacity - window_flows).saturating_sub(already);
+                let mut prefill_ids = PREFILL_IDS;
                 fill(
                     test_ref,
                     &MasqTable { maps },
                     SINK,
-                    PREFILL_IDS,
-                    first,
+                    &mut prefill_ids,
                     capacity - window_flows,
                 )?;
                 let ids = take_ids();
@@ -316,21 +314,18 @@ pub(crate) fn new_flows(
                 window(test_ref, &trial, false, Duration::from_secs(1))?;
                 let created = forget_masq_flows(maps, &test_ref.link, ids);
                 let room = (2 * created + 64).min(window_flows);
-                let now = MasqTable { maps }.flows()?;
-                let more = (capacity - room).saturating_sub(now);
                 base = fill(
                     test_ref,
                     &MasqTable { maps },
                     SINK,
-                    PREFILL_IDS + first,
-                    more,
+                    &mut prefill_ids,
                     capacity - room,
                 )?;
                 refused_before = maps.counter(Counter::EgressDropTableFull)?;
             }
             None => {
                 let table = Conntrack { path: test_ref };
-                base = fill(test_ref, &table, EXEMPT_SINK, PREFILL_IDS, target, target)?;
+                base = fill(test_ref, &table, EXEMPT_SINK, &mut { PREFILL_IDS }, target)?;
             }
         }
         // The measuring closure reads the current window's frames while the one between windows
@@ -381,5 +376,46 @@ pub(crate) fn new_flows(
             window_flows,
             refused_full,
         })
+    })
+}
+
+/// Established flows, then new flows, through one path for `length`, reporting only the rates:
+/// something for a profiler to watch.
+pub(crate) fn soak(
+    mode: Mode,
+    cidrs: usize,
+    nat_entries: u32,
+    cores: Cores,
+    length: Duration,
+) -> Result<()> {
+    let path = BenchPath::new(mode, cidrs, nat_entries, cores)?;
+    let established = udp_flows(&path.link, SINK, ESTABLISHED_IDS..ESTABLISHED_IDS + 256);
+    let fresh = udp_flows(
+        &path.link,
+        SINK,
+        WINDOW_IDS..WINDOW_IDS + u64::from(nat_entries / 2),
+    );
+    on_core(cores.generator, || {
+        warm(&path, &established)?;
+        eprintln!(
+            "soak: established flows on core {} for {:?}",
+            cores.path,
+            length / 2
+        );
+        let measured = window(&path, &established, true, length / 2)?;
+        eprintln!(
+            "soak: {:.0} packets/s",
+            measured.units as f64 / measured.seconds
+        );
+        eprintln!(
+            "soak: new flows (until the table is full) for {:?}",
+            length / 2
+        );
+        let measured = window(&path, &fresh, true, length / 2)?;
+        eprintln!(
+            "soak: {:.0} packets/s",
+            measured.units as f64 / measured.seconds
+        );
+        Ok(())
     })
 }
