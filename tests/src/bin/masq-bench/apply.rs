@@ -2,27 +2,29 @@
 //! `iptables-restore` of upstream's chain, as `masq render-iptables` writes it.
 
 use std::{
-    fs,
+    collections::BTreeMap,
     io::Write as _,
+    net::Ipv4Addr,
     process::Stdio,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
 use masq::{
-    config::{
-        go::GoDuration,
-        source::{ConfigSource, ReadOptions, load},
-    },
+    config::source::load,
     datapath::{
         object::{Datapath, LoadOptions},
         sync::sync_nomasq,
     },
     policy::Policy,
 };
+use masq_common::layout::{NOMASQ_KIND_CIDR, NOMASQ_KIND_LINK_LOCAL};
 use masq_testbed::{agent::masq_binary, netns::Netns};
 
-use crate::paths::{TempFile, config_text, trie_capacity};
+use crate::{
+    config::{Config, MAX_CIDRS, cidr},
+    paths::trie_capacity,
+};
 
 /// What applying one config took.
 #[derive(Clone, Copy, Debug, Default)]
@@ -43,33 +45,20 @@ impl Applied {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct ApplyTimes {
     pub(crate) cidrs: usize,
+    /// Whether the list came from a config file (else, too large for one, only the trie was
+    /// written, from a list built in memory).
+    pub(crate) from_config: bool,
     pub(crate) masq_load: Applied,
     pub(crate) masq_change: Applied,
-    pub(crate) nft_load: Duration,
-    pub(crate) nft_change: Duration,
-    pub(crate) legacy_load: Duration,
-    pub(crate) legacy_change: Duration,
-}
-
-/// The config with its last CIDR replaced by another: a one-CIDR change.
-fn changed_text(count: usize) -> String {
-    let text = config_text(count);
-    let last = crate::paths::cidr(count - 1);
-    text.replace(&format!("- {last}\n"), "- 100.127.255.255/32\n")
+    /// iptables-nft and iptables-legacy: (load, change), when a config could be rendered.
+    pub(crate) nft: Option<(Duration, Duration)>,
+    pub(crate) legacy: Option<(Duration, Duration)>,
 }
 
 /// masq: the agent's reload (read, validate, policy, trie diff and write) for `path`.
-fn masq_apply(
-    maps: &mut masq::datapath::maps::DatapathMaps,
-    path: &std::path::Path,
-) -> Result<Applied> {
-    let options = ReadOptions {
-        nomasq_all_reserved_ranges: false,
-        enable_ipv6: false,
-        resync_interval: GoDuration::from_secs(60),
-    };
+fn masq_apply(maps: &mut masq::datapath::maps::DatapathMaps, config: &Config) -> Result<Applied> {
     let started = Instant::now();
-    let config = load(&ConfigSource::File(path.to_path_buf()), &options)?;
+    let config = load(&config.source(), &Config::read_options())?;
     let desired = Policy::new(&config, false).nomasq_v4();
     let parse = started.elapsed();
     let started = Instant::now();
@@ -107,12 +96,11 @@ pub(crate) fn restore(netns: &Netns, program: &str, input: &str) -> Result<Durat
     Ok(elapsed)
 }
 
-/// The restore input the agent's iptables backend writes for the config at `path`.
-pub(crate) fn render(path: &std::path::Path) -> Result<String> {
+/// The restore input the agent's iptables backend writes for `config`.
+pub(crate) fn render(config: &Config) -> Result<String> {
     let output = std::process::Command::new(masq_binary())
         .arg("render-iptables")
-        .arg("--config")
-        .arg(path)
+        .args(config.args())
         .output()
         .context("running masq render-iptables")?;
     if !output.status.success() {
@@ -124,46 +112,82 @@ pub(crate) fn render(path: &std::path::Path) -> Result<String> {
     Ok(String::from_utf8(output.stdout)?)
 }
 
-/// Loading `cidrs` CIDRs into an empty trie / chain, then changing one of them.
-pub(crate) fn measure(cidrs: usize) -> Result<ApplyTimes> {
-    let dir = std::env::temp_dir();
-    let tag = masq_testbed::netns::unique_tag("bnapply");
-    let full = TempFile(dir.join(format!("{tag}-full")));
-    let changed = TempFile(dir.join(format!("{tag}-changed")));
-    fs::write(&full.0, config_text(cidrs))?;
-    fs::write(&changed.0, changed_text(cidrs))?;
-
-    let mut datapath = Datapath::load(&LoadOptions {
+/// A trie for `cidrs` CIDRs, loaded and unattached.
+fn datapath(cidrs: usize) -> Result<Datapath> {
+    Ok(Datapath::load(&LoadOptions {
         nat_max_entries: 1024,
         nomasq_max_entries: trie_capacity(cidrs),
         ..LoadOptions::default()
-    })?;
-    let masq_load = masq_apply(&mut datapath.maps, &full.0)?;
-    let masq_change = masq_apply(&mut datapath.maps, &changed.0)?;
+    })?)
+}
 
-    let (full_rules, changed_rules) = (render(&full.0)?, render(&changed.0)?);
-    let mut times = ApplyTimes {
+/// Loading `cidrs` CIDRs into an empty trie / chain, then changing one of them.
+pub(crate) fn measure(cidrs: usize) -> Result<ApplyTimes> {
+    if cidrs > MAX_CIDRS {
+        return measure_trie_only(cidrs);
+    }
+    let dir = std::env::temp_dir();
+    let tag = masq_testbed::netns::unique_tag("bnapply");
+    let full = Config::write(&dir.join(format!("{tag}-full")), cidrs, false)?;
+    let changed = Config::write(&dir.join(format!("{tag}-changed")), cidrs, true)?;
+    let mut datapath = datapath(cidrs)?;
+    let masq_load = masq_apply(&mut datapath.maps, &full)?;
+    let masq_change = masq_apply(&mut datapath.maps, &changed)?;
+    let (full_rules, changed_rules) = (render(&full)?, render(&changed)?);
+    let mut iptables = [None, None];
+    for (program, times) in ["iptables-nft-restore", "iptables-legacy-restore"]
+        .into_iter()
+        .zip(&mut iptables)
+    {
+        let netns = Netns::new(&format!("{tag}-ipt"));
+        let load = restore(&netns, program, &full_rules)?;
+        // Upstream rewrites the whole chain on every change.
+        *times = Some((load, restore(&netns, program, &changed_rules)?));
+    }
+    let [nft, legacy] = iptables;
+    Ok(ApplyTimes {
         cidrs,
+        from_config: true,
         masq_load,
         masq_change,
-        ..ApplyTimes::default()
+        nft,
+        legacy,
+    })
+}
+
+/// A list too large for any config masq reads: only the trie write, from the list the policy
+/// would compute (the CIDRs and link-local).
+fn measure_trie_only(cidrs: usize) -> Result<ApplyTimes> {
+    let entry = |text: &str| -> Result<((Ipv4Addr, u8), u32)> {
+        let (address, prefix) = text.split_once('/').context("no prefix")?;
+        Ok(((address.parse()?, prefix.parse()?), NOMASQ_KIND_CIDR))
     };
-    for (program, load, change) in [
-        (
-            "iptables-nft-restore",
-            &mut times.nft_load,
-            &mut times.nft_change,
-        ),
-        (
-            "iptables-legacy-restore",
-            &mut times.legacy_load,
-            &mut times.legacy_change,
-        ),
-    ] {
-        let netns = Netns::new(&format!("{tag}-ipt"));
-        *load = restore(&netns, program, &full_rules)?;
-        // Upstream rewrites the whole chain on every change.
-        *change = restore(&netns, program, &changed_rules)?;
-    }
-    Ok(times)
+    let mut desired = (0..cidrs)
+        .map(|index| entry(&cidr(index)))
+        .collect::<Result<BTreeMap<_, _>>>()?;
+    desired.insert((Ipv4Addr::new(169, 254, 0, 0), 16), NOMASQ_KIND_LINK_LOCAL);
+    let mut datapath = datapath(cidrs)?;
+    let started = Instant::now();
+    sync_nomasq(&mut datapath.maps, &desired)?;
+    let load = started.elapsed();
+    let last = entry(&cidr(cidrs - 1))?.0;
+    desired.remove(&last);
+    desired.insert((Ipv4Addr::new(100, 127, 255, 255), 32), NOMASQ_KIND_CIDR);
+    let started = Instant::now();
+    sync_nomasq(&mut datapath.maps, &desired)?;
+    let change = started.elapsed();
+    Ok(ApplyTimes {
+        cidrs,
+        from_config: false,
+        masq_load: Applied {
+            parse: Duration::ZERO,
+            write: load,
+        },
+        masq_change: Applied {
+            parse: Duration::ZERO,
+            write: change,
+        },
+        nft: None,
+        legacy: None,
+    })
 }

@@ -3,10 +3,8 @@
 //! takes to answer meanwhile, as the kubelet's probe would see it.
 
 use std::{
-    fs,
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpStream},
-    path::PathBuf,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -20,7 +18,7 @@ use masq_testbed::agent::METRICS_ADDR;
 
 use crate::{
     cpu::{process_time, resident_bytes},
-    paths::{BenchPath, Cores, Mode, config_text},
+    paths::{BenchPath, Cores, Mode},
     udp::{MasqFill, on_core},
 };
 
@@ -195,7 +193,6 @@ pub(crate) fn measure(settings: &FootprintSettings, cores: Cores) -> Result<Foot
     let mut path = BenchPath::new(Mode::Masq, 3, settings.nat_entries, cores)?;
     let agent = path.agent.as_ref().context("no agent")?;
     let pid = agent.pid().context("the agent is not running")?;
-    let config: PathBuf = path.config_path().to_path_buf();
     let monitor = Monitor::start(&path, pid);
     let mut phases = Vec::new();
 
@@ -203,11 +200,8 @@ pub(crate) fn measure(settings: &FootprintSettings, cores: Cores) -> Result<Foot
     thread::sleep(settings.idle);
     phases.push(monitor.phase("idle (3 CIDRs, empty table)", idle_from, Instant::now()));
 
-    // The kubelet swaps a ConfigMap's files in with a rename; so does this.
-    let staged = config.with_extension("next");
-    fs::write(&staged, config_text(settings.reload_cidrs))?;
     let reload_from = Instant::now();
-    fs::rename(&staged, &config)?;
+    path.config().replace(settings.reload_cidrs)?;
     let agent = path.agent.as_ref().context("no agent")?;
     let expected = settings.reload_cidrs as f64 + 1.0;
     let applied = wait_until("the reloaded config", Duration::from_secs(60), || {

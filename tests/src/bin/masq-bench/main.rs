@@ -13,6 +13,7 @@
 )]
 
 mod apply;
+mod config;
 mod cpu;
 mod footprint;
 mod frames;
@@ -150,7 +151,7 @@ impl Plan {
             };
         }
         Self {
-            cidr_counts: vec![3, 1_000, 10_000, 100_000],
+            cidr_counts: vec![3, 1_000, 10_000, config::MAX_CIDRS],
             iptables_max_cidrs: 10_000,
             udp: UdpSettings {
                 window: Duration::from_millis(100),
@@ -170,7 +171,7 @@ impl Plan {
                 repeat: 1_000_000,
                 single_runs: 2001,
             },
-            apply_sizes: vec![1_000, 10_000, 100_000],
+            apply_sizes: vec![1_000, 10_000, config::MAX_CIDRS, 100_000],
             footprint: FootprintSettings {
                 nat_entries: conntrack_max.saturating_mul(2),
                 reload_cidrs: 10_000,

@@ -2,10 +2,7 @@
 //! node forwarding with no NAT, with upstream's iptables chain (nf_tables or legacy), or with
 //! masq, and the plumbing that lets the generator saturate the node without being the limit.
 
-use std::{
-    collections::BTreeSet, fmt::Write as _, fs, net::Ipv4Addr, path::PathBuf, process::Command,
-    time::Duration,
-};
+use std::{collections::BTreeSet, fs, net::Ipv4Addr, process::Command, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
 use masq::datapath::maps::DatapathMaps;
@@ -16,6 +13,7 @@ use masq_testbed::{
 };
 
 use crate::{
+    config::Config,
     frames::{EXEMPT_SINK, Link, SINK},
     tx::{PacketTx, RxCounter},
 };
@@ -122,33 +120,6 @@ fn ksoftirqd(core: usize) -> Option<i32> {
         })
 }
 
-/// A config with `count` non-masquerade CIDRs, none of which matches [`SINK`], so iptables
-/// walks its whole chain for every new masqueraded flow; the first is 10.0.0.0/8, which holds
-/// [`EXEMPT_SINK`].
-pub(crate) fn config_text(count: usize) -> String {
-    let mut text = format!("cidrLimit: {}\nnonMasqueradeCIDRs:\n", count.max(64));
-    for index in 0..count {
-        let _ = writeln!(text, "  - {}", cidr(index));
-    }
-    text
-}
-
-/// The `index`th CIDR of [`config_text`]: upstream's three defaults, then /32s in 100.64/10.
-pub(crate) fn cidr(index: usize) -> String {
-    match index {
-        0 => "10.0.0.0/8".to_owned(),
-        1 => "172.16.0.0/12".to_owned(),
-        2 => "192.168.0.0/16".to_owned(),
-        _ => {
-            let offset = u32::try_from(index).unwrap_or(u32::MAX);
-            format!(
-                "{}/32",
-                Ipv4Addr::from_bits(Ipv4Addr::new(100, 64, 0, 0).to_bits() + offset)
-            )
-        }
-    }
-}
-
 /// Trie capacity masq needs for `cidrs` CIDRs (plus link-local), at least its default.
 pub(crate) fn trie_capacity(cidrs: usize) -> u32 {
     u32::try_from(cidrs + 16)
@@ -156,20 +127,10 @@ pub(crate) fn trie_capacity(cidrs: usize) -> u32 {
         .max(masq_common::layout::NOMASQ_V4_MAX_ENTRIES)
 }
 
-/// A file removed when dropped.
-#[derive(Debug)]
-pub(crate) struct TempFile(pub PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.0);
-    }
-}
-
 /// Upstream's chain for `config` in `node`'s legacy (x_tables) tables, as the agent's iptables
 /// backend writes it: the chain, the POSTROUTING jump, then the rules through
 /// `iptables-restore --noflush` of what `masq render-iptables` prints.
-fn apply_legacy(node: &Netns, config: &std::path::Path) -> Result<()> {
+fn apply_legacy(node: &Netns, config: &Config) -> Result<()> {
     let chain = masq::iptables::render::DEFAULT_CHAIN;
     node.exec("iptables-legacy", &["-w", "-t", "nat", "-N", chain]);
     let jump = masq::iptables::render::postrouting_jump_args(chain);
@@ -199,7 +160,7 @@ pub(crate) struct BenchPath {
     path_threads: Vec<i32>,
     pub(crate) agent: Option<Agent>,
     pub(crate) sandbox: Sandbox,
-    config: TempFile,
+    config: Config,
 }
 
 impl BenchPath {
@@ -208,19 +169,22 @@ impl BenchPath {
         let sandbox = Sandbox::new("bn", SandboxOptions::default());
         let mut path_threads = prepare_for_generator(&sandbox, cores)?;
         path_threads.extend(ksoftirqd(cores.path));
-        let config = TempFile(std::env::temp_dir().join(format!("{}-config", sandbox.tag)));
-        fs::write(&config.0, config_text(cidrs)).context("writing the config")?;
-        let config_arg = config.0.to_string_lossy().into_owned();
+        let config = Config::write(
+            &std::env::temp_dir().join(format!("{}-config", sandbox.tag)),
+            cidrs,
+            false,
+        )?;
+        let [source_flag, source] = config.args();
         let agent = match mode {
             Mode::NoNat => None,
             Mode::Nft => Some(Agent::start(
                 &sandbox,
-                &["--config", &config_arg, "--backend", "iptables"],
+                &[&source_flag, &source, "--backend", "iptables"],
             )),
             // The DaemonSet grants no CAP_NET_RAW, which iptables-legacy needs (its rules go
             // through a raw socket): the chain the agent would write is applied as root.
             Mode::Legacy => {
-                apply_legacy(&sandbox.node, &config.0)?;
+                apply_legacy(&sandbox.node, &config)?;
                 None
             }
             Mode::Masq => {
@@ -229,8 +193,8 @@ impl BenchPath {
                 Some(Agent::start(
                     &sandbox,
                     &[
-                        "--config",
-                        &config_arg,
+                        &source_flag,
+                        &source,
                         "--nat-max-entries",
                         &entries,
                         "--nomasq-max-entries",
@@ -275,9 +239,9 @@ impl BenchPath {
         Duration::from_nanos(nanos)
     }
 
-    /// The config file the agent reads.
-    pub(crate) fn config_path(&self) -> &std::path::Path {
-        &self.config.0
+    /// The config the agent reads.
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
     }
 
     /// masq's maps, opened through the agent's pins.
