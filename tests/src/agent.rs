@@ -146,7 +146,14 @@ impl Agent {
             .args(["--attach-mode", self.attach_mode])
             .arg("--pin-path")
             .arg(&self.pin_path)
-            .args(["--metrics-addr", METRICS_ADDR, "--gc-interval", "1s"])
+            .args(["--metrics-addr", METRICS_ADDR])
+            // Tests want expired flows gone quickly; a caller's own interval wins.
+            .args(
+                (!self.args.iter().any(|arg| arg.starts_with("--gc-interval")))
+                    .then_some(["--gc-interval", "1s"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(&self.args)
             .envs(self.env.iter().map(|(key, value)| (key, value)))
             .stdin(Stdio::null())

@@ -242,6 +242,6 @@ pub(crate) fn measure(settings: &FootprintSettings, cores: Cores) -> Result<Foot
     Ok(Footprint {
         phases,
         table_entries: entries,
-        gc_interval: "1s",
+        gc_interval: crate::paths::GC_INTERVAL,
     })
 }

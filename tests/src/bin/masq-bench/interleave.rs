@@ -16,7 +16,7 @@ pub(crate) enum Side {
     Test,
 }
 
-/// What one window measured.
+/// What one window measured, or (as [`Totals`]) all windows of one side added up.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Window {
     /// What got through: packets, connections or bytes.
@@ -35,20 +35,10 @@ pub(crate) struct Window {
 }
 
 /// The windows of one side, added up.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Totals {
-    pub(crate) units: u64,
-    pub(crate) seconds: f64,
-    pub(crate) offered: u64,
-    pub(crate) rejected: u64,
-    pub(crate) cpu: CpuUse,
-    pub(crate) generator_seconds: f64,
-    pub(crate) path_seconds: f64,
-    pub(crate) windows: usize,
-}
+pub(crate) type Totals = Window;
 
-impl Totals {
-    fn add(&mut self, window: &Window) {
+impl Window {
+    fn add(&mut self, window: &Self) {
         self.units += window.units;
         self.seconds += window.seconds;
         self.offered += window.offered;
@@ -56,7 +46,6 @@ impl Totals {
         self.cpu.add(&window.cpu);
         self.generator_seconds += window.generator_seconds;
         self.path_seconds += window.path_seconds;
-        self.windows += 1;
     }
 
     /// Units per second.

@@ -176,7 +176,8 @@ impl Plan {
                 nat_entries: conntrack_max.saturating_mul(2),
                 reload_cidrs: 10_000,
                 idle: Duration::from_secs(3),
-                scan: Duration::from_secs(5),
+                // More than one collection at the default interval.
+                scan: Duration::from_secs(12),
                 expire: true,
             },
         }

@@ -49,6 +49,9 @@ impl Mode {
     }
 }
 
+/// The agent's garbage collection interval: its default.
+pub(crate) const GC_INTERVAL: &str = "10s";
+
 /// A neighbour of the node's uplink that no host answers for: where the sinks' traffic goes.
 const NOWHERE: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 253);
 
@@ -199,6 +202,10 @@ impl BenchPath {
                         &entries,
                         "--nomasq-max-entries",
                         &trie,
+                        // The agent's default: the tests' 1 s would have the collector walk
+                        // the whole table every second, on the cores being measured.
+                        "--gc-interval",
+                        GC_INTERVAL,
                     ],
                 ))
             }

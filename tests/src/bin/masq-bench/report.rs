@@ -373,8 +373,8 @@ pub(crate) fn markdown(results: &Results, plot_name: &str) -> String {
         out,
         "`masq agent` in a sandbox, sampled every 10 ms (memory from `/proc/PID/status`, CPU from \
          `/proc/PID/stat`), with a `/healthz` request after the other, 10 ms apart, as a probe \
-         would send them. The garbage collector runs every {} here (the default is 10s), over a \
-         table of {} entries.\n",
+         would send them. The garbage collector runs every {} (the default), over a table of {} \
+         entries.\n",
         footprint.gc_interval, footprint.table_entries
     );
     let _ = writeln!(

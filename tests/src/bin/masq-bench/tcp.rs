@@ -2,7 +2,6 @@
 //! stream (iperf3). Both run on every core, as a node's pods would.
 
 use std::{
-    io::ErrorKind,
     net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream},
     os::fd::AsRawFd as _,
     process::{Child, Stdio},
@@ -21,6 +20,7 @@ use crate::{
     cpu::CpuTimes,
     interleave::{Comparison, Side, Window, alternate},
     paths::BenchPath,
+    tx::set_option,
 };
 
 /// The outside host's port for connect-and-close.
@@ -37,16 +37,8 @@ fn reset(stream: TcpStream) {
         l_onoff: 1,
         l_linger: 0,
     };
-    // SAFETY: the option value is a valid linger of the size passed.
-    unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            std::ptr::from_ref(&linger).cast(),
-            size_of::<libc::linger>() as libc::socklen_t,
-        );
-    }
+    // Without the option the connection simply closes normally.
+    let _ = set_option(&stream, libc::SOL_SOCKET, libc::SO_LINGER, &linger);
     drop(stream);
 }
 
@@ -71,19 +63,25 @@ impl CrrLoad {
             .outside
             .enter(|| TcpListener::bind(address))
             .context("binding the connect-and-close server")?;
-        listener.set_nonblocking(true)?;
+        // A deep accept queue, and a blocking accept that wakes at once: a connection left
+        // queued while the server thread waits for the core would be a dropped SYN (the
+        // client then waits a second to retry). The timeout only lets it see `stop`.
+        // SAFETY: listen on a socket this function owns.
+        unsafe { libc::listen(listener.as_raw_fd(), 4096) };
+        let wake = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 100_000,
+        };
+        set_option(&listener, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &wake).context("SO_RCVTIMEO")?;
         let connections = Arc::new(AtomicU64::new(0));
         let failures = Arc::new(AtomicU64::new(0));
         let mut threads = Vec::new();
         let server_stop = Arc::clone(stop);
         threads.push(thread::spawn(move || {
             while !server_stop.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((stream, _)) => drop(stream),
-                    Err(error) if error.kind() == ErrorKind::WouldBlock => {
-                        thread::sleep(Duration::from_micros(200));
-                    }
-                    Err(_) => {}
+                // Timeouts and reset connections alike: go round again.
+                if let Ok((stream, _)) = listener.accept() {
+                    drop(stream);
                 }
             }
         }));

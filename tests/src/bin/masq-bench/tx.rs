@@ -65,33 +65,12 @@ impl PacketTx {
         }
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let on: libc::c_int = 1;
-        // SAFETY: the option value is a valid c_int of the size passed.
-        let bypass = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                PACKET_QDISC_BYPASS,
-                std::ptr::from_ref(&on).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if bypass != 0 {
-            return Err(std::io::Error::last_os_error()).context("PACKET_QDISC_BYPASS");
-        }
+        set_option(&fd, libc::SOL_PACKET, PACKET_QDISC_BYPASS, &1)
+            .context("PACKET_QDISC_BYPASS")?;
         // A frame stays charged to the socket until the receiving NAPI thread consumes it; a
         // large buffer lets the veth ring, not the socket, decide when the path is full.
-        let buffer: libc::c_int = 16 << 20;
-        // SAFETY: as above.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_SNDBUFFORCE,
-                std::ptr::from_ref(&buffer).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
+        set_option(&fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &(16 << 20))
+            .context("SO_SNDBUFFORCE")?;
         let index = nix::net::if_::if_nametoindex(device)
             .with_context(|| format!("no interface {device}"))?;
         // SAFETY: sockaddr_ll is plain data; zero is a valid starting value.
@@ -114,6 +93,18 @@ impl PacketTx {
 
     /// Sends `frames` until `deadline`: over and over with `cycle`, else once at most.
     pub(crate) fn send(&self, frames: &[Frame], cycle: bool, deadline: Instant) -> Result<Sent> {
+        self.send_paced(frames, cycle, deadline, None)
+    }
+
+    /// Like [`PacketTx::send`], at most `rate` frames per second when given: slower than the
+    /// path, so that (nearly) every frame gets through, which is what filling a table needs.
+    pub(crate) fn send_paced(
+        &self,
+        frames: &[Frame],
+        cycle: bool,
+        deadline: Instant,
+        rate: Option<f64>,
+    ) -> Result<Sent> {
         if frames.is_empty() {
             bail!("nothing to send");
         }
@@ -134,6 +125,13 @@ impl PacketTx {
             }
             if Instant::now() >= deadline {
                 break;
+            }
+            if let Some(rate) = rate {
+                let due = started
+                    + Duration::from_secs_f64((sent.accepted + sent.rejected) as f64 / rate);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
             }
             let count = BATCH.min(frames.len() - next);
             for slot in 0..count {
@@ -178,6 +176,30 @@ impl PacketTx {
         }
         sent.elapsed = started.elapsed();
         Ok(sent)
+    }
+}
+
+/// `setsockopt(fd, level, name, value)`.
+pub(crate) fn set_option<T>(
+    fd: &impl std::os::fd::AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> std::io::Result<()> {
+    // SAFETY: `value` is a valid T of the size passed, read by the kernel only.
+    let result = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            std::ptr::from_ref(value).cast(),
+            libc::socklen_t::try_from(size_of::<T>()).unwrap_or(0),
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

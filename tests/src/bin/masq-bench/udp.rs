@@ -173,10 +173,13 @@ impl Table for Conntrack<'_> {
     }
 }
 
-/// Sends new flows to `destination` until the table holds `target` flows. The generator
-/// outruns the path, so a pass creates only part of what it sends; each pass sends as many
-/// fresh flows (ids from `next_id` on) as are still missing, so a table that does not evict is
-/// never overfilled, and flows that expire meanwhile are made up for.
+/// New flows per second while filling a table: below what every path creates, so that a pass
+/// creates nearly all it sends and the fill takes seconds, well inside UDP's 30 s lifetime.
+const FILL_RATE: f64 = 80_000.0;
+
+/// Sends new flows to `destination` until the table holds `target` flows. Each pass sends, at
+/// [`FILL_RATE`], as many fresh flows (ids from `next_id` on) as are still missing, so a table
+/// that does not evict is never overfilled, and flows that expire meanwhile are made up for.
 fn fill(
     path: &BenchPath,
     table: &dyn Table,
@@ -185,15 +188,19 @@ fn fill(
     target: u64,
 ) -> Result<u64> {
     let mut flows = table.flows()?;
-    for _ in 0..40 {
+    for _ in 0..10 {
         if flows >= target || crate::interrupted() {
             break;
         }
         let missing = target - flows;
         let frames = udp_flows(&path.link, destination, *next_id..*next_id + missing);
         *next_id += missing;
-        path.tx
-            .send(&frames, false, Instant::now() + Duration::from_secs(10))?;
+        path.tx.send_paced(
+            &frames,
+            false,
+            Instant::now() + Duration::from_secs(60),
+            Some(FILL_RATE),
+        )?;
         thread::sleep(DRAIN);
         flows = table.flows()?;
     }
