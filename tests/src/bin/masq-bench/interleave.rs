@@ -79,13 +79,23 @@ impl Window {
 pub(crate) struct Comparison {
     pub(crate) reference: Totals,
     pub(crate) test: Totals,
-    /// Test rate over reference rate, pair by pair.
+    /// The ratio of each pair of windows (see [`Comparison::ratio`]).
     pub(crate) pair_ratios: Vec<f64>,
 }
 
 impl Comparison {
-    /// Test rate over reference rate, over all windows.
+    /// How the path compares with the reference, over all windows (1.0: as fast).
+    ///
+    /// Where the path's own threads are known (the generator tests), it is the reference's
+    /// CPU time per packet over the path's: the packet rate ratio of a core that does nothing
+    /// else, whatever other work took the core during the windows. On a quiet machine it equals
+    /// [`Comparison::rate_ratio`]. Elsewhere it is the rate ratio.
     pub(crate) fn ratio(&self) -> f64 {
+        ratio(&self.reference, &self.test)
+    }
+
+    /// Test rate over reference rate, over all windows.
+    pub(crate) fn rate_ratio(&self) -> f64 {
         let reference = self.reference.rate();
         if reference > 0.0 {
             self.test.rate() / reference
@@ -127,6 +137,17 @@ impl Comparison {
     }
 }
 
+/// See [`Comparison::ratio`].
+fn ratio(reference: &Window, test: &Window) -> f64 {
+    if reference.path_seconds > 0.0 && test.path_seconds > 0.0 {
+        reference.path_ns_per_unit() / test.path_ns_per_unit()
+    } else if reference.rate() > 0.0 {
+        test.rate() / reference.rate()
+    } else {
+        f64::NAN
+    }
+}
+
 /// Runs `pairs` pairs of windows. `between` runs after every window, outside the timing (to
 /// undo what a window left behind, say).
 pub(crate) fn alternate(
@@ -141,32 +162,21 @@ pub(crate) fn alternate(
         } else {
             [Side::Test, Side::Reference]
         };
-        let mut rates = [0.0; 2];
+        let mut windows = [Window::default(), Window::default()];
         for side in order {
             if crate::interrupted() {
                 bail!("interrupted");
             }
             let window = measure(side)?;
-            let rate = if window.seconds > 0.0 {
-                window.units as f64 / window.seconds
-            } else {
-                0.0
-            };
             match side {
-                Side::Reference => {
-                    comparison.reference.add(&window);
-                    rates[0] = rate;
-                }
-                Side::Test => {
-                    comparison.test.add(&window);
-                    rates[1] = rate;
-                }
+                Side::Reference => comparison.reference.add(&window),
+                Side::Test => comparison.test.add(&window),
             }
+            windows[usize::from(side == Side::Test)] = window;
             between(side)?;
         }
-        if rates[0] > 0.0 {
-            comparison.pair_ratios.push(rates[1] / rates[0]);
-        }
+        let [reference, test] = &windows;
+        comparison.pair_ratios.push(ratio(reference, test));
     }
     Ok(comparison)
 }

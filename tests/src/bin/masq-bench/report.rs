@@ -151,8 +151,14 @@ fn limit(totals: &Totals, cores: Cores) -> String {
 
 fn ratio_cell(test: Test, comparison: &Comparison) -> String {
     let (low, high) = comparison.spread();
+    let rate = match test {
+        Test::Established | Test::NewFlows => {
+            format!("; rate ratio {:.2}", comparison.rate_ratio())
+        }
+        Test::Connect | Test::Stream => String::new(),
+    };
     format!(
-        "**{:.2}** ({}; pairs {:.2}-{:.2})",
+        "**{:.2}** ({}{rate}; pairs {:.2}-{:.2})",
         comparison.ratio(),
         test.extra(comparison),
         low,
@@ -216,7 +222,8 @@ pub(crate) fn markdown(results: &Results, plot_name: &str) -> String {
         let _ = writeln!(
             out,
             "Ratio to no NAT (1.00 = free), the extra cost per unit, and the lowest and highest \
-             ratio of the window pairs.\n"
+             ratio of the window pairs; the no NAT column gives its rate (and CPU time per \
+             packet).\n"
         );
         let _ = writeln!(
             out,
@@ -406,8 +413,13 @@ Each mode runs in a fresh sandbox of network namespaces (pods, a node, a router;
 `tests/src/sandbox.rs`); a second sandbox that only forwards (no NAT, no conntrack) is the
 reference. The reference and the path under test are measured **in alternating windows of the
 same run** (100 ms for packets, 200 ms for connections, 1 s iperf3 runs; pairs in ABBA order),
-so whatever else the machine does affects both alike. A ratio is the path's rate over the
-reference's in the same windows.
+so whatever else the machine does affects both alike.
+
+* **Ratio.** For connections and the stream: the path's rate over the reference's in the same
+  windows. For the generator's packets: no NAT's CPU time per packet over the path's, counting
+  the time of the kernel threads that run the path (see below): the packet rate ratio of a
+  core that does nothing else, which other work on a busy machine cannot skew. On a quiet
+  machine it equals the rate ratio, which is shown next to it.
 
 * **Generator.** Prebuilt 60-byte UDP frames (64 bytes on a wire) sent with `sendmmsg` on an
   `AF_PACKET` socket (qdisc bypassed) by a thread pinned to one core. The pod's veth delivers
