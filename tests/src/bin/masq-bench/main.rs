@@ -127,9 +127,11 @@ impl Plan {
                     pairs: 2,
                     established_flows: 16,
                     new_flow_pairs: 2,
-                    conntrack_flows: Some(1024),
+                    // Windows of 1,024 new flows (an eighth of the table): long enough for
+                    // some to have crossed the path when a window ends.
+                    conntrack_flows: Some(8192),
                 },
-                nat_entries: 2048,
+                nat_entries: 16_384,
                 connect_pairs: 1,
                 connect_window: Duration::from_millis(50),
                 stream_pairs: 1,

@@ -229,21 +229,22 @@ impl BenchPath {
     }
 
     /// CPU time the path's kernel threads have used so far: the path's own cost, whatever
-    /// else runs on its core (from `/proc/PID/schedstat`, in nanoseconds).
+    /// else runs on its core. Read through each thread's CPU clock, which, unlike
+    /// `/proc/PID/schedstat`, includes the time of a thread that is running right now.
     pub(crate) fn path_time(&self) -> Duration {
-        let nanos: u64 = self
-            .path_threads
+        self.path_threads
             .iter()
-            .filter_map(|thread| {
-                fs::read_to_string(format!("/proc/{thread}/schedstat"))
-                    .ok()?
-                    .split_whitespace()
-                    .next()?
-                    .parse::<u64>()
+            .filter_map(|&thread| {
+                let mut clock: libc::clockid_t = 0;
+                // SAFETY: `clock` is a valid place for the id.
+                if unsafe { libc::clock_getcpuclockid(thread, &raw mut clock) } != 0 {
+                    return None;
+                }
+                nix::time::clock_gettime(nix::time::ClockId::from_raw(clock))
                     .ok()
+                    .map(Duration::from)
             })
-            .sum();
-        Duration::from_nanos(nanos)
+            .sum()
     }
 
     /// The config the agent reads.

@@ -474,7 +474,7 @@ pub(crate) fn plot(results: &Results, path: &Path) -> Result<()> {
     plotters::style::register_font("sans-serif", FontStyle::Normal, font)
         .map_err(|_| anyhow::anyhow!("{FONT} is not a usable font"))?;
     let counts = cidr_counts(results);
-    let max_count = counts.last().copied().unwrap_or(3).max(10) as f64 * 2.0;
+    let max_count = counts.last().copied().unwrap_or(3).max(10) as f64 * 3.0;
     // Room above 1.0 for a mode that beats the reference within noise.
     let top = results
         .figures
@@ -485,11 +485,21 @@ pub(crate) fn plot(results: &Results, path: &Path) -> Result<()> {
         * 1.05;
     let root = BitMapBackend::new(path, (1400, 1000)).into_drawing_area();
     root.fill(&WHITE)?;
-    let (title, body) = root.split_vertically(50);
-    title.titled(
+    let (title, body) = root.split_vertically(80);
+    title.draw(&Text::new(
         "masq against iptables MASQUERADE: rate relative to no NAT (1.0 = free)",
+        (20, 12),
         ("sans-serif", 26),
-    )?;
+    ))?;
+    // One legend for the four panels, above them, where it hides no point.
+    for (index, (mode, color)) in Mode::ALL.into_iter().zip(COLORS).enumerate() {
+        let x = 20 + i32::try_from(index).unwrap_or(0) * 220;
+        title.draw(&PathElement::new(
+            vec![(x, 62), (x + 40, 62)],
+            ShapeStyle::from(&color).stroke_width(4),
+        ))?;
+        title.draw(&Text::new(mode.name(), (x + 50, 52), ("sans-serif", 19)))?;
+    }
     for (area, test) in body.split_evenly((2, 2)).iter().zip(Test::ALL) {
         let mut chart = ChartBuilder::on(area)
             .caption(test.title(), ("sans-serif", 22))
@@ -504,34 +514,20 @@ pub(crate) fn plot(results: &Results, path: &Path) -> Result<()> {
             .x_label_formatter(&|value| format!("{value:.0}"))
             .label_style(("sans-serif", 15))
             .draw()?;
-        let series: [(Mode, Vec<(f64, f64)>); 4] = [
-            (
-                Mode::NoNat,
-                counts.iter().map(|&count| (count as f64, 1.0)).collect(),
-            ),
-            (Mode::Nft, points(results, test, Mode::Nft)),
-            (Mode::Legacy, points(results, test, Mode::Legacy)),
-            (Mode::Masq, points(results, test, Mode::Masq)),
-        ];
-        for ((mode, points), color) in series.into_iter().zip(COLORS) {
+        for (mode, color) in Mode::ALL.into_iter().zip(COLORS) {
+            let points: Vec<(f64, f64)> = if mode == Mode::NoNat {
+                counts.iter().map(|&count| (count as f64, 1.0)).collect()
+            } else {
+                points(results, test, mode)
+            };
             let style = ShapeStyle::from(&color).stroke_width(3);
-            chart
-                .draw_series(LineSeries::new(points.clone(), style))?
-                .label(mode.name())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            chart.draw_series(LineSeries::new(points.clone(), style))?;
             chart.draw_series(
                 points
                     .iter()
                     .map(|&point| Circle::new(point, 5, ShapeStyle::from(&color).filled())),
             )?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 15))
-            .draw()?;
     }
     root.present()?;
     Ok(())
