@@ -420,7 +420,6 @@ so whatever else the machine does affects both alike.
   the time of the kernel threads that run the path (see below): the packet rate ratio of a
   core that does nothing else, which other work on a busy machine cannot skew. On a quiet
   machine it equals the rate ratio, which is shown next to it.
-
 * **Generator.** Prebuilt 60-byte UDP frames (64 bytes on a wire) sent with `sendmmsg` on an
   `AF_PACKET` socket (qdisc bypassed) by a thread pinned to one core. The pod's veth delivers
   them to a NAPI thread pinned to the other core, where the whole path runs (the node's
@@ -429,9 +428,9 @@ so whatever else the machine does affects both alike.
   cost the path nothing. The traffic leaves the node towards a neighbour that does not exist, so
   the router drops it as soon as it arrives; what is counted is what left the node.
 * **Extra ns per packet or flow** is the difference in CPU time per packet of the kernel
-  threads that run the path (the veth's NAPI thread and the core's ksoftirqd, from
-  `/proc/PID/schedstat`): what each unit costs on top of plain forwarding, whatever else ran
-  on the core. The reference column gives that time for plain forwarding. For connections,
+  threads that run the path (the veth's NAPI thread and the core's ksoftirqd, read from their
+  CPU clocks): what each unit costs on top of plain forwarding, whatever else ran on the
+  core. The reference column gives that time for plain forwarding. For connections,
   where both cores work, it is the difference in busy CPU time of all cores per connection
   (from `/proc/stat`); for the stream, `1/rate` per 1500 bytes.
 * **What limited a figure**: the share of frames refused (the path was full), how much of the
