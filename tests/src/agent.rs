@@ -146,7 +146,14 @@ impl Agent {
             .args(["--attach-mode", self.attach_mode])
             .arg("--pin-path")
             .arg(&self.pin_path)
-            .args(["--metrics-addr", METRICS_ADDR, "--gc-interval", "1s"])
+            .args(["--metrics-addr", METRICS_ADDR])
+            // Tests want expired flows gone quickly; a caller's own interval wins.
+            .args(
+                (!self.args.iter().any(|arg| arg.starts_with("--gc-interval")))
+                    .then_some(["--gc-interval", "1s"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(&self.args)
             .envs(self.env.iter().map(|(key, value)| (key, value)))
             .stdin(Stdio::null())
@@ -164,6 +171,11 @@ impl Agent {
             agent_capabilities().names(),
             held.names()
         );
+    }
+
+    /// The agent's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The pin directory the agent uses.

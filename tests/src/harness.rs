@@ -64,24 +64,42 @@ impl Harness {
     }
 
     pub fn with_ports(ranges: &[PortRange], random_fully: bool) -> Self {
-        let mut harness = Self::unconfigured();
-        harness.configure(ranges, random_fully);
+        Self::unconfigured().with_defaults(ranges, random_fully)
+    }
+
+    /// Configured for `ranges` with the default non-masquerade CIDRs and link-local.
+    fn with_defaults(mut self, ranges: &[PortRange], random_fully: bool) -> Self {
+        self.configure(ranges, random_fully);
         for cidr in ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"] {
-            harness.add_nomasq(cidr, NOMASQ_KIND_CIDR);
+            self.add_nomasq(cidr, NOMASQ_KIND_CIDR);
         }
-        harness.add_nomasq("169.254.0.0/16", NOMASQ_KIND_LINK_LOCAL);
-        harness
+        self.add_nomasq("169.254.0.0/16", NOMASQ_KIND_LINK_LOCAL);
+        self
+    }
+
+    /// Like [`Harness::new`], with maps of the given sizes (`--nat-max-entries`,
+    /// `--nomasq-max-entries`).
+    pub fn sized(nat_max_entries: u32, nomasq_max_entries: u32) -> Self {
+        Self::load(&LoadOptions {
+            nat_max_entries,
+            nomasq_max_entries,
+            ..LoadOptions::default()
+        })
+        .with_defaults(&[PortRange::new(1024, 29_999)], true)
     }
 
     /// A datapath whose settings were never written, as before the agent configures it.
     pub fn unconfigured() -> Self {
-        require_root();
-        let options = LoadOptions {
+        Self::load(&LoadOptions {
             nat_max_entries: 4096,
             ..LoadOptions::default()
-        };
-        let datapath = Datapath::load(&options)
-            .unwrap_or_else(|error| panic!("loading the datapath: {error}"));
+        })
+    }
+
+    fn load(options: &LoadOptions) -> Self {
+        require_root();
+        let datapath =
+            Datapath::load(options).unwrap_or_else(|error| panic!("loading the datapath: {error}"));
         Self { datapath }
     }
 

@@ -3,7 +3,8 @@
 //! * `build-ebpf`: installs what the eBPF build needs and builds the datapath object;
 //! * `test`: prepares the machine, then runs formatting, lints and every test (as root);
 //! * `demo`: a sandbox of namespaces showing what masq masquerades;
-//! * `bench`: masq against iptables MASQUERADE and no NAT, side by side;
+//! * `bench`: masq against iptables MASQUERADE and no NAT, side by side (`--quick`: the harness
+//!   at tiny sizes, which `test` runs too);
 //! * `image`: the container image, from scratch, with buildah.
 
 #![expect(clippy::print_stderr, reason = "xtask reports progress on stderr")]
@@ -41,10 +42,16 @@ enum Task {
     /// Build a sandbox of namespaces (pods, a node running masq, an outside host), send
     /// traffic, and show what was masqueraded. Needs root.
     Demo,
-    /// Measure masq against iptables MASQUERADE and a no-NAT baseline in one run (new flows
-    /// per second by CIDR count, throughput, per-packet cost) and print a Markdown report.
-    /// Needs root.
-    Bench,
+    /// Measure masq against iptables MASQUERADE and no NAT in one run (packets, new flows and
+    /// connections per second and one TCP stream by CIDR count; the programs' own time; config
+    /// apply; the agent's footprint), and write BENCHMARKS.md and benchmarks.png. Needs root
+    /// and a quiet machine; takes about 15 minutes.
+    Bench {
+        /// Every part at tiny sizes, to check the harness works (`test` runs this); the report
+        /// goes to target/bench-quick/ and its numbers mean nothing.
+        #[arg(long)]
+        quick: bool,
+    },
     /// Build the container image `masq:<version>` from scratch with buildah (a static masq and
     /// both iptables backends), store it where podman finds it, and export it to
     /// target/image/masq-<version>.tar for loading onto nodes. Needs root.
@@ -65,7 +72,7 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::BuildEbpf => build_ebpf(),
         Task::Demo => demo(),
-        Task::Bench => bench(),
+        Task::Bench { quick } => bench(quick),
         Task::Image => build_image(None).map(|_| ()),
         Task::Test { no_lint, test_args } => test(no_lint, &test_args),
     }
@@ -123,19 +130,66 @@ fn build_userspace_and_locate_object() -> Result<PathBuf> {
 
 fn demo() -> Result<()> {
     setup::ensure_privileged_environment(setup::TEST_PACKAGES)?;
-    build_masq_and_run("masq-demo", false)
+    build_masq_and_run("masq-demo", false, &[])
 }
 
-fn bench() -> Result<()> {
-    let mut packages = setup::TEST_PACKAGES.to_vec();
-    packages.push("iperf3");
-    setup::ensure_privileged_environment(&packages)?;
-    build_masq_and_run("masq-bench", true)
+fn bench(quick: bool) -> Result<()> {
+    setup::ensure_privileged_environment(setup::TEST_PACKAGES)?;
+    run_bench(quick)
+}
+
+/// Runs the benchmark: at full length in release, writing BENCHMARKS.md and its plot at the
+/// repository's root; quick in the debug build `cargo test` made, writing to target/.
+fn run_bench(quick: bool) -> Result<()> {
+    let root = workspace_root();
+    let (output, command) = if quick {
+        let dir = root.join("target").join("bench-quick");
+        std::fs::create_dir_all(&dir)?;
+        (dir, "cargo xtask bench --quick")
+    } else {
+        (root.clone(), "cargo xtask bench")
+    };
+    let mut args = vec![
+        "--output".to_owned(),
+        output.join("BENCHMARKS.md").display().to_string(),
+        "--plot".to_owned(),
+        output.join("benchmarks.png").display().to_string(),
+        "--command".to_owned(),
+        command.to_owned(),
+        "--revision".to_owned(),
+        revision(),
+    ];
+    if quick {
+        args.push("--quick".to_owned());
+    }
+    build_masq_and_run("masq-bench", !quick, &args)
+}
+
+/// The checkout's commit, and whether it has uncommitted changes.
+fn revision() -> String {
+    let commit = output(Command::new("git").arg("-C").arg(workspace_root()).args([
+        "rev-parse",
+        "--short",
+        "HEAD",
+    ]))
+    .map(|text| text.trim().to_owned())
+    .unwrap_or_else(|_| "(unknown revision)".to_owned());
+    let dirty = output(Command::new("git").arg("-C").arg(workspace_root()).args([
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+    ]))
+    .is_ok_and(|text| !text.trim().is_empty());
+    if dirty {
+        format!("{commit} with uncommitted changes")
+    } else {
+        commit
+    }
 }
 
 /// Builds the `masq` binary (which the sandbox runs as the agent), then runs `program` from the
-/// testbed with the same profile.
-fn build_masq_and_run(program: &str, release: bool) -> Result<()> {
+/// testbed with the same profile and `args`.
+fn build_masq_and_run(program: &str, release: bool, args: &[String]) -> Result<()> {
     let profile: &[&str] = if release { &["--release"] } else { &[] };
     run(cargo().args(["build", "--quiet"]).args(profile).args([
         "--package",
@@ -143,12 +197,11 @@ fn build_masq_and_run(program: &str, release: bool) -> Result<()> {
         "--bin",
         "masq",
     ]))?;
-    run(cargo().args(["run", "--quiet"]).args(profile).args([
-        "--package",
-        "masq-testbed",
-        "--bin",
-        program,
-    ]))
+    run(cargo()
+        .args(["run", "--quiet"])
+        .args(profile)
+        .args(["--package", "masq-testbed", "--bin", program, "--"])
+        .args(args))
 }
 
 /// The repository's root (xtask lives one level below it), whatever directory cargo runs in.
@@ -272,5 +325,11 @@ fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
     if !test_args.is_empty() {
         tests.arg("--").args(test_args);
     }
-    run(&mut tests)
+    run(&mut tests)?;
+    // The benchmark harness at tiny sizes, so it never rots (it checks that every part runs,
+    // never a timing). Skipped when the tests were filtered.
+    if test_args.is_empty() {
+        run_bench(true).context("the quick benchmark failed")?;
+    }
+    Ok(())
 }

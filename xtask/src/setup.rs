@@ -22,14 +22,16 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 
 /// Debian packages the tests and the demo use.
 pub(crate) const TEST_PACKAGES: &[&str] = &[
-    "iproute2",     // ip, nstat, tc: namespaces, veths, routes, counters, foreign filters
-    "iptables",     // the iptables backend and the MASQUERADE comparison
-    "ethtool",      // toggling veth checksum offload
-    "bpftool",      // inspecting pinned maps in tests and by hand
-    "procps",       // sysctl
-    "iputils-ping", // ping from pods
-    "util-linux",   // nsenter: run the agent in a namespace without hiding bpffs
-    "kubectl",      // kubectl kustomize: render the manifests under deploy/
+    "iproute2",          // ip, nstat, tc: namespaces, veths, routes, counters, foreign filters
+    "iptables",          // the iptables backend and the MASQUERADE comparison
+    "ethtool",           // toggling veth checksum offload
+    "bpftool",           // inspecting pinned maps in tests and by hand
+    "procps",            // sysctl
+    "iputils-ping",      // ping from pods
+    "util-linux",        // nsenter: run the agent in a namespace without hiding bpffs
+    "kubectl",           // kubectl kustomize: render the manifests under deploy/
+    "iperf3",            // the benchmark's TCP stream
+    "fonts-dejavu-core", // the font of the benchmark's plot
 ];
 
 /// Debian packages `cargo xtask image` uses: buildah assembles the image, iptables is copied

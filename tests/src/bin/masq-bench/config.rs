@@ -1,0 +1,107 @@
+//! The configs the bench writes: N non-masquerade CIDRs, none of which holds the destination of
+//! the masqueraded traffic.
+//!
+//! masq reads at most 1 MiB per file (what a ConfigMap holds), and directory mode takes at most
+//! 64 CIDRs per file (as Azure's agent): about 60,000 /32s in YAML's compact flow style is the
+//! most one config can hold. [`MAX_CIDRS`] stays under that.
+
+use std::{
+    fmt::Write as _,
+    fs,
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, Result, bail};
+use masq::config::{
+    go::GoDuration,
+    source::{ConfigSource, ReadOptions},
+};
+
+/// The most CIDRs a config of this bench holds: about 16 bytes each, under 1 MiB.
+pub(crate) const MAX_CIDRS: usize = 50_000;
+
+/// The `index`th CIDR: upstream's three defaults (the first, 10.0.0.0/8, holds
+/// [`crate::frames::EXEMPT_SINK`]), then /32s in 100.64.0.0/10.
+pub(crate) fn cidr(index: usize) -> String {
+    match index {
+        0 => "10.0.0.0/8".to_owned(),
+        1 => "172.16.0.0/12".to_owned(),
+        2 => "192.168.0.0/16".to_owned(),
+        _ => {
+            let offset = u32::try_from(index).unwrap_or(u32::MAX);
+            format!(
+                "{}/32",
+                Ipv4Addr::from_bits(Ipv4Addr::new(100, 64, 0, 0).to_bits() + offset)
+            )
+        }
+    }
+}
+
+/// One config file listing `cidrs`, in flow style (`[a, b]`), the most compact YAML.
+fn file_text(cidrs: &[String]) -> String {
+    let mut text = format!("cidrLimit: {}\nnonMasqueradeCIDRs: [", cidrs.len().max(64));
+    for (index, cidr) in cidrs.iter().enumerate() {
+        let separator = if index == 0 { "" } else { ", " };
+        let _ = write!(text, "{separator}{cidr}");
+    }
+    text.push_str("]\n");
+    text
+}
+
+/// A config file, removed when dropped.
+#[derive(Debug)]
+pub(crate) struct Config {
+    path: PathBuf,
+}
+
+impl Config {
+    /// `count` CIDRs at `path`; with `changed`, the last CIDR is replaced by another: a
+    /// one-CIDR change.
+    pub(crate) fn write(path: &Path, count: usize, changed: bool) -> Result<Self> {
+        if count > MAX_CIDRS {
+            bail!("{count} CIDRs do not fit one config (at most {MAX_CIDRS} here)");
+        }
+        let mut cidrs: Vec<String> = (0..count).map(cidr).collect();
+        if changed && let Some(last) = cidrs.last_mut() {
+            *last = "100.127.255.255/32".to_owned();
+        }
+        fs::write(path, file_text(&cidrs))
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Replaces the config by one of `count` CIDRs the way the kubelet updates a mounted
+    /// ConfigMap: written aside, then renamed into place.
+    pub(crate) fn replace(&self, count: usize) -> Result<()> {
+        let staged = Self::write(&self.path.with_extension("next"), count, false)?;
+        fs::rename(&staged.path, &self.path).context("renaming the new config into place")
+    }
+
+    /// The agent's (and `masq render-iptables`') arguments naming it.
+    pub(crate) fn args(&self) -> [String; 2] {
+        ["--config".to_owned(), self.path.display().to_string()]
+    }
+
+    /// Where the agent reads it from.
+    pub(crate) fn source(&self) -> ConfigSource {
+        ConfigSource::File(self.path.clone())
+    }
+
+    /// The agent's default reading options.
+    pub(crate) fn read_options() -> ReadOptions {
+        ReadOptions {
+            nomasq_all_reserved_ranges: false,
+            enable_ipv6: false,
+            resync_interval: GoDuration::from_secs(60),
+        }
+    }
+}
+
+impl Drop for Config {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}

@@ -1,0 +1,436 @@
+//! `cargo xtask bench`: masq against upstream's iptables chain (nf_tables and legacy) and plain
+//! forwarding, measured so that nothing flatters masq: a generator faster than every path, the
+//! reference measured in the same run in alternating windows, the NAT tables full for new
+//! flows, and what limited each figure reported next to it. Writes BENCHMARKS.md and its plot.
+//!
+//! `--quick` runs every part at tiny sizes: it checks that the harness works end to end (as
+//! `cargo xtask test` does), and its numbers mean nothing.
+
+#![expect(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "the benchmark reports progress and results on the terminal"
+)]
+
+mod apply;
+mod config;
+mod cpu;
+mod footprint;
+mod frames;
+mod interleave;
+mod paths;
+mod progtime;
+mod report;
+mod tcp;
+mod tx;
+mod udp;
+
+use std::{
+    path::PathBuf,
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::Parser;
+
+use crate::{
+    footprint::FootprintSettings,
+    paths::{BenchPath, Cores, Mode},
+    progtime::ProgramSettings,
+    report::{Figures, Results, Run},
+    udp::UdpSettings,
+};
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// When the run started, for progress lines.
+static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// Whether SIGINT or SIGTERM arrived: loops stop, and the namespaces, agents and pins are
+/// removed on the way out.
+pub(crate) fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "masq-bench",
+    about = "masq against iptables MASQUERADE and no NAT"
+)]
+struct Args {
+    /// Tiny sizes, every part once: checks the harness, measures nothing.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the Markdown report.
+    #[arg(long, value_name = "FILE")]
+    output: PathBuf,
+    /// Where to write the PNG plot (the report links it by file name).
+    #[arg(long, value_name = "FILE")]
+    plot: PathBuf,
+    /// The command line to print in the report.
+    #[arg(long, default_value = "cargo xtask bench")]
+    command: String,
+    /// The masq revision to print in the report.
+    #[arg(long, default_value = "(unknown revision)")]
+    revision: String,
+    /// Only these CIDR counts (comma-separated), for a partial run while developing.
+    #[arg(long, value_delimiter = ',')]
+    cidrs: Vec<usize>,
+    /// Only these modes (nft, legacy, masq), for a partial run while developing.
+    #[arg(long, value_delimiter = ',')]
+    modes: Vec<String>,
+    /// Skip the program, config apply and footprint parts.
+    #[arg(long)]
+    traffic_only: bool,
+    /// Instead of measuring, push traffic through one path for this long, for a profiler to
+    /// watch (`perf record -C CORE`): established flows, then new flows, each half the time.
+    /// The first of --modes and --cidrs choose the path (default: masq, 3 CIDRs).
+    #[arg(long, value_name = "SECONDS")]
+    soak: Option<u64>,
+}
+
+/// How long and how large everything is.
+#[derive(Clone, Debug)]
+struct Plan {
+    cidr_counts: Vec<usize>,
+    /// iptables is measured up to this many CIDRs.
+    iptables_max_cidrs: usize,
+    udp: UdpSettings,
+    nat_entries: u32,
+    connect_pairs: usize,
+    connect_window: Duration,
+    stream_pairs: usize,
+    stream_seconds: u32,
+    program: ProgramSettings,
+    apply_sizes: Vec<usize>,
+    footprint: FootprintSettings,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Self {
+        // Same capacity in flows for both: masq holds two entries a flow.
+        let conntrack_max: u32 =
+            std::fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_max")
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+                .unwrap_or(262_144);
+        if quick {
+            return Self {
+                cidr_counts: vec![3],
+                iptables_max_cidrs: 3,
+                udp: UdpSettings {
+                    window: Duration::from_millis(20),
+                    pairs: 2,
+                    established_flows: 16,
+                    new_flow_pairs: 2,
+                    // Windows of 1,024 new flows (an eighth of the table): long enough for
+                    // some to have crossed the path when a window ends.
+                    conntrack_flows: Some(8192),
+                },
+                nat_entries: 16_384,
+                connect_pairs: 1,
+                connect_window: Duration::from_millis(50),
+                stream_pairs: 1,
+                stream_seconds: 1,
+                program: ProgramSettings {
+                    nat_entries: 2048,
+                    many_cidrs: 1000,
+                    repeat: 100,
+                    single_runs: 11,
+                },
+                apply_sizes: vec![100],
+                footprint: FootprintSettings {
+                    nat_entries: 2048,
+                    reload_cidrs: 1000,
+                    idle: Duration::from_millis(500),
+                    scan: Duration::from_millis(1500),
+                    expire: false,
+                },
+            };
+        }
+        Self {
+            cidr_counts: vec![3, 1_000, 10_000, config::MAX_CIDRS],
+            iptables_max_cidrs: 10_000,
+            udp: UdpSettings {
+                window: Duration::from_millis(100),
+                pairs: 16,
+                established_flows: 256,
+                new_flow_pairs: 16,
+                conntrack_flows: None,
+            },
+            nat_entries: conntrack_max.saturating_mul(2),
+            connect_pairs: 12,
+            connect_window: Duration::from_millis(200),
+            stream_pairs: 4,
+            stream_seconds: 1,
+            program: ProgramSettings {
+                nat_entries: conntrack_max.saturating_mul(2),
+                many_cidrs: 100_000,
+                repeat: 1_000_000,
+                single_runs: 2001,
+            },
+            apply_sizes: vec![1_000, 10_000, config::MAX_CIDRS, 100_000],
+            footprint: FootprintSettings {
+                nat_entries: conntrack_max.saturating_mul(2),
+                reload_cidrs: 10_000,
+                idle: Duration::from_secs(3),
+                // More than one collection at the default interval.
+                scan: Duration::from_secs(12),
+                expire: true,
+            },
+        }
+    }
+}
+
+/// Removes what a killed earlier run may have left: its namespaces and pins (named by this
+/// program's prefixes, with the pid of a process that is gone).
+fn remove_leftovers() {
+    let ours = |name: &str| {
+        let Some(rest) = name
+            .strip_prefix("masq-bn")
+            .map(|rest| rest.trim_start_matches("apply"))
+        else {
+            return false;
+        };
+        let pid: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        // The tag holds the pid modulo 100,000; a live process with that pid may own it.
+        !pid.is_empty() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    };
+    if let Ok(entries) = std::fs::read_dir("/run/netns") {
+        for entry in entries.filter_map(Result::ok) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if ours(&name) {
+                let _ = std::process::Command::new("ip")
+                    .args(["netns", "del", &name])
+                    .output();
+            }
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir("/sys/fs/bpf") {
+        for entry in entries.filter_map(Result::ok) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if ours(&name) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+}
+
+fn machine(args: &Args, cores: usize) -> Run {
+    let output = |program: &str, arguments: &[&str]| {
+        std::process::Command::new(program)
+            .args(arguments)
+            .output()
+            .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+            .unwrap_or_default()
+    };
+    let memory_kib: f64 = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|line| {
+                line.strip_prefix("MemTotal:")?
+                    .trim()
+                    .strip_suffix("kB")?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+        })
+        .unwrap_or(0.0);
+    Run {
+        command: args.command.clone(),
+        date: output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        revision: args.revision.clone(),
+        cpu: cpu::model(),
+        cores,
+        memory_gib: memory_kib / f64::from(1 << 20),
+        kernel: output("uname", &["-r"]),
+        iptables: output("iptables", &["--version"]),
+        elapsed: Duration::ZERO,
+        quick: args.quick,
+    }
+}
+
+/// Every traffic test of `mode` at `cidrs` CIDRs against the reference.
+fn traffic(
+    reference: &BenchPath,
+    mode: Mode,
+    cidrs: usize,
+    plan: &Plan,
+    cores: Cores,
+) -> Result<Figures> {
+    let mut test = BenchPath::new(mode, cidrs, plan.nat_entries, cores)?;
+    let established = udp::established(reference, &test, &plan.udp, cores)?;
+    progress(mode, cidrs, "established", &established);
+    let (connect, connect_failures) =
+        tcp::connect_close(reference, &test, plan.connect_pairs, plan.connect_window)?;
+    progress(mode, cidrs, "connect+close", &connect);
+    let stream = tcp::stream(reference, &test, plan.stream_pairs, plan.stream_seconds)?;
+    progress(mode, cidrs, "one TCP stream", &stream);
+    // Last: it leaves the table full.
+    let new_flows = udp::new_flows(reference, &mut test, &plan.udp, cores)?;
+    progress(mode, cidrs, "new flows", &new_flows.comparison);
+    Ok(Figures {
+        mode,
+        cidrs,
+        established,
+        new_flows,
+        connect,
+        connect_failures,
+        stream,
+    })
+}
+
+fn progress(mode: Mode, cidrs: usize, test: &str, comparison: &interleave::Comparison) {
+    eprintln!(
+        "bench: {:>4}s {:<16} {cidrs:>6} CIDRs  {test:<14} ratio {:.2}  ({:.0}/s against {:.0}/s)",
+        STARTED
+            .get()
+            .map_or(0, |started| started.elapsed().as_secs()),
+        mode.name(),
+        comparison.ratio(),
+        comparison.test.rate(),
+        comparison.reference.rate()
+    );
+}
+
+/// What `--quick` checks: every part produced something (never how much).
+fn check(results: &Results) -> Result<()> {
+    for figures in &results.figures {
+        for (name, comparison) in [
+            ("established", &figures.established),
+            ("new flows", &figures.new_flows.comparison),
+            ("connect+close", &figures.connect),
+            ("stream", &figures.stream),
+        ] {
+            if comparison.reference.units == 0 || comparison.test.units == 0 {
+                bail!(
+                    "{} at {} CIDRs: the {name} test moved nothing through one of the paths",
+                    figures.mode.name(),
+                    figures.cidrs
+                );
+            }
+        }
+    }
+    if results
+        .program
+        .iter()
+        .any(|time| !(time.few > 0.0 && time.many > 0.0))
+    {
+        bail!("a BPF_PROG_TEST_RUN time is missing");
+    }
+    if results.apply.is_empty() || results.footprint.phases.is_empty() {
+        bail!("the config apply or footprint part produced nothing");
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    masq_testbed::netns::require_root();
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    remove_leftovers();
+    let started = *STARTED.get_or_init(Instant::now);
+    let plan = Plan::new(args.quick);
+    let cores = Cores::pick()?;
+    let online = std::thread::available_parallelism().map_or(1, usize::from);
+    let mut run = machine(&args, online);
+
+    if let Some(seconds) = args.soak {
+        let mode = Mode::ALL
+            .into_iter()
+            .find(|mode| {
+                args.modes
+                    .first()
+                    .is_some_and(|name| mode.name().ends_with(name.as_str()))
+            })
+            .unwrap_or(Mode::Masq);
+        let cidrs = args.cidrs.first().copied().unwrap_or(3);
+        return udp::soak(
+            mode,
+            cidrs,
+            plan.nat_entries,
+            cores,
+            Duration::from_secs(seconds),
+        );
+    }
+    let reference = BenchPath::new(Mode::NoNat, 3, plan.nat_entries, cores)?;
+    let mut figures = Vec::new();
+    for &cidrs in &plan.cidr_counts {
+        for mode in Mode::COMPARED {
+            let chosen = (args.cidrs.is_empty() || args.cidrs.contains(&cidrs))
+                && (args.modes.is_empty()
+                    || args
+                        .modes
+                        .iter()
+                        .any(|name| mode.name().ends_with(name.as_str())));
+            if !chosen || (mode != Mode::Masq && cidrs > plan.iptables_max_cidrs) {
+                continue;
+            }
+            if interrupted() {
+                bail!("interrupted");
+            }
+            figures.push(
+                traffic(&reference, mode, cidrs, &plan, cores)
+                    .with_context(|| format!("{} at {cidrs} CIDRs", mode.name()))?,
+            );
+        }
+    }
+    drop(reference);
+
+    let (program, apply, footprint) = if args.traffic_only {
+        Default::default()
+    } else {
+        eprintln!("bench: datapath programs (BPF_PROG_TEST_RUN)");
+        let program = progtime::measure(&plan.program)?;
+        for time in &program {
+            eprintln!(
+                "  {:<85} {:>6.0} ns {:>6.0} ns",
+                time.path, time.few, time.many
+            );
+        }
+        let mut apply = Vec::new();
+        for &cidrs in &plan.apply_sizes {
+            eprintln!("bench: applying {cidrs} CIDRs");
+            apply.push(apply::measure(cidrs)?);
+        }
+        eprintln!("bench: the agent's footprint");
+        (program, apply, footprint::measure(&plan.footprint, cores)?)
+    };
+    run.elapsed = started.elapsed();
+    let results = Results {
+        run,
+        cores,
+        figures,
+        program,
+        program_many: plan.program.many_cidrs,
+        apply,
+        footprint,
+    };
+    let plot_name = args
+        .plot
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    report::plot(&results, &args.plot)?;
+    let markdown = report::markdown(&results, &plot_name);
+    std::fs::write(&args.output, &markdown)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    println!("{markdown}");
+    if args.quick {
+        check(&results)?;
+        eprintln!(
+            "bench: quick run complete in {:.0} s: every part works (its numbers mean nothing)",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}

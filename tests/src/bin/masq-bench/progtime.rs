@@ -1,0 +1,195 @@
+//! The datapath programs' own time per packet, from the kernel's `BPF_PROG_TEST_RUN` timing:
+//! what masq costs without the stack around it.
+
+use std::net::Ipv4Addr;
+
+use anyhow::{Context as _, Result};
+use aya::programs::{SchedClassifier, TestRun, TestRunOptions};
+use masq_common::counters::Counter;
+use masq_testbed::harness::{Harness, NODE_IP};
+
+use crate::{
+    config::cidr,
+    frames::{Link, SINK, ports, udp},
+    paths::trie_capacity,
+    tx::Frame,
+};
+
+/// One path's time in nanoseconds, with few and with many CIDRs in the trie.
+#[derive(Clone, Debug)]
+pub(crate) struct ProgramTime {
+    pub(crate) path: &'static str,
+    pub(crate) few: f64,
+    pub(crate) many: f64,
+}
+
+/// Sizes of the measurement.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ProgramSettings {
+    /// NAT table entries (two per flow).
+    pub(crate) nat_entries: u32,
+    /// CIDRs of the large trie.
+    pub(crate) many_cidrs: usize,
+    /// Repetitions of a frame the kernel averages over.
+    pub(crate) repeat: u32,
+    /// Single runs whose median is taken where a frame cannot be repeated (a new flow exists
+    /// after its first run).
+    pub(crate) single_runs: usize,
+}
+
+const POD: Ipv4Addr = Ipv4Addr::new(10, 244, 1, 5);
+
+fn link() -> Link {
+    Link {
+        source: [2, 0, 0, 0, 0, 1],
+        gateway: [2, 0, 0, 0, 0, 2],
+        pod: POD,
+    }
+}
+
+/// Kernel nanoseconds per run of `program` on `frame`, averaged over `repeat` runs.
+fn run(program: &SchedClassifier, frame: &[u8], repeat: u32) -> Result<f64> {
+    let mut out = vec![0u8; frame.len() + 256];
+    let result = program
+        .test_run(TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            repeat,
+            ..TestRunOptions::default()
+        })
+        .context("BPF_PROG_TEST_RUN")?;
+    Ok(result.duration.as_secs_f64() * 1e9)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The median single-run time of `program` over `frames`, each run once.
+fn single_runs<F: AsRef<[u8]>>(program: &SchedClassifier, frames: &[F]) -> Result<f64> {
+    let times: Result<Vec<f64>> = frames
+        .iter()
+        .map(|frame| run(program, frame.as_ref(), 1))
+        .collect();
+    Ok(median(times?))
+}
+
+/// One row of the table: which field of [`Times`] it shows.
+type Field = fn(&Times) -> f64;
+
+/// The paths' times at one trie size.
+struct Times {
+    established: f64,
+    reply: f64,
+    exempt: f64,
+    non_ip: f64,
+    new_flow: f64,
+    refused: f64,
+    overhead: f64,
+}
+
+/// Every path, with the default 3 CIDRs and with `many_cidrs`, the NAT table filled for the
+/// new-flow paths.
+///
+/// The kernel runs a repeated frame on the same buffer, so a program that rewrites the frame
+/// sees its own output from the second run on: the established and reply paths (which rewrite)
+/// and new flows (which exist after one run) are timed in single runs with a fresh copy each,
+/// less the cost of timing a single run, measured as the difference between single and
+/// repeated runs of a frame the programs leave alone (not IPv4).
+pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
+    let mut harness = Harness::sized(settings.nat_entries, trie_capacity(settings.many_cidrs));
+    let link = link();
+    let established = udp(&link, SINK, 0);
+    run(harness.datapath.egress()?, &established, 1)?;
+    let translated = harness
+        .egress_mappings()
+        .first()
+        .map(|(_, entry)| entry.port)
+        .context("the first packet made no mapping")?;
+    let (_, remote_port) = ports(0);
+    let reply = masq_testbed::pktgen::Packet::udp(
+        &format!("{SINK}:{remote_port}"),
+        &format!("{NODE_IP}:{translated}"),
+    )
+    .payload(b"masq bench reply!!")
+    .frame();
+    let exempt = udp(&link, Ipv4Addr::new(10, 1, 2, 3), 1);
+    let non_ip = masq_testbed::pktgen::ipv6_frame();
+    let singles = settings.single_runs;
+    let repeat = settings.repeat;
+    let mut next_id = 1_000_000u64;
+    let mut fresh = |count: u64| -> Vec<Frame> {
+        let frames = (next_id..next_id + count)
+            .map(|id| udp(&link, SINK, id))
+            .collect();
+        next_id += count;
+        frames
+    };
+    let times = |harness: &Harness, new_flows: &[Frame]| -> Result<Times> {
+        let egress = harness.datapath.egress()?;
+        let ingress = harness.datapath.ingress()?;
+        let non_ip_repeated = run(egress, &non_ip, repeat)?;
+        let overhead = single_runs(egress, &vec![non_ip.clone(); singles])? - non_ip_repeated;
+        Ok(Times {
+            established: single_runs(egress, &vec![established; singles])? - overhead,
+            reply: single_runs(ingress, &vec![reply.clone(); singles])? - overhead,
+            exempt: run(egress, &exempt, repeat)?,
+            non_ip: non_ip_repeated,
+            new_flow: single_runs(egress, new_flows)? - overhead,
+            refused: f64::NAN,
+            overhead,
+        })
+    };
+
+    // Fill the table with real new flows to all but the flows measured next.
+    let flows = u64::from(settings.nat_entries / 2);
+    let room = 2 * singles as u64 + 1;
+    let egress = harness.datapath.egress()?;
+    for frame in fresh(flows.saturating_sub(room)) {
+        run(egress, &frame, 1)?;
+    }
+    let mut few = times(&harness, &fresh(singles as u64))?;
+    for index in 3..settings.many_cidrs {
+        harness.add_nomasq(&cidr(index), masq_common::layout::NOMASQ_KIND_CIDR);
+    }
+    let mut many = times(&harness, &fresh(singles as u64))?;
+    // Now fill it up: a new flow is refused (repeatable: nothing is written).
+    let egress = harness.datapath.egress()?;
+    let refused_before = harness.counter(Counter::EgressDropTableFull);
+    let mut full = udp(&link, SINK, 0);
+    while harness.counter(Counter::EgressDropTableFull) == refused_before {
+        full = fresh(1).first().copied().context("no frame")?;
+        run(egress, &full, 1)?;
+    }
+    many.refused = run(egress, &full, repeat)?;
+    for index in 3..settings.many_cidrs {
+        harness.remove_nomasq(&cidr(index));
+    }
+    few.refused = run(harness.datapath.egress()?, &full, repeat)?;
+
+    let rows: [(&'static str, Field); 7] = [
+        ("egress, established flow (lookup, rewrite)", |t| {
+            t.established
+        }),
+        ("ingress, reply of a flow (lookup, rewrite)", |t| t.reply),
+        ("egress, exempt destination (lookup miss, trie)", |t| {
+            t.exempt
+        }),
+        ("egress, not IPv4 (parse, pass)", |t| t.non_ip),
+        ("egress, new flow into a nearly full table", |t| t.new_flow),
+        ("egress, new flow refused by a full table", |t| t.refused),
+        (
+            "(timing one single run, subtracted from the single-run rows)",
+            |t| t.overhead,
+        ),
+    ];
+    Ok(rows
+        .into_iter()
+        .map(|(path, value)| ProgramTime {
+            path,
+            few: value(&few),
+            many: value(&many),
+        })
+        .collect())
+}

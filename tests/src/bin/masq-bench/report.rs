@@ -1,0 +1,543 @@
+//! BENCHMARKS.md and its plot, from one run's results.
+
+use std::{fmt::Write as _, path::Path, time::Duration};
+
+use anyhow::{Context as _, Result};
+use plotters::prelude::*;
+
+use crate::{
+    apply::ApplyTimes,
+    footprint::Footprint,
+    interleave::{Comparison, Totals},
+    paths::{Cores, Mode},
+    progtime::ProgramTime,
+    udp::NewFlows,
+};
+
+/// Everything measured for one mode at one CIDR count.
+#[derive(Clone, Debug)]
+pub(crate) struct Figures {
+    pub(crate) mode: Mode,
+    pub(crate) cidrs: usize,
+    pub(crate) established: Comparison,
+    pub(crate) new_flows: NewFlows,
+    pub(crate) connect: Comparison,
+    pub(crate) connect_failures: u64,
+    pub(crate) stream: Comparison,
+}
+
+/// The machine and the run.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Run {
+    pub(crate) command: String,
+    pub(crate) date: String,
+    pub(crate) revision: String,
+    pub(crate) cpu: String,
+    pub(crate) cores: usize,
+    pub(crate) memory_gib: f64,
+    pub(crate) kernel: String,
+    pub(crate) iptables: String,
+    pub(crate) elapsed: Duration,
+    pub(crate) quick: bool,
+}
+
+/// A whole run's results.
+#[derive(Clone, Debug)]
+pub(crate) struct Results {
+    pub(crate) run: Run,
+    pub(crate) cores: Cores,
+    pub(crate) figures: Vec<Figures>,
+    pub(crate) program: Vec<ProgramTime>,
+    pub(crate) program_many: usize,
+    pub(crate) apply: Vec<ApplyTimes>,
+    pub(crate) footprint: Footprint,
+}
+
+/// The four traffic tests, in report order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Test {
+    Established,
+    NewFlows,
+    Connect,
+    Stream,
+}
+
+impl Test {
+    const ALL: [Self; 4] = [
+        Self::Established,
+        Self::NewFlows,
+        Self::Connect,
+        Self::Stream,
+    ];
+
+    const fn title(self) -> &'static str {
+        match self {
+            Self::Established => "Established flows, small UDP packets/s",
+            Self::NewFlows => "New flows/s, table full",
+            Self::Connect => "TCP connect+close/s",
+            Self::Stream => "One TCP stream (iperf3)",
+        }
+    }
+
+    fn of(self, figures: &Figures) -> &Comparison {
+        match self {
+            Self::Established => &figures.established,
+            Self::NewFlows => &figures.new_flows.comparison,
+            Self::Connect => &figures.connect,
+            Self::Stream => &figures.stream,
+        }
+    }
+
+    /// The reference's rate, in the test's unit.
+    fn rate(self, totals: &Totals) -> String {
+        match self {
+            Self::Established | Self::NewFlows => format!(
+                "{:.0}k pkt/s, {:.0} ns/pkt",
+                totals.rate() / 1e3,
+                totals.path_ns_per_unit()
+            ),
+            Self::Connect => format!("{:.0} conn/s", totals.rate()),
+            Self::Stream => format!("{:.2} Gbit/s", totals.rate() * 8.0 / 1e9),
+        }
+    }
+
+    /// What a unit costs on top of the reference.
+    fn extra(self, comparison: &Comparison) -> String {
+        match self {
+            // The path threads' CPU time per packet: what else ran on the core does not count.
+            Self::Established => format!("{:+.0} ns/pkt", comparison.extra_path_ns()),
+            Self::NewFlows => format!("{:+.0} ns/flow", comparison.extra_path_ns()),
+            // Both cores work for a connection: its price is CPU time, not wall time.
+            Self::Connect => format!(
+                "{:+.1} µs CPU/conn",
+                (comparison.test.cpu_ns_per_unit() - comparison.reference.cpu_ns_per_unit()) / 1e3
+            ),
+            // Per 1500-byte packet's worth of the stream.
+            Self::Stream => format!("{:+.0} ns/1500 B", comparison.extra_ns() * 1500.0),
+        }
+    }
+}
+
+/// Why a generator figure is what it is.
+fn limit(totals: &Totals, cores: Cores) -> String {
+    if totals.offered == 0 {
+        return format!("all cores {:.0}% busy", 100.0 * totals.cpu.busy_all());
+    }
+    let rejected = totals.rejected as f64 / totals.offered as f64;
+    let generator = totals.generator_seconds / totals.seconds.max(1e-9);
+    let path = totals.path_seconds / totals.seconds.max(1e-9);
+    let core = totals.cpu.busy(cores.path);
+    if rejected > 0.05 {
+        format!(
+            "path: its threads ran {:.0}% of the time (core {:.0}% busy), {:.0}% of the frames refused",
+            100.0 * path,
+            100.0 * core,
+            100.0 * rejected
+        )
+    } else if generator > 0.9 {
+        format!(
+            "GENERATOR ({:.0}% of its core; the path's threads ran {:.0}%)",
+            100.0 * generator,
+            100.0 * path
+        )
+    } else {
+        format!(
+            "neither (generator {:.0}%, path threads {:.0}%)",
+            100.0 * generator,
+            100.0 * path
+        )
+    }
+}
+
+fn ratio_cell(test: Test, comparison: &Comparison) -> String {
+    let (low, high) = comparison.spread();
+    let rate = match test {
+        Test::Established | Test::NewFlows => {
+            format!("; rate ratio {:.2}", comparison.rate_ratio())
+        }
+        Test::Connect | Test::Stream => String::new(),
+    };
+    format!(
+        "**{:.2}** ({}{rate}; pairs {:.2}-{:.2})",
+        comparison.ratio(),
+        test.extra(comparison),
+        low,
+        high
+    )
+}
+
+fn cidr_counts(results: &Results) -> Vec<usize> {
+    let mut counts: Vec<usize> = results
+        .figures
+        .iter()
+        .map(|figures| figures.cidrs)
+        .collect();
+    counts.sort_unstable();
+    counts.dedup();
+    counts
+}
+
+fn find(results: &Results, mode: Mode, cidrs: usize) -> Option<&Figures> {
+    results
+        .figures
+        .iter()
+        .find(|figures| figures.mode == mode && figures.cidrs == cidrs)
+}
+
+fn millis(duration: Duration) -> String {
+    format!("{:.1} ms", duration.as_secs_f64() * 1e3)
+}
+
+/// The Markdown report.
+pub(crate) fn markdown(results: &Results, plot_name: &str) -> String {
+    let run = &results.run;
+    let mut out = String::new();
+    let _ = writeln!(out, "# Benchmarks\n");
+    let _ = writeln!(
+        out,
+        "Written by `{}` on {} ({}; the run took {:.0} s). Do not edit: run the command again.\n",
+        run.command,
+        run.date,
+        if run.quick {
+            "QUICK MODE, tiny sizes, numbers meaningless"
+        } else {
+            "full length"
+        },
+        run.elapsed.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "Machine: {}, {} cores, {:.0} GiB, Linux {}, {}; masq {}.\n",
+        run.cpu, run.cores, run.memory_gib, run.kernel, run.iptables, run.revision
+    );
+    out.push_str(METHOD);
+    let _ = writeln!(
+        out,
+        "\n![ratio to no NAT against CIDR count]({plot_name})\n"
+    );
+
+    let counts = cidr_counts(results);
+    for test in Test::ALL {
+        let _ = writeln!(out, "## {}\n", test.title());
+        let _ = writeln!(
+            out,
+            "Ratio to no NAT (1.00 = free), the extra cost per unit, and the lowest and highest \
+             ratio of the window pairs; the no NAT column gives its rate (and CPU time per \
+             packet).\n"
+        );
+        let _ = writeln!(
+            out,
+            "| CIDRs | no NAT | {} |",
+            Mode::COMPARED.map(Mode::name).join(" | ")
+        );
+        let _ = writeln!(out, "|---:|---|---|---|---|");
+        for &cidrs in &counts {
+            let mut row = format!("| {cidrs} |");
+            let reference = Mode::COMPARED
+                .iter()
+                .find_map(|&mode| find(results, mode, cidrs))
+                .map(|figures| test.rate(&test.of(figures).reference))
+                .unwrap_or_default();
+            let _ = write!(row, " 1.00 ({reference}) |");
+            for mode in Mode::COMPARED {
+                let cell = find(results, mode, cidrs).map_or_else(
+                    || "not run".to_owned(),
+                    |figures| ratio_cell(test, test.of(figures)),
+                );
+                let _ = write!(row, " {cell} |");
+            }
+            let _ = writeln!(out, "{row}");
+        }
+        let _ = writeln!(out, "\nWhat limited each figure:\n");
+        let _ = writeln!(out, "| mode | CIDRs | no NAT windows | measured windows |");
+        let _ = writeln!(out, "|---|---:|---|---|");
+        for figures in &results.figures {
+            let comparison = test.of(figures);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                figures.mode.name(),
+                figures.cidrs,
+                limit(&comparison.reference, results.cores),
+                limit(&comparison.test, results.cores)
+            );
+        }
+        match test {
+            Test::NewFlows => {
+                let _ = writeln!(out, "\nThe tables during the measured windows:\n");
+                let _ = writeln!(
+                    out,
+                    "| mode | CIDRs | capacity (flows) | fill | new flows per window | refused (table full) |"
+                );
+                let _ = writeln!(out, "|---|---:|---:|---|---:|---:|");
+                for figures in &results.figures {
+                    let flows = &figures.new_flows;
+                    let _ = writeln!(
+                        out,
+                        "| {} | {} | {} | {:.1}%-{:.1}% | {} | {} |",
+                        figures.mode.name(),
+                        figures.cidrs,
+                        flows.capacity,
+                        100.0 * flows.fill.0,
+                        100.0 * flows.fill.1,
+                        flows.window_flows,
+                        flows.refused_full
+                    );
+                }
+            }
+            Test::Connect => {
+                let failures: u64 = results
+                    .figures
+                    .iter()
+                    .map(|figures| figures.connect_failures)
+                    .sum();
+                let _ = writeln!(
+                    out,
+                    "\nConnections that failed or timed out (1 s): {failures}."
+                );
+            }
+            Test::Established | Test::Stream => {}
+        }
+        out.push('\n');
+    }
+
+    let _ = writeln!(
+        out,
+        "## The datapath programs' own time (BPF_PROG_TEST_RUN)\n"
+    );
+    let _ = writeln!(
+        out,
+        "Kernel time per run of masq's programs on 60-byte frames, without the stack around \
+         them. Repeated frames are averaged by the kernel; a new flow exists after its first \
+         run, so new flows are single runs (median), which include the timer's own overhead: \
+         compare them with the single-run established row.\n"
+    );
+    let _ = writeln!(out, "| path | 3 CIDRs | {} CIDRs |", results.program_many);
+    let _ = writeln!(out, "|---|---:|---:|");
+    for time in &results.program {
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} ns | {:.0} ns |",
+            time.path, time.few, time.many
+        );
+    }
+
+    let _ = writeln!(out, "\n## Applying a config\n");
+    let _ = writeln!(
+        out,
+        "masq: what the agent does on a reload (read and validate the file, compute the policy; \
+         then diff and write the trie), called in-process on a loaded, unattached datapath. \
+         iptables: `iptables-restore --noflush` of the chain `masq render-iptables` writes for \
+         the same config, as upstream applies it (upstream also runs `iptables -S` and `-C` \
+         first, not counted). A change replaces one CIDR; upstream rewrites the whole chain.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| CIDRs | masq load (parse + trie) | masq one change (parse + trie) | iptables-nft load | iptables-nft change | iptables-legacy load | iptables-legacy change |"
+    );
+    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|");
+    for apply in &results.apply {
+        let pair = |times: Option<(Duration, Duration)>| {
+            times.map_or_else(
+                || "- | -".to_owned(),
+                |(load, change)| format!("{} | {}", millis(load), millis(change)),
+            )
+        };
+        let masq = |applied: &crate::apply::Applied| {
+            if apply.from_config {
+                format!(
+                    "{} ({} + {})",
+                    millis(applied.total()),
+                    millis(applied.parse),
+                    millis(applied.write)
+                )
+            } else {
+                format!("trie only: {}", millis(applied.write))
+            }
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            apply.cidrs,
+            masq(&apply.masq_load),
+            masq(&apply.masq_change),
+            pair(apply.nft),
+            pair(apply.legacy)
+        );
+    }
+    if results.apply.iter().any(|apply| !apply.from_config) {
+        let _ = writeln!(
+            out,
+            "\nNo config masq reads can hold more than about 60,000 CIDRs: a file is read up to \
+             1 MiB (what a ConfigMap holds) and directory mode takes 64 CIDRs per file. Larger \
+             lists are timed on the trie alone, from the list the policy would compute."
+        );
+    }
+
+    let footprint = &results.footprint;
+    let _ = writeln!(out, "\n## The agent's footprint\n");
+    let _ = writeln!(
+        out,
+        "`masq agent` in a sandbox, sampled every 10 ms (memory from `/proc/PID/status`, CPU from \
+         `/proc/PID/stat`), with a `/healthz` request after the other, 10 ms apart, as a probe \
+         would send them. The garbage collector runs every {} (the default), over a table of {} \
+         entries.\n",
+        footprint.gc_interval, footprint.table_entries
+    );
+    let _ = writeln!(
+        out,
+        "| phase | seconds | agent CPU | peak RSS | /healthz answers | slowest | 99th percentile |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
+    for phase in &footprint.phases {
+        let _ = writeln!(
+            out,
+            "| {} | {:.1} | {:.0}% ({:.2} s) | {:.1} MiB | {} | {} | {} |",
+            phase.name,
+            phase.seconds,
+            100.0 * phase.cpu_seconds / phase.seconds.max(1e-9),
+            phase.cpu_seconds,
+            phase.peak_rss as f64 / f64::from(1 << 20),
+            phase.probes,
+            millis(phase.healthz_max),
+            millis(phase.healthz_p99)
+        );
+    }
+    out
+}
+
+const METHOD: &str = "\
+## How it is measured
+
+Each mode runs in a fresh sandbox of network namespaces (pods, a node, a router; see
+`tests/src/sandbox.rs`); a second sandbox that only forwards (no NAT, no conntrack) is the
+reference. The reference and the path under test are measured **in alternating windows of the
+same run** (100 ms for packets, 200 ms for connections, 1 s iperf3 runs; pairs in ABBA order),
+so whatever else the machine does affects both alike.
+
+* **Ratio.** For connections and the stream: the path's rate over the reference's in the same
+  windows. For the generator's packets: no NAT's CPU time per packet over the path's, counting
+  the time of the kernel threads that run the path (see below): the packet rate ratio of a
+  core that does nothing else, which other work on a busy machine cannot skew. On a quiet
+  machine it equals the rate ratio, which is shown next to it.
+* **Generator.** Prebuilt 60-byte UDP frames (64 bytes on a wire) sent with `sendmmsg` on an
+  `AF_PACKET` socket (qdisc bypassed) by a thread pinned to one core. The pod's veth delivers
+  them to a NAPI thread pinned to the other core, where the whole path runs (the node's
+  forwarding and NAT, the transmission to the router). When the path is slower than the
+  generator, the veth's ring is full and the generator's extra frames are refused at once: they
+  cost the path nothing. The traffic leaves the node towards a neighbour that does not exist, so
+  the router drops it as soon as it arrives; what is counted is what left the node.
+* **Extra ns per packet or flow** is the difference in CPU time per packet of the kernel
+  threads that run the path (the veth's NAPI thread and the core's ksoftirqd, read from their
+  CPU clocks): what each unit costs on top of plain forwarding, whatever else ran on the
+  core. The reference column gives that time for plain forwarding. For connections,
+  where both cores work, it is the difference in busy CPU time of all cores per connection
+  (from `/proc/stat`); for the stream, `1/rate` per 1500 bytes.
+* **What limited a figure**: the share of frames refused (the path was full), how much of the
+  time the path's threads ran (less than 100% while refusing frames: other work took the
+  core), and the generator thread's own CPU time. A figure marked GENERATOR was limited by the
+  generator and understates the difference between the paths.
+* **Established flows**: 256 flows that exist already (each sent before the windows), cycled.
+* **New flows, table full**: every packet a new 5-tuple to one remote host (ports vary, so no
+  remote endpoint runs short of ports). conntrack evicts an unreplied flow to admit a new one
+  when full: its table is filled to `nf_conntrack_max` (a global setting) and stays full. masq
+  never evicts: its table (`--nat-max-entries` = twice `nf_conntrack_max`, two entries a flow)
+  is filled to capacity less what one window creates, and after each window those flows are
+  deleted again, as the garbage collector frees expired flows on a busy node. The fill is
+  shown with the results.
+* **TCP connect+close**: two client threads in a pod connect to the outside host and close
+  with a reset (no TIME_WAIT); the server accepts and closes. Every connection is a new flow.
+* **One TCP stream**: iperf3 from a pod to the outside host, one stream, offloads on.
+* **CIDRs**: the config lists upstream's three defaults plus /32s in 100.64.0.0/10, none of
+  which holds the destination, so iptables walks its whole chain for each new flow. The largest
+  list, 50,000, is near the most one config file can hold (masq reads up to 1 MiB, what a
+  ConfigMap holds); iptables is run up to 10,000, where a new flow already walks 10,000 rules.
+";
+
+const COLORS: [RGBColor; 4] = [
+    RGBColor(120, 120, 120),
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+];
+
+/// Where Debian's fonts-dejavu-core puts its sans-serif font (`cargo xtask bench` installs it).
+const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+/// The plot: one panel per test, the ratio to no NAT against the CIDR count, one line per mode.
+pub(crate) fn plot(results: &Results, path: &Path) -> Result<()> {
+    let font = std::fs::read(FONT)
+        .with_context(|| format!("reading {FONT} (apt-get install fonts-dejavu-core)"))?;
+    // plotters keeps registered fonts for the life of the process.
+    let font: &'static [u8] = Box::leak(font.into_boxed_slice());
+    plotters::style::register_font("sans-serif", FontStyle::Normal, font)
+        .map_err(|_| anyhow::anyhow!("{FONT} is not a usable font"))?;
+    let counts = cidr_counts(results);
+    let max_count = counts.last().copied().unwrap_or(3).max(10) as f64 * 3.0;
+    // Room above 1.0 for a mode that beats the reference within noise.
+    let top = results
+        .figures
+        .iter()
+        .flat_map(|figures| Test::ALL.map(|test| test.of(figures).ratio()))
+        .filter(|ratio| ratio.is_finite())
+        .fold(1.1f64, f64::max)
+        * 1.05;
+    let root = BitMapBackend::new(path, (1400, 1000)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (title, body) = root.split_vertically(80);
+    title.draw(&Text::new(
+        "masq against iptables MASQUERADE: rate relative to no NAT (1.0 = free)",
+        (20, 12),
+        ("sans-serif", 26),
+    ))?;
+    // One legend for the four panels, above them, where it hides no point.
+    for (index, (mode, color)) in Mode::ALL.into_iter().zip(COLORS).enumerate() {
+        let x = 20 + i32::try_from(index).unwrap_or(0) * 220;
+        title.draw(&PathElement::new(
+            vec![(x, 62), (x + 40, 62)],
+            ShapeStyle::from(&color).stroke_width(4),
+        ))?;
+        title.draw(&Text::new(mode.name(), (x + 50, 52), ("sans-serif", 19)))?;
+    }
+    for (area, test) in body.split_evenly((2, 2)).iter().zip(Test::ALL) {
+        let mut chart = ChartBuilder::on(area)
+            .caption(test.title(), ("sans-serif", 22))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(55)
+            .build_cartesian_2d((2.0f64..max_count).log_scale(), 0.0f64..top)?;
+        chart
+            .configure_mesh()
+            .x_desc("non-masquerade CIDRs")
+            .y_desc("ratio to no NAT")
+            .x_label_formatter(&|value| format!("{value:.0}"))
+            .label_style(("sans-serif", 15))
+            .draw()?;
+        for (mode, color) in Mode::ALL.into_iter().zip(COLORS) {
+            let points: Vec<(f64, f64)> = if mode == Mode::NoNat {
+                counts.iter().map(|&count| (count as f64, 1.0)).collect()
+            } else {
+                points(results, test, mode)
+            };
+            let style = ShapeStyle::from(&color).stroke_width(3);
+            chart.draw_series(LineSeries::new(points.clone(), style))?;
+            chart.draw_series(
+                points
+                    .iter()
+                    .map(|&point| Circle::new(point, 5, ShapeStyle::from(&color).filled())),
+            )?;
+        }
+    }
+    root.present()?;
+    Ok(())
+}
+
+fn points(results: &Results, test: Test, mode: Mode) -> Vec<(f64, f64)> {
+    results
+        .figures
+        .iter()
+        .filter(|figures| figures.mode == mode)
+        .map(|figures| (figures.cidrs as f64, test.of(figures).ratio()))
+        .filter(|(_, ratio)| ratio.is_finite())
+        .collect()
+}

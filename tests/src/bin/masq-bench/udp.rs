@@ -1,0 +1,428 @@
+//! Small UDP packets from the generator: established flows, and new flows into a full table.
+
+use std::{
+    fs, thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use masq_common::{
+    counters::Counter,
+    nat::{Direction, NatKeyV4, proto},
+};
+
+use crate::{
+    cpu::{CpuTimes, thread_time},
+    frames::{EXEMPT_SINK, Link, SINK, ports, udp_flows},
+    interleave::{Comparison, Side, Window, alternate},
+    paths::{BenchPath, Cores, Mode, pin},
+    tx::Frame,
+};
+
+/// After a window, the time the last queued frames get to leave the path, so they are not
+/// counted in the next window (the veth ring holds 256 frames: well under a millisecond).
+const DRAIN: Duration = Duration::from_millis(5);
+
+/// Flow ids of the established-flow test.
+const ESTABLISHED_IDS: u64 = 0;
+/// Flow ids that fill the table.
+const PREFILL_IDS: u64 = 1 << 22;
+/// Flow ids of measured new flows; each window takes fresh ones.
+const WINDOW_IDS: u64 = 1 << 26;
+
+/// How long and how often.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UdpSettings {
+    /// Length of an established-flow window.
+    pub(crate) window: Duration,
+    /// Window pairs per figure.
+    pub(crate) pairs: usize,
+    /// Flows the established test cycles through.
+    pub(crate) established_flows: u64,
+    /// Pairs of new-flow windows.
+    pub(crate) new_flow_pairs: usize,
+    /// Flows the table holds in the new-flow test, for conntrack at most its global
+    /// `nf_conntrack_max`; `None`: exactly that.
+    pub(crate) conntrack_flows: Option<u64>,
+}
+
+/// Runs `work` on a thread pinned to `core`, so the generator never shares the path's core.
+pub(crate) fn on_core<T: Send>(core: usize, work: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                pin(0, core)?;
+                work()
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+/// One window: `frames` into `path` until `length` is over (or, without `cycle`, until each was
+/// sent once), counting what reached the sink.
+pub(crate) fn window(
+    path: &BenchPath,
+    frames: &[Frame],
+    cycle: bool,
+    length: Duration,
+) -> Result<Window> {
+    let cpu_before = CpuTimes::read()?;
+    let generator_before = thread_time();
+    let path_before = path.path_time();
+    let sunk_before = path.sink.packets()?;
+    let started = Instant::now();
+    let sent = path.tx.send(frames, cycle, started + length)?;
+    let sunk = path.sink.packets()?.saturating_sub(sunk_before);
+    let seconds = started.elapsed().as_secs_f64();
+    let generator_seconds = (thread_time() - generator_before).as_secs_f64();
+    let path_seconds = (path.path_time() - path_before).as_secs_f64();
+    let cpu = CpuTimes::read()?.since(&cpu_before);
+    thread::sleep(DRAIN);
+    Ok(Window {
+        units: sunk,
+        seconds,
+        offered: sent.accepted + sent.rejected,
+        rejected: sent.rejected,
+        cpu,
+        generator_seconds,
+        path_seconds,
+    })
+}
+
+/// Sends every frame once and lets the path settle: creates the state of established flows.
+fn warm(path: &BenchPath, frames: &[Frame]) -> Result<()> {
+    for _ in 0..3 {
+        path.tx
+            .send(frames, false, Instant::now() + Duration::from_secs(5))?;
+        thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Packets per second of established flows, both paths interleaved.
+pub(crate) fn established(
+    reference: &BenchPath,
+    test: &BenchPath,
+    settings: &UdpSettings,
+    cores: Cores,
+) -> Result<Comparison> {
+    let ids = || ESTABLISHED_IDS..ESTABLISHED_IDS + settings.established_flows;
+    let reference_frames = udp_flows(&reference.link, SINK, ids());
+    let test_frames = udp_flows(&test.link, SINK, ids());
+    on_core(cores.generator, || {
+        warm(reference, &reference_frames)?;
+        warm(test, &test_frames)?;
+        alternate(
+            settings.pairs,
+            |side| match side {
+                Side::Reference => window(reference, &reference_frames, true, settings.window),
+                Side::Test => window(test, &test_frames, true, settings.window),
+            },
+            |_| Ok(()),
+        )
+    })
+}
+
+/// The new-flow figure and the state of the table it was measured at.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct NewFlows {
+    pub(crate) comparison: Comparison,
+    /// Flows the table holds at most.
+    pub(crate) capacity: u64,
+    /// Lowest and highest fill of the table during the measured windows, 0 to 1.
+    pub(crate) fill: (f64, f64),
+    /// New flows measured per window (fresh tuples each).
+    pub(crate) window_flows: u64,
+    /// New flows the path refused because its table was full.
+    pub(crate) refused_full: u64,
+}
+
+/// `nf_conntrack_max`: a global setting, the same for every namespace.
+fn conntrack_max() -> Result<u64> {
+    fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_max")
+        .context("reading nf_conntrack_max (is nf_conntrack loaded?)")?
+        .trim()
+        .parse()
+        .context("nf_conntrack_max")
+}
+
+/// How full the path's table is, and its capacity in flows.
+trait Table {
+    fn flows(&self) -> Result<u64>;
+}
+
+/// masq's table: entries come in pairs, one per direction of a flow.
+struct MasqTable<'a> {
+    maps: &'a masq::datapath::maps::DatapathMaps,
+}
+
+impl Table for MasqTable<'_> {
+    fn flows(&self) -> Result<u64> {
+        Ok(self.maps.nat_v4.keys().filter(Result::is_ok).count() as u64 / 2)
+    }
+}
+
+struct Conntrack<'a> {
+    path: &'a BenchPath,
+}
+
+impl Table for Conntrack<'_> {
+    fn flows(&self) -> Result<u64> {
+        self.path.conntrack_entries()
+    }
+}
+
+/// New flows per second while filling a table: below what every path creates, so that a pass
+/// creates nearly all it sends and the fill takes seconds, well inside UDP's 30 s lifetime.
+const FILL_RATE: f64 = 80_000.0;
+
+/// Sends new flows to `destination` until the table holds `target` flows. Each pass sends, at
+/// [`FILL_RATE`], as many fresh flows (ids from `next_id` on) as are still missing, so a table
+/// that does not evict is never overfilled, and flows that expire meanwhile are made up for.
+fn fill(
+    path: &BenchPath,
+    table: &dyn Table,
+    destination: std::net::Ipv4Addr,
+    next_id: &mut u64,
+    target: u64,
+) -> Result<u64> {
+    let mut flows = table.flows()?;
+    for _ in 0..10 {
+        if flows >= target || crate::interrupted() {
+            break;
+        }
+        let missing = target - flows;
+        let frames = udp_flows(&path.link, destination, *next_id..*next_id + missing);
+        *next_id += missing;
+        path.tx.send_paced(
+            &frames,
+            false,
+            Instant::now() + Duration::from_secs(60),
+            Some(FILL_RATE),
+        )?;
+        thread::sleep(DRAIN);
+        flows = table.flows()?;
+    }
+    if flows < target * 99 / 100 {
+        bail!(
+            "{}: the table holds {flows} flows after filling, not {target}",
+            path.mode.name()
+        );
+    }
+    Ok(flows)
+}
+
+/// masq's table filled to capacity by the generator.
+pub(crate) struct MasqFill {
+    /// Entries in the table.
+    pub(crate) entries: u64,
+}
+
+impl MasqFill {
+    /// Sends new flows into `path` (masq) until its table is full.
+    pub(crate) fn to_capacity(path: &BenchPath) -> Result<Self> {
+        let maps = path.masq_maps()?;
+        let capacity = u64::from(path.nat_entries / 2);
+        let table = MasqTable { maps: &maps };
+        let flows = fill(path, &table, SINK, &mut { PREFILL_IDS }, capacity)?;
+        Ok(Self { entries: 2 * flows })
+    }
+}
+
+/// Removes from masq's table the flows `ids` created, as the garbage collector frees expired
+/// flows on a busy node; returns how many there were.
+fn forget_masq_flows(
+    maps: &mut masq::datapath::maps::DatapathMaps,
+    link: &Link,
+    ids: std::ops::Range<u64>,
+) -> u64 {
+    let mut removed = 0;
+    for id in ids {
+        let (source, destination) = ports(id);
+        let key = NatKeyV4::new(
+            link.pod.octets(),
+            SINK.octets(),
+            source,
+            destination,
+            proto::UDP,
+            Direction::Egress,
+        );
+        if let Ok(entry) = maps.nat_v4.get(&key, 0) {
+            let peer = key.peer(&entry);
+            let _ = maps.nat_v4.remove(&peer);
+            let _ = maps.nat_v4.remove(&key);
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// New flows per second, each packet a new 5-tuple, with the path's table filled first.
+///
+/// conntrack evicts an unreplied flow to admit a new one when it is full, so its table is filled
+/// to `nf_conntrack_max` and stays full. masq never evicts: its table is filled to capacity less
+/// the flows one window creates, and after each window those flows are deleted again, as the
+/// garbage collector frees expired flows on a busy node (outside the timed windows). Each test
+/// window sends fresh tuples once; the reference, which keeps no state, gets the same number.
+pub(crate) fn new_flows(
+    reference: &BenchPath,
+    test: &mut BenchPath,
+    settings: &UdpSettings,
+    cores: Cores,
+) -> Result<NewFlows> {
+    // The table's capacity in flows, and how far to fill it (all of it but in quick runs).
+    let (capacity, target) = match test.mode {
+        Mode::Masq => (
+            u64::from(test.nat_entries / 2),
+            u64::from(test.nat_entries / 2),
+        ),
+        Mode::Nft | Mode::Legacy => {
+            let max = conntrack_max()?;
+            (
+                max,
+                settings.conntrack_flows.map_or(max, |flows| flows.min(max)),
+            )
+        }
+        Mode::NoNat => bail!("the reference has no table"),
+    };
+    let window_flows = (target / 8).clamp(64, 65_536);
+    let reference_frames = udp_flows(&reference.link, SINK, WINDOW_IDS..WINDOW_IDS + window_flows);
+    let mut maps = match test.mode {
+        Mode::Masq => Some(test.masq_maps()?),
+        _ => None,
+    };
+    let test_ref: &BenchPath = test;
+    on_core(cores.generator, || {
+        let mut next_id = WINDOW_IDS;
+        let mut take_ids = || {
+            let ids = next_id..next_id + window_flows;
+            next_id += window_flows;
+            ids
+        };
+        // Flows in the table when a test window starts, and the most a window added.
+        let base;
+        let mut most_created = 0;
+        let mut refused_before = 0;
+        match maps.as_mut() {
+            Some(maps) => {
+                // The first fill leaves a whole window of room; a trial window shows how many
+                // flows a window really creates, and the room shrinks to twice that (windows vary).
+                let mut prefill_ids = PREFILL_IDS;
+                fill(
+                    test_ref,
+                    &MasqTable { maps },
+                    SINK,
+                    &mut prefill_ids,
+                    capacity - window_flows,
+                )?;
+                let ids = take_ids();
+                let trial = udp_flows(&test_ref.link, SINK, ids.clone());
+                window(test_ref, &trial, false, Duration::from_secs(1))?;
+                let created = forget_masq_flows(maps, &test_ref.link, ids);
+                let room = (2 * created + 64).min(window_flows);
+                base = fill(
+                    test_ref,
+                    &MasqTable { maps },
+                    SINK,
+                    &mut prefill_ids,
+                    capacity - room,
+                )?;
+                refused_before = maps.counter(Counter::EgressDropTableFull)?;
+            }
+            None => {
+                let table = Conntrack { path: test_ref };
+                base = fill(test_ref, &table, EXEMPT_SINK, &mut { PREFILL_IDS }, target)?;
+            }
+        }
+        // The measuring closure reads the current window's frames while the one between windows
+        // replaces them: both go through a RefCell.
+        let current = std::cell::RefCell::new({
+            let ids = take_ids();
+            let frames = udp_flows(&test_ref.link, SINK, ids.clone());
+            (ids, frames)
+        });
+        let mut lowest = base;
+        let comparison = alternate(
+            settings.new_flow_pairs,
+            |side| match side {
+                Side::Reference => {
+                    window(reference, &reference_frames, false, Duration::from_secs(1))
+                }
+                Side::Test => window(test_ref, &current.borrow().1, false, Duration::from_secs(1)),
+            },
+            |side| {
+                if side == Side::Test {
+                    let ids = current.borrow().0.clone();
+                    match maps.as_mut() {
+                        Some(maps) => {
+                            let created = forget_masq_flows(maps, &test_ref.link, ids);
+                            most_created = most_created.max(created);
+                        }
+                        // conntrack stays full by itself; what matters is that it does.
+                        None => lowest = lowest.min(Conntrack { path: test_ref }.flows()?),
+                    }
+                    let ids = take_ids();
+                    let frames = udp_flows(&test_ref.link, SINK, ids.clone());
+                    *current.borrow_mut() = (ids, frames);
+                }
+                Ok(())
+            },
+        )?;
+        let refused_full = match maps.as_ref() {
+            Some(maps) => maps.counter(Counter::EgressDropTableFull)? - refused_before,
+            None => 0,
+        };
+        Ok(NewFlows {
+            comparison,
+            capacity,
+            fill: (
+                lowest as f64 / capacity as f64,
+                (base + most_created) as f64 / capacity as f64,
+            ),
+            window_flows,
+            refused_full,
+        })
+    })
+}
+
+/// Established flows, then new flows, through one path for `length`, reporting only the rates:
+/// something for a profiler to watch.
+pub(crate) fn soak(
+    mode: Mode,
+    cidrs: usize,
+    nat_entries: u32,
+    cores: Cores,
+    length: Duration,
+) -> Result<()> {
+    let path = BenchPath::new(mode, cidrs, nat_entries, cores)?;
+    let established = udp_flows(&path.link, SINK, ESTABLISHED_IDS..ESTABLISHED_IDS + 256);
+    let fresh = udp_flows(
+        &path.link,
+        SINK,
+        WINDOW_IDS..WINDOW_IDS + u64::from(nat_entries / 2),
+    );
+    on_core(cores.generator, || {
+        warm(&path, &established)?;
+        eprintln!(
+            "soak: established flows on core {} for {:?}",
+            cores.path,
+            length / 2
+        );
+        let measured = window(&path, &established, true, length / 2)?;
+        eprintln!(
+            "soak: {:.0} packets/s",
+            measured.units as f64 / measured.seconds
+        );
+        eprintln!(
+            "soak: new flows (until the table is full) for {:?}",
+            length / 2
+        );
+        let measured = window(&path, &fresh, true, length / 2)?;
+        eprintln!(
+            "soak: {:.0} packets/s",
+            measured.units as f64 / measured.seconds
+        );
+        Ok(())
+    })
+}
