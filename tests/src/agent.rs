@@ -211,16 +211,22 @@ impl Agent {
         panic!("masq agent not ready after 20s:\n{}", self.log());
     }
 
-    /// Waits until `/metrics` answers, whether or not the agent is ready.
+    /// Waits until the endpoints answer and the agent is past its start, whether or not it is
+    /// ready.
     pub fn wait_serving(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if self.http_get("/metrics").is_some() {
+            // The endpoints answer from the first moment; "starting" means the first config
+            // load and the datapath setup are still under way.
+            if self
+                .http_get("/readyz")
+                .is_some_and(|(_, body)| !body.contains("starting"))
+            {
                 return;
             }
             thread::sleep(Duration::from_millis(100));
         }
-        panic!("masq agent serves no metrics after 20s:\n{}", self.log());
+        panic!("masq agent not past its start after 20s:\n{}", self.log());
     }
 
     /// The value of metric `name` (with its label set, e.g. `masq_x{a="b"}`), if present.

@@ -229,7 +229,12 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
         metrics_addr: args.metrics_addr,
         sysctl_dir: args.sysctl_dir.clone(),
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // The agent's loop runs on this thread (`block_on`) and does its datapath work (a GC pass
+    // over a full NAT table, a large reload) synchronously; the metrics and health endpoints
+    // are spawned tasks, which run on the runtime's own workers and so keep answering the
+    // kubelet's probes meanwhile.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
         .context("starting the runtime")?;
