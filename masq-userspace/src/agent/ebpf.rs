@@ -26,7 +26,7 @@ use crate::{
         maps::DatapathMaps,
         object::{Datapath, LoadOptions},
         pins::{PinDir, PinnedState, is_on_bpffs},
-        sync::{settings, sync_nomasq},
+        sync::{TrieView, settings, sync_nomasq},
     },
     iptables::apply::Iptables,
     node::{
@@ -356,9 +356,11 @@ impl Backend for EbpfBackend {
         self.enabled
     }
 
-    /// Brings the trie in line with `policy` (every sync compares, so anything that drifted, a
-    /// change the kernel refused and could not undo or a hand edit, is repaired; an unchanged
-    /// config writes nothing) and turns translation on.
+    /// Brings the trie in line with `policy` and turns translation on. A config change is
+    /// compared with what the last sync wrote, so it costs only the entries that changed; the
+    /// periodic resync compares with what the kernel holds, so anything that drifted (a change
+    /// the kernel refused and could not undo, a hand edit) is repaired. An unchanged config
+    /// writes nothing.
     fn apply(
         &mut self,
         policy: &Policy,
@@ -366,7 +368,12 @@ impl Backend for EbpfBackend {
         trigger: &'static str,
     ) -> Result<usize, AgentError> {
         let wanted = policy.nomasq_v4();
-        let report = sync_nomasq(&mut self.datapath.maps, &wanted)?;
+        let view = if trigger == "resync" {
+            TrieView::Kernel
+        } else {
+            TrieView::LastSynced
+        };
+        let report = sync_nomasq(&mut self.datapath.maps, &wanted, view)?;
         if report.added + report.removed > 0 {
             tracing::info!(
                 trigger,

@@ -38,6 +38,9 @@ pub struct DatapathMaps {
     pub alloc_retries: PerCpuArray<MapData, u64>,
     nat_capacity: u32,
     nomasq_capacity: u32,
+    /// What the last successful trie sync wrote (see `sync::TrieView`); `None` when unknown.
+    pub(crate) nomasq_last_synced:
+        Option<std::collections::BTreeMap<(std::net::Ipv4Addr, u8), u32>>,
 }
 
 impl std::fmt::Debug for DatapathMaps {
@@ -110,6 +113,7 @@ impl DatapathMaps {
             frags_v4: typed(get(MAP_FRAGS_V4)?, MAP_FRAGS_V4)?,
             counters: typed(get(MAP_COUNTERS)?, MAP_COUNTERS)?,
             alloc_retries: typed(get(MAP_ALLOC_RETRIES)?, MAP_ALLOC_RETRIES)?,
+            nomasq_last_synced: None,
         })
     }
 

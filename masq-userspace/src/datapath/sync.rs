@@ -35,6 +35,17 @@ pub struct TrieCapacityError {
     pub capacity: u32,
 }
 
+/// What a trie sync compares the desired entries with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrieView {
+    /// The trie as the kernel holds it, read entry by entry: repairs any drift (a hand edit, a
+    /// change the kernel refused and could not undo). Costs a syscall pair per entry.
+    Kernel,
+    /// What the last successful sync wrote, when there was one (else the kernel's view): a
+    /// config change then costs only the syscalls of what changed.
+    LastSynced,
+}
+
 /// Checks that `needed` entries fit a trie of `capacity`, before anything is changed.
 pub fn check_trie_capacity(needed: usize, capacity: u32) -> Result<(), TrieCapacityError> {
     if needed > capacity as usize {
@@ -53,14 +64,18 @@ pub fn check_trie_capacity(needed: usize, capacity: u32) -> Result<(), TrieCapac
 pub fn sync_nomasq(
     maps: &mut DatapathMaps,
     desired: &BTreeMap<(Ipv4Addr, u8), u32>,
+    view: TrieView,
 ) -> Result<TrieSync, DatapathError> {
     let capacity = maps.nomasq_v4_capacity();
     check_trie_capacity(desired.len(), capacity)?;
-    let current: BTreeMap<(Ipv4Addr, u8), u32> = maps
-        .nomasq_entries()?
-        .into_iter()
-        .map(|(addr, prefix, kind)| ((Ipv4Addr::from(addr), prefix), kind))
-        .collect();
+    let current = match (view, maps.nomasq_last_synced.take()) {
+        (TrieView::LastSynced, Some(last)) => last,
+        _ => maps
+            .nomasq_entries()?
+            .into_iter()
+            .map(|(addr, prefix, kind)| ((Ipv4Addr::from(addr), prefix), kind))
+            .collect(),
+    };
     let changes: Vec<((Ipv4Addr, u8), u32)> = desired
         .iter()
         .filter(|(key, kind)| current.get(*key) != Some(*kind))
@@ -109,7 +124,11 @@ pub fn sync_nomasq(
         Ok(())
     })();
     match applied {
-        Ok(()) => Ok(report),
+        Ok(()) => {
+            maps.nomasq_last_synced = Some(desired.clone());
+            Ok(report)
+        }
+        // The undo may fail too: the next sync reads what the kernel holds.
         Err(error) => {
             journal.undo(maps);
             Err(error)

@@ -14,7 +14,7 @@ use masq::{
     config::source::load,
     datapath::{
         object::{Datapath, LoadOptions},
-        sync::sync_nomasq,
+        sync::{TrieView, sync_nomasq},
     },
     policy::Policy,
 };
@@ -62,7 +62,7 @@ fn masq_apply(maps: &mut masq::datapath::maps::DatapathMaps, config: &Config) ->
     let desired = Policy::new(&config, false).nomasq_v4();
     let parse = started.elapsed();
     let started = Instant::now();
-    sync_nomasq(maps, &desired)?;
+    sync_nomasq(maps, &desired, TrieView::LastSynced)?;
     Ok(Applied {
         parse,
         write: started.elapsed(),
@@ -168,13 +168,13 @@ fn measure_trie_only(cidrs: usize) -> Result<ApplyTimes> {
     desired.insert((Ipv4Addr::new(169, 254, 0, 0), 16), NOMASQ_KIND_LINK_LOCAL);
     let mut datapath = datapath(cidrs)?;
     let started = Instant::now();
-    sync_nomasq(&mut datapath.maps, &desired)?;
+    sync_nomasq(&mut datapath.maps, &desired, TrieView::LastSynced)?;
     let load = started.elapsed();
     let last = entry(&cidr(cidrs - 1))?.0;
     desired.remove(&last);
     desired.insert((Ipv4Addr::new(100, 127, 255, 255), 32), NOMASQ_KIND_CIDR);
     let started = Instant::now();
-    sync_nomasq(&mut datapath.maps, &desired)?;
+    sync_nomasq(&mut datapath.maps, &desired, TrieView::LastSynced)?;
     let change = started.elapsed();
     Ok(ApplyTimes {
         cidrs,
