@@ -787,7 +787,16 @@ fn take_over_upstream_chain(options: &AgentOptions) -> Result<(), AgentError> {
         let (jumps, exists) = match iptables.find_chain(&options.masq_chain) {
             Ok(found) => found,
             Err(error) => {
-                tracing::debug!(%error, %family, "cannot list the nat table");
+                // iptables-legacy reads its tables through a raw socket: without CAP_NET_RAW
+                // (the base DaemonSet does not grant it) an upstream chain there is invisible.
+                // Said once, loudly, rather than at every resync or not at all.
+                static WARNED: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!(%error, %family, "cannot list the nat table, so an ip-masq-agent chain there would go unnoticed; on iptables-legacy nodes grant CAP_NET_RAW (deploy/overlays/migrate does)");
+                } else {
+                    tracing::debug!(%error, %family, "cannot list the nat table");
+                }
                 continue;
             }
         };
