@@ -268,19 +268,22 @@ pub async fn run(
         config: None,
         status: status.clone(),
     };
+    // Watching starts before the first read: a config swapped in while the datapath is still
+    // being attached is then picked up at once, not at the next resync.
+    let watch = agent.watch();
     agent.reload("startup");
     agent
         .backend
         .finish_startup(&agent.options, &agent.status)?;
     agent.update_readiness();
-    agent.run(shutdown).await;
+    agent.run(watch, shutdown).await;
     Ok(())
 }
 
 impl Agent {
-    async fn run(&mut self, shutdown: impl Future<Output = ()>) {
+    async fn run(&mut self, watch: Option<DirectoryWatch>, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
-        let mut watch = self.watch();
+        let mut watch = watch;
         let mut interfaces = if self.backend.translates_on_uplinks() {
             InterfaceWatch::new()
                 .inspect_err(|error| tracing::warn!(%error, "cannot watch interface changes; they are picked up at the next resync"))
