@@ -115,18 +115,13 @@ impl FlowMarks {
         Self(bytes)
     }
 
-    /// The `FLOW_*` bits set.
+    /// The `FLOW_*` bits set. Every packet of a flow asks, so it is one load and a multiply,
+    /// without a branch per byte: each byte is 0 or 1 (only those are ever stored), and the
+    /// multiplication gathers byte `i`'s value into bit `i` of the top byte.
     #[inline(always)]
     pub const fn bits(&self) -> u8 {
-        let mut bits = 0;
-        let mut index = 0;
-        while index < 8 {
-            if self.0[index] != 0 {
-                bits |= 1 << index;
-            }
-            index += 1;
-        }
-        bits
+        const GATHER: u64 = 0x0102_0408_1020_4080;
+        (u64::from_le_bytes(self.0).wrapping_mul(GATHER) >> 56) as u8
     }
 }
 
