@@ -91,6 +91,10 @@ struct Args {
     /// The first of --modes and --cidrs choose the path (default: masq, 3 CIDRs).
     #[arg(long, value_name = "SECONDS")]
     soak: Option<u64>,
+    /// Only time the datapath programs (BPF_PROG_TEST_RUN), print the times and write nothing:
+    /// the quick loop while changing the datapath.
+    #[arg(long)]
+    program_only: bool,
 }
 
 /// How long and how large everything is.
@@ -298,6 +302,15 @@ fn progress(mode: Mode, cidrs: usize, test: &str, comparison: &interleave::Compa
     );
 }
 
+fn print_program_times(times: &[progtime::ProgramTime]) {
+    for time in times {
+        eprintln!(
+            "  {:<85} {:>6.0} ns {:>6.0} ns",
+            time.path, time.few, time.many
+        );
+    }
+}
+
 /// What `--quick` checks: every part produced something (never how much).
 fn check(results: &Results) -> Result<()> {
     for figures in &results.figures {
@@ -362,6 +375,10 @@ fn main() -> Result<()> {
             Duration::from_secs(seconds),
         );
     }
+    if args.program_only {
+        print_program_times(&progtime::measure(&plan.program)?);
+        return Ok(());
+    }
     let reference = BenchPath::new(Mode::NoNat, 3, plan.nat_entries, cores)?;
     let mut figures = Vec::new();
     for &cidrs in &plan.cidr_counts {
@@ -391,12 +408,7 @@ fn main() -> Result<()> {
     } else {
         eprintln!("bench: datapath programs (BPF_PROG_TEST_RUN)");
         let program = progtime::measure(&plan.program)?;
-        for time in &program {
-            eprintln!(
-                "  {:<85} {:>6.0} ns {:>6.0} ns",
-                time.path, time.few, time.many
-            );
-        }
+        print_program_times(&program);
         let mut apply = Vec::new();
         for &cidrs in &plan.apply_sizes {
             eprintln!("bench: applying {cidrs} CIDRs");
