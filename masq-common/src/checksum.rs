@@ -1,9 +1,10 @@
 //! Internet checksum arithmetic (RFC 1071, incremental updates per RFC 1624).
 //!
-//! The datapath uses the kernel's `bpf_l3_csum_replace`/`bpf_l4_csum_replace` for the headers the
-//! kernel knows about. Fields embedded in ICMP errors (the quoted packet's addresses, ports and
-//! checksums) are plain payload to the kernel, so their checksums are updated with these
-//! functions instead. All values are the 16-bit words as they sit in the packet, read as
+//! The datapath leaves TCP and UDP checksums to the kernel's `bpf_l4_csum_replace`, which knows
+//! how the skb carries them (offloaded, or summed by the receiving device). The IPv4 header
+//! checksum, ICMP checksums and every field embedded in an ICMP error (the quoted packet's
+//! addresses, ports and checksums) are computed in software and never offloaded, so they are
+//! updated with these functions. All values are the 16-bit words as they sit in the packet, read as
 //! big-endian numbers.
 
 /// Folds a 32-bit one's complement accumulator into 16 bits.
