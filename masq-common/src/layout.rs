@@ -9,7 +9,7 @@ use crate::ports::PortRange;
 
 /// Version of the pinned map layout. Bump it whenever a shared struct, a map type, or the meaning
 /// of a stored value changes; the agent then refuses to adopt old pins instead of misreading them.
-pub const MAP_LAYOUT_VERSION: u32 = 4;
+pub const MAP_LAYOUT_VERSION: u32 = 5;
 
 /// Longest-prefix-match trie of IPv4 destinations that keep their source address.
 pub const MAP_NOMASQ_V4: &str = "masq_nomasq_v4";
@@ -27,6 +27,9 @@ pub const MAP_ALLOC_RETRIES: &str = "masq_retries";
 pub const MAP_META: &str = "masq_meta";
 /// Hash of the interfaces masq translates on, by interface index: see [`Uplink`].
 pub const MAP_UPLINKS: &str = "masq_uplinks";
+/// Array of the uplinks whose interface index is below [`UPLINK_INDEX_SLOTS`], at that index:
+/// see [`UplinkSlot`].
+pub const MAP_UPLINK_SLOTS: &str = "masq_uplink_slots";
 
 /// Program array the egress program tail-calls into: see [`PROG_SLOT_ALLOCATOR`].
 pub const MAP_PROGS: &str = "masq_progs";
@@ -35,10 +38,11 @@ pub const MAP_PROGS: &str = "masq_progs";
 pub const MAP_ALLOC_REQUEST: &str = "masq_alloc_request";
 
 /// Every map the datapath defines, in the order the agent pins and reports them.
-pub const ALL_MAPS: [&str; 10] = [
+pub const ALL_MAPS: [&str; 11] = [
     MAP_META,
     MAP_SETTINGS,
     MAP_UPLINKS,
+    MAP_UPLINK_SLOTS,
     MAP_NOMASQ_V4,
     MAP_NAT_V4,
     MAP_FRAGS_V4,
@@ -76,6 +80,10 @@ pub const NOMASQ_V4_MAX_ENTRIES: u32 = 16_384;
 pub const NAT_V4_DEFAULT_MAX_ENTRIES: u32 = 262_144;
 /// Most interfaces masq translates on at once.
 pub const UPLINKS_MAX_ENTRIES: u32 = 64;
+/// Interface indexes below this have their uplink's address in [`MAP_UPLINK_SLOTS`] too. Network
+/// devices a node boots with get small indexes; later ones (a pod's veth each) climb past any
+/// bound, so larger indexes are looked up in the hash.
+pub const UPLINK_INDEX_SLOTS: u32 = 4096;
 /// Capacity of the fragment table. Entries live only while a fragmented datagram is in flight.
 pub const FRAGS_V4_MAX_ENTRIES: u32 = 8_192;
 
@@ -155,6 +163,22 @@ pub struct Uplink {
     pub ifname: [u8; IFNAME_SIZE],
 }
 
+/// What the programs need of an uplink, at its interface index in an array, so that finding it
+/// costs a bounds check and a load: the kernel inlines array lookups, where a hash lookup is
+/// calls into the kernel, which mitigations against return-stack attacks make dear on every
+/// packet. Written by the agent together with the [`Uplink`] record (slot last on attach,
+/// first on detach); an empty slot means masq does not translate on that interface.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UplinkSlot {
+    /// As [`Uplink::snat_addr`].
+    pub snat_addr: [u8; 4],
+    /// 1 when the slot holds an uplink.
+    pub present: u8,
+    /// Keeps the layout free of implicit padding; always zero.
+    pub pad: [u8; 3],
+}
+
 impl Uplink {
     /// The interface name as text (empty if it was not valid UTF-8).
     pub fn name(&self) -> &str {
@@ -182,4 +206,4 @@ impl Uplink {
     }
 }
 
-crate::impl_pod!(Uplink);
+crate::impl_pod!(Uplink, UplinkSlot);

@@ -10,7 +10,7 @@ use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
     layout::{
         FRAGS_V4_MAX_ENTRIES, MapMeta, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES,
-        PROG_SLOTS, UPLINKS_MAX_ENTRIES, Uplink,
+        PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
     },
     nat::{AllocRequest, FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
     settings::Settings,
@@ -28,6 +28,12 @@ pub(crate) static SETTINGS: Array<Settings, 1> = Array::new();
 /// device the packet crosses). A packet on an interface without an entry passes untouched.
 #[btf_map(name = "masq_uplinks")]
 pub(crate) static UPLINKS: HashMap<u32, Uplink, { UPLINKS_MAX_ENTRIES as usize }> = HashMap::new();
+
+/// The uplinks with an interface index below `UPLINK_INDEX_SLOTS`, at their index: what the
+/// programs read instead of `UPLINKS` for those (an array lookup is inlined, a hash lookup is
+/// calls). Written by the agent with each `UPLINKS` entry; read by both programs on every packet.
+#[btf_map(name = "masq_uplink_slots")]
+pub(crate) static UPLINK_SLOTS: Array<UplinkSlot, { UPLINK_INDEX_SLOTS as usize }> = Array::new();
 
 /// Layout identity of the pinned map set at index 0. Written by the agent when it creates the
 /// maps, read by later agents before they adopt them; the programs never touch it.
@@ -94,6 +100,10 @@ pub(crate) fn snat_addr(ctx: &TcContext) -> Option<[u8; 4]> {
     // SAFETY: `skb` points at the context the kernel passed to the program; `ifindex` is a
     // plain field the verifier lets a classifier read.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    if ifindex < UPLINK_INDEX_SLOTS {
+        let slot = UPLINK_SLOTS.get(ifindex)?;
+        return (slot.present != 0).then_some(slot.snat_addr);
+    }
     // SAFETY: the value is copied out immediately; the agent replaces entries whole.
     UPLINKS
         .get_ptr(ifindex)

@@ -10,7 +10,8 @@ use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, Counter},
     layout::{
         MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_FRAGS_V4, MAP_META, MAP_NAT_V4, MAP_NOMASQ_V4,
-        MAP_SETTINGS, MAP_UPLINKS, MapMeta, Uplink,
+        MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS, MapMeta, UPLINK_INDEX_SLOTS, Uplink,
+        UplinkSlot,
     },
     nat::{FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
     settings::Settings,
@@ -26,6 +27,8 @@ pub struct DatapathMaps {
     pub settings: Array<MapData, Settings>,
     /// The interfaces masq translates on, by interface index.
     pub uplinks: HashMap<MapData, u32, Uplink>,
+    /// The same interfaces' addresses at their index, for indexes below `UPLINK_INDEX_SLOTS`.
+    pub uplink_slots: Array<MapData, UplinkSlot>,
     /// Non-masquerade IPv4 destinations.
     pub nomasq_v4: LpmTrie<MapData, [u8; 4], u32>,
     /// Both halves of every translated flow.
@@ -106,6 +109,7 @@ impl DatapathMaps {
             meta: typed(get(MAP_META)?, MAP_META)?,
             settings: typed(get(MAP_SETTINGS)?, MAP_SETTINGS)?,
             uplinks: typed(get(MAP_UPLINKS)?, MAP_UPLINKS)?,
+            uplink_slots: typed(get(MAP_UPLINK_SLOTS)?, MAP_UPLINK_SLOTS)?,
             nomasq_v4: typed(nomasq, MAP_NOMASQ_V4)?,
             nomasq_capacity,
             nat_v4: typed(nat, MAP_NAT_V4)?,
@@ -149,15 +153,34 @@ impl DatapathMaps {
     pub fn set_uplink(&mut self, ifindex: u32, uplink: &Uplink) -> Result<(), DatapathError> {
         self.uplinks
             .insert(ifindex, uplink, 0)
-            .map_err(DatapathError::map("writing", MAP_UPLINKS))
+            .map_err(DatapathError::map("writing", MAP_UPLINKS))?;
+        self.set_uplink_slot(
+            ifindex,
+            UplinkSlot {
+                snat_addr: uplink.snat_addr,
+                present: 1,
+                pad: [0; 3],
+            },
+        )
     }
 
     /// Forgets interface `ifindex`; its packets pass untouched from the next one.
     pub fn remove_uplink(&mut self, ifindex: u32) -> Result<(), DatapathError> {
+        self.set_uplink_slot(ifindex, UplinkSlot::default())?;
         match self.uplinks.remove(&ifindex) {
             Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
             Err(error) => Err(DatapathError::map("deleting from", MAP_UPLINKS)(error)),
         }
+    }
+
+    /// Writes the programs' array slot of interface `ifindex`, if it has one.
+    fn set_uplink_slot(&mut self, ifindex: u32, slot: UplinkSlot) -> Result<(), DatapathError> {
+        if ifindex >= UPLINK_INDEX_SLOTS {
+            return Ok(());
+        }
+        self.uplink_slots
+            .set(ifindex, slot, 0)
+            .map_err(DatapathError::map("writing", MAP_UPLINK_SLOTS))
     }
 
     /// The layout record of the map set.

@@ -12,7 +12,8 @@ use masq_common::{
     layout::{
         ALL_MAPS, FRAGS_V4_MAX_ENTRIES, MAP_ALLOC_REQUEST, MAP_ALLOC_RETRIES, MAP_COUNTERS,
         MAP_FRAGS_V4, MAP_LAYOUT_VERSION, MAP_META, MAP_NAT_V4, MAP_NOMASQ_V4, MAP_PROGS,
-        MAP_SETTINGS, MAP_UPLINKS, MapMeta, PROG_SLOTS, UPLINKS_MAX_ENTRIES, Uplink,
+        MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS, MapMeta, PROG_SLOTS, UPLINK_INDEX_SLOTS,
+        UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
     },
     nat::{AllocRequest, FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
     settings::Settings,
@@ -77,7 +78,7 @@ struct ExpectedMap {
     max_entries: Option<u32>,
 }
 
-fn expected_maps() -> [ExpectedMap; 10] {
+fn expected_maps() -> [ExpectedMap; 11] {
     [
         ExpectedMap {
             name: MAP_META,
@@ -99,6 +100,13 @@ fn expected_maps() -> [ExpectedMap; 10] {
             key_size: 4,
             value_size: size_of::<Uplink>(),
             max_entries: Some(UPLINKS_MAX_ENTRIES),
+        },
+        ExpectedMap {
+            name: MAP_UPLINK_SLOTS,
+            map_type: MapType::Array,
+            key_size: 4,
+            value_size: size_of::<UplinkSlot>(),
+            max_entries: Some(UPLINK_INDEX_SLOTS),
         },
         ExpectedMap {
             name: MAP_NOMASQ_V4,
