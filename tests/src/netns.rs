@@ -90,10 +90,16 @@ impl Netns {
 
     /// Creates a veth pair: `name` here, `peer_name` in `peer`.
     pub fn add_veth(&self, name: &str, peer: &Self, peer_name: &str) {
-        self.ip(&[
-            "link",
-            "add",
-            name,
+        self.add_veth_at(name, None, peer, peer_name);
+    }
+
+    /// As [`Self::add_veth`], with this side at interface index `index` when given.
+    pub fn add_veth_at(&self, name: &str, index: Option<u32>, peer: &Self, peer_name: &str) {
+        let index = index.map(|index| index.to_string());
+        let at: Vec<&str> = index.iter().flat_map(|index| ["index", index.as_str()]).collect();
+        let mut args = vec!["link", "add", name];
+        args.extend(at);
+        args.extend([
             "type",
             "veth",
             "peer",
@@ -102,6 +108,7 @@ impl Netns {
             "netns",
             peer.name(),
         ]);
+        self.ip(&args);
     }
 
     /// A command that runs inside the namespace (`nsenter --net`, which keeps the host's

@@ -172,9 +172,17 @@ pub fn route_second_network(node: &Netns) {
 /// `up1` on the node, linked to a namespace that is both the gateway 203.0.113.126 and, behind
 /// it, the host 203.0.113.200. The node reaches that host by a route via the gateway, as a
 /// multi-NIC node reaches a second network.
+///
+/// Its interface index is past masq's array of uplink slots, as an interface added to a
+/// long-running node can be, so the datapath finds it in the hash instead.
 fn add_second_uplink(tag: &str, node: &Netns, offload_on: bool) -> Netns {
     let outside = Netns::new(&format!("{tag}-out2"));
-    node.add_veth(SECOND_UPLINK, &outside, "eth0");
+    node.add_veth_at(
+        SECOND_UPLINK,
+        Some(masq_common::layout::UPLINK_INDEX_SLOTS + 904),
+        &outside,
+        "eth0",
+    );
     node.ip(&[
         "addr",
         "add",
