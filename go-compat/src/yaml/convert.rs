@@ -356,7 +356,10 @@ fn resolve_untyped(tag: &str, value: &str) -> (&'static str, GoVal) {
         Some(b'.') => b'.',
         Some(_) => 0,
     };
-    if hint == 0 || tag == STR_TAG || tag == BINARY_TAG {
+    // Numbers, timestamps and the words are spelled with these bytes only: anything else (the
+    // `/` of every CIDR) is a string, without trying each number syntax on it.
+    let numeric = |byte: u8| byte.is_ascii_alphanumeric() || b"+-.,:_ ~".contains(&byte);
+    if hint == 0 || tag == STR_TAG || tag == BINARY_TAG || !value.bytes().all(numeric) {
         return (STR_TAG, GoVal::Str(value.to_owned()));
     }
     if let Some(found) = resolve_word(value) {
