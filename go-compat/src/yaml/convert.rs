@@ -282,6 +282,76 @@ impl<'d> Decoder<'d> {
     }
 }
 
+/// The shape nearly every config has, read without libyaml: `key: value` lines at column 0,
+/// each value a plain scalar, a one-line flow sequence of them, or block sequence items
+/// (`- item`) on the lines below. `None` for anything else, which the full reader takes.
+///
+/// Only printable ASCII, line feeds and scalars of letters, digits, `.`, `/` and `_` are
+/// allowed: no comment, quote, tag, anchor, indicator or line break inside a node, so libyaml
+/// and go-yaml's composer could read nothing else from these bytes, and every scalar goes
+/// through the same resolution and map as on the full path. A 10,000-CIDR list is read in a
+/// fraction of libyaml's time.
+pub(super) fn simple_document(input: &[u8]) -> Option<GoVal> {
+    let text = std::str::from_utf8(input).ok()?;
+    if !text
+        .bytes()
+        .all(|byte| byte == b'\n' || (0x20..0x7f).contains(&byte))
+    {
+        return None;
+    }
+    let plain = |scalar: &str| {
+        let safe = |byte: u8| byte.is_ascii_alphanumeric() || b"./_".contains(&byte);
+        (!scalar.is_empty() && scalar.bytes().all(safe))
+            .then(|| resolve_scalar(scalar, "", true).ok())
+            .flatten()
+    };
+    let mut map = GoMap::default();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.is_empty() {
+            continue;
+        }
+        let (key, rest) = line.split_once(':')?;
+        // Far below libyaml's 1,024-character limit on a simple key.
+        if key.is_empty() || key.len() > 64 || !key.bytes().all(|byte| byte.is_ascii_alphanumeric())
+        {
+            return None;
+        }
+        let value = if rest.is_empty() {
+            fn item(line: &str) -> Option<(usize, &str)> {
+                let unindented = line.trim_start_matches(' ');
+                let item = unindented.strip_prefix("- ")?;
+                Some((line.len() - unindented.len(), item))
+            }
+            let mut items = Vec::new();
+            let mut indent = None;
+            while let Some((at, scalar)) = lines.peek().and_then(|line| item(line)) {
+                if *indent.get_or_insert(at) != at {
+                    return None;
+                }
+                items.push(plain(scalar)?);
+                lines.next();
+            }
+            if items.is_empty() {
+                return None;
+            }
+            GoVal::Seq(items)
+        } else if let Some(list) = rest.strip_prefix(" [") {
+            let list = list.strip_suffix(']')?;
+            if list.is_empty() {
+                GoVal::Seq(Vec::new())
+            } else {
+                let items = list.split(',').map(|item| plain(item.trim_matches(' ')));
+                GoVal::Seq(items.collect::<Option<_>>()?)
+            }
+        } else {
+            plain(rest.strip_prefix(' ')?)?
+        };
+        map.set(plain(key)?, value);
+    }
+    (!map.entries.is_empty()).then_some(GoVal::Map(map))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Scalar resolution: go-yaml v2's resolve.go.
 

@@ -86,6 +86,15 @@ impl From<ParseError> for YamlError {
 ///
 /// [`YamlError`], worded as the Go agent words it.
 pub fn to_json(input: &[u8]) -> Result<JsonValue, YamlError> {
+    // A document of the simple shape nests two levels: no thread with a deep stack needed.
+    if !looks_like_json(input)
+        && let Some(value) = convert::simple_document(input)
+    {
+        let value = to_json_value(value);
+        // Debug builds (every test, the Go corpus) check that the full reader agrees.
+        debug_assert_eq!(value, crate::on_deep_stack(|| to_json_here(input)));
+        return value;
+    }
     crate::on_deep_stack(|| to_json_here(input))
 }
 
@@ -567,6 +576,36 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_simple_shape_reads_as_the_full_reader_does() {
+        for simple in [
+            "cidrLimit: 2\nnonMasqueradeCIDRs: [10.0.0.0/8, 1.0.0.0/8]\n",
+            "nonMasqueradeCIDRs:\n- 10.0.0.0/8\n\nmasqLinkLocal: on\n",
+            "a:\n    - x\n    - 0x1F\nb: [ y ,z]\na: []",
+            "y: .inf\n1: 2\n",
+            "null: x\n",
+        ] {
+            let read = convert::simple_document(simple.as_bytes()).map(to_json_value);
+            assert_eq!(read, Some(to_json_here(simple.as_bytes())), "{simple:?}");
+        }
+        for other in [
+            "a: [x,]\n",
+            "a:\n  - x\n   - y\n",
+            "a:\n  - x\n  y\n",
+            "a: [x]]\n",
+            "a: x # comment\n",
+            "a:\tx\n",
+            "a: x\r\n",
+            "- x\n",
+            "a:\n",
+            "---\na: x\n",
+            "a: fc00::/7\n",
+            "",
+        ] {
+            assert!(convert::simple_document(other.as_bytes()).is_none(), "{other:?}");
+        }
+    }
 
     #[test]
     fn alias_chains_nesting_past_any_thread_stack_are_rejected_as_go_rejects_them() {

@@ -72,8 +72,8 @@ impl Errors {
 }
 
 /// Decodes an upstream config file over `base` (upstream's defaults): keys that are absent keep
-/// their value from `base`.
-pub fn decode_upstream(document: &JsonValue, base: MasqConfig) -> Result<MasqConfig, DecodeError> {
+/// their value from `base`. The document is consumed: its strings become the config's.
+pub fn decode_upstream(document: JsonValue, base: MasqConfig) -> Result<MasqConfig, DecodeError> {
     decode_fields(document, UPSTREAM_FIELDS, base)
 }
 
@@ -90,7 +90,7 @@ pub struct AzureFileConfig {
 
 /// Decodes one Azure config file. `cidrLimit` and `resyncInterval` are not fields there and are
 /// ignored like any unknown key.
-pub fn decode_azure(document: &JsonValue) -> Result<AzureFileConfig, DecodeError> {
+pub fn decode_azure(document: JsonValue) -> Result<AzureFileConfig, DecodeError> {
     let zero = MasqConfig {
         non_masquerade_cidrs: None,
         cidr_limit: 0,
@@ -108,7 +108,7 @@ pub fn decode_azure(document: &JsonValue) -> Result<AzureFileConfig, DecodeError
 
 /// `json.Unmarshal` of `document` into `config`, for the struct that has `fields`.
 fn decode_fields(
-    document: &JsonValue,
+    document: JsonValue,
     fields: &[&'static str],
     mut config: MasqConfig,
 ) -> Result<MasqConfig, DecodeError> {
@@ -119,19 +119,19 @@ fn decode_fields(
     };
     let mut errors = Errors::default();
     for (key, value) in members {
-        let Some(&field) = find_field(fields, key).and_then(|index| fields.get(index)) else {
+        let Some(&field) = find_field(fields, &key).and_then(|index| fields.get(index)) else {
             continue;
         };
         match field {
             NON_MASQUERADE_CIDRS => {
                 decode_cidrs(value, &mut config.non_masquerade_cidrs, &mut errors);
             }
-            CIDR_LIMIT => decode_int(value, field, &mut config.cidr_limit, &mut errors),
-            MASQ_LINK_LOCAL => decode_bool(value, field, &mut config.masq_link_local, &mut errors),
+            CIDR_LIMIT => decode_int(&value, field, &mut config.cidr_limit, &mut errors),
+            MASQ_LINK_LOCAL => decode_bool(&value, field, &mut config.masq_link_local, &mut errors),
             MASQ_LINK_LOCAL_IPV6 => {
-                decode_bool(value, field, &mut config.masq_link_local_ipv6, &mut errors);
+                decode_bool(&value, field, &mut config.masq_link_local_ipv6, &mut errors);
             }
-            RESYNC_INTERVAL => config.resync_interval = decode_duration(value)?,
+            RESYNC_INTERVAL => config.resync_interval = decode_duration(&value)?,
             _ => {}
         }
     }
@@ -141,26 +141,26 @@ fn decode_fields(
 /// A `[]string` field. `null` makes it nil (`None`), an array a list, empty or not. Go decodes
 /// an array into the existing slice: a `null` element keeps the value already at that index
 /// (upstream's defaults!) or is empty past its end.
-fn decode_cidrs(value: &JsonValue, target: &mut Option<Vec<String>>, errors: &mut Errors) {
+fn decode_cidrs(value: JsonValue, target: &mut Option<Vec<String>>, errors: &mut Errors) {
     let field = NON_MASQUERADE_CIDRS;
     match value {
         JsonValue::Null => *target = None,
         JsonValue::Array(items) => {
             let previous = target.take().unwrap_or_default();
             let target = target.insert(Vec::with_capacity(items.len()));
-            for (index, item) in items.iter().enumerate() {
+            for (index, item) in items.into_iter().enumerate() {
                 let decoded = match item {
-                    JsonValue::String(text) => text.clone(),
+                    JsonValue::String(text) => text,
                     JsonValue::Null => previous.get(index).cloned().unwrap_or_default(),
                     other => {
-                        errors.save(other, field, "string");
+                        errors.save(&other, field, "string");
                         previous.get(index).cloned().unwrap_or_default()
                     }
                 };
                 target.push(decoded);
             }
         }
-        other => errors.save(other, field, "[]string"),
+        other => errors.save(&other, field, "[]string"),
     }
 }
 
@@ -224,7 +224,8 @@ mod tests {
     }
 
     fn upstream(document: &JsonValue) -> Result<MasqConfig, String> {
-        decode_upstream(document, MasqConfig::defaults(false)).map_err(|error| error.to_string())
+        decode_upstream(document.clone(), MasqConfig::defaults(false))
+            .map_err(|error| error.to_string())
     }
 
     #[test]
@@ -297,7 +298,7 @@ mod tests {
             config.non_masquerade_cidrs.as_deref().unwrap_or_default(),
             ["10.0.0.0/8", "1.0.0.0/8", "192.168.0.0/16", ""]
         );
-        let azure = decode_azure(&object(&[("nonMasqueradeCIDRs", cidrs)])).expect("valid");
+        let azure = decode_azure(object(&[("nonMasqueradeCIDRs", cidrs)])).expect("valid");
         assert_eq!(azure.non_masquerade_cidrs, ["", "1.0.0.0/8", "", ""]);
     }
 
@@ -393,7 +394,7 @@ mod tests {
             ("masqLinkLocal", JsonValue::Bool(true)),
         ]);
         assert_eq!(
-            decode_azure(&document),
+            decode_azure(document),
             Ok(AzureFileConfig {
                 non_masquerade_cidrs: Vec::new(),
                 masq_link_local: true,

@@ -416,7 +416,7 @@ fn load_file(path: &Path, options: &ReadOptions) -> Result<EffectiveConfig, Conf
     }
     let document = read_document(path)?;
     let base = MasqConfig::defaults(options.nomasq_all_reserved_ranges);
-    let raw = decode::decode_upstream(&document, base).map_err(ConfigError::Decode)?;
+    let raw = decode::decode_upstream(document, base).map_err(ConfigError::Decode)?;
     let cidrs = validate_cidrs(
         raw.non_masquerade_cidrs.as_deref().unwrap_or_default(),
         raw.cidr_limit,
@@ -473,7 +473,7 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
         };
         let document = read_document(&path).map_err(in_file)?;
         let file =
-            decode::decode_azure(&document).map_err(|error| in_file(ConfigError::Decode(error)))?;
+            decode::decode_azure(document).map_err(|error| in_file(ConfigError::Decode(error)))?;
         let cidrs = validate_cidrs(
             &file.non_masquerade_cidrs,
             AZURE_CIDR_LIMIT,
