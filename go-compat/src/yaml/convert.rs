@@ -240,7 +240,7 @@ impl<'d> Decoder<'d> {
             if matches!(key, GoVal::Seq(_) | GoVal::Map(_)) {
                 return Err(decode_error(format!(
                     "invalid map key: {}",
-                    go_syntax(&key)
+                    go_syntax(&key, false)
                 )));
             }
             let value = self.value(value)?;
@@ -680,13 +680,9 @@ fn key_order(a: &GoVal, b: &GoVal) -> std::cmp::Ordering {
     }
 }
 
-/// Go's `%#v` of a value held in an `interface{}`.
-fn go_syntax(value: &GoVal) -> String {
-    go_syntax_of(value, false)
-}
-
-/// Go's `%#v`; a `nested` nil (inside a slice or map) prints with its type.
-fn go_syntax_of(value: &GoVal, nested: bool) -> String {
+/// Go's `%#v` of a value held in an `interface{}`; a `nested` nil (inside a slice or map)
+/// prints with its type.
+fn go_syntax(value: &GoVal, nested: bool) -> String {
     match value {
         GoVal::Nil if nested => "interface {}(nil)".to_owned(),
         GoVal::Nil => "<nil>".to_owned(),
@@ -696,7 +692,7 @@ fn go_syntax_of(value: &GoVal, nested: bool) -> String {
         GoVal::Float(f) => format_g(*f, false),
         GoVal::Str(s) => quote(s),
         GoVal::Seq(items) => {
-            let items: Vec<String> = items.iter().map(|item| go_syntax_of(item, true)).collect();
+            let items: Vec<String> = items.iter().map(|item| go_syntax(item, true)).collect();
             format!("[]interface {{}}{{{}}}", items.join(", "))
         }
         GoVal::Map(map) => {
@@ -704,7 +700,7 @@ fn go_syntax_of(value: &GoVal, nested: bool) -> String {
             entries.sort_by(|a, b| key_order(&a.0, &b.0));
             let entries: Vec<String> = entries
                 .iter()
-                .map(|(k, v)| format!("{}:{}", go_syntax_of(k, true), go_syntax_of(v, true)))
+                .map(|(k, v)| format!("{}:{}", go_syntax(k, true), go_syntax(v, true)))
                 .collect();
             format!(
                 "map[interface {{}}]interface {{}}{{{}}}",
@@ -731,7 +727,7 @@ fn key_string(k: &GoVal, v: &GoVal) -> Result<String, YamlError> {
         }),
         GoVal::Nil => Err(YamlError::UnsupportedMapKey(format!(
             "Unsupported map key of type: %!s(<nil>), key: <nil>, value: {}",
-            go_syntax(v)
+            go_syntax(v, false)
         ))),
         GoVal::Uint(_) | GoVal::Seq(_) | GoVal::Map(_) => {
             let type_name = match k {
@@ -741,8 +737,8 @@ fn key_string(k: &GoVal, v: &GoVal) -> Result<String, YamlError> {
             };
             Err(YamlError::UnsupportedMapKey(format!(
                 "Unsupported map key of type: {type_name}, key: {}, value: {}",
-                go_syntax(k),
-                go_syntax(v)
+                go_syntax(k, false),
+                go_syntax(v, false)
             )))
         }
     }

@@ -603,7 +603,10 @@ mod tests {
             "a: fc00::/7\n",
             "",
         ] {
-            assert!(convert::simple_document(other.as_bytes()).is_none(), "{other:?}");
+            assert!(
+                convert::simple_document(other.as_bytes()).is_none(),
+                "{other:?}"
+            );
         }
     }
 

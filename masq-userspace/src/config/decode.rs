@@ -49,26 +49,18 @@ const UPSTREAM_FIELDS: &[&str] = &[
 ];
 const AZURE_FIELDS: &[&str] = &[NON_MASQUERADE_CIDRS, MASQ_LINK_LOCAL, MASQ_LINK_LOCAL_IPV6];
 
-/// Collects Go's "first type error wins" behaviour.
-#[derive(Default)]
-struct Errors {
-    first: Option<DecodeError>,
-}
+/// Go's "first type error wins": the first error saved is the one reported.
+type Errors = Option<DecodeError>;
 
-impl Errors {
-    fn save(&mut self, value: &JsonValue, field: &'static str, go_type: &'static str) {
-        let value = match value {
+fn save(errors: &mut Errors, value: &JsonValue, field: &'static str, go_type: &'static str) {
+    errors.get_or_insert_with(|| DecodeError::FieldType {
+        value: match value {
             JsonValue::Number(literal) if go_type == "int" => format!("number {literal}"),
             other => other.kind().to_owned(),
-        };
-        if self.first.is_none() {
-            self.first = Some(DecodeError::FieldType {
-                value,
-                field,
-                go_type,
-            });
-        }
-    }
+        },
+        field,
+        go_type,
+    });
 }
 
 /// Decodes an upstream config file over `base` (upstream's defaults): keys that are absent keep
@@ -117,7 +109,7 @@ fn decode_fields(
         JsonValue::Object(members) => members,
         other => return Err(DecodeError::DocumentType(other.kind())),
     };
-    let mut errors = Errors::default();
+    let mut errors = None;
     for (key, value) in members {
         let Some(&field) = find_field(fields, &key).and_then(|index| fields.get(index)) else {
             continue;
@@ -135,7 +127,7 @@ fn decode_fields(
             _ => {}
         }
     }
-    errors.first.map_or(Ok(config), Err)
+    errors.map_or(Ok(config), Err)
 }
 
 /// A `[]string` field. `null` makes it nil (`None`), an array a list, empty or not. Go decodes
@@ -153,14 +145,14 @@ fn decode_cidrs(value: JsonValue, target: &mut Option<Vec<String>>, errors: &mut
                     JsonValue::String(text) => text,
                     JsonValue::Null => previous.get(index).cloned().unwrap_or_default(),
                     other => {
-                        errors.save(&other, field, "string");
+                        save(errors, &other, field, "string");
                         previous.get(index).cloned().unwrap_or_default()
                     }
                 };
                 target.push(decoded);
             }
         }
-        other => errors.save(&other, field, "[]string"),
+        other => save(errors, &other, field, "[]string"),
     }
 }
 
@@ -170,9 +162,9 @@ fn decode_int(value: &JsonValue, field: &'static str, target: &mut i64, errors: 
         JsonValue::Null => {}
         JsonValue::Number(literal) => match literal.parse::<i64>() {
             Ok(number) => *target = number,
-            Err(_) => errors.save(value, field, "int"),
+            Err(_) => save(errors, value, field, "int"),
         },
-        other => errors.save(other, field, "int"),
+        other => save(errors, other, field, "int"),
     }
 }
 
@@ -181,7 +173,7 @@ fn decode_bool(value: &JsonValue, field: &'static str, target: &mut bool, errors
     match value {
         JsonValue::Null => {}
         JsonValue::Bool(flag) => *target = *flag,
-        other => errors.save(other, field, "bool"),
+        other => save(errors, other, field, "bool"),
     }
 }
 
