@@ -102,12 +102,6 @@ pub struct JsonSyntaxError {
 }
 
 impl JsonSyntaxError {
-    fn invalid_character(c: u8, context: &str) -> Self {
-        Self {
-            msg: format!("invalid character {} {context}", quote_char(c)),
-        }
-    }
-
     fn unexpected_end() -> Self {
         Self {
             msg: "unexpected end of JSON input".to_owned(),
@@ -183,7 +177,9 @@ fn quote_char(c: u8) -> String {
 
 /// Go's error for the byte `c`, met `context`.
 fn invalid<T>(c: u8, context: &str) -> Result<T, JsonSyntaxError> {
-    Err(JsonSyntaxError::invalid_character(c, context))
+    Err(JsonSyntaxError {
+        msg: format!("invalid character {} {context}", quote_char(c)),
+    })
 }
 
 fn is_space(c: u8) -> bool {
@@ -414,9 +410,9 @@ impl Reader<'_> {
         let mut unit = 0;
         for _ in 0..4 {
             let c = self.next_or_space();
-            let digit = char::from(c).to_digit(16).ok_or_else(|| {
-                JsonSyntaxError::invalid_character(c, "in \\u hexadecimal character escape")
-            })?;
+            let Some(digit) = char::from(c).to_digit(16) else {
+                return invalid(c, "in \\u hexadecimal character escape");
+            };
             unit = unit * 16 + digit;
         }
         Ok(unit)

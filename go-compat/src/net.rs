@@ -107,14 +107,18 @@ fn parse_ipv4(text: &str) -> Option<Ipv4Addr> {
     let mut octets = [0u8; 4];
     let mut fields = text.split('.');
     for octet in &mut octets {
-        let field = fields.next()?;
-        if field.is_empty() || field.len() > 3 || !field.bytes().all(|byte| byte.is_ascii_digit()) {
-            return None;
-        }
-        if field.len() > 1 && field.starts_with('0') {
-            return None;
-        }
-        *octet = field.parse().ok()?;
+        let value = match fields.next()?.as_bytes() {
+            [b'0'] => 0,
+            field @ [b'1'..=b'9', rest @ ..]
+                if rest.len() < 3 && rest.iter().all(u8::is_ascii_digit) =>
+            {
+                field
+                    .iter()
+                    .fold(0, |value, digit| value * 10 + u32::from(digit - b'0'))
+            }
+            _ => return None,
+        };
+        *octet = u8::try_from(value).ok()?;
     }
     fields.next().is_none().then_some(Ipv4Addr::from(octets))
 }

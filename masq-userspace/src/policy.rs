@@ -172,7 +172,7 @@ impl Policy {
             .iter()
             .find(|rule| rule.kind == RuleKind::LinkLocal)
             .map(|rule| *rule.cidr.network());
-        let mut entries = BTreeMap::new();
+        let mut entries: Vec<((Ipv4Addr, u8), u32)> = Vec::with_capacity(self.ipv4.len());
         for rule in &self.ipv4 {
             let Network::V4(network) = *rule.cidr.network() else {
                 continue;
@@ -185,9 +185,13 @@ impl Policy {
             } else {
                 NOMASQ_KIND_CIDR
             };
-            entries.entry((addr, prefix)).or_insert(kind);
+            entries.push(((addr, prefix), kind));
         }
-        entries
+        // Sorted, the map is built in one pass rather than by an insertion per rule; of equal
+        // keys the stable sort keeps the first rule first, and the first rule decides.
+        entries.sort_by_key(|&(key, _)| key);
+        entries.dedup_by_key(|&mut (key, _)| key);
+        entries.into_iter().collect()
     }
 }
 

@@ -86,15 +86,20 @@ impl From<ParseError> for YamlError {
 ///
 /// [`YamlError`], worded as the Go agent words it.
 pub fn to_json(input: &[u8]) -> Result<JsonValue, YamlError> {
+    // A document of the simple shape nests two levels: no thread with a deep stack needed.
+    if !looks_like_json(input)
+        && let Some(value) = convert::simple_document(input)
+    {
+        let value = to_json_value(value);
+        // Debug builds (every test, the Go corpus) check that the full reader agrees.
+        debug_assert_eq!(value, crate::on_deep_stack(|| to_json_here(input)));
+        return value;
+    }
     crate::on_deep_stack(|| to_json_here(input))
 }
 
 fn to_json_here(input: &[u8]) -> Result<JsonValue, YamlError> {
-    // unicode.IsSpace and Rust's White_Space are the same set.
-    if String::from_utf8_lossy(input)
-        .trim_start_matches(char::is_whitespace)
-        .starts_with('{')
-    {
+    if looks_like_json(input) {
         return json::parse_here(input).map_err(YamlError::Json);
     }
     let Some(doc) = compose(input)? else {
@@ -107,13 +112,43 @@ fn to_json_here(input: &[u8]) -> Result<JsonValue, YamlError> {
     Ok(value)
 }
 
+/// apimachinery's test: is the first non-space character `{`? Only the leading white space is
+/// decoded, not the whole document.
+fn looks_like_json(input: &[u8]) -> bool {
+    // ASCII White_Space: tab, LF, VT, FF, CR and space.
+    let start = input
+        .iter()
+        .position(|byte| !matches!(byte, b'\t'..=b'\r' | b' '));
+    match start.map(|start| &input[start..]) {
+        None => false,
+        Some([first, ..]) if first.is_ascii() => *first == b'{',
+        // unicode.IsSpace and Rust's White_Space are the same set.
+        Some(rest) => String::from_utf8_lossy(rest)
+            .trim_start_matches(char::is_whitespace)
+            .starts_with('{'),
+    }
+}
+
 /// go-yaml reads its input in chunks of this many bytes and checks each whole chunk.
 const READER_CHUNK: usize = 512;
 /// go-yaml's limit on both flow and block nesting.
 const MAX_DEPTH: usize = 10_000;
 
+/// Whether go-yaml's reader accepts the character `value`.
+fn allowed(value: u32) -> bool {
+    matches!(value, 0x09 | 0x0a | 0x0d | 0x20..=0x7e | 0x85 | 0xa0..=0xd7ff
+        | 0xe000..=0xfffd | 0x10000..=0x10ffff)
+}
+
 /// The first byte go-yaml's reader refuses, and its message.
 fn reader_error(input: &[u8]) -> Option<(usize, &'static str)> {
+    // Valid UTF-8 (nearly every file) only needs its characters checked.
+    if let Ok(text) = std::str::from_utf8(input) {
+        return text
+            .char_indices()
+            .find(|&(_, character)| !allowed(u32::from(character)))
+            .map(|(at, _)| (at, "control characters are not allowed"));
+    }
     let mut at = 0;
     while at < input.len() {
         let lead = input[at];
@@ -146,9 +181,7 @@ fn reader_error(input: &[u8]) -> Option<(usize, &'static str)> {
         if (0xd800..=0xdfff).contains(&value) || value > 0x10ffff {
             return Some((at, "invalid Unicode character"));
         }
-        let allowed = matches!(value, 0x09 | 0x0a | 0x0d | 0x20..=0x7e | 0x85 | 0xa0..=0xd7ff
-            | 0xe000..=0xfffd | 0x10000..=0x10ffff);
-        if !allowed {
+        if !allowed(value) {
             return Some((at, "control characters are not allowed"));
         }
         at += width;
@@ -191,7 +224,8 @@ const BOM_STAND_IN: char = '\u{fefe}';
 fn hide_inner_byte_order_marks(input: &mut [u8]) {
     const BOM: &[u8] = "\u{feff}".as_bytes();
     let stand_in = BOM_STAND_IN.to_string();
-    if input.windows(3).any(|window| window == stand_in.as_bytes()) {
+    // Both begin with the byte 0xef, which most files do not hold at all.
+    if !input.contains(&0xef) || input.windows(3).any(|window| window == stand_in.as_bytes()) {
         return;
     }
     // The reader drops a leading mark and the scanner skips one right after it.
@@ -542,6 +576,39 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_simple_shape_reads_as_the_full_reader_does() {
+        for simple in [
+            "cidrLimit: 2\nnonMasqueradeCIDRs: [10.0.0.0/8, 1.0.0.0/8]\n",
+            "nonMasqueradeCIDRs:\n- 10.0.0.0/8\n\nmasqLinkLocal: on\n",
+            "a:\n    - x\n    - 0x1F\nb: [ y ,z]\na: []",
+            "y: .inf\n1: 2\n",
+            "null: x\n",
+        ] {
+            let read = convert::simple_document(simple.as_bytes()).map(to_json_value);
+            assert_eq!(read, Some(to_json_here(simple.as_bytes())), "{simple:?}");
+        }
+        for other in [
+            "a: [x,]\n",
+            "a:\n  - x\n   - y\n",
+            "a:\n  - x\n  y\n",
+            "a: [x]]\n",
+            "a: x # comment\n",
+            "a:\tx\n",
+            "a: x\r\n",
+            "- x\n",
+            "a:\n",
+            "---\na: x\n",
+            "a: fc00::/7\n",
+            "",
+        ] {
+            assert!(
+                convert::simple_document(other.as_bytes()).is_none(),
+                "{other:?}"
+            );
+        }
+    }
 
     #[test]
     fn alias_chains_nesting_past_any_thread_stack_are_rejected_as_go_rejects_them() {

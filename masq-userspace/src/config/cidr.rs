@@ -1,7 +1,7 @@
 //! CIDRs as upstream understands them: parsed by Go's `net.ParseCIDR`, classified by
 //! `To4() == nil`, and written into rules exactly as the user spelled them.
 
-use std::fmt;
+use std::{fmt, sync::Arc};
 
 use go_compat::{net::parse_cidr, strconv::quote};
 /// A network in its matching form: the address family's own bits and a prefix length.
@@ -29,7 +29,8 @@ impl fmt::Display for Family {
 /// A CIDR from a config file: the text as written, and what it means.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Cidr {
-    text: String,
+    /// Shared: policies and configs copy CIDRs by the thousand.
+    text: Arc<str>,
     network: Network,
 }
 
@@ -48,7 +49,7 @@ impl Cidr {
             });
         }
         Ok(Self {
-            text: text.to_owned(),
+            text: text.into(),
             network: parsed.network(),
         })
     }
@@ -56,7 +57,7 @@ impl Cidr {
     /// A built-in CIDR (the link-local ranges) whose meaning is known without parsing.
     pub fn builtin(text: &'static str, network: Network) -> Self {
         Self {
-            text: text.to_owned(),
+            text: text.into(),
             network,
         }
     }

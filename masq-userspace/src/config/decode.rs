@@ -49,31 +49,23 @@ const UPSTREAM_FIELDS: &[&str] = &[
 ];
 const AZURE_FIELDS: &[&str] = &[NON_MASQUERADE_CIDRS, MASQ_LINK_LOCAL, MASQ_LINK_LOCAL_IPV6];
 
-/// Collects Go's "first type error wins" behaviour.
-#[derive(Default)]
-struct Errors {
-    first: Option<DecodeError>,
-}
+/// Go's "first type error wins": the first error saved is the one reported.
+type Errors = Option<DecodeError>;
 
-impl Errors {
-    fn save(&mut self, value: &JsonValue, field: &'static str, go_type: &'static str) {
-        let value = match value {
+fn save(errors: &mut Errors, value: &JsonValue, field: &'static str, go_type: &'static str) {
+    errors.get_or_insert_with(|| DecodeError::FieldType {
+        value: match value {
             JsonValue::Number(literal) if go_type == "int" => format!("number {literal}"),
             other => other.kind().to_owned(),
-        };
-        if self.first.is_none() {
-            self.first = Some(DecodeError::FieldType {
-                value,
-                field,
-                go_type,
-            });
-        }
-    }
+        },
+        field,
+        go_type,
+    });
 }
 
 /// Decodes an upstream config file over `base` (upstream's defaults): keys that are absent keep
-/// their value from `base`.
-pub fn decode_upstream(document: &JsonValue, base: MasqConfig) -> Result<MasqConfig, DecodeError> {
+/// their value from `base`. The document is consumed: its strings become the config's.
+pub fn decode_upstream(document: JsonValue, base: MasqConfig) -> Result<MasqConfig, DecodeError> {
     decode_fields(document, UPSTREAM_FIELDS, base)
 }
 
@@ -90,7 +82,7 @@ pub struct AzureFileConfig {
 
 /// Decodes one Azure config file. `cidrLimit` and `resyncInterval` are not fields there and are
 /// ignored like any unknown key.
-pub fn decode_azure(document: &JsonValue) -> Result<AzureFileConfig, DecodeError> {
+pub fn decode_azure(document: JsonValue) -> Result<AzureFileConfig, DecodeError> {
     let zero = MasqConfig {
         non_masquerade_cidrs: None,
         cidr_limit: 0,
@@ -108,7 +100,7 @@ pub fn decode_azure(document: &JsonValue) -> Result<AzureFileConfig, DecodeError
 
 /// `json.Unmarshal` of `document` into `config`, for the struct that has `fields`.
 fn decode_fields(
-    document: &JsonValue,
+    document: JsonValue,
     fields: &[&'static str],
     mut config: MasqConfig,
 ) -> Result<MasqConfig, DecodeError> {
@@ -117,50 +109,50 @@ fn decode_fields(
         JsonValue::Object(members) => members,
         other => return Err(DecodeError::DocumentType(other.kind())),
     };
-    let mut errors = Errors::default();
+    let mut errors = None;
     for (key, value) in members {
-        let Some(&field) = find_field(fields, key).and_then(|index| fields.get(index)) else {
+        let Some(&field) = find_field(fields, &key).and_then(|index| fields.get(index)) else {
             continue;
         };
         match field {
             NON_MASQUERADE_CIDRS => {
                 decode_cidrs(value, &mut config.non_masquerade_cidrs, &mut errors);
             }
-            CIDR_LIMIT => decode_int(value, field, &mut config.cidr_limit, &mut errors),
-            MASQ_LINK_LOCAL => decode_bool(value, field, &mut config.masq_link_local, &mut errors),
+            CIDR_LIMIT => decode_int(&value, field, &mut config.cidr_limit, &mut errors),
+            MASQ_LINK_LOCAL => decode_bool(&value, field, &mut config.masq_link_local, &mut errors),
             MASQ_LINK_LOCAL_IPV6 => {
-                decode_bool(value, field, &mut config.masq_link_local_ipv6, &mut errors);
+                decode_bool(&value, field, &mut config.masq_link_local_ipv6, &mut errors);
             }
-            RESYNC_INTERVAL => config.resync_interval = decode_duration(value)?,
+            RESYNC_INTERVAL => config.resync_interval = decode_duration(&value)?,
             _ => {}
         }
     }
-    errors.first.map_or(Ok(config), Err)
+    errors.map_or(Ok(config), Err)
 }
 
 /// A `[]string` field. `null` makes it nil (`None`), an array a list, empty or not. Go decodes
 /// an array into the existing slice: a `null` element keeps the value already at that index
 /// (upstream's defaults!) or is empty past its end.
-fn decode_cidrs(value: &JsonValue, target: &mut Option<Vec<String>>, errors: &mut Errors) {
+fn decode_cidrs(value: JsonValue, target: &mut Option<Vec<String>>, errors: &mut Errors) {
     let field = NON_MASQUERADE_CIDRS;
     match value {
         JsonValue::Null => *target = None,
         JsonValue::Array(items) => {
             let previous = target.take().unwrap_or_default();
             let target = target.insert(Vec::with_capacity(items.len()));
-            for (index, item) in items.iter().enumerate() {
+            for (index, item) in items.into_iter().enumerate() {
                 let decoded = match item {
-                    JsonValue::String(text) => text.clone(),
+                    JsonValue::String(text) => text,
                     JsonValue::Null => previous.get(index).cloned().unwrap_or_default(),
                     other => {
-                        errors.save(other, field, "string");
+                        save(errors, &other, field, "string");
                         previous.get(index).cloned().unwrap_or_default()
                     }
                 };
                 target.push(decoded);
             }
         }
-        other => errors.save(other, field, "[]string"),
+        other => save(errors, &other, field, "[]string"),
     }
 }
 
@@ -170,9 +162,9 @@ fn decode_int(value: &JsonValue, field: &'static str, target: &mut i64, errors: 
         JsonValue::Null => {}
         JsonValue::Number(literal) => match literal.parse::<i64>() {
             Ok(number) => *target = number,
-            Err(_) => errors.save(value, field, "int"),
+            Err(_) => save(errors, value, field, "int"),
         },
-        other => errors.save(other, field, "int"),
+        other => save(errors, other, field, "int"),
     }
 }
 
@@ -181,7 +173,7 @@ fn decode_bool(value: &JsonValue, field: &'static str, target: &mut bool, errors
     match value {
         JsonValue::Null => {}
         JsonValue::Bool(flag) => *target = *flag,
-        other => errors.save(other, field, "bool"),
+        other => save(errors, other, field, "bool"),
     }
 }
 
@@ -224,7 +216,8 @@ mod tests {
     }
 
     fn upstream(document: &JsonValue) -> Result<MasqConfig, String> {
-        decode_upstream(document, MasqConfig::defaults(false)).map_err(|error| error.to_string())
+        decode_upstream(document.clone(), MasqConfig::defaults(false))
+            .map_err(|error| error.to_string())
     }
 
     #[test]
@@ -297,7 +290,7 @@ mod tests {
             config.non_masquerade_cidrs.as_deref().unwrap_or_default(),
             ["10.0.0.0/8", "1.0.0.0/8", "192.168.0.0/16", ""]
         );
-        let azure = decode_azure(&object(&[("nonMasqueradeCIDRs", cidrs)])).expect("valid");
+        let azure = decode_azure(object(&[("nonMasqueradeCIDRs", cidrs)])).expect("valid");
         assert_eq!(azure.non_masquerade_cidrs, ["", "1.0.0.0/8", "", ""]);
     }
 
@@ -393,7 +386,7 @@ mod tests {
             ("masqLinkLocal", JsonValue::Bool(true)),
         ]);
         assert_eq!(
-            decode_azure(&document),
+            decode_azure(document),
             Ok(AzureFileConfig {
                 non_masquerade_cidrs: Vec::new(),
                 masq_link_local: true,

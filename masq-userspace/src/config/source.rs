@@ -2,7 +2,7 @@
 //! turning it into the [`EffectiveConfig`] everything else derives from.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeSet, HashSet},
     fs::{self, File},
     io::{self, Read as _},
     os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _},
@@ -58,8 +58,8 @@ pub struct ReadOptions {
 pub enum CidrOrigin {
     /// The built-in defaults.
     Default,
-    /// A config file (its path).
-    File(PathBuf),
+    /// A config file (its path, shared by all of the file's CIDRs).
+    File(Arc<Path>),
 }
 
 /// A validated non-masquerade CIDR and where it came from.
@@ -416,18 +416,19 @@ fn load_file(path: &Path, options: &ReadOptions) -> Result<EffectiveConfig, Conf
     }
     let document = read_document(path)?;
     let base = MasqConfig::defaults(options.nomasq_all_reserved_ranges);
-    let raw = decode::decode_upstream(&document, base).map_err(ConfigError::Decode)?;
+    let raw = decode::decode_upstream(document, base).map_err(ConfigError::Decode)?;
     let cidrs = validate_cidrs(
         raw.non_masquerade_cidrs.as_deref().unwrap_or_default(),
         raw.cidr_limit,
         options.enable_ipv6,
     )
     .map_err(ConfigError::Invalid)?;
+    let origin = CidrOrigin::File(path.into());
     let cidrs = cidrs
         .into_iter()
         .map(|cidr| SourcedCidr {
             cidr,
-            origin: CidrOrigin::File(path.to_path_buf()),
+            origin: origin.clone(),
         })
         .collect();
     Ok(EffectiveConfig::new(
@@ -459,6 +460,7 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
     }
 
     let mut merged: Vec<SourcedCidr> = Vec::new();
+    let mut seen = HashSet::new();
     let (mut masq_link_local, mut masq_link_local_ipv6) = (false, false);
     for name in &names {
         let path = dir.join(name);
@@ -471,23 +473,22 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
         };
         let document = read_document(&path).map_err(in_file)?;
         let file =
-            decode::decode_azure(&document).map_err(|error| in_file(ConfigError::Decode(error)))?;
+            decode::decode_azure(document).map_err(|error| in_file(ConfigError::Decode(error)))?;
         let cidrs = validate_cidrs(
             &file.non_masquerade_cidrs,
             AZURE_CIDR_LIMIT,
             options.enable_ipv6,
         )
         .map_err(|error| in_file(ConfigError::Invalid(error)))?;
+        let origin = CidrOrigin::File(path.into());
+        // The Azure agent deduplicates identical strings (its order is random; ours is the
+        // order files and entries were read in).
         for cidr in cidrs {
-            // The Azure agent deduplicates identical strings (its order is random; ours is
-            // the order files and entries were read in).
-            if !merged
-                .iter()
-                .any(|known| known.cidr.as_str() == cidr.as_str())
-            {
+            // Equal texts parse to equal CIDRs, so the set compares the texts.
+            if seen.insert(cidr.clone()) {
                 merged.push(SourcedCidr {
                     cidr,
-                    origin: CidrOrigin::File(path.clone()),
+                    origin: origin.clone(),
                 });
             }
         }

@@ -1,6 +1,6 @@
 //! Bringing the datapath maps in line with the policy and the agent's settings.
 
-use std::{collections::BTreeMap, net::Ipv4Addr};
+use std::{cmp::Ordering, collections::BTreeMap, net::Ipv4Addr};
 
 use aya::maps::lpm_trie::Key;
 use masq_common::{
@@ -76,16 +76,29 @@ pub fn sync_nomasq(
             .map(|(addr, prefix, kind)| ((Ipv4Addr::from(addr), prefix), kind))
             .collect(),
     };
-    let changes: Vec<((Ipv4Addr, u8), u32)> = desired
-        .iter()
-        .filter(|(key, kind)| current.get(*key) != Some(*kind))
-        .map(|(&key, &kind)| (key, kind))
-        .collect();
-    let stale: Vec<(Ipv4Addr, u8)> = current
-        .keys()
-        .filter(|key| !desired.contains_key(*key))
-        .copied()
-        .collect();
+    // Both maps are sorted: one walk over the two finds what to write and what to delete, so
+    // a small change to a large list costs no lookups per entry.
+    let (mut changes, mut stale) = (Vec::new(), Vec::new());
+    let (mut want, mut have) = (desired.iter().peekable(), current.iter().peekable());
+    loop {
+        let order = match (want.peek(), have.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((wanted, _)), Some((held, _))) => wanted.cmp(held),
+        };
+        match order {
+            Ordering::Less => changes.extend(want.next().map(|(&key, &kind)| (key, kind))),
+            Ordering::Greater => stale.extend(have.next().map(|(&key, _)| key)),
+            Ordering::Equal => {
+                if let (Some((&key, &kind)), Some((_, &held))) = (want.next(), have.next())
+                    && kind != held
+                {
+                    changes.push((key, kind));
+                }
+            }
+        }
+    }
     let report = TrieSync {
         added: changes.len(),
         removed: stale.len(),
@@ -125,7 +138,13 @@ pub fn sync_nomasq(
     })();
     match applied {
         Ok(()) => {
-            maps.nomasq_last_synced = Some(desired.clone());
+            // What the trie now holds, without copying the whole desired map.
+            let mut synced = current;
+            for key in &stale {
+                synced.remove(key);
+            }
+            synced.extend(changes);
+            maps.nomasq_last_synced = Some(synced);
             Ok(report)
         }
         // The undo may fail too: the next sync reads what the kernel holds.
