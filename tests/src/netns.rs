@@ -96,7 +96,10 @@ impl Netns {
     /// As [`Self::add_veth`], with this side at interface index `index` when given.
     pub fn add_veth_at(&self, name: &str, index: Option<u32>, peer: &Self, peer_name: &str) {
         let index = index.map(|index| index.to_string());
-        let at: Vec<&str> = index.iter().flat_map(|index| ["index", index.as_str()]).collect();
+        let at: Vec<&str> = index
+            .iter()
+            .flat_map(|index| ["index", index.as_str()])
+            .collect();
         let mut args = vec!["link", "add", name];
         args.extend(at);
         args.extend([
