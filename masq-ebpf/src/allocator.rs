@@ -14,7 +14,7 @@ use aya_log_ebpf::debug;
 use masq_common::{
     counters::Counter,
     layout::{PROG_SLOT_ALLOCATOR, PROG_SLOT_NEW_FLOW},
-    nat::{AllocRequest, ORIGIN_HOST},
+    nat::{NatKeyV4, ORIGIN_HOST},
 };
 
 use crate::{
@@ -26,17 +26,30 @@ use crate::{
     verdict::Verdict,
 };
 
-/// Asks the allocator to map `request`'s flow and translate the packet. Does not return when
-/// the tail call succeeds; returns if the allocator's slot is empty.
+/// Asks the allocator to map the flow of `key`, leaving by the uplink whose address is
+/// `snat_addr`, and to translate the packet. Does not return when the tail call succeeds;
+/// returns if the allocator's slot is empty.
+///
+/// Only the fields the allocator reads are written: the rest of the slot is its output and
+/// scratch space, and writing a whole zeroed request costs a call to a byte-by-byte memset.
 #[inline(always)]
-pub(crate) fn hand_over(ctx: &TcContext, request: &AllocRequest) {
+pub(crate) fn hand_over(
+    ctx: &TcContext,
+    key: &NatKeyV4,
+    snat_addr: [u8; 4],
+    origin: u8,
+    flow_flags: u8,
+) {
     let Some(slot) = ALLOC_REQUEST.get_ptr_mut(0) else {
         return;
     };
     // SAFETY: per-CPU array slots are private to this CPU while the program runs, and the tail
     // call below runs the allocator on this CPU before anything else can.
     unsafe {
-        *slot = *request;
+        (*slot).key = *key;
+        (*slot).snat_addr = snat_addr;
+        (*slot).origin = origin;
+        (*slot).flow_flags = flow_flags;
         PROGS.tail_call(ctx, PROG_SLOT_ALLOCATOR);
     }
 }

@@ -15,10 +15,7 @@ use aya_ebpf::{btf_maps::lpm_trie::Key, programs::TcContext};
 use masq_common::{
     counters::Counter,
     layout::NOMASQ_KIND_LINK_LOCAL,
-    nat::{
-        AllocRequest, Direction, FlowMarks, NatEntryV4, NatKeyV4, ORIGIN_HOST, ORIGIN_INBOUND,
-        ORIGIN_POD, PortSearch, proto,
-    },
+    nat::{Direction, NatEntryV4, NatKeyV4, ORIGIN_HOST, ORIGIN_INBOUND, ORIGIN_POD, proto},
     settings::Settings,
 };
 
@@ -136,26 +133,7 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, node_ip: [u8; 4], ip: &Ip
         count(Counter::EgressTcpMidstreamPassed);
         return Verdict::Pass;
     }
-    allocator::hand_over(
-        ctx,
-        &AllocRequest {
-            key,
-            snat_addr: node_ip,
-            origin,
-            flow_flags,
-            pad: [0; 2],
-            entry: NatEntryV4 {
-                addr: [0; 4],
-                port: 0,
-                origin: 0,
-                pad: 0,
-                marks: FlowMarks::from_bits(0),
-                created_ns: 0,
-                last_seen_ns: 0,
-            },
-            search: PortSearch::default(),
-        },
-    );
+    allocator::hand_over(ctx, &key, node_ip, origin, flow_flags);
     // Only reached when the tail call failed: the allocator is not in its slot.
     count(Counter::EgressDropNoAllocator);
     Verdict::Drop

@@ -169,7 +169,7 @@ impl Plan {
             nat_entries: conntrack_max.saturating_mul(2),
             connect_pairs: 12,
             connect_window: Duration::from_millis(200),
-            stream_pairs: 4,
+            stream_pairs: 8,
             stream_seconds: 1,
             program: ProgramSettings {
                 nat_entries: conntrack_max.saturating_mul(2),
@@ -256,6 +256,15 @@ fn machine(args: &Args, cores: usize) -> Run {
         iptables: output("iptables", &["--version"]),
         elapsed: Duration::ZERO,
         quick: args.quick,
+        mitigations: ["spectre_v2", "retbleed", "spec_rstack_overflow"]
+            .map(|name| {
+                let state = std::fs::read_to_string(format!(
+                    "/sys/devices/system/cpu/vulnerabilities/{name}"
+                ))
+                .unwrap_or_else(|_| "unknown".to_owned());
+                format!("{name}: {}", state.trim())
+            })
+            .join("; "),
     }
 }
 

@@ -78,6 +78,13 @@ fn single_runs<F: AsRef<[u8]>>(program: &SchedClassifier, frames: &[F]) -> Resul
     Ok(median(times?))
 }
 
+/// The rows the report reasons about, by their path text.
+pub(crate) const ESTABLISHED_REPEATED: &str =
+    "egress, established flow, repeated (lookup, rewrite; warm caches)";
+pub(crate) const EXEMPT: &str = "egress, exempt destination (lookup miss, trie)";
+pub(crate) const NOT_IPV4: &str = "egress, not IPv4 (parse, pass)";
+pub(crate) const NEW_FLOW: &str = "egress, new flow into a nearly full table";
+
 /// One row of the table: which field of [`Times`] it shows.
 type Field = fn(&Times) -> f64;
 
@@ -209,16 +216,11 @@ pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
         ("egress, established flow (lookup, rewrite)", |t| {
             t.established
         }),
-        (
-            "egress, established flow, repeated (lookup, rewrite; warm caches)",
-            |t| t.established_repeated,
-        ),
+        (ESTABLISHED_REPEATED, |t| t.established_repeated),
         ("ingress, reply of a flow (lookup, rewrite)", |t| t.reply),
-        ("egress, exempt destination (lookup miss, trie)", |t| {
-            t.exempt
-        }),
-        ("egress, not IPv4 (parse, pass)", |t| t.non_ip),
-        ("egress, new flow into a nearly full table", |t| t.new_flow),
+        (EXEMPT, |t| t.exempt),
+        (NOT_IPV4, |t| t.non_ip),
+        (NEW_FLOW, |t| t.new_flow),
         ("egress, new flow refused by a full table", |t| t.refused),
         (
             "(timing one single run, subtracted from the single-run rows)",
