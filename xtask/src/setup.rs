@@ -32,6 +32,7 @@ pub(crate) const TEST_PACKAGES: &[&str] = &[
     "kubectl",           // kubectl kustomize: render the manifests under deploy/
     "iperf3",            // the benchmark's TCP stream
     "fonts-dejavu-core", // the font of the benchmark's plot
+    "linux-perf",        // the benchmark's profile of the path core
 ];
 
 /// Debian packages `cargo xtask image` uses: buildah assembles the image, iptables is copied

@@ -19,6 +19,7 @@ mod footprint;
 mod frames;
 mod interleave;
 mod paths;
+mod profile;
 mod progtime;
 mod report;
 mod tcp;
@@ -112,6 +113,8 @@ struct Plan {
     program: ProgramSettings,
     apply_sizes: Vec<usize>,
     footprint: FootprintSettings,
+    /// How long each profile samples the path's core.
+    profile: Duration,
 }
 
 impl Plan {
@@ -154,6 +157,7 @@ impl Plan {
                     scan: Duration::from_millis(1500),
                     expire: false,
                 },
+                profile: Duration::from_millis(500),
             };
         }
         Self {
@@ -186,6 +190,7 @@ impl Plan {
                 scan: Duration::from_secs(12),
                 expire: true,
             },
+            profile: Duration::from_secs(4),
         }
     }
 }
@@ -345,6 +350,9 @@ fn check(results: &Results) -> Result<()> {
     {
         bail!("a BPF_PROG_TEST_RUN time is missing");
     }
+    if results.profiles.established.top.is_empty() || results.profiles.new_flows.top.is_empty() {
+        bail!("a perf profile is empty");
+    }
     if results.apply.is_empty() || results.footprint.phases.is_empty() {
         bail!("the config apply or footprint part produced nothing");
     }
@@ -412,7 +420,7 @@ fn main() -> Result<()> {
     }
     drop(reference);
 
-    let (program, apply, footprint) = if args.traffic_only {
+    let (program, apply, footprint, profiles) = if args.traffic_only {
         Default::default()
     } else {
         eprintln!("bench: datapath programs (BPF_PROG_TEST_RUN)");
@@ -424,7 +432,10 @@ fn main() -> Result<()> {
             apply.push(apply::measure(cidrs)?);
         }
         eprintln!("bench: the agent's footprint");
-        (program, apply, footprint::measure(&plan.footprint, cores)?)
+        let footprint = footprint::measure(&plan.footprint, cores)?;
+        eprintln!("bench: profiling masq's path core (perf)");
+        let profiles = udp::profile_masq(plan.nat_entries, cores, plan.profile)?;
+        (program, apply, footprint, profiles)
     };
     run.elapsed = started.elapsed();
     let results = Results {
@@ -435,6 +446,7 @@ fn main() -> Result<()> {
         program_many: plan.program.many_cidrs,
         apply,
         footprint,
+        profiles,
     };
     let plot_name = args
         .plot

@@ -53,6 +53,7 @@ pub(crate) struct Results {
     pub(crate) program_many: usize,
     pub(crate) apply: Vec<ApplyTimes>,
     pub(crate) footprint: Footprint,
+    pub(crate) profiles: crate::profile::Profiles,
 }
 
 /// The four traffic tests, in report order.
@@ -192,6 +193,43 @@ fn bounds(results: &Results, out: &mut String) {
         program(crate::progtime::NEW_FLOW),
         new_flows.extra_path_ns()
     );
+}
+
+/// The perf profiles of the path's core, side by side.
+fn profiles(results: &Results, out: &mut String) {
+    let (established, new_flows) = (&results.profiles.established, &results.profiles.new_flows);
+    if established.top.is_empty() && new_flows.top.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\n## Where the path's core spends its time (perf)\n");
+    let _ = writeln!(
+        out,
+        "`perf record -C <path core>` while masq (3 CIDRs) carries established flows, then new \
+         flows into a table kept full but for the flows a window creates ({} and {} samples): \
+         the functions with the largest shares of the core, masq's programs among them. The \
+         rest of each column is the stack's forwarding, which no NAT pays too.\n",
+        established.samples, new_flows.samples
+    );
+    let _ = writeln!(
+        out,
+        "| established flows | share | new flows, table full | share |"
+    );
+    let _ = writeln!(out, "|---|---:|---|---:|");
+    let rows = established.top.len().max(new_flows.top.len());
+    let cell = |profile: &crate::profile::Profile, row: usize| {
+        profile.top.get(row).map_or_else(
+            || " | ".to_owned(),
+            |(function, share)| format!("`{function}` | {:.1}%", 100.0 * share),
+        )
+    };
+    for row in 0..rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} |",
+            cell(established, row),
+            cell(new_flows, row)
+        );
+    }
 }
 
 /// Why a generator figure is what it is.
@@ -399,6 +437,7 @@ pub(crate) fn markdown(results: &Results, plot_name: &str) -> String {
     }
 
     bounds(results, &mut out);
+    profiles(results, &mut out);
 
     let _ = writeln!(out, "\n## Applying a config\n");
     let _ = writeln!(

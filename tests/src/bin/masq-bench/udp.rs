@@ -426,3 +426,49 @@ pub(crate) fn soak(
         Ok(())
     })
 }
+
+/// Where the path's core spends its time on masq's established and new-flow traffic, sampled
+/// by `perf` on that core alone: the profile that says what bounds each figure.
+pub(crate) fn profile_masq(
+    nat_entries: u32,
+    cores: Cores,
+    length: Duration,
+) -> Result<crate::profile::Profiles> {
+    let path = BenchPath::new(Mode::Masq, 3, nat_entries, cores)?;
+    let established = udp_flows(&path.link, SINK, ESTABLISHED_IDS..ESTABLISHED_IDS + 256);
+    let mut maps = path.masq_maps()?;
+    on_core(cores.generator, || {
+        warm(&path, &established)?;
+        let established = crate::profile::sample(cores.path, || {
+            window(&path, &established, true, length).map(drop)
+        })?;
+        // As in the new-flow test: the table full but for the flows a window creates, which
+        // are deleted again after each window.
+        let capacity = u64::from(nat_entries / 2);
+        let window_flows = (capacity / 8).clamp(64, 65_536);
+        let mut prefill_ids = PREFILL_IDS;
+        fill(
+            &path,
+            &MasqTable { maps: &maps },
+            SINK,
+            &mut prefill_ids,
+            capacity - window_flows,
+        )?;
+        let mut next_id = WINDOW_IDS;
+        let started = Instant::now();
+        let new_flows = crate::profile::sample(cores.path, || {
+            while started.elapsed() < length && !crate::interrupted() {
+                let ids = next_id..next_id + window_flows;
+                next_id += window_flows;
+                let frames = udp_flows(&path.link, SINK, ids.clone());
+                window(&path, &frames, false, length)?;
+                forget_masq_flows(&mut maps, &path.link, ids);
+            }
+            Ok(())
+        })?;
+        Ok(crate::profile::Profiles {
+            established,
+            new_flows,
+        })
+    })
+}

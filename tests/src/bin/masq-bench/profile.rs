@@ -1,0 +1,131 @@
+//! `perf` samples of the path's core while traffic crosses it: which kernel functions (and
+//! which of masq's programs) its time goes to.
+
+use std::{path::PathBuf, process::Stdio};
+
+use anyhow::{Context as _, Result, bail};
+
+/// The functions with the largest shares of one profile, largest first.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Profile {
+    /// (function, share of the core's samples, 0 to 1).
+    pub(crate) top: Vec<(String, f64)>,
+    /// Samples taken.
+    pub(crate) samples: u64,
+}
+
+/// The two profiles the report shows.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Profiles {
+    pub(crate) established: Profile,
+    pub(crate) new_flows: Profile,
+}
+
+/// Functions listed per profile.
+const TOP: usize = 12;
+
+/// Samples `core` with `perf record` while `work` runs.
+pub(crate) fn sample(core: usize, work: impl FnOnce() -> Result<()>) -> Result<Profile> {
+    let data = PathBuf::from(format!("/tmp/masq-bench-perf-{}.data", std::process::id()));
+    let recorder = std::process::Command::new("perf")
+        .args(["record", "--quiet", "-C", &core.to_string(), "-o"])
+        .arg(&data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting perf record (cargo xtask bench installs linux-perf)")?;
+    // perf needs a moment to open its events before the traffic starts.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let worked = work();
+    // SIGINT makes perf record write its file and exit.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(recorder.id()).unwrap_or(i32::MAX)),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .context("stopping perf record")?;
+    let recorded = recorder
+        .wait_with_output()
+        .context("waiting for perf record")?;
+    worked?;
+    if !recorded.status.success() && !data.exists() {
+        bail!(
+            "perf record failed: {}",
+            String::from_utf8_lossy(&recorded.stderr)
+        );
+    }
+    let report = std::process::Command::new("perf")
+        .args(["report", "--stdio", "--no-children", "--sort", "sym", "-i"])
+        .arg(&data)
+        .output()
+        .context("running perf report")?;
+    let _ = std::fs::remove_file(&data);
+    if !report.status.success() {
+        bail!(
+            "perf report failed: {}",
+            String::from_utf8_lossy(&report.stderr)
+        );
+    }
+    Ok(parse(&String::from_utf8_lossy(&report.stdout)))
+}
+
+/// The top functions of `perf report --stdio --no-children --sort sym` output.
+fn parse(report: &str) -> Profile {
+    let samples = report
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("# Samples: ")?
+                .split_whitespace()
+                .next()
+                .map(str::to_owned)
+        })
+        .map_or(0, |count| {
+            let (digits, scale) = match count.strip_suffix('K') {
+                Some(digits) => (digits, 1_000.0),
+                None => (count.as_str(), 1.0),
+            };
+            (digits.parse::<f64>().unwrap_or(0.0) * scale) as u64
+        });
+    let top = report
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let share = fields.next()?.strip_suffix('%')?.parse::<f64>().ok()?;
+            let _kind = fields.next()?;
+            let function: Vec<&str> = fields.collect();
+            (!function.is_empty()).then(|| (readable(&function.join(" ")), share / 100.0))
+        })
+        .take(TOP)
+        .collect();
+    Profile { top, samples }
+}
+
+/// A JITed program's symbol (`bpf_prog_<tag>_<name>`) by its name; anything else as it is.
+fn readable(symbol: &str) -> String {
+    symbol
+        .strip_prefix("bpf_prog_")
+        .and_then(|rest| rest.split_once('_'))
+        .map_or_else(
+            || symbol.to_owned(),
+            |(_tag, name)| format!("{name} (eBPF program)"),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_perf_report_lines() {
+        let report = "# Samples: 18K of event 'cpu-clock:ppp'\n#\n     24.68%  [k] lookup_nulls_elem_raw\n      6.14%  [k] bpf_prog_03a2f839501d4a8e_masq_egress\n\n";
+        let profile = parse(report);
+        assert_eq!(profile.samples, 18_000);
+        let names: Vec<&str> = profile.top.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["lookup_nulls_elem_raw", "masq_egress (eBPF program)"]
+        );
+        let shares: Vec<f64> = profile.top.iter().map(|(_, share)| *share).collect();
+        assert!((shares[0] - 0.2468).abs() < 1e-9 && (shares[1] - 0.0614).abs() < 1e-9);
+    }
+}
