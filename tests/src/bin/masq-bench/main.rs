@@ -433,7 +433,7 @@ fn main() -> Result<()> {
         }
         eprintln!("bench: the agent's footprint");
         let footprint = footprint::measure(&plan.footprint, cores)?;
-        eprintln!("bench: profiling masq's path core (perf)");
+        eprintln!("bench: profiling masq's path (perf)");
         let profiles = udp::profile_masq(plan.nat_entries, cores, plan.profile)?;
         (program, apply, footprint, profiles)
     };

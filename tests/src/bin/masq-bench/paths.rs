@@ -247,6 +247,11 @@ impl BenchPath {
             .sum()
     }
 
+    /// The kernel threads that run the path (the pod veth's NAPI thread, the core's ksoftirqd).
+    pub(crate) fn path_threads(&self) -> &[i32] {
+        &self.path_threads
+    }
+
     /// The config the agent reads.
     pub(crate) fn config(&self) -> &Config {
         &self.config

@@ -1,5 +1,5 @@
-//! `perf` samples of the path's core while traffic crosses it: which kernel functions (and
-//! which of masq's programs) its time goes to.
+//! `perf` samples of the path's kernel threads while traffic crosses it: which kernel functions
+//! (and which of masq's programs) its time goes to.
 
 use std::{path::PathBuf, process::Stdio};
 
@@ -24,11 +24,13 @@ pub(crate) struct Profiles {
 /// Functions listed per profile.
 const TOP: usize = 12;
 
-/// Samples `core` with `perf record` while `work` runs.
-pub(crate) fn sample(core: usize, work: impl FnOnce() -> Result<()>) -> Result<Profile> {
+/// Samples the path's kernel `threads` with `perf record` while `work` runs: the path's own
+/// time, whatever else runs on its core.
+pub(crate) fn sample(threads: &[i32], work: impl FnOnce() -> Result<()>) -> Result<Profile> {
     let data = PathBuf::from(format!("/tmp/masq-bench-perf-{}.data", std::process::id()));
+    let threads: Vec<String> = threads.iter().map(i32::to_string).collect();
     let recorder = std::process::Command::new("perf")
-        .args(["record", "--quiet", "-C", &core.to_string(), "-o"])
+        .args(["record", "--quiet", "-t", &threads.join(","), "-o"])
         .arg(&data)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

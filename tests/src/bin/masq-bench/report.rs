@@ -201,13 +201,14 @@ fn profiles(results: &Results, out: &mut String) {
     if established.top.is_empty() && new_flows.top.is_empty() {
         return;
     }
-    let _ = writeln!(out, "\n## Where the path's core spends its time (perf)\n");
+    let _ = writeln!(out, "\n## Where the path's time goes (perf)\n");
     let _ = writeln!(
         out,
-        "`perf record -C <path core>` while masq (3 CIDRs) carries established flows, then new \
-         flows into a table kept full but for the flows a window creates ({} and {} samples): \
-         the functions with the largest shares of the core, masq's programs among them. The \
-         rest of each column is the stack's forwarding, which no NAT pays too.\n",
+        "`perf record -t <the path's kernel threads>` while masq (3 CIDRs) carries established \
+         flows, then new flows into a table kept full but for the flows a window creates ({} \
+         and {} samples): the functions with the largest shares of the path's time, masq's \
+         programs among them. The rest of each column is the stack's forwarding, which no NAT \
+         pays too.\n",
         established.samples, new_flows.samples
     );
     let _ = writeln!(

@@ -427,8 +427,8 @@ pub(crate) fn soak(
     })
 }
 
-/// Where the path's core spends its time on masq's established and new-flow traffic, sampled
-/// by `perf` on that core alone: the profile that says what bounds each figure.
+/// Where the path's threads spend their time on masq's established and new-flow traffic,
+/// sampled by `perf`: the profile that says what bounds each figure.
 pub(crate) fn profile_masq(
     nat_entries: u32,
     cores: Cores,
@@ -439,7 +439,7 @@ pub(crate) fn profile_masq(
     let mut maps = path.masq_maps()?;
     on_core(cores.generator, || {
         warm(&path, &established)?;
-        let established = crate::profile::sample(cores.path, || {
+        let established = crate::profile::sample(path.path_threads(), || {
             window(&path, &established, true, length).map(drop)
         })?;
         // As in the new-flow test: the table full but for the flows a window creates, which
@@ -456,7 +456,7 @@ pub(crate) fn profile_masq(
         )?;
         let mut next_id = WINDOW_IDS;
         let started = Instant::now();
-        let new_flows = crate::profile::sample(cores.path, || {
+        let new_flows = crate::profile::sample(path.path_threads(), || {
             while started.elapsed() < length && !crate::interrupted() {
                 let ids = next_id..next_id + window_flows;
                 next_id += window_flows;
