@@ -6,7 +6,10 @@ use std::net::Ipv4Addr;
 use masq_common::{
     counters::{ALLOC_FAILED_SLOT, ALLOC_HISTOGRAM_BUCKETS, Counter},
     layout::NOMASQ_KIND_CIDR,
-    nat::{Direction, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, NatKeyV4, ORIGIN_HOST},
+    nat::{
+        Direction, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, FlowMarks, NatEntryV4, NatKeyV4,
+        ORIGIN_HOST,
+    },
     ports::PortRange,
 };
 use masq_testbed::{
@@ -971,4 +974,41 @@ fn udp_flows_opened_from_outside_are_answered_untranslated() {
     let cluster = Packet::udp("10.9.9.9:5000", "10.244.1.5:53").frame();
     assert_eq!(harness.ingress(&cluster).frame, cluster);
     assert_eq!(harness.counter(Counter::IngressInboundTracked), 1);
+}
+
+/// The agent reads the NAT table in batches (garbage collection, `masq nat list`, metrics):
+/// every entry of a table larger than one batch comes back, once.
+#[test]
+fn the_nat_table_is_read_whole_past_one_batch() {
+    let mut harness = Harness::sized(32_768, 64);
+    let mut written = std::collections::BTreeMap::new();
+    for index in 0..10_000u32 {
+        let [_, _, high, low] = index.to_be_bytes();
+        let key = NatKeyV4::new(
+            [10, 244, high, low],
+            [192, 0, 2, 9],
+            u16::try_from(1024 + index % 50_000).unwrap(),
+            443,
+            6,
+            Direction::Egress,
+        );
+        let entry = NatEntryV4 {
+            addr: [192, 0, 2, 1],
+            port: u16::try_from(index % 60_000).unwrap(),
+            origin: ORIGIN_HOST,
+            pad: 0,
+            marks: FlowMarks::from_bits(FLOW_SEEN),
+            created_ns: u64::from(index),
+            last_seen_ns: u64::from(index) * 2,
+        };
+        harness.datapath.maps.nat_v4.insert(key, entry, 0).unwrap();
+        written.insert(format!("{key:?}"), entry);
+    }
+    let read = harness.nat();
+    assert_eq!(read.len(), written.len(), "entries read");
+    let read: std::collections::BTreeMap<_, _> = read
+        .into_iter()
+        .map(|(key, entry)| (format!("{key:?}"), entry))
+        .collect();
+    assert_eq!(read, written);
 }

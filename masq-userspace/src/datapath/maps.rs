@@ -39,6 +39,8 @@ pub struct DatapathMaps {
     pub counters: PerCpuArray<MapData, u64>,
     /// Per-CPU port allocation histogram.
     pub alloc_retries: PerCpuArray<MapData, u64>,
+    /// The NAT table's own descriptor, for batch reads (aya's typed map does not lend its).
+    nat_fd: std::os::fd::OwnedFd,
     nat_capacity: u32,
     nomasq_capacity: u32,
     /// What the last successful trie sync wrote (see `sync::TrieView`); `None` when unknown.
@@ -90,12 +92,27 @@ impl DatapathMaps {
         mut get: impl FnMut(&'static str) -> Result<Map, DatapathError>,
     ) -> Result<Self, DatapathError> {
         let nat = get(MAP_NAT_V4)?;
-        let nat_capacity = match &nat {
-            Map::LruHashMap(data) | Map::HashMap(data) => data
-                .info()
-                .map_err(DatapathError::map("inspecting", MAP_NAT_V4))?
-                .max_entries(),
-            _ => 0,
+        let (nat_capacity, nat_fd) = match &nat {
+            Map::LruHashMap(data) | Map::HashMap(data) => (
+                data.info()
+                    .map_err(DatapathError::map("inspecting", MAP_NAT_V4))?
+                    .max_entries(),
+                std::os::fd::AsFd::as_fd(data.fd())
+                    .try_clone_to_owned()
+                    .map_err(|io_error| {
+                        DatapathError::map("opening", MAP_NAT_V4)(MapError::SyscallError(
+                            aya::sys::SyscallError {
+                                call: "dup",
+                                io_error,
+                            },
+                        ))
+                    })?,
+            ),
+            _ => {
+                return Err(DatapathError::map("opening", MAP_NAT_V4)(
+                    MapError::InvalidMapType { map_type: 0 },
+                ));
+            }
         };
         let nomasq = get(MAP_NOMASQ_V4)?;
         let nomasq_capacity = match &nomasq {
@@ -113,6 +130,7 @@ impl DatapathMaps {
             nomasq_v4: typed(nomasq, MAP_NOMASQ_V4)?,
             nomasq_capacity,
             nat_v4: typed(nat, MAP_NAT_V4)?,
+            nat_fd,
             nat_capacity,
             frags_v4: typed(get(MAP_FRAGS_V4)?, MAP_FRAGS_V4)?,
             counters: typed(get(MAP_COUNTERS)?, MAP_COUNTERS)?,
@@ -238,18 +256,12 @@ impl DatapathMaps {
             .collect()
     }
 
-    /// A snapshot of the NAT table. Entries created or deleted during the walk may be missed.
+    /// A snapshot of the NAT table, read in batches. Entries created or deleted during the read
+    /// may be missed.
     pub fn nat_entries(&self) -> Result<Vec<(NatKeyV4, NatEntryV4)>, DatapathError> {
-        let mut entries = Vec::new();
-        for item in self.nat_v4.iter() {
-            match item {
-                Ok(entry) => entries.push(entry),
-                // The entry vanished between listing its key and reading it.
-                Err(MapError::KeyNotFound) => {}
-                Err(error) => return Err(DatapathError::map("walking", MAP_NAT_V4)(error)),
-            }
-        }
-        Ok(entries)
+        use std::os::fd::AsFd as _;
+        super::batch::lookup_all(self.nat_fd.as_fd())
+            .map_err(DatapathError::map("reading", MAP_NAT_V4))
     }
 
     /// The non-masquerade trie's entries as (address, prefix length, kind).

@@ -3,6 +3,7 @@
 //! attach mode, and what the kernel says about tcx attachments.
 
 pub mod attach;
+mod batch;
 pub mod error;
 pub mod flows;
 pub mod gc;
