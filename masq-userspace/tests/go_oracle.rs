@@ -107,14 +107,16 @@ fn read_allowed() -> BTreeMap<String, (Allowed, String)> {
         .collect()
 }
 
-/// masq's config in the oracle's normalized form (a nil list is written as an empty one).
+/// The config masq will apply, in the oracle's normalized form: the CIDRs in rule order, `null`
+/// where Go's list is nil (upstream logs it so).
 fn normalized(config: &EffectiveConfig) -> Value {
+    let cidrs: Vec<&str> = config.cidrs.iter().map(|c| c.cidr.as_str()).collect();
     json!({
-        "cidrs": config.raw.non_masquerade_cidrs.clone().unwrap_or_default(),
-        "cidrLimit": config.raw.cidr_limit,
-        "masqLinkLocal": config.raw.masq_link_local,
-        "masqLinkLocalIPv6": config.raw.masq_link_local_ipv6,
-        "resyncInterval": config.raw.resync_interval.to_string(),
+        "cidrs": config.raw.non_masquerade_cidrs.as_ref().map(|_| cidrs),
+        "cidrLimit": config.cidr_limit,
+        "masqLinkLocal": config.masq_link_local,
+        "masqLinkLocalIPv6": config.masq_link_local_ipv6,
+        "resyncInterval": config.resync_interval.to_string(),
     })
 }
 
