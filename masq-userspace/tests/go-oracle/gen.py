@@ -112,6 +112,25 @@ FORMER_TESTS = {
                                                                           (True, False)],
     '{"nonMasqueradeCIDRs": ["::ffff:10.0.0.0/104"], "cidrLimit": 64}': [],
     '{"nonMasqueradeCIDRs": ["fc00::/7", "bad"], "cidrLimit": 64}': [],
+    # go_compat::json::tests::go_error_messages_end_of_input and go_error_messages: the cases
+    # that are config files (apimachinery reads them as JSON, its first non-space is `{`)
+    "{": [],
+    '{"a"': [],
+    '{"a":': [],
+    '{"a":1': [],
+    '{"X": "foo", "Y"}': [],
+    '{"a" 1}': [],
+    '{"X":12x}': [],
+    "{*}": [],
+    '{"a":1,}': [],
+    "{'a':1}": [],
+    '{"F3": -}': [],
+    '{"a":01}': [],
+    "{} {}": [],
+    "{}x": [],
+    "\x0c{}": [],
+    "{}\x0b": [],
+    "\u00a0{}": [],
     # go_compat::yaml::tests::alias_chains_nesting_past_any_thread_stack_are_rejected_as_go_
     # rejects_them: each anchor nests the previous one 9,990 levels deeper, 40,000 in all.
     "".join(f"k{n}: &a{n} " + "[" * 9990 + ("0" if n == 0 else f"*a{n - 1}") + "]" * 9990 + "\n"
