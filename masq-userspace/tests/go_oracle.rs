@@ -113,10 +113,10 @@ fn normalized(config: &EffectiveConfig) -> Value {
     let cidrs: Vec<&str> = config.cidrs.iter().map(|c| c.cidr.as_str()).collect();
     json!({
         "cidrs": config.raw.non_masquerade_cidrs.as_ref().map(|_| cidrs),
-        "cidrLimit": config.cidr_limit,
-        "masqLinkLocal": config.masq_link_local,
-        "masqLinkLocalIPv6": config.masq_link_local_ipv6,
-        "resyncInterval": config.resync_interval.to_string(),
+        "cidrLimit": config.raw.cidr_limit,
+        "masqLinkLocal": config.raw.masq_link_local,
+        "masqLinkLocalIPv6": config.raw.masq_link_local_ipv6,
+        "resyncInterval": config.raw.resync_interval.to_string(),
     })
 }
 

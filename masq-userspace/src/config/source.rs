@@ -33,15 +33,6 @@ pub enum ConfigSource {
     Directory(PathBuf),
 }
 
-impl ConfigSource {
-    /// The file or directory.
-    pub fn path(&self) -> &Path {
-        match self {
-            Self::File(path) | Self::Directory(path) => path,
-        }
-    }
-}
-
 /// Settings of the agent that shape how a config is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadOptions {
@@ -123,15 +114,8 @@ pub struct EffectiveConfig {
     /// Non-masquerade CIDRs in rule order (config order; in directory mode by file, then first
     /// appearance, duplicates removed).
     pub cidrs: Vec<SourcedCidr>,
-    /// Whether link-local destinations are masqueraded.
-    pub masq_link_local: bool,
-    /// Whether IPv6 link-local destinations are masqueraded.
-    pub masq_link_local_ipv6: bool,
-    /// How often to re-read the config.
-    pub resync_interval: GoDuration,
-    /// The `cidrLimit` that applied (directory mode: per file).
-    pub cidr_limit: i64,
-    /// The config in upstream's form, for logs.
+    /// The config in upstream's form (directory mode: the merged flags, the `cidrLimit` that
+    /// applied per file and `--resync-interval`): the flags, the interval, and the logs.
     pub raw: MasqConfig,
 }
 
@@ -355,20 +339,6 @@ pub fn load(source: &ConfigSource, options: &ReadOptions) -> Result<EffectiveCon
     }
 }
 
-impl EffectiveConfig {
-    fn new(origin: ConfigOrigin, raw: MasqConfig, cidrs: Vec<SourcedCidr>) -> Self {
-        Self {
-            origin,
-            cidrs,
-            masq_link_local: raw.masq_link_local,
-            masq_link_local_ipv6: raw.masq_link_local_ipv6,
-            resync_interval: raw.resync_interval,
-            cidr_limit: raw.cidr_limit,
-            raw,
-        }
-    }
-}
-
 fn defaults(
     origin: ConfigOrigin,
     options: &ReadOptions,
@@ -388,7 +358,7 @@ fn defaults(
             origin: CidrOrigin::Default,
         })
         .collect();
-    EffectiveConfig::new(origin, raw, cidrs)
+    EffectiveConfig { origin, cidrs, raw }
 }
 
 /// Reads a file and converts it to JSON as upstream does; a file holding no document is
@@ -431,11 +401,8 @@ fn load_file(path: &Path, options: &ReadOptions) -> Result<EffectiveConfig, Conf
             origin: origin.clone(),
         })
         .collect();
-    Ok(EffectiveConfig::new(
-        ConfigOrigin::File(path.to_path_buf()),
-        raw,
-        cidrs,
-    ))
+    let origin = ConfigOrigin::File(path.to_path_buf());
+    Ok(EffectiveConfig { origin, cidrs, raw })
 }
 
 /// The Azure agent's `syncConfig`: every `ip-masq*` entry of the directory, in name order, each
@@ -512,7 +479,11 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
         dir: dir.to_path_buf(),
         files: names,
     };
-    Ok(EffectiveConfig::new(origin, raw, merged))
+    Ok(EffectiveConfig {
+        origin,
+        cidrs: merged,
+        raw,
+    })
 }
 
 /// A file-mode config holding `cidrs` (as defaults) for the unit tests of the modules that
@@ -533,11 +504,11 @@ pub(crate) fn test_config(
                 origin: CidrOrigin::Default,
             })
             .collect(),
-        masq_link_local,
-        masq_link_local_ipv6,
-        resync_interval: super::DEFAULT_RESYNC_INTERVAL,
-        cidr_limit: super::DEFAULT_CIDR_LIMIT,
-        raw: MasqConfig::defaults(false),
+        raw: MasqConfig {
+            masq_link_local,
+            masq_link_local_ipv6,
+            ..MasqConfig::defaults(false)
+        },
     }
 }
 
@@ -698,8 +669,8 @@ mod tests {
         let config =
             load(&ConfigSource::Directory(dir.path().to_path_buf()), &options).expect("valid");
         assert_eq!(texts(&config), ["172.16.0.0/12", "10.0.0.0/8", "1.0.0.0/8"]);
-        assert!(config.masq_link_local);
-        assert_eq!(config.resync_interval.to_string(), "30s");
+        assert!(config.raw.masq_link_local);
+        assert_eq!(config.raw.resync_interval.to_string(), "30s");
         match &config.origin {
             ConfigOrigin::Directory { files, .. } => {
                 assert_eq!(files, &["ip-masq-agent", "ip-masq-agent-reconciled"]);
