@@ -11,7 +11,7 @@
 use std::{collections::BTreeMap, fmt::Write as _, fs, path::Path};
 
 use masq::config::{
-    go::GoDuration,
+    GoDuration,
     source::{ConfigError, ConfigSource, EffectiveConfig, ReadOptions, load},
 };
 use serde_json::{Value, json};

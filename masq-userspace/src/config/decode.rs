@@ -8,7 +8,7 @@
 
 use go_compat::json::{JsonValue, find_field};
 
-use super::{MasqConfig, go::GoDuration};
+use super::{GoDuration, MasqConfig};
 
 /// A value of the wrong type or an unparsable duration, with Go's message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

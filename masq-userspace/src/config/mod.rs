@@ -14,7 +14,6 @@
 
 pub mod cidr;
 pub mod decode;
-pub mod go;
 pub mod source;
 pub mod validate;
 
@@ -22,7 +21,8 @@ use std::fmt::Write as _;
 
 use go_compat::json::quote_string as json_string;
 
-use self::go::GoDuration;
+/// Go's `time.Duration`, which `resyncInterval` is.
+pub use go_compat::time::GoDuration;
 
 /// Where upstream mounts the config file.
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/config/ip-masq-agent";

@@ -13,14 +13,14 @@ use std::{
 };
 
 use super::{
-    AZURE_CIDR_LIMIT, CONFIG_FILE_PREFIX, MasqConfig,
+    AZURE_CIDR_LIMIT, CONFIG_FILE_PREFIX, GoDuration, MasqConfig,
     cidr::Cidr,
     decode::{self, DecodeError},
-    go::{GoDuration, quote},
     validate::{ValidationError, validate_cidrs},
 };
 use go_compat::{
     json::JsonValue,
+    strconv::quote,
     yaml::{self as goyaml, YamlError},
 };
 
