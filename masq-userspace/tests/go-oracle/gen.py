@@ -95,7 +95,8 @@ FORMER_TESTS = {
     '{"resyncInterval": "5m"}': [],
     # config::validate::tests::upstream_config_validate_cases
     '{"nonMasqueradeCIDRs": [], "cidrLimit": 64}': [],
-    '{"nonMasqueradeCIDRs": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"], "cidrLimit": 64}': [],
+    '{"nonMasqueradeCIDRs": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"], '
+    '"cidrLimit": 64}': [],
     '{"nonMasqueradeCIDRs": ["abcdefg"], "cidrLimit": 64}': [],
     '{"nonMasqueradeCIDRs": ["10.0.0.0/8", "abcdefg"], "cidrLimit": 64}': [],
     '{"nonMasqueradeCIDRs": ["10.256.0.0/16"], "cidrLimit": 64}': [],
