@@ -597,9 +597,8 @@ mod tests {
 
     #[test]
     fn go_error_messages_end_of_input() {
-        for text in [
-            "", "   ", "\n", "[2, 3", "{", "{\"a\"", "{\"a\":", "{\"a\":1", "\"abc", "[",
-        ] {
+        // As in go_error_messages, the config files among them are in the oracle corpus.
+        for text in ["", "   ", "\n", "[2, 3", "\"abc", "["] {
             assert_eq!(err(text), "unexpected end of JSON input", "{text:?}");
         }
         // Go's eof feeds a space to the state machine, which an open escape rejects.
@@ -612,34 +611,15 @@ mod tests {
 
     #[test]
     fn go_error_messages() {
+        // Inputs that are config files (the first non-space is `{`) are checked against Go in
+        // masq's oracle corpus (masq-userspace/tests/go-oracle).
         for (text, message) in [
-            (
-                r#"{"X": "foo", "Y"}"#,
-                "invalid character '}' after object key",
-            ),
-            (r#"{"a" 1}"#, "invalid character '1' after object key"),
-            (
-                r#"{"X":12x}"#,
-                "invalid character 'x' after object key:value pair",
-            ),
             ("[1, 2, 3+]", "invalid character '+' after array element"),
-            (
-                "{*}",
-                "invalid character '*' looking for beginning of object key string",
-            ),
-            (
-                "{\"a\":1,}",
-                "invalid character '}' looking for beginning of object key string",
-            ),
             (
                 "[1,]",
                 "invalid character ']' looking for beginning of value",
             ),
             ("x", "invalid character 'x' looking for beginning of value"),
-            (
-                "{'a':1}",
-                r"invalid character '\'' looking for beginning of object key string",
-            ),
             (":", "invalid character ':' looking for beginning of value"),
             (
                 "tx",
@@ -675,7 +655,6 @@ mod tests {
             ),
             ("truex", "invalid character 'x' after top-level value"),
             ("-", "invalid character ' ' in numeric literal"),
-            (r#"{"F3": -}"#, "invalid character '}' in numeric literal"),
             ("-a", "invalid character 'a' in numeric literal"),
             (
                 "1.",
@@ -695,10 +674,6 @@ mod tests {
                 "invalid character 'x' in exponent of numeric literal",
             ),
             ("01", "invalid character '1' after top-level value"),
-            (
-                r#"{"a":01}"#,
-                "invalid character '1' after object key:value pair",
-            ),
             ("+1", "invalid character '+' looking for beginning of value"),
             (".5", "invalid character '.' looking for beginning of value"),
             ("1.5.2", "invalid character '.' after top-level value"),
@@ -717,16 +692,9 @@ mod tests {
                 r#""\u""#,
                 r#"invalid character '"' in \u hexadecimal character escape"#,
             ),
-            ("{} {}", "invalid character '{' after top-level value"),
             ("1 2", "invalid character '2' after top-level value"),
-            ("{}x", "invalid character 'x' after top-level value"),
             ("[]\n\n]", "invalid character ']' after top-level value"),
             ("null,", "invalid character ',' after top-level value"),
-            (
-                "\u{c}{}",
-                r"invalid character '\f' looking for beginning of value",
-            ),
-            ("{}\u{b}", r"invalid character '\v' after top-level value"),
             (
                 "[x, \"\\q\"]",
                 "invalid character 'x' looking for beginning of value",
@@ -739,10 +707,6 @@ mod tests {
             (
                 "\u{feff}{}",
                 "invalid character 'ï' looking for beginning of value",
-            ),
-            (
-                "\u{a0}{}",
-                "invalid character 'Â' looking for beginning of value",
             ),
             ("[1\u{85}]", "invalid character 'Â' after array element"),
             (

@@ -87,7 +87,7 @@ impl Policy {
                 })
         };
         let mut ipv4: Vec<Rule> = Vec::new();
-        if !config.masq_link_local {
+        if !config.raw.masq_link_local {
             ipv4.push(link_local(
                 LINK_LOCAL_V4,
                 Network::V4(Ipv4Net::new_assert(Ipv4Addr::new(169, 254, 0, 0), 16)),
@@ -96,7 +96,7 @@ impl Policy {
         ipv4.extend(configured(Family::Ipv4));
         let mut ipv6: Vec<Rule> = Vec::new();
         if enable_ipv6 {
-            if !config.masq_link_local_ipv6 {
+            if !config.raw.masq_link_local_ipv6 {
                 ipv6.push(link_local(
                     LINK_LOCAL_V6,
                     Network::V6(Ipv6Net::new_assert(

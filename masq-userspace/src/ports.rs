@@ -9,7 +9,7 @@ use masq_common::{
     settings::MAX_PORT_RANGES,
 };
 
-use crate::config::go::{atoi, quote};
+use go_compat::strconv::{atoi, quote};
 
 /// Protocols upstream applies `--to-ports` to, in rule order.
 pub const TO_PORTS_PROTOCOLS: [&str; 3] = ["tcp", "udp", "sctp"];

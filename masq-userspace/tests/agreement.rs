@@ -14,8 +14,8 @@ use std::{
 
 use masq::{
     config::{
+        GoDuration,
         cidr::Family,
-        go::GoDuration,
         source::{ConfigSource, ReadOptions, load},
     },
     iptables::render::{DEFAULT_CHAIN, RuleOptions, restore_input},

@@ -11,7 +11,7 @@
 use std::{collections::BTreeMap, fmt::Write as _, fs, path::Path};
 
 use masq::config::{
-    go::GoDuration,
+    GoDuration,
     source::{ConfigError, ConfigSource, EffectiveConfig, ReadOptions, load},
 };
 use serde_json::{Value, json};
@@ -107,10 +107,12 @@ fn read_allowed() -> BTreeMap<String, (Allowed, String)> {
         .collect()
 }
 
-/// masq's config in the oracle's normalized form (a nil list is written as an empty one).
+/// The config masq will apply, in the oracle's normalized form: the CIDRs in rule order, `null`
+/// where Go's list is nil (upstream logs it so).
 fn normalized(config: &EffectiveConfig) -> Value {
+    let cidrs: Vec<&str> = config.cidrs.iter().map(|c| c.cidr.as_str()).collect();
     json!({
-        "cidrs": config.raw.non_masquerade_cidrs.clone().unwrap_or_default(),
+        "cidrs": config.raw.non_masquerade_cidrs.as_ref().map(|_| cidrs),
         "cidrLimit": config.raw.cidr_limit,
         "masqLinkLocal": config.raw.masq_link_local,
         "masqLinkLocalIPv6": config.raw.masq_link_local_ipv6,

@@ -376,7 +376,7 @@ impl Agent {
             .config
             .as_ref()
             .map_or(self.options.read.resync_interval, |config| {
-                config.resync_interval
+                config.raw.resync_interval
             });
         // Upstream busy-loops on zero or negative intervals; a second is the floor here.
         configured

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use masq::{
     agent::{self, AgentOptions, BackendKind},
-    config::go::GoDuration,
+    config::GoDuration,
     datapath::{attach::AttachMode, pins::DEFAULT_PIN_PATH},
     node::{self, reserved_ports::DEFAULT_SYSCTL_DIR},
     ports::parse_port_range,

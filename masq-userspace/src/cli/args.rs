@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args};
 use masq::{
     config::{
-        DEFAULT_CONFIG_FILE,
-        go::GoDuration,
+        DEFAULT_CONFIG_FILE, GoDuration,
         source::{ConfigSource, ReadOptions},
     },
     iptables::render::{DEFAULT_CHAIN, RuleOptions},

@@ -68,9 +68,9 @@ fn write_summary(
     writeln!(out, "  source:         {}", config.origin)?;
     let limit = match config.origin {
         ConfigOrigin::Directory { .. } | ConfigOrigin::NoMatchingFiles(_) => {
-            format!("limit {} per file", config.cidr_limit)
+            format!("limit {} per file", config.raw.cidr_limit)
         }
-        _ => format!("limit {}", config.cidr_limit),
+        _ => format!("limit {}", config.raw.cidr_limit),
     };
     writeln!(
         out,
@@ -112,7 +112,7 @@ fn write_summary(
     writeln!(
         out,
         "  link-local:     {}",
-        link_local(Family::Ipv4, config.masq_link_local, "masqLinkLocal")
+        link_local(Family::Ipv4, config.raw.masq_link_local, "masqLinkLocal")
     )?;
     if policy.ipv6_enabled() {
         writeln!(
@@ -120,7 +120,7 @@ fn write_summary(
             "  ipv6:           enabled; link-local {}",
             link_local(
                 Family::Ipv6,
-                config.masq_link_local_ipv6,
+                config.raw.masq_link_local_ipv6,
                 "masqLinkLocalIPv6"
             )
         )?;
@@ -130,7 +130,11 @@ fn write_summary(
             "  ipv6:           disabled (--enable-ipv6=false): IPv6 traffic is never masqueraded"
         )?;
     }
-    writeln!(out, "  resync:         every {}", config.resync_interval)?;
+    writeln!(
+        out,
+        "  resync:         every {}",
+        config.raw.resync_interval
+    )?;
     let ports = if args.flags.to_ports.is_empty() {
         "any (iptables); 1024-29999 (eBPF datapath)".to_owned()
     } else {

@@ -14,7 +14,6 @@
 
 pub mod cidr;
 pub mod decode;
-pub mod go;
 pub mod source;
 pub mod validate;
 
@@ -22,7 +21,8 @@ use std::fmt::Write as _;
 
 use go_compat::json::quote_string as json_string;
 
-use self::go::GoDuration;
+/// Go's `time.Duration`, which `resyncInterval` is.
+pub use go_compat::time::GoDuration;
 
 /// Where upstream mounts the config file.
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/config/ip-masq-agent";
@@ -120,23 +120,6 @@ impl MasqConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn defaults_follow_upstream() {
-        let plain = MasqConfig::defaults(false);
-        assert_eq!(
-            plain.non_masquerade_cidrs.as_deref(),
-            Some(DEFAULT_NON_MASQUERADE_CIDRS.map(str::to_owned).as_slice())
-        );
-        assert_eq!(plain.cidr_limit, 64);
-        assert!(!plain.masq_link_local && !plain.masq_link_local_ipv6);
-        assert_eq!(plain.resync_interval.to_string(), "1m0s");
-        let reserved = MasqConfig::defaults(true).non_masquerade_cidrs;
-        let reserved = reserved.as_deref().unwrap_or_default();
-        assert_eq!(reserved.len(), 11);
-        assert_eq!(reserved[3], "100.64.0.0/10");
-        assert_eq!(reserved[10], "240.0.0.0/4");
-    }
 
     #[test]
     fn go_json_form_matches_upstream_log() {

@@ -6,10 +6,11 @@ Each line is {"doc": base64 of the file's bytes, "ipv6": --enable-ipv6, "reserve
 says. The output is deterministic (fixed seed), so regenerating the corpus only changes it
 when this script, the seeds or the Go packages change.
 
-Documents come from three places: seeds.json (inputs of masq's own tests over the years),
-config-shaped documents built from lists of interesting keys, values and layouts, and
-mutations of those (characters inserted, deleted or replaced, bytes that are not UTF-8) that
-exercise the error paths and their wording.
+Documents come from four places: seeds.json (inputs of masq's own tests over the years),
+FORMER_TESTS (the documents of unit tests whose assertions now live here), config-shaped
+documents built from lists of interesting keys, values and layouts, and mutations of those
+(characters inserted, deleted or replaced, bytes that are not UTF-8) that exercise the error
+paths and their wording.
 """
 
 import base64
@@ -35,6 +36,110 @@ with open(os.path.join(HERE, "seeds.json"), encoding="utf-8") as seeds:
     for doc in json.load(seeds):
         emit(doc)
         emit(doc, ipv6=True, reserved=True)
+
+# ---------------------------------------------------------------------------------------------
+# Cases of masq's former unit tests, whole documents with the flags they were checked under;
+# their assertions now hold against Go itself. (ipv6, reserved) default to (False, False).
+FORMER_TESTS = {
+    # config::tests::defaults_follow_upstream
+    "{}": [(False, False), (False, True)],
+    # config::source::tests::yaml_and_json_read_the_same
+    "nonMasqueradeCIDRs:\n  - 172.16.0.0/12\n  - 10.0.0.0/8\ncidrLimit: 64\nmasqLinkLocal: true\n"
+    "resyncInterval: 5s\n": [],
+    '{"nonMasqueradeCIDRs":["172.16.0.0/12","10.0.0.0/8"],"cidrLimit":64,"masqLinkLocal":true,'
+    '"resyncInterval":"5s"}': [],
+    '{"resyncInterval":"\\u0035\\u006d"}': [],
+    # config::source::tests::partial_files_keep_defaults_for_absent_keys
+    "masqLinkLocal: true\n": [],
+    "nonMasqueradeCIDRs:\n  - 192.168.0.0/16\n": [],
+    # config::source::tests::an_explicit_empty_list_is_logged_as_go_logs_it (a nil list is
+    # null in the corpus, an empty one [])
+    "nonMasqueradeCIDRs: []\n": [],
+    '{"nonMasqueradeCIDRs": []}': [],
+    "nonMasqueradeCIDRs:\n": [],
+    '{"nonMasqueradeCIDRs": null}': [],
+    # config::source::tests::bad_files_report_upstream_messages
+    "*": [],
+    "{*": [],
+    "nonMasqueradeCIDRs:\n  - 10.0.0.1/8\n": [],
+    "nonMasqueradeCIDRs:\n  - fc00::/7\n": [],
+    "nonMasqueradeCIDRs:\n  -\n  - 1.0.0.0/8\n": [],
+    # config::decode::tests::absent_keys_keep_defaults
+    '{"masqLinkLocal": true}': [],
+    '{"foo": 1, "nonMasqueradeCidrsX": null}': [],
+    # config::decode::tests::keys_match_case_insensitively_with_exact_match_preferred
+    '{"NONMASQUERADECIDRS": ["1.0.0.0/8"], "CidrLimit": 5, "masqlinklocalipv6": true}': [],
+    '{"cidrLimit": 1, "CIDRLIMIT": 2}': [],
+    # config::decode::tests::null_empties_the_list_but_not_scalars
+    '{"nonMasqueradeCIDRs": null, "cidrLimit": null, "masqLinkLocal": null}': [],
+    # config::decode::tests::null_list_elements_keep_the_default_at_their_index
+    '{"nonMasqueradeCIDRs": [null, "1.0.0.0/8", null]}': [],
+    '{"nonMasqueradeCIDRs": [null, "1.0.0.0/8", null, null]}': [],
+    # config::decode::tests::type_errors_use_go_messages
+    '{"cidrLimit": "64"}': [],
+    '{"cidrLimit": 1.5}': [],
+    '{"cidrLimit": 64.0}': [],
+    '{"cidrLimit": 99999999999999999999}': [],
+    '{"masqLinkLocal": "true"}': [],
+    '{"masqLinkLocal": 1}': [],
+    '{"nonMasqueradeCIDRs": "10.0.0.0/8"}': [],
+    '{"nonMasqueradeCIDRs": [10]}': [],
+    '{"resyncInterval": 60}': [],
+    '{"resyncInterval": null}': [],
+    '{"resyncInterval": "abc"}': [],
+    "[]": [],
+    # config::decode::tests::first_type_error_wins_unless_a_duration_fails
+    '{"cidrLimit": "x", "masqLinkLocal": "y"}': [],
+    '{"cidrLimit": "x", "resyncInterval": "bad"}': [],
+    # config::decode::tests::durations_are_go_strings
+    '{"resyncInterval": "5m"}': [],
+    # config::validate::tests::upstream_config_validate_cases
+    '{"nonMasqueradeCIDRs": [], "cidrLimit": 64}': [],
+    '{"nonMasqueradeCIDRs": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"], '
+    '"cidrLimit": 64}': [],
+    '{"nonMasqueradeCIDRs": ["abcdefg"], "cidrLimit": 64}': [],
+    '{"nonMasqueradeCIDRs": ["10.0.0.0/8", "abcdefg"], "cidrLimit": 64}': [],
+    '{"nonMasqueradeCIDRs": ["10.256.0.0/16"], "cidrLimit": 64}': [],
+    '{"nonMasqueradeCIDRs": ["10.0.0.1/8"], "cidrLimit": 64}': [],
+    # config::validate::tests::the_limit_counts_everything_before_parsing
+    json.dumps({"nonMasqueradeCIDRs": [f"10.{i}.0.0/16" for i in range(65)], "cidrLimit": 64}): [],
+    json.dumps({"nonMasqueradeCIDRs": [f"10.{i}.0.0/16" for i in range(64)], "cidrLimit": 64}): [],
+    '{"nonMasqueradeCIDRs": ["garbage", "fc00::/7"], "cidrLimit": 1}': [],
+    '{"nonMasqueradeCIDRs": ["10.0.0.0/8"], "cidrLimit": 0}': [],
+    '{"nonMasqueradeCIDRs": ["10.0.0.0/8"], "cidrLimit": -1}': [],
+    '{"nonMasqueradeCIDRs": ["10.0.0.0/8", "10.0.0.0/8"], "cidrLimit": 64}': [],
+    # config::validate::tests::ipv6_needs_the_flag
+    '{"nonMasqueradeCIDRs": ["10.0.0.0/8", "fc00::/7"], "cidrLimit": 64}': [(False, False),
+                                                                          (True, False)],
+    '{"nonMasqueradeCIDRs": ["::ffff:10.0.0.0/104"], "cidrLimit": 64}': [],
+    '{"nonMasqueradeCIDRs": ["fc00::/7", "bad"], "cidrLimit": 64}': [],
+    # go_compat::json::tests::go_error_messages_end_of_input and go_error_messages: the cases
+    # that are config files (apimachinery reads them as JSON, its first non-space is `{`)
+    "{": [],
+    '{"a"': [],
+    '{"a":': [],
+    '{"a":1': [],
+    '{"X": "foo", "Y"}': [],
+    '{"a" 1}': [],
+    '{"X":12x}': [],
+    "{*}": [],
+    '{"a":1,}': [],
+    "{'a':1}": [],
+    '{"F3": -}': [],
+    '{"a":01}': [],
+    "{} {}": [],
+    "{}x": [],
+    "\x0c{}": [],
+    "{}\x0b": [],
+    "\u00a0{}": [],
+    # go_compat::yaml::tests::alias_chains_nesting_past_any_thread_stack_are_rejected_as_go_
+    # rejects_them: each anchor nests the previous one 9,990 levels deeper, 40,000 in all.
+    "".join(f"k{n}: &a{n} " + "[" * 9990 + ("0" if n == 0 else f"*a{n - 1}") + "]" * 9990 + "\n"
+            for n in range(4)): [],
+}
+for doc, flags in FORMER_TESTS.items():
+    for ipv6, reserved in flags or [(False, False)]:
+        emit(doc, ipv6=ipv6, reserved=reserved)
 
 # ---------------------------------------------------------------------------------------------
 # Building blocks.

@@ -99,8 +99,8 @@ func (c *MasqConfig) validate(enableIPv6 bool) error {
 	return nil
 }
 
-// accepted is the normalized form of an accepted config: the CIDR list is always a list, and
-// the interval is Go's Duration.String.
+// accepted is the normalized form of an accepted config: the CIDR list as json.Marshal writes
+// it (a nil list is null, an empty one []), and the interval is Go's Duration.String.
 type accepted struct {
 	Cidrs             []string `json:"cidrs"`
 	CidrLimit         int      `json:"cidrLimit"`
@@ -148,11 +148,7 @@ func run(doc []byte, enableIPv6, reserved bool, rec *record) {
 		fail(err)
 		return
 	}
-	cidrs := c.NonMasqueradeCIDRs
-	if cidrs == nil {
-		cidrs = []string{}
-	}
-	rec.OK = &accepted{cidrs, c.CidrLimit, c.MasqLinkLocal, c.MasqLinkLocalIPv6, c.ResyncInterval.String()}
+	rec.OK = &accepted{c.NonMasqueradeCIDRs, c.CidrLimit, c.MasqLinkLocal, c.MasqLinkLocalIPv6, c.ResyncInterval.String()}
 }
 
 func main() {

@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use masq::config::{
-    go::GoDuration,
+    GoDuration,
     source::{ConfigSource, ReadOptions},
 };
 
