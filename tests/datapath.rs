@@ -992,15 +992,14 @@ fn the_nat_table_is_read_whole_past_one_batch() {
             6,
             Direction::Egress,
         );
-        let entry = NatEntryV4 {
-            addr: [192, 0, 2, 1],
-            port: u16::try_from(index % 60_000).unwrap(),
-            origin: ORIGIN_HOST,
-            pad: 0,
-            marks: FlowMarks::from_bits(FLOW_SEEN),
-            created_ns: u64::from(index),
-            last_seen_ns: u64::from(index) * 2,
-        };
+        let entry = NatEntryV4::new(
+            [192, 0, 2, 1],
+            u16::try_from(index % 60_000).unwrap(),
+            ORIGIN_HOST,
+            FlowMarks::from_bits(FLOW_SEEN),
+            u64::from(index),
+            u64::from(index) * 2,
+        );
         harness.datapath.maps.nat_v4.insert(key, entry, 0).unwrap();
         written.insert(format!("{key:?}"), entry);
     }

@@ -50,14 +50,42 @@ impl Direction {
     }
 }
 
-/// Key of the NAT table.
+/// An address of one IP family as the tables store it: its bytes in network order.
+pub trait Address: Copy + Eq + core::fmt::Debug + core::hash::Hash {
+    /// Explicit padding between a [`NatEntry`]'s marks and its timestamps, so that the entry
+    /// has no implicit padding whatever the address's size.
+    type EntryPad: Copy + Eq + core::fmt::Debug;
+    /// The padding's (zero) value.
+    const ENTRY_PAD: Self::EntryPad;
+}
+
+impl Address for [u8; 4] {
+    type EntryPad = [u8; 0];
+    const ENTRY_PAD: [u8; 0] = [];
+}
+
+impl Address for [u8; 16] {
+    type EntryPad = [u8; 4];
+    const ENTRY_PAD: [u8; 4] = [0; 4];
+}
+
+/// Key of the IPv4 NAT table.
+pub type NatKeyV4 = NatKey<[u8; 4]>;
+/// Key of the IPv6 NAT table.
+pub type NatKeyV6 = NatKey<[u8; 16]>;
+/// Value of the IPv4 NAT table.
+pub type NatEntryV4 = NatEntry<[u8; 4]>;
+/// Value of the IPv6 NAT table.
+pub type NatEntryV6 = NatEntry<[u8; 16]>;
+
+/// Key of a NAT table: a packet's tuple, in one direction.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct NatKeyV4 {
+pub struct NatKey<A> {
     /// Source address of the packet this key matches, network byte order.
-    pub src_addr: [u8; 4],
+    pub src_addr: A,
     /// Destination address of the packet this key matches, network byte order.
-    pub dst_addr: [u8; 4],
+    pub dst_addr: A,
     /// Source port, host byte order (ICMP: identifier on egress, 0 on ingress).
     pub src_port: u16,
     /// Destination port, host byte order (ICMP: 0 on egress, identifier on ingress).
@@ -125,12 +153,12 @@ impl FlowMarks {
     }
 }
 
-/// Value of the NAT table.
+/// Value of a NAT table.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NatEntryV4 {
+pub struct NatEntry<A: Address> {
     /// Egress half: address the flow leaves with. Ingress half: the pod address to restore.
-    pub addr: [u8; 4],
+    pub addr: A,
     /// Egress half: port the flow leaves with. Ingress half: the pod port to restore.
     pub port: u16,
     /// `ORIGIN_*` of the flow.
@@ -139,6 +167,8 @@ pub struct NatEntryV4 {
     pub pad: u8,
     /// `FLOW_*` bits seen in this direction.
     pub marks: FlowMarks,
+    /// Keeps the layout free of implicit padding (see [`Address::EntryPad`]); always zero.
+    pub align: A::EntryPad,
     /// When the flow was created (`bpf_ktime_get_coarse_ns`, CLOCK_MONOTONIC).
     pub created_ns: u64,
     /// Last packet in this direction, refreshed at most once per [`TOUCH_INTERVAL_NS`].
@@ -149,12 +179,36 @@ pub struct NatEntryV4 {
 /// would write to a shared cache line per packet; flow lifetimes are measured in seconds.
 pub const TOUCH_INTERVAL_NS: u64 = 1_000_000_000;
 
-impl NatKeyV4 {
+impl<A: Address> NatEntry<A> {
+    /// An entry translating to `addr` and `port`.
+    #[inline(always)]
+    pub const fn new(
+        addr: A,
+        port: u16,
+        origin: u8,
+        marks: FlowMarks,
+        created_ns: u64,
+        last_seen_ns: u64,
+    ) -> Self {
+        Self {
+            addr,
+            port,
+            origin,
+            pad: 0,
+            marks,
+            align: A::ENTRY_PAD,
+            created_ns,
+            last_seen_ns,
+        }
+    }
+}
+
+impl<A: Address> NatKey<A> {
     /// A key of the given direction.
     #[inline(always)]
     pub const fn new(
-        src_addr: [u8; 4],
-        dst_addr: [u8; 4],
+        src_addr: A,
+        dst_addr: A,
         src_port: u16,
         dst_port: u16,
         protocol: u8,
@@ -182,7 +236,7 @@ impl NatKeyV4 {
     /// `remote:r -> node:n`; for an ingress half it is the original tuple. ICMP keeps the
     /// identifier on the local side of both keys.
     #[inline(always)]
-    pub const fn peer(&self, entry: &NatEntryV4) -> Self {
+    pub const fn peer(&self, entry: &NatEntry<A>) -> Self {
         match Direction::from_u8(self.direction) {
             Some(Direction::Ingress) => Self::new(
                 entry.addr,
@@ -205,24 +259,23 @@ impl NatKeyV4 {
 
     /// The value the other half of the flow holds: the translation that undoes this one.
     #[inline(always)]
-    pub const fn peer_entry(&self, entry: &NatEntryV4) -> NatEntryV4 {
+    pub const fn peer_entry(&self, entry: &NatEntry<A>) -> NatEntry<A> {
         let (addr, port) = match Direction::from_u8(self.direction) {
             Some(Direction::Ingress) => (self.dst_addr, self.dst_port),
             _ => (self.src_addr, self.src_port),
         };
-        NatEntryV4 {
+        NatEntry::new(
             addr,
             port,
-            origin: entry.origin,
-            pad: 0,
-            marks: FlowMarks::from_bits(0),
-            created_ns: entry.created_ns,
-            last_seen_ns: 0,
-        }
+            entry.origin,
+            FlowMarks::from_bits(0),
+            entry.created_ns,
+            0,
+        )
     }
 }
 
-crate::impl_pod!(NatKeyV4, NatEntryV4, FlowMarks);
+crate::impl_pod!(NatKeyV4, NatKeyV6, NatEntryV4, NatEntryV6, FlowMarks);
 
 /// What the egress program hands the port allocator it tail-calls (the flow that needs a
 /// mapping, decided on but not yet created), and the allocator hands the program that
@@ -312,15 +365,7 @@ mod tests {
     const NODE: [u8; 4] = [192, 0, 2, 1];
 
     fn entry(addr: [u8; 4], port: u16) -> NatEntryV4 {
-        NatEntryV4 {
-            addr,
-            port,
-            origin: ORIGIN_POD,
-            pad: 0,
-            marks: FlowMarks::from_bits(0),
-            created_ns: 7,
-            last_seen_ns: 9,
-        }
+        NatEntry::new(addr, port, ORIGIN_POD, FlowMarks::from_bits(0), 7, 9)
     }
 
     #[test]
@@ -369,6 +414,9 @@ mod tests {
         assert_eq!(size_of::<NatKeyV4>(), 16);
         // 4 + 2 + 1 + 1, eight mark bytes, two timestamps.
         assert_eq!(size_of::<NatEntryV4>(), 32);
+        assert_eq!(size_of::<NatKeyV6>(), 40);
+        // 16 + 2 + 1 + 1, eight mark bytes, four of padding, two timestamps.
+        assert_eq!(size_of::<NatEntryV6>(), 48);
         assert_eq!(size_of::<FragKeyV4>(), 12);
         assert_eq!(size_of::<FragEntryV4>(), 16);
         assert_eq!(size_of::<PortSearch>(), 16);

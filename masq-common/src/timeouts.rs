@@ -112,15 +112,14 @@ mod tests {
     use crate::nat::ORIGIN_POD;
 
     fn half(flags: u8, last_seen_s: u64) -> NatEntryV4 {
-        NatEntryV4 {
-            addr: [0; 4],
-            port: 0,
-            origin: ORIGIN_POD,
-            pad: 0,
-            marks: crate::nat::FlowMarks::from_bits(flags),
-            created_ns: 0,
-            last_seen_ns: last_seen_s * SECOND_NS,
-        }
+        NatEntryV4::new(
+            [0; 4],
+            0,
+            ORIGIN_POD,
+            crate::nat::FlowMarks::from_bits(flags),
+            0,
+            last_seen_s * SECOND_NS,
+        )
     }
 
     const T: FlowTimeouts = FlowTimeouts::LINUX_DEFAULTS;

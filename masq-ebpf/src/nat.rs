@@ -397,15 +397,14 @@ fn create(port: u16) -> Result<NatEntryV4, AllocError> {
     };
     let key = &request.key;
     let now = now_ns();
-    let restore = NatEntryV4 {
-        addr: key.src_addr,
-        port: key.src_port,
-        origin: request.origin,
-        pad: 0,
-        marks: FlowMarks::from_bits(0),
-        created_ns: now,
-        last_seen_ns: 0,
-    };
+    let restore = NatEntryV4::new(
+        key.src_addr,
+        key.src_port,
+        request.origin,
+        FlowMarks::from_bits(0),
+        now,
+        0,
+    );
     let reply_key = reply_key(&request, port);
     match NAT_V4.insert(reply_key, restore, u64::from(BPF_NOEXIST)) {
         Ok(()) => {}
@@ -414,15 +413,14 @@ fn create(port: u16) -> Result<NatEntryV4, AllocError> {
         Err(EEXIST) => return Err(AllocError::NoPort),
         Err(_) => return Err(AllocError::TableFull),
     }
-    let forward = NatEntryV4 {
-        addr: request.snat_addr,
+    let forward = NatEntryV4::new(
+        request.snat_addr,
         port,
-        origin: request.origin,
-        pad: 0,
-        marks: FlowMarks::from_bits(request.flow_flags | FLOW_SEEN),
-        created_ns: now,
-        last_seen_ns: now,
-    };
+        request.origin,
+        FlowMarks::from_bits(request.flow_flags | FLOW_SEEN),
+        now,
+        now,
+    );
     if NAT_V4.insert(key, forward, u64::from(BPF_NOEXIST)).is_ok() {
         return Ok(forward);
     }
@@ -442,15 +440,14 @@ fn create(port: u16) -> Result<NatEntryV4, AllocError> {
 #[inline(always)]
 fn reserve_for_node(key: &NatKeyV4, node_ip: [u8; 4]) -> Result<NatEntryV4, AllocError> {
     let now = now_ns();
-    let own = NatEntryV4 {
-        addr: node_ip,
-        port: 0,
-        origin: ORIGIN_HOST,
-        pad: 0,
-        marks: FlowMarks::from_bits(FLOW_SEEN),
-        created_ns: now,
-        last_seen_ns: now,
-    };
+    let own = NatEntryV4::new(
+        node_ip,
+        0,
+        ORIGIN_HOST,
+        FlowMarks::from_bits(FLOW_SEEN),
+        now,
+        now,
+    );
     let reply_key = key.peer(&own);
     if let Some(existing) = NAT_V4.get_ptr(reply_key) {
         // SAFETY: as in `lookup`.
@@ -486,14 +483,13 @@ pub(crate) fn track_inbound(key: &NatKeyV4) -> bool {
         return false;
     }
     let now = now_ns();
-    let identity = NatEntryV4 {
-        addr: key.src_addr,
-        port: key.src_port,
-        origin: ORIGIN_INBOUND,
-        pad: 0,
-        marks: FlowMarks::from_bits(FLOW_SEEN),
-        created_ns: now,
-        last_seen_ns: now,
-    };
+    let identity = NatEntryV4::new(
+        key.src_addr,
+        key.src_port,
+        ORIGIN_INBOUND,
+        FlowMarks::from_bits(FLOW_SEEN),
+        now,
+        now,
+    );
     NAT_V4.insert(key, identity, u64::from(BPF_NOEXIST)).is_ok()
 }

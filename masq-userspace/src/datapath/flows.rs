@@ -121,15 +121,14 @@ mod tests {
             proto::TCP,
             Direction::Egress,
         );
-        let entry = NatEntryV4 {
-            addr: [192, 0, 2, 1],
-            port: 2_000,
-            origin: ORIGIN_POD,
-            pad: 0,
-            marks: FlowMarks::from_bits(FLOW_SEEN),
-            created_ns: 5,
-            last_seen_ns: 9,
-        };
+        let entry = NatEntryV4::new(
+            [192, 0, 2, 1],
+            2_000,
+            ORIGIN_POD,
+            FlowMarks::from_bits(FLOW_SEEN),
+            5,
+            9,
+        );
         let mut reverse = key.peer_entry(&entry);
         reverse.marks = FlowMarks::from_bits(FLOW_SEEN);
         reverse.last_seen_ns = 12;

@@ -167,15 +167,14 @@ mod tests {
     use super::*;
 
     fn half(origin: u8, marks: u8) -> NatEntryV4 {
-        NatEntryV4 {
-            addr: [192, 0, 2, 1],
-            port: 2_000,
+        NatEntryV4::new(
+            [192, 0, 2, 1],
+            2_000,
             origin,
-            pad: 0,
-            marks: FlowMarks::from_bits(marks),
-            created_ns: 0,
-            last_seen_ns: 0,
-        }
+            FlowMarks::from_bits(marks),
+            0,
+            0,
+        )
     }
 
     /// Issue 9: an egress half left without its reply half (its TCP flow marked as seen) was
