@@ -277,17 +277,20 @@ impl<A: Address> NatKey<A> {
 
 crate::impl_pod!(NatKeyV4, NatKeyV6, NatEntryV4, NatEntryV6, FlowMarks);
 
+/// The IPv4 allocator's request.
+pub type AllocRequestV4 = AllocRequest<[u8; 4]>;
+
 /// What the egress program hands the port allocator it tail-calls (the flow that needs a
 /// mapping, decided on but not yet created), and the allocator hands the program that
 /// translates the packet (the mapping). Lives in a per-CPU map for the length of the tail calls
 /// (softirq context: nothing else runs on the CPU in between).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AllocRequest {
+pub struct AllocRequest<A: Address> {
     /// Egress key of the new flow, as the packet carries it.
-    pub key: NatKeyV4,
+    pub key: NatKey<A>,
     /// Address the flow is masqueraded to (its uplink's), network byte order.
-    pub snat_addr: [u8; 4],
+    pub snat_addr: A,
     /// `ORIGIN_*` of the flow.
     pub origin: u8,
     /// `FLOW_*` bits of the packet.
@@ -295,7 +298,7 @@ pub struct AllocRequest {
     /// Keeps the value free of implicit padding; always zero.
     pub pad: [u8; 2],
     /// The mapping the allocator created, for the program that translates the packet.
-    pub entry: NatEntryV4,
+    pub entry: NatEntry<A>,
     /// Where the allocator's port search starts; the allocator's own scratch space.
     pub search: PortSearch,
 }
@@ -354,7 +357,7 @@ pub struct FragEntryV4 {
 /// How long fragment decisions are kept (Linux's `ipfrag_time`).
 pub const FRAG_LIFETIME_NS: u64 = 30_000_000_000;
 
-crate::impl_pod!(FragKeyV4, FragEntryV4, AllocRequest, PortSearch);
+crate::impl_pod!(FragKeyV4, FragEntryV4, AllocRequestV4, PortSearch);
 
 #[cfg(test)]
 mod tests {
@@ -421,7 +424,7 @@ mod tests {
         assert_eq!(size_of::<FragEntryV4>(), 16);
         assert_eq!(size_of::<PortSearch>(), 16);
         assert_eq!(
-            size_of::<AllocRequest>(),
+            size_of::<AllocRequestV4>(),
             size_of::<NatKeyV4>() + 8 + size_of::<NatEntryV4>() + size_of::<PortSearch>()
         );
     }

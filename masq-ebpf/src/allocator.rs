@@ -69,7 +69,7 @@ pub(crate) fn allocate(ctx: &TcContext) -> i32 {
         return Verdict::Pass.tc_action();
     };
     let key = request.key;
-    let counter = match nat::allocate(ctx, settings) {
+    let counter = match nat::allocate::<[u8; 4]>(ctx, settings) {
         Ok(entry) => {
             // SAFETY: as above.
             unsafe {

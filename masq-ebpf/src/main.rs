@@ -17,6 +17,7 @@
 mod allocator;
 mod counters;
 mod egress;
+mod family;
 mod frag;
 mod icmp;
 mod ingress;

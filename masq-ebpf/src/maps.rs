@@ -12,7 +12,7 @@ use masq_common::{
         FRAGS_V4_MAX_ENTRIES, MapMeta, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES,
         PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
     },
-    nat::{AllocRequest, FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
+    nat::{AllocRequestV4, FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
     settings::Settings,
 };
 
@@ -85,7 +85,7 @@ pub(crate) static PROGS: ProgramArray<{ PROG_SLOTS as usize }> = ProgramArray::n
 /// program just before its tail call, read by the allocator right after; pinned with the
 /// program array so that during an upgrade an old egress program and a new allocator share it.
 #[btf_map(name = "masq_alloc_request")]
-pub(crate) static ALLOC_REQUEST: PerCpuArray<AllocRequest, 1> = PerCpuArray::new();
+pub(crate) static ALLOC_REQUEST: PerCpuArray<AllocRequestV4, 1> = PerCpuArray::new();
 
 /// The settings in force, or `None` before the agent configured the datapath.
 #[inline(always)]

@@ -2,14 +2,13 @@
 
 use aya_ebpf::{
     bindings::{BPF_ANY, BPF_NOEXIST},
-    btf_maps::lpm_trie::Key,
     helpers::generated::{bpf_get_prandom_u32, bpf_jiffies64, bpf_ktime_get_coarse_ns},
     programs::TcContext,
 };
 use masq_common::{
     counters::{Counter, FIRST_ALLOC_ROUND, MIN_ALLOC_ROUND},
     nat::{
-        Direction, FLOW_SEEN, FLOW_TCP_CLOSING, FlowMarks, NatEntryV4, NatKeyV4, ORIGIN_HOST,
+        Direction, FLOW_SEEN, FLOW_TCP_CLOSING, FlowMarks, NatEntry, NatKey, ORIGIN_HOST,
         ORIGIN_INBOUND, PortSearch, TOUCH_INTERVAL_NS, proto,
     },
     settings::Settings,
@@ -17,7 +16,7 @@ use masq_common::{
 
 use crate::{
     counters::{count, record_allocation},
-    maps::{ALLOC_REQUEST, NAT_V4, NOMASQ_V4},
+    family::Family,
     sockets::{self, SocketTable},
 };
 
@@ -64,8 +63,12 @@ pub(crate) fn now_ns() -> u64 {
 /// more than [`TOUCH_INTERVAL_NS`] old, so an established flow costs one lookup per packet. At
 /// each refresh the other half is checked and recreated if LRU eviction took it.
 #[inline(always)]
-pub(crate) fn lookup(key: &NatKeyV4, flow_flags: u8, tcp_opens: bool) -> Option<NatEntryV4> {
-    let entry = NAT_V4.get_ptr_mut(key)?;
+pub(crate) fn lookup<A: Family>(
+    key: &NatKey<A>,
+    flow_flags: u8,
+    tcp_opens: bool,
+) -> Option<NatEntry<A>> {
+    let entry = A::nat().get_ptr_mut(key)?;
     // SAFETY: the pointer comes from a successful lookup and stays valid for this program run;
     // concurrent writers only ever store whole fields, and a torn timestamp is harmless.
     let entry = unsafe { &mut *entry };
@@ -110,11 +113,11 @@ fn set_marks(marks: &mut FlowMarks, bits: u8, value: u8) {
 /// A SYN on a closing TCP flow reuses the tuple for a new connection (as after TIME_WAIT): the
 /// flow starts over, as conntrack does, keeping its port.
 #[inline(always)]
-fn reopen(key: &NatKeyV4, entry: &mut NatEntryV4) {
+fn reopen<A: Family>(key: &NatKey<A>, entry: &mut NatEntry<A>) {
     let now = now_ns();
     unmark(&mut entry.marks, FLOW_TCP_CLOSING);
     entry.created_ns = now;
-    if let Some(peer) = NAT_V4.get_ptr_mut(key.peer(entry)) {
+    if let Some(peer) = A::nat().get_ptr_mut(key.peer(entry)) {
         // SAFETY: as in `lookup`. The reply half forgets the old connection entirely: until
         // the new one is answered it is not established.
         unsafe {
@@ -127,14 +130,14 @@ fn reopen(key: &NatKeyV4, entry: &mut NatEntryV4) {
 /// Recreates the other half of the flow if LRU eviction took it. If its tuple now belongs to
 /// another flow, this half is removed so that the next packet allocates afresh.
 #[inline(always)]
-fn ensure_peer(key: &NatKeyV4, entry: &NatEntryV4) {
+fn ensure_peer<A: Family>(key: &NatKey<A>, entry: &NatEntry<A>) {
     if entry.origin == ORIGIN_INBOUND {
         // Inbound flows have no reply half: their replies are the pod's own packets.
         return;
     }
     let peer = key.peer(entry);
-    let Some(existing) = NAT_V4.get_ptr(peer) else {
-        if NAT_V4
+    let Some(existing) = A::nat().get_ptr(peer) else {
+        if A::nat()
             .insert(peer, key.peer_entry(entry), u64::from(BPF_NOEXIST))
             .is_ok()
         {
@@ -146,7 +149,7 @@ fn ensure_peer(key: &NatKeyV4, entry: &NatEntryV4) {
     let existing = unsafe { *existing };
     if peer.peer(&existing) != *key {
         count(Counter::MappingConflict);
-        let _ = NAT_V4.remove(key);
+        let _ = A::nat().remove(key);
     }
 }
 
@@ -183,8 +186,11 @@ const EEXIST: i32 = -17;
 /// code before them learned about its fields (which protocol, which range, whether the port is
 /// kept) would otherwise split them into one verification per combination.
 #[inline(always)]
-pub(crate) fn allocate(ctx: &TcContext, settings: &Settings) -> Result<NatEntryV4, AllocError> {
-    let Some(request) = request() else {
+pub(crate) fn allocate<A: Family>(
+    ctx: &TcContext,
+    settings: &Settings,
+) -> Result<NatEntry<A>, AllocError> {
+    let Some(request) = request::<A>() else {
         return Err(AllocError::TableFull);
     };
     let key = &request.key;
@@ -211,7 +217,7 @@ pub(crate) fn allocate(ctx: &TcContext, settings: &Settings) -> Result<NatEntryV
     if let Some(port) = first_choice {
         if usable(ctx, &request, socket_table(&request), port) {
             record_allocation(Some(1));
-            return create(port);
+            return create::<A>(port);
         }
         if fixed_port.is_some() {
             record_allocation(None);
@@ -225,21 +231,21 @@ pub(crate) fn allocate(ctx: &TcContext, settings: &Settings) -> Result<NatEntryV
     // One search per socket table, each with its table fixed: a choice of table inside the
     // search would be one more branch on every port tried.
     let found = match socket_table(&request) {
-        None => search(ctx, settings, None),
-        Some(SocketTable::Tcp) => search(ctx, settings, Some(SocketTable::Tcp)),
-        Some(SocketTable::Udp) => search(ctx, settings, Some(SocketTable::Udp)),
+        None => search::<A>(ctx, settings, None),
+        Some(SocketTable::Tcp) => search::<A>(ctx, settings, Some(SocketTable::Tcp)),
+        Some(SocketTable::Udp) => search::<A>(ctx, settings, Some(SocketTable::Udp)),
     };
     match found {
-        Some(port) => create(port),
+        Some(port) => create::<A>(port),
         None => Err(AllocError::NoPort),
     }
 }
 
 /// The new flow the allocator maps: the part of its request the search and the inserts need.
 #[derive(Clone, Copy)]
-struct NewFlow {
-    key: NatKeyV4,
-    snat_addr: [u8; 4],
+struct NewFlow<A: Family> {
+    key: NatKey<A>,
+    snat_addr: A,
     origin: u8,
     flow_flags: u8,
 }
@@ -249,8 +255,8 @@ struct NewFlow {
 /// fields but their width. Only the fields the allocator needs are copied (the program's stack
 /// is 512 bytes).
 #[inline(always)]
-fn request() -> Option<NewFlow> {
-    let slot = ALLOC_REQUEST.get_ptr(0)?;
+fn request<A: Family>() -> Option<NewFlow<A>> {
+    let slot = A::alloc_request().get_ptr(0)?;
     // SAFETY: the slot is a valid, aligned map value private to this CPU while the program
     // runs; the field pointers are derived from it without creating references.
     unsafe {
@@ -265,17 +271,17 @@ fn request() -> Option<NewFlow> {
 
 /// Where the search starts, read back from the request slot like [`request`].
 #[inline(always)]
-fn search_start() -> Option<PortSearch> {
-    let slot = ALLOC_REQUEST.get_ptr(0)?;
+fn search_start<A: Family>() -> Option<PortSearch> {
+    let slot = A::alloc_request().get_ptr(0)?;
     // SAFETY: as in `request`.
     Some(unsafe { core::ptr::read_volatile(&raw const (*slot).search) })
 }
 
 /// The reply tuple of `request`'s flow if it left from node port `port`.
 #[inline(always)]
-fn reply_key(request: &NewFlow, port: u16) -> NatKeyV4 {
+fn reply_key<A: Family>(request: &NewFlow<A>, port: u16) -> NatKey<A> {
     let key = &request.key;
-    NatKeyV4::new(
+    NatKey::new(
         key.dst_addr,
         request.snat_addr,
         key.dst_port,
@@ -289,9 +295,14 @@ fn reply_key(request: &NewFlow, port: u16) -> NatKeyV4 {
 /// and no node socket in `sockets` (the table pod flows of this protocol are checked against,
 /// if any) does.
 #[inline(always)]
-fn usable(ctx: &TcContext, request: &NewFlow, sockets: Option<SocketTable>, port: u16) -> bool {
+fn usable<A: Family>(
+    ctx: &TcContext,
+    request: &NewFlow<A>,
+    sockets: Option<SocketTable>,
+    port: u16,
+) -> bool {
     let key = &request.key;
-    if NAT_V4.get_ptr(reply_key(request, port)).is_some() {
+    if A::nat().get_ptr(reply_key(request, port)).is_some() {
         return false;
     }
     match sockets {
@@ -311,7 +322,7 @@ fn usable(ctx: &TcContext, request: &NewFlow, sockets: Option<SocketTable>, port
 /// node's own flows (the kernel already keeps its own sockets apart) and protocols the kernel
 /// cannot be asked about.
 #[inline(always)]
-fn socket_table(request: &NewFlow) -> Option<SocketTable> {
+fn socket_table<A: Family>(request: &NewFlow<A>) -> Option<SocketTable> {
     if request.origin == ORIGIN_HOST {
         return None;
     }
@@ -325,7 +336,11 @@ fn socket_table(request: &NewFlow) -> Option<SocketTable> {
 /// tried first; with several `--to-ports` ranges a flow's search stays in the range it drew.
 /// Records in the histogram how many ports it tried, or that it found none.
 #[inline(always)]
-fn search(ctx: &TcContext, settings: &Settings, sockets: Option<SocketTable>) -> Option<u16> {
+fn search<A: Family>(
+    ctx: &TcContext,
+    settings: &Settings,
+    sockets: Option<SocketTable>,
+) -> Option<u16> {
     // SAFETY: the helper takes no arguments and has no preconditions.
     let random = unsafe { bpf_get_prandom_u32() };
     // `settings()` only hands out settings with ports, but the map value can change under the
@@ -338,7 +353,7 @@ fn search(ctx: &TcContext, settings: &Settings, sockets: Option<SocketTable>) ->
         return None;
     };
     // Through the slot and back, so that every way out of `range_at` meets one search.
-    let slot = ALLOC_REQUEST.get_ptr_mut(0)?;
+    let slot = A::alloc_request().get_ptr_mut(0)?;
     // SAFETY: as in `request`.
     unsafe {
         (*slot).search = PortSearch {
@@ -349,10 +364,10 @@ fn search(ctx: &TcContext, settings: &Settings, sockets: Option<SocketTable>) ->
             pad2: 0,
         };
     }
-    let request = request()?;
+    let request = request::<A>()?;
     let PortSearch {
         first, size, start, ..
-    } = search_start()?;
+    } = search_start::<A>()?;
     let mut start = start.checked_rem(size)?;
     let mut tried: u32 = 0;
     let mut round = FIRST_ALLOC_ROUND;
@@ -391,13 +406,13 @@ fn search(ctx: &TcContext, settings: &Settings, sockets: Option<SocketTable>) ->
 
 /// Inserts both halves of the mapping of the request's flow through node port `port`.
 #[inline(always)]
-fn create(port: u16) -> Result<NatEntryV4, AllocError> {
-    let Some(request) = request() else {
+fn create<A: Family>(port: u16) -> Result<NatEntry<A>, AllocError> {
+    let Some(request) = request::<A>() else {
         return Err(AllocError::TableFull);
     };
     let key = &request.key;
     let now = now_ns();
-    let restore = NatEntryV4::new(
+    let restore = NatEntry::new(
         key.src_addr,
         key.src_port,
         request.origin,
@@ -406,14 +421,14 @@ fn create(port: u16) -> Result<NatEntryV4, AllocError> {
         0,
     );
     let reply_key = reply_key(&request, port);
-    match NAT_V4.insert(reply_key, restore, u64::from(BPF_NOEXIST)) {
+    match A::nat().insert(reply_key, restore, u64::from(BPF_NOEXIST)) {
         Ok(()) => {}
         // Another CPU took the port between the look and the insert; the packet's next
         // retransmission searches again.
         Err(EEXIST) => return Err(AllocError::NoPort),
         Err(_) => return Err(AllocError::TableFull),
     }
-    let forward = NatEntryV4::new(
+    let forward = NatEntry::new(
         request.snat_addr,
         port,
         request.origin,
@@ -421,12 +436,15 @@ fn create(port: u16) -> Result<NatEntryV4, AllocError> {
         now,
         now,
     );
-    if NAT_V4.insert(key, forward, u64::from(BPF_NOEXIST)).is_ok() {
+    if A::nat()
+        .insert(key, forward, u64::from(BPF_NOEXIST))
+        .is_ok()
+    {
         return Ok(forward);
     }
-    let _ = NAT_V4.remove(reply_key);
+    let _ = A::nat().remove(reply_key);
     // Another CPU mapped this flow first: use theirs.
-    if let Some(existing) = NAT_V4.get_ptr(key) {
+    if let Some(existing) = A::nat().get_ptr(key) {
         // SAFETY: as in `lookup`.
         return Ok(unsafe { *existing });
     }
@@ -438,9 +456,9 @@ fn create(port: u16) -> Result<NatEntryV4, AllocError> {
 /// endpoint, typically) always wins: a pod flow holding it loses its mapping here (counted as a
 /// conflict) and its next packet is refused, so the node's traffic is never delivered to a pod.
 #[inline(always)]
-fn reserve_for_node(key: &NatKeyV4, node_ip: [u8; 4]) -> Result<NatEntryV4, AllocError> {
+fn reserve_for_node<A: Family>(key: &NatKey<A>, node_ip: A) -> Result<NatEntry<A>, AllocError> {
     let now = now_ns();
-    let own = NatEntryV4::new(
+    let own = NatEntry::new(
         node_ip,
         0,
         ORIGIN_HOST,
@@ -449,17 +467,19 @@ fn reserve_for_node(key: &NatKeyV4, node_ip: [u8; 4]) -> Result<NatEntryV4, Allo
         now,
     );
     let reply_key = key.peer(&own);
-    if let Some(existing) = NAT_V4.get_ptr(reply_key) {
+    if let Some(existing) = A::nat().get_ptr(reply_key) {
         // SAFETY: as in `lookup`.
         let existing = unsafe { *existing };
         if existing.origin != ORIGIN_HOST {
             count(Counter::MappingConflict);
-            let _ = NAT_V4.remove(reply_key.peer(&existing));
+            let _ = A::nat().remove(reply_key.peer(&existing));
         }
     }
     let reply = key.peer_entry(&own);
-    if NAT_V4.insert(reply_key, reply, u64::from(BPF_ANY)).is_err()
-        || NAT_V4.insert(key, own, u64::from(BPF_ANY)).is_err()
+    if A::nat()
+        .insert(reply_key, reply, u64::from(BPF_ANY))
+        .is_err()
+        || A::nat().insert(key, own, u64::from(BPF_ANY)).is_err()
     {
         return Err(AllocError::TableFull);
     }
@@ -473,17 +493,17 @@ fn reserve_for_node(key: &NatKeyV4, node_ip: [u8; 4]) -> Result<NatEntryV4, Allo
 /// non-masquerade addresses need nothing: their replies are exempt anyway. Returns whether a
 /// new flow was recorded.
 #[inline(always)]
-pub(crate) fn track_inbound(key: &NatKeyV4) -> bool {
+pub(crate) fn track_inbound<A: Family>(key: &NatKey<A>) -> bool {
     // Most inbound traffic to pods comes from non-masquerade (in-cluster) addresses: the trie
     // answers for those without touching the NAT table.
-    if NOMASQ_V4.get(&Key::new(32, key.dst_addr)).is_some() {
+    if A::exempt(key.dst_addr).is_some() {
         return false;
     }
     if lookup(key, FLOW_SEEN, false).is_some() {
         return false;
     }
     let now = now_ns();
-    let identity = NatEntryV4::new(
+    let identity = NatEntry::new(
         key.src_addr,
         key.src_port,
         ORIGIN_INBOUND,
@@ -491,5 +511,7 @@ pub(crate) fn track_inbound(key: &NatKeyV4) -> bool {
         now,
         now,
     );
-    NAT_V4.insert(key, identity, u64::from(BPF_NOEXIST)).is_ok()
+    A::nat()
+        .insert(key, identity, u64::from(BPF_NOEXIST))
+        .is_ok()
 }

@@ -6,14 +6,13 @@
 //! that tears down the remote end, so it is dropped instead.
 
 use aya_ebpf::{
-    bindings::{
-        BPF_F_CURRENT_NETNS, bpf_sock_tuple, bpf_sock_tuple__bindgen_ty_1,
-        bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1,
-    },
+    bindings::BPF_F_CURRENT_NETNS,
     helpers::generated::{bpf_sk_lookup_udp, bpf_sk_release, bpf_skc_lookup_tcp},
     programs::TcContext,
 };
 use masq_common::nat::proto;
+
+use crate::family::Family;
 
 /// Which socket table a lookup asks.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -40,12 +39,12 @@ impl SocketTable {
 /// `remote:remote_port` to `local:local_port` (a listener or a connected socket; for TCP also
 /// connections in their handshake or time-wait).
 #[inline(always)]
-pub(crate) fn node_owns(
+pub(crate) fn node_owns<A: Family>(
     ctx: &TcContext,
     protocol: u8,
-    remote: [u8; 4],
+    remote: A,
     remote_port: u16,
-    local: [u8; 4],
+    local: A,
     local_port: u16,
 ) -> bool {
     match SocketTable::of(protocol) {
@@ -57,30 +56,20 @@ pub(crate) fn node_owns(
 /// [`node_owns`] for a table known in advance: callers that ask in a loop choose the table once,
 /// outside it, so the verifier does not walk a branch per protocol on every pass.
 #[inline(always)]
-pub(crate) fn owned_in(
+pub(crate) fn owned_in<A: Family>(
     ctx: &TcContext,
     table: SocketTable,
-    remote: [u8; 4],
+    remote: A,
     remote_port: u16,
-    local: [u8; 4],
+    local: A,
     local_port: u16,
 ) -> bool {
-    let mut tuple = bpf_sock_tuple {
-        __bindgen_anon_1: bpf_sock_tuple__bindgen_ty_1 {
-            ipv4: bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1 {
-                saddr: u32::from_ne_bytes(remote),
-                daddr: u32::from_ne_bytes(local),
-                sport: remote_port.to_be(),
-                dport: local_port.to_be(),
-            },
-        },
-    };
-    let size = size_of::<bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1>() as u32;
+    let (mut tuple, size) = A::socket_tuple(remote, remote_port, local, local_port);
     // A negative 32-bit namespace id means the namespace of the packet's device.
     let netns = BPF_F_CURRENT_NETNS as u64;
     let context = ctx.skb.skb.cast();
     // SAFETY: the context is the program's own; `tuple` lives across the call and `size` is
-    // the size of its IPv4 member, which the helper reads.
+    // the size of the family's member, which the helper reads.
     let socket: *mut core::ffi::c_void = unsafe {
         match table {
             SocketTable::Tcp => bpf_skc_lookup_tcp(context, &mut tuple, size, netns, 0).cast(),

@@ -15,7 +15,7 @@ use masq_common::{
         MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS, MapMeta, PROG_SLOTS, UPLINK_INDEX_SLOTS,
         UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
     },
-    nat::{AllocRequest, FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
+    nat::{AllocRequestV4, FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
     settings::Settings,
 };
 
@@ -154,7 +154,7 @@ fn expected_maps() -> [ExpectedMap; 11] {
             name: MAP_ALLOC_REQUEST,
             map_type: MapType::PerCpuArray,
             key_size: 4,
-            value_size: size_of::<AllocRequest>(),
+            value_size: size_of::<AllocRequestV4>(),
             max_entries: Some(1),
         },
     ]
