@@ -36,9 +36,18 @@ pub const MAP_PROGS: &str = "masq_progs";
 /// Per-CPU single-entry array handing a [`crate::nat::AllocRequest`] from the egress program to
 /// the allocator it tail-calls.
 pub const MAP_ALLOC_REQUEST: &str = "masq_alloc_request";
+/// Longest-prefix-match trie of IPv6 destinations that keep their source address.
+pub const MAP_NOMASQ_V6: &str = "masq_nomasq_v6";
+/// Hash holding both halves of every IPv6 translation.
+pub const MAP_NAT_V6: &str = "masq_nat_v6";
+/// Per-CPU array of IPv6 packet counters, indexed by [`crate::counters::Counter`] like
+/// [`MAP_COUNTERS`], which counts IPv4 (and frames of neither family).
+pub const MAP_COUNTERS_V6: &str = "masq_counters_v6";
+/// The IPv6 allocator's [`MAP_ALLOC_REQUEST`].
+pub const MAP_ALLOC_REQUEST_V6: &str = "masq_alloc_request_v6";
 
 /// Every map the datapath defines, in the order the agent pins and reports them.
-pub const ALL_MAPS: [&str; 11] = [
+pub const ALL_MAPS: [&str; 15] = [
     MAP_META,
     MAP_SETTINGS,
     MAP_UPLINKS,
@@ -50,6 +59,10 @@ pub const ALL_MAPS: [&str; 11] = [
     MAP_ALLOC_RETRIES,
     MAP_PROGS,
     MAP_ALLOC_REQUEST,
+    MAP_NOMASQ_V6,
+    MAP_NAT_V6,
+    MAP_COUNTERS_V6,
+    MAP_ALLOC_REQUEST_V6,
 ];
 
 /// Name of the TC egress program.
@@ -70,14 +83,34 @@ pub const PROG_NEW_FLOW: &str = "masq_new_flow";
 pub const PROG_SLOT_ALLOCATOR: u32 = 0;
 /// Slot of [`MAP_PROGS`] holding [`PROG_NEW_FLOW`].
 pub const PROG_SLOT_NEW_FLOW: u32 = 1;
+/// Name of the IPv6 egress classifier, tail-called by [`PROG_EGRESS`] for IPv6 frames: one
+/// program per family keeps each one's verification apart.
+pub const PROG_EGRESS_V6: &str = "masq_egress6";
+/// Name of the IPv6 ingress classifier, tail-called by [`PROG_INGRESS`] for IPv6 frames.
+pub const PROG_INGRESS_V6: &str = "masq_ingress6";
+/// Name of the IPv6 [`PROG_ALLOCATOR`].
+pub const PROG_ALLOCATOR_V6: &str = "masq_allocator6";
+/// Name of the IPv6 [`PROG_NEW_FLOW`].
+pub const PROG_NEW_FLOW_V6: &str = "masq_new_flow6";
+/// Slot of [`MAP_PROGS`] holding [`PROG_ALLOCATOR_V6`].
+pub const PROG_SLOT_ALLOCATOR_V6: u32 = 2;
+/// Slot of [`MAP_PROGS`] holding [`PROG_NEW_FLOW_V6`].
+pub const PROG_SLOT_NEW_FLOW_V6: u32 = 3;
+/// Slot of [`MAP_PROGS`] holding [`PROG_EGRESS_V6`].
+pub const PROG_SLOT_EGRESS_V6: u32 = 4;
+/// Slot of [`MAP_PROGS`] holding [`PROG_INGRESS_V6`].
+pub const PROG_SLOT_INGRESS_V6: u32 = 5;
 /// Slots of [`MAP_PROGS`].
-pub const PROG_SLOTS: u32 = 2;
+pub const PROG_SLOTS: u32 = 6;
 
 /// Default capacity of the IPv4 LPM trie. Upstream limits a config to 64 CIDRs by default; the
 /// trie is sized for configs that raise `cidrLimit` into the thousands.
 pub const NOMASQ_V4_MAX_ENTRIES: u32 = 16_384;
 /// Default capacity of the NAT table in entries; every flow uses two (one per direction).
 pub const NAT_V4_DEFAULT_MAX_ENTRIES: u32 = 262_144;
+/// Capacity of the IPv6 NAT table and trie when IPv6 is not translated: the maps exist (the
+/// programs refer to them) but hold nothing, and cost next to no memory.
+pub const IPV6_DISABLED_ENTRIES: u32 = 1;
 /// Most interfaces masq translates on at once.
 pub const UPLINKS_MAX_ENTRIES: u32 = 64;
 /// Interface indexes below this have their uplink's address in [`MAP_UPLINK_SLOTS`] too. Network
@@ -157,10 +190,14 @@ pub struct Uplink {
     pub attach_mode: u8,
     /// 1 when masq created the interface's clsact qdisc (tc mode), so uninstall may remove it.
     pub created_clsact: u8,
+    /// 1 when IPv6 is translated on this interface, to `snat_addr_v6`.
+    pub has_v6: u8,
     /// Keeps the layout free of implicit padding; always zero.
-    pub pad: u16,
+    pub pad: u8,
     /// The interface's name when masq attached, NUL-padded.
     pub ifname: [u8; IFNAME_SIZE],
+    /// The global IPv6 address masqueraded IPv6 traffic leaving by this interface gets.
+    pub snat_addr_v6: [u8; 16],
 }
 
 /// What the programs need of an uplink, at its interface index in an array, so that finding it
@@ -175,11 +212,42 @@ pub struct UplinkSlot {
     pub snat_addr: [u8; 4],
     /// 1 when the slot holds an uplink.
     pub present: u8,
+    /// 1 when IPv6 is translated on this uplink, to `snat_addr_v6`.
+    pub has_v6: u8,
     /// Keeps the layout free of implicit padding; always zero.
-    pub pad: [u8; 3],
+    pub pad: [u8; 2],
+    /// The global IPv6 address masqueraded IPv6 traffic leaving by this uplink gets.
+    pub snat_addr_v6: [u8; 16],
+}
+
+impl UplinkSlot {
+    /// The slot of `uplink`.
+    pub const fn of(uplink: &Uplink) -> Self {
+        Self {
+            snat_addr: uplink.snat_addr,
+            present: 1,
+            has_v6: uplink.has_v6,
+            pad: [0; 2],
+            snat_addr_v6: uplink.snat_addr_v6,
+        }
+    }
 }
 
 impl Uplink {
+    /// The record of an interface masq attached to in `attach_mode`, masquerading IPv4 to
+    /// `snat_addr` and no IPv6 yet.
+    pub const fn new(snat_addr: [u8; 4], attach_mode: u8, ifname: [u8; IFNAME_SIZE]) -> Self {
+        Self {
+            snat_addr,
+            attach_mode,
+            created_clsact: 0,
+            has_v6: 0,
+            pad: 0,
+            ifname,
+            snat_addr_v6: [0; 16],
+        }
+    }
+
     /// The interface name as text (empty if it was not valid UTF-8).
     pub fn name(&self) -> &str {
         let end = self

@@ -17,6 +17,8 @@
 pub mod proto {
     /// Internet Control Message Protocol.
     pub const ICMP: u8 = 1;
+    /// Internet Control Message Protocol for IPv6.
+    pub const ICMPV6: u8 = 58;
     /// Transmission Control Protocol.
     pub const TCP: u8 = 6;
     /// User Datagram Protocol.
@@ -279,6 +281,8 @@ crate::impl_pod!(NatKeyV4, NatKeyV6, NatEntryV4, NatEntryV6, FlowMarks);
 
 /// The IPv4 allocator's request.
 pub type AllocRequestV4 = AllocRequest<[u8; 4]>;
+/// The IPv6 allocator's request.
+pub type AllocRequestV6 = AllocRequest<[u8; 16]>;
 
 /// What the egress program hands the port allocator it tail-calls (the flow that needs a
 /// mapping, decided on but not yet created), and the allocator hands the program that
@@ -297,6 +301,8 @@ pub struct AllocRequest<A: Address> {
     pub flow_flags: u8,
     /// Keeps the value free of implicit padding; always zero.
     pub pad: [u8; 2],
+    /// Aligns `entry` for either family (see [`Address::EntryPad`]); always zero.
+    pub align: A::EntryPad,
     /// The mapping the allocator created, for the program that translates the packet.
     pub entry: NatEntry<A>,
     /// Where the allocator's port search starts; the allocator's own scratch space.
@@ -357,7 +363,13 @@ pub struct FragEntryV4 {
 /// How long fragment decisions are kept (Linux's `ipfrag_time`).
 pub const FRAG_LIFETIME_NS: u64 = 30_000_000_000;
 
-crate::impl_pod!(FragKeyV4, FragEntryV4, AllocRequestV4, PortSearch);
+crate::impl_pod!(
+    FragKeyV4,
+    FragEntryV4,
+    AllocRequestV4,
+    AllocRequestV6,
+    PortSearch
+);
 
 #[cfg(test)]
 mod tests {
@@ -426,6 +438,10 @@ mod tests {
         assert_eq!(
             size_of::<AllocRequestV4>(),
             size_of::<NatKeyV4>() + 8 + size_of::<NatEntryV4>() + size_of::<PortSearch>()
+        );
+        assert_eq!(
+            size_of::<AllocRequestV6>(),
+            size_of::<NatKeyV6>() + 16 + 4 + 4 + size_of::<NatEntryV6>() + size_of::<PortSearch>()
         );
     }
 }

@@ -13,16 +13,15 @@ use aya_ebpf::programs::TcContext;
 use aya_log_ebpf::debug;
 use masq_common::{
     counters::Counter,
-    layout::{PROG_SLOT_ALLOCATOR, PROG_SLOT_NEW_FLOW},
-    nat::{NatKeyV4, ORIGIN_HOST},
+    nat::{NatKey, ORIGIN_HOST},
 };
 
 use crate::{
-    counters::count,
+    counters::count_in,
     egress,
-    maps::{self, ALLOC_REQUEST, PROGS},
+    family::Family,
+    maps::{self, PROGS},
     nat::{self, AllocError},
-    packet::{self, EarlyOutcomes},
     verdict::Verdict,
 };
 
@@ -33,14 +32,14 @@ use crate::{
 /// Only the fields the allocator reads are written: the rest of the slot is its output and
 /// scratch space, and writing a whole zeroed request costs a call to a byte-by-byte memset.
 #[inline(always)]
-pub(crate) fn hand_over(
+pub(crate) fn hand_over<A: Family>(
     ctx: &TcContext,
-    key: &NatKeyV4,
-    snat_addr: [u8; 4],
+    key: &NatKey<A>,
+    snat_addr: A,
     origin: u8,
     flow_flags: u8,
 ) {
-    let Some(slot) = ALLOC_REQUEST.get_ptr_mut(0) else {
+    let Some(slot) = A::alloc_request().get_ptr_mut(0) else {
         return;
     };
     // SAFETY: per-CPU array slots are private to this CPU while the program runs, and the tail
@@ -50,41 +49,42 @@ pub(crate) fn hand_over(
         (*slot).snat_addr = snat_addr;
         (*slot).origin = origin;
         (*slot).flow_flags = flow_flags;
-        PROGS.tail_call(ctx, PROG_SLOT_ALLOCATOR);
+        PROGS.tail_call(ctx, A::SLOT_ALLOCATOR);
     }
 }
 
 /// Entry point of `masq_allocator`: creates the mapping, then hands the packet to
 /// `masq_new_flow`.
 #[inline(always)]
-pub(crate) fn allocate(ctx: &TcContext) -> i32 {
-    let Some(slot) = ALLOC_REQUEST.get_ptr_mut(0) else {
-        count(Counter::EgressDropNoAllocator);
+pub(crate) fn allocate<A: Family>(ctx: &TcContext) -> i32 {
+    let Some(slot) = A::alloc_request().get_ptr_mut(0) else {
+        count_in::<A>(Counter::EgressDropNoAllocator);
         return Verdict::Drop.tc_action();
     };
-    // SAFETY: the value is copied out at once; only this CPU writes its slot.
-    let request = unsafe { *slot };
     let Some(settings) = maps::settings() else {
-        count(Counter::EgressNotConfigured);
+        count_in::<A>(Counter::EgressNotConfigured);
         return Verdict::Pass.tc_action();
     };
-    let key = request.key;
-    let counter = match nat::allocate::<[u8; 4]>(ctx, settings) {
-        Ok(entry) => {
-            // SAFETY: as above.
-            unsafe {
-                (*slot).entry = entry;
-                PROGS.tail_call(ctx, PROG_SLOT_NEW_FLOW);
-            }
+    // SAFETY: only this CPU writes its slot. The ports and protocol alone, for the debug
+    // records: a copy of the whole request would not fit the IPv6 allocator's stack.
+    let (src_port, dst_port, protocol) = unsafe {
+        (
+            (*slot).key.src_port,
+            (*slot).key.dst_port,
+            (*slot).key.protocol,
+        )
+    };
+    let counter = match nat::allocate::<A>(ctx, settings) {
+        Ok(()) => {
+            // SAFETY: the context is the program's own; the mapping is in the slot.
+            unsafe { PROGS.tail_call(ctx, A::SLOT_NEW_FLOW) };
             // The mapping exists; the packet's retransmission will find it.
             Counter::EgressDropNoAllocator
         }
         Err(AllocError::NoPort) => {
             debug!(
                 ctx,
-                "no free port towards {:i}:{}",
-                u32::from_be_bytes(key.dst_addr),
-                key.dst_port
+                "no free port towards remote port {} (proto {})", dst_port, protocol
             );
             Counter::EgressDropNoPort
         }
@@ -95,33 +95,29 @@ pub(crate) fn allocate(ctx: &TcContext) -> i32 {
         Err(AllocError::SctpPortInUse) => {
             debug!(
                 ctx,
-                "SCTP port {} taken towards {:i}",
-                key.src_port,
-                u32::from_be_bytes(key.dst_addr)
+                "SCTP port {} taken towards remote port {}", src_port, dst_port
             );
             Counter::EgressDropSctpPortInUse
         }
     };
-    count(counter);
+    count_in::<A>(counter);
     Verdict::Drop.tc_action()
 }
 
 /// Entry point of `masq_new_flow`: translates the packet whose flow the allocator just mapped.
 #[inline(always)]
-pub(crate) fn translate_new_flow(ctx: &TcContext) -> i32 {
+pub(crate) fn translate_new_flow<A: Family>(ctx: &TcContext) -> i32 {
     // SAFETY: the value is copied out at once; only this CPU writes its slot.
-    let Some(request) = ALLOC_REQUEST.get_ptr(0).map(|slot| unsafe { *slot }) else {
-        count(Counter::EgressDropNoAllocator);
+    let Some(request) = A::alloc_request().get_ptr(0).map(|slot| unsafe { *slot }) else {
+        count_in::<A>(Counter::EgressDropNoAllocator);
         return Verdict::Drop.tc_action();
     };
     let (key, entry) = (request.key, request.entry);
     debug!(
         ctx,
-        "new mapping proto {} {:i}:{} -> {:i}:{} as port {}",
+        "new mapping proto {} port {} -> remote port {} as port {}",
         key.protocol,
-        u32::from_be_bytes(key.src_addr),
         key.src_port,
-        u32::from_be_bytes(key.dst_addr),
         key.dst_port,
         entry.port
     );
@@ -132,11 +128,7 @@ pub(crate) fn translate_new_flow(ctx: &TcContext) -> i32 {
     };
     // The egress program parsed these same headers a moment ago; parsing them again gives the
     // verifier the bounds it needs to rewrite them.
-    let outcomes = EarlyOutcomes {
-        not_ipv4: Counter::EgressNotIpv4,
-        malformed: Counter::EgressMalformed,
-    };
-    let Some(ip) = packet::classifiable(ctx, &outcomes) else {
+    let Some(ip) = A::parse_again(ctx) else {
         return Verdict::Pass.tc_action();
     };
     egress::translate(ctx, &ip, &key, &entry, counter).tc_action()

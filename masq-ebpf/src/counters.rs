@@ -2,13 +2,25 @@
 
 use masq_common::counters::{ALLOC_FAILED_SLOT, ALLOC_SUM_SLOT, Counter, alloc_bucket};
 
-use crate::maps::{ALLOC_RETRIES, COUNTERS};
+use crate::{
+    family::Family,
+    maps::{ALLOC_RETRIES, COUNTERS},
+};
 
-/// Adds one packet to `counter`.
+/// Adds one packet to `counter` of IPv4 (and of frames of neither family).
 #[inline(always)]
 pub(crate) fn count(counter: Counter) {
     if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
         // SAFETY: per-CPU array slots are private to this CPU while the program runs.
+        unsafe { *slot += 1 };
+    }
+}
+
+/// Adds one packet to `counter` of family `A`.
+#[inline(always)]
+pub(crate) fn count_in<A: Family>(counter: Counter) {
+    if let Some(slot) = A::counters().get_ptr_mut(counter as u32) {
+        // SAFETY: as in `count`.
         unsafe { *slot += 1 };
     }
 }

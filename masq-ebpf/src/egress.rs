@@ -11,28 +11,35 @@
 //!    open a connection (replies of connections opened from outside). The mapping is made by
 //!    the allocator program, which this one tail-calls (see `allocator`).
 
-use aya_ebpf::{btf_maps::lpm_trie::Key, programs::TcContext};
+use aya_ebpf::programs::TcContext;
 use masq_common::{
     counters::Counter,
-    layout::NOMASQ_KIND_LINK_LOCAL,
-    nat::{Direction, NatEntryV4, NatKeyV4, ORIGIN_HOST, ORIGIN_INBOUND, ORIGIN_POD, proto},
+    layout::{NOMASQ_KIND_LINK_LOCAL, PROG_SLOT_EGRESS_V6},
+    nat::{Direction, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND, ORIGIN_POD, proto},
     settings::Settings,
 };
 
 use crate::{
     allocator,
-    counters::count,
-    frag, icmp,
-    maps::{self, NOMASQ_V4},
+    counters::{count, count_in},
+    family::Family,
+    maps::{self, PROGS},
     nat,
-    packet::{self, EarlyOutcomes, Ipv4, Kind},
+    packet::{self, EarlyOutcomes, Frame6, Ip, Kind},
     rewrite::{self, End},
     verdict::Verdict,
 };
 
-/// Entry point of `masq_egress`.
+/// Entry point of `masq_egress`: IPv4 here, IPv6 in `masq_egress6`, which it tail-calls.
 #[inline(always)]
 pub(crate) fn classify(ctx: &TcContext) -> i32 {
+    if packet::is_ipv6(ctx) {
+        // SAFETY: the context is the program's own; on success the call does not return.
+        unsafe { PROGS.tail_call(ctx, PROG_SLOT_EGRESS_V6) };
+        // An older agent's program array, without the IPv6 programs: untouched, as before.
+        count(Counter::EgressNotIpv4);
+        return Verdict::Pass.tc_action();
+    }
     let outcomes = EarlyOutcomes {
         not_ipv4: Counter::EgressNotIpv4,
         malformed: Counter::EgressMalformed,
@@ -44,36 +51,61 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
         count(Counter::EgressNotConfigured);
         return Verdict::Pass.tc_action();
     };
-    classify_ipv4(ctx, settings, node_ip, &ip).tc_action()
+    classify_ip(ctx, settings, node_ip, &ip).tc_action()
+}
+
+/// Entry point of `masq_egress6`: an IPv6 frame leaving by an uplink.
+#[inline(always)]
+pub(crate) fn classify_v6(ctx: &TcContext) -> i32 {
+    let ip = match packet::parse_ipv6(ctx) {
+        Frame6::Ipv6(ip) => ip,
+        Frame6::Malformed => {
+            count_in::<[u8; 16]>(Counter::EgressMalformed);
+            return Verdict::Pass.tc_action();
+        }
+        Frame6::TooManyExtensions => {
+            count_in::<[u8; 16]>(Counter::EgressUnsupported);
+            return Verdict::Pass.tc_action();
+        }
+    };
+    let (Some(settings), Some(node_ip)) = (maps::settings(), maps::snat_addr(ctx)) else {
+        count_in::<[u8; 16]>(Counter::EgressNotConfigured);
+        return Verdict::Pass.tc_action();
+    };
+    classify_ip(ctx, settings, node_ip, &ip).tc_action()
 }
 
 /// `node_ip` is the address of the interface the packet leaves by: what it is masqueraded to.
 #[inline(always)]
-fn classify_ipv4(ctx: &TcContext, settings: &Settings, node_ip: [u8; 4], ip: &Ipv4) -> Verdict {
+fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: &Ip<A>) -> Verdict {
     if ip.is_later_fragment() {
-        return frag::egress(ctx, node_ip, ip);
+        return A::egress_later_fragment(ctx, node_ip, ip);
     }
     // A first fragment is recorded as left alone before anything is decided; the paths that
     // translate it record that instead. Whatever else happens to it, its later fragments follow.
-    frag::remember(ip, Direction::Egress, None);
+    A::remember_fragment(ip, Direction::Egress, None);
+    if A::link_scoped(ip.src, ip.dst) {
+        count_in::<A>(Counter::EgressExemptLinkLocal);
+        return Verdict::Pass;
+    }
     let Ok(transport) = packet::transport(ctx, ip) else {
-        count(Counter::EgressMalformed);
+        count_in::<A>(Counter::EgressMalformed);
         return Verdict::Pass;
     };
     // DCCP and UDP-Lite checksums cover the addresses like TCP's and UDP's, and the datapath
     // does not update them: translating by address alone would break every packet.
     if matches!(ip.protocol, proto::DCCP | proto::UDPLITE) {
-        count(Counter::EgressUnsupported);
+        count_in::<A>(Counter::EgressUnsupported);
         return Verdict::Pass;
     }
     let tcp_opens = transport.tcp_opens;
     let (src_port, dst_port) = match transport.kind {
         Kind::Ports => (transport.src, transport.dst),
         Kind::IcmpQuery if transport.request => (transport.src, 0),
-        Kind::IcmpError => return icmp::egress(ctx, node_ip, ip),
+        Kind::IcmpError => return A::egress_icmp_error(ctx, node_ip, ip),
         // A query reply without a mapping answers a query that came from outside.
         Kind::IcmpQuery | Kind::IcmpOther => {
-            count(if ip.src == node_ip {
+            count_in::<A>(if ip.src == node_ip {
                 Counter::EgressHostPassed
             } else {
                 Counter::EgressUnsupported
@@ -82,7 +114,7 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, node_ip: [u8; 4], ip: &Ip
         }
         Kind::Other => (0, 0),
     };
-    let key = NatKeyV4::new(
+    let key = NatKey::new(
         ip.src,
         ip.dst,
         src_port,
@@ -104,57 +136,55 @@ fn classify_ipv4(ctx: &TcContext, settings: &Settings, node_ip: [u8; 4], ip: &Ip
     }
 
     let origin = if ip.src == node_ip {
-        let has_port = matches!(
-            ip.protocol,
-            proto::TCP | proto::UDP | proto::SCTP | proto::ICMP
-        );
+        let has_port =
+            matches!(ip.protocol, proto::TCP | proto::UDP | proto::SCTP) || ip.protocol == A::ICMP;
         // The node's flows outside the SNAT range cannot clash with a mapping. Its flows of
         // protocols without ports are tracked: their tuple is the remote address alone, and
         // the node's own (a tunnel endpoint) must never be handed to a pod.
         if has_port && !settings.port_in_range(src_port) {
-            count(Counter::EgressHostPassed);
+            count_in::<A>(Counter::EgressHostPassed);
             return Verdict::Pass;
         }
         ORIGIN_HOST
     } else {
-        match NOMASQ_V4.get(&Key::new(32, ip.dst)) {
-            Some(&NOMASQ_KIND_LINK_LOCAL) => {
-                count(Counter::EgressExemptLinkLocal);
+        match A::exempt(ip.dst) {
+            Some(NOMASQ_KIND_LINK_LOCAL) => {
+                count_in::<A>(Counter::EgressExemptLinkLocal);
                 return Verdict::Pass;
             }
             Some(_) => {
-                count(Counter::EgressExemptCidr);
+                count_in::<A>(Counter::EgressExemptCidr);
                 return Verdict::Pass;
             }
             None => ORIGIN_POD,
         }
     };
     if ip.protocol == proto::TCP && !tcp_opens {
-        count(Counter::EgressTcpMidstreamPassed);
+        count_in::<A>(Counter::EgressTcpMidstreamPassed);
         return Verdict::Pass;
     }
     allocator::hand_over(ctx, &key, node_ip, origin, flow_flags);
     // Only reached when the tail call failed: the allocator is not in its slot.
-    count(Counter::EgressDropNoAllocator);
+    count_in::<A>(Counter::EgressDropNoAllocator);
     Verdict::Drop
 }
 
 /// Rewrites the packet's source to the mapping's address and port.
 #[inline(always)]
-pub(crate) fn translate(
+pub(crate) fn translate<A: Family>(
     ctx: &TcContext,
-    ip: &Ipv4,
-    key: &NatKeyV4,
-    entry: &NatEntryV4,
+    ip: &Ip<A>,
+    key: &NatKey<A>,
+    entry: &NatEntry<A>,
     counter: Counter,
 ) -> Verdict {
     let rewritten = rewrite::address(ctx, ip, End::Source, entry.addr)
         .and_then(|()| rewrite::port(ctx, ip, End::Source, key.src_port, entry.port));
     if rewritten.is_err() {
-        count(Counter::EgressDropRewriteFailed);
+        count_in::<A>(Counter::EgressDropRewriteFailed);
         return Verdict::Drop;
     }
-    frag::remember(ip, Direction::Egress, Some(entry.addr));
-    count(counter);
+    A::remember_fragment(ip, Direction::Egress, Some(entry.addr));
+    count_in::<A>(counter);
     Verdict::Pass
 }

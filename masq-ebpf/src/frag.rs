@@ -26,7 +26,8 @@ const fn key(ip: &Ipv4, direction: Direction) -> FragKeyV4 {
     FragKeyV4 {
         src_addr: ip.src,
         dst_addr: ip.dst,
-        id: ip.id,
+        // IPv4 identifiers are 16 bits wide.
+        id: ip.id as u16,
         protocol: ip.protocol,
         direction: direction as u8,
     }

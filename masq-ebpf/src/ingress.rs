@@ -8,21 +8,31 @@ use aya_ebpf::programs::TcContext;
 use aya_log_ebpf::debug;
 use masq_common::{
     counters::Counter,
-    nat::{Direction, NatKeyV4, proto},
+    layout::PROG_SLOT_INGRESS_V6,
+    nat::{Direction, NatKey, proto},
 };
 
 use crate::{
-    counters::count,
-    frag, icmp, maps, nat,
-    packet::{self, EarlyOutcomes, Kind},
+    counters::{count, count_in},
+    family::Family,
+    maps::{self, PROGS},
+    nat,
+    packet::{self, EarlyOutcomes, Frame6, Ip, Kind},
     rewrite::{self, End},
     sockets,
     verdict::Verdict,
 };
 
-/// Entry point of `masq_ingress`.
+/// Entry point of `masq_ingress`: IPv4 here, IPv6 in `masq_ingress6`, which it tail-calls.
 #[inline(always)]
 pub(crate) fn classify(ctx: &TcContext) -> i32 {
+    if packet::is_ipv6(ctx) {
+        // SAFETY: the context is the program's own; on success the call does not return.
+        unsafe { PROGS.tail_call(ctx, PROG_SLOT_INGRESS_V6) };
+        // An older agent's program array, without the IPv6 programs: untouched, as before.
+        count(Counter::IngressNotIpv4);
+        return Verdict::Pass.tc_action();
+    }
     let outcomes = EarlyOutcomes {
         not_ipv4: Counter::IngressNotIpv4,
         malformed: Counter::IngressMalformed,
@@ -30,9 +40,33 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
     let Some(ip) = packet::classifiable(ctx, &outcomes) else {
         return Verdict::Pass.tc_action();
     };
-    let (Some(settings), Some(node_ip)) = (maps::settings(), maps::snat_addr(ctx)) else {
-        count(Counter::IngressNotConfigured);
-        return Verdict::Pass.tc_action();
+    classify_ip(ctx, &ip).tc_action()
+}
+
+/// Entry point of `masq_ingress6`: an IPv6 frame arriving on an uplink.
+#[inline(always)]
+pub(crate) fn classify_v6(ctx: &TcContext) -> i32 {
+    let ip = match packet::parse_ipv6(ctx) {
+        Frame6::Ipv6(ip) => ip,
+        Frame6::Malformed => {
+            count_in::<[u8; 16]>(Counter::IngressMalformed);
+            return Verdict::Pass.tc_action();
+        }
+        Frame6::TooManyExtensions => {
+            count_in::<[u8; 16]>(Counter::IngressPassed);
+            return Verdict::Pass.tc_action();
+        }
+    };
+    classify_ip(ctx, &ip).tc_action()
+}
+
+/// Restores the pod's address on a reply of family `A`.
+#[inline(always)]
+fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
+    let ip = *ip;
+    let (Some(settings), Some(node_ip)) = (maps::settings(), maps::snat_addr::<A>(ctx)) else {
+        count_in::<A>(Counter::IngressNotConfigured);
+        return Verdict::Pass;
     };
     // Replies come back to the address of the interface they arrive on, as with MASQUERADE on
     // a node whose routing is symmetric.
@@ -43,7 +77,7 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
         if ip.protocol == proto::UDP
             && !ip.is_later_fragment()
             && let Some((src, dst)) = packet::udp_ports(ctx, &ip)
-            && nat::track_inbound(&NatKeyV4::new(
+            && nat::track_inbound(&NatKey::new(
                 ip.dst,
                 ip.src,
                 dst,
@@ -52,34 +86,34 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
                 Direction::Egress,
             ))
         {
-            count(Counter::IngressInboundTracked);
-            return Verdict::Pass.tc_action();
+            count_in::<A>(Counter::IngressInboundTracked);
+            return Verdict::Pass;
         }
-        count(Counter::IngressPassed);
-        return Verdict::Pass.tc_action();
+        count_in::<A>(Counter::IngressPassed);
+        return Verdict::Pass;
     }
     if ip.is_later_fragment() {
-        return frag::ingress(ctx, &ip).tc_action();
+        return A::ingress_later_fragment(ctx, &ip);
     }
     // As on egress: a first fragment is left alone unless a path below translates it, and its
     // later fragments must follow it, not an older datagram's record.
-    frag::remember(&ip, Direction::Ingress, None);
+    A::remember_fragment(&ip, Direction::Ingress, None);
     let Ok(transport) = packet::transport(ctx, &ip) else {
-        count(Counter::IngressMalformed);
-        return Verdict::Pass.tc_action();
+        count_in::<A>(Counter::IngressMalformed);
+        return Verdict::Pass;
     };
     let tcp_opens = transport.tcp_opens;
     let (src_port, dst_port) = match transport.kind {
         Kind::Ports => (transport.src, transport.dst),
         Kind::IcmpQuery if !transport.request => (0, transport.src),
-        Kind::IcmpError => return icmp::ingress(ctx, &ip).tc_action(),
+        Kind::IcmpError => return A::ingress_icmp_error(ctx, &ip),
         Kind::IcmpQuery | Kind::IcmpOther => {
-            count(Counter::IngressPassed);
-            return Verdict::Pass.tc_action();
+            count_in::<A>(Counter::IngressPassed);
+            return Verdict::Pass;
         }
         Kind::Other => (0, 0),
     };
-    let key = NatKeyV4::new(
+    let key = NatKey::new(
         ip.src,
         ip.dst,
         src_port,
@@ -94,27 +128,23 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
             && settings.port_in_range(dst_port);
         if maybe_reply && !sockets::node_owns(ctx, ip.protocol, ip.src, src_port, ip.dst, dst_port)
         {
-            count(Counter::IngressDropNoMapping);
-            return Verdict::Drop.tc_action();
+            count_in::<A>(Counter::IngressDropNoMapping);
+            return Verdict::Drop;
         }
-        count(Counter::IngressPassed);
-        return Verdict::Pass.tc_action();
+        count_in::<A>(Counter::IngressPassed);
+        return Verdict::Pass;
     };
     let rewritten = rewrite::address(ctx, &ip, End::Destination, entry.addr)
         .and_then(|()| rewrite::port(ctx, &ip, End::Destination, dst_port, entry.port));
     if rewritten.is_err() {
-        count(Counter::IngressDropRewriteFailed);
-        return Verdict::Drop.tc_action();
+        count_in::<A>(Counter::IngressDropRewriteFailed);
+        return Verdict::Drop;
     }
-    frag::remember(&ip, Direction::Ingress, Some(entry.addr));
+    A::remember_fragment(&ip, Direction::Ingress, Some(entry.addr));
     debug!(
         ctx,
-        "reply from {:i}:{} restored to {:i}:{}",
-        u32::from_be_bytes(ip.src),
-        src_port,
-        u32::from_be_bytes(entry.addr),
-        entry.port
+        "reply from remote port {} restored to port {}", src_port, entry.port
     );
-    count(Counter::IngressReverseNat);
-    Verdict::Pass.tc_action()
+    count_in::<A>(Counter::IngressReverseNat);
+    Verdict::Pass
 }

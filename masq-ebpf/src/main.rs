@@ -63,7 +63,7 @@ fn masq_ingress(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_allocator(ctx: TcContext) -> i32 {
-    allocator::allocate(&ctx)
+    allocator::allocate::<[u8; 4]>(&ctx)
 }
 
 /// Translates the packet of a flow `masq_allocator` has just mapped; tail-called by it.
@@ -73,7 +73,48 @@ fn masq_allocator(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_new_flow(ctx: TcContext) -> i32 {
-    allocator::translate_new_flow(&ctx)
+    allocator::translate_new_flow::<[u8; 4]>(&ctx)
+}
+
+/// IPv6 egress classifier, tail-called by `masq_egress` for IPv6 frames (through `masq_progs`):
+/// the same classification as IPv4, on its own tables, verified apart.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_egress6(ctx: TcContext) -> i32 {
+    egress::classify_v6(&ctx)
+}
+
+/// IPv6 ingress classifier, tail-called by `masq_ingress` for IPv6 frames.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_ingress6(ctx: TcContext) -> i32 {
+    ingress::classify_v6(&ctx)
+}
+
+/// IPv6 port allocator, tail-called by `masq_egress6`, as `masq_allocator` for IPv4.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_allocator6(ctx: TcContext) -> i32 {
+    allocator::allocate::<[u8; 16]>(&ctx)
+}
+
+/// Translates the packet of an IPv6 flow `masq_allocator6` has just mapped.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_new_flow6(ctx: TcContext) -> i32 {
+    allocator::translate_new_flow::<[u8; 16]>(&ctx)
 }
 
 /// The kernel requires a GPL-compatible license for the helpers the programs call.

@@ -12,9 +12,14 @@ use masq_common::{
         FRAGS_V4_MAX_ENTRIES, MapMeta, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES,
         PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
     },
-    nat::{AllocRequestV4, FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
+    nat::{
+        AllocRequestV4, AllocRequestV6, FragEntryV4, FragKeyV4, NatEntryV4, NatEntryV6, NatKeyV4,
+        NatKeyV6,
+    },
     settings::Settings,
 };
+
+use crate::family::Family;
 
 /// Datapath settings (SNAT port ranges, flags) at index 0. Written by the agent when it starts
 /// and whenever its flags change; read by both programs on every packet. Until the agent writes
@@ -87,25 +92,46 @@ pub(crate) static PROGS: ProgramArray<{ PROG_SLOTS as usize }> = ProgramArray::n
 #[btf_map(name = "masq_alloc_request")]
 pub(crate) static ALLOC_REQUEST: PerCpuArray<AllocRequestV4, 1> = PerCpuArray::new();
 
+/// Non-masquerade IPv6 destinations, as [`NOMASQ_V4`] for IPv4 (link-local `fe80::/10` among
+/// them unless `masqLinkLocalIPv6`). Written by the agent, read by the IPv6 egress program.
+#[btf_map(name = "masq_nomasq_v6")]
+pub(crate) static NOMASQ_V6: LpmTrie<[u8; 16], u32, { NOMASQ_V4_MAX_ENTRIES as usize }> =
+    LpmTrie::new();
+
+/// Both halves of every translated IPv6 flow, as [`NAT_V4`] for IPv4. The agent sizes it at
+/// load time: as the IPv4 table with `--enable-ipv6`, one entry without.
+#[btf_map(name = "masq_nat_v6")]
+pub(crate) static NAT_V6: HashMap<NatKeyV6, NatEntryV6, { NAT_V4_DEFAULT_MAX_ENTRIES as usize }> =
+    HashMap::new();
+
+/// Per-CPU counters of IPv6 packets, indexed like [`COUNTERS`]. Incremented by the IPv6
+/// programs; summed by the agent for metrics (label `family="ipv6"`).
+#[btf_map(name = "masq_counters_v6")]
+pub(crate) static COUNTERS_V6: PerCpuArray<u64, { COUNTER_COUNT as usize }> = PerCpuArray::new();
+
+/// The IPv6 egress program's hand-over to the IPv6 allocator, as [`ALLOC_REQUEST`].
+#[btf_map(name = "masq_alloc_request_v6")]
+pub(crate) static ALLOC_REQUEST_V6: PerCpuArray<AllocRequestV6, 1> = PerCpuArray::new();
+
 /// The settings in force, or `None` before the agent configured the datapath.
 #[inline(always)]
 pub(crate) fn settings() -> Option<&'static Settings> {
     SETTINGS.get(0).filter(|settings| settings.enabled())
 }
 
-/// The address masqueraded traffic on the packet's device gets, or `None` when masq does not
-/// translate on that device.
+/// The address of family `A` masqueraded traffic on the packet's device gets, or `None` when
+/// masq does not translate that family on that device.
 #[inline(always)]
-pub(crate) fn snat_addr(ctx: &TcContext) -> Option<[u8; 4]> {
+pub(crate) fn snat_addr<A: Family>(ctx: &TcContext) -> Option<A> {
     // SAFETY: `skb` points at the context the kernel passed to the program; `ifindex` is a
     // plain field the verifier lets a classifier read.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     if ifindex < UPLINK_INDEX_SLOTS {
         let slot = UPLINK_SLOTS.get(ifindex)?;
-        return (slot.present != 0).then_some(slot.snat_addr);
+        return A::of_slot(slot);
     }
-    // SAFETY: the value is copied out immediately; the agent replaces entries whole.
+    // SAFETY: the entry is read at once; the agent replaces entries whole.
     UPLINKS
         .get_ptr(ifindex)
-        .map(|uplink| unsafe { (*uplink).snat_addr })
+        .and_then(|uplink| A::of_uplink(unsafe { &*uplink }))
 }

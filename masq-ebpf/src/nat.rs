@@ -15,7 +15,7 @@ use masq_common::{
 };
 
 use crate::{
-    counters::{count, record_allocation},
+    counters::{count_in, record_allocation},
     family::Family,
     sockets::{self, SocketTable},
 };
@@ -141,14 +141,14 @@ fn ensure_peer<A: Family>(key: &NatKey<A>, entry: &NatEntry<A>) {
             .insert(peer, key.peer_entry(entry), u64::from(BPF_NOEXIST))
             .is_ok()
         {
-            count(Counter::MappingRepaired);
+            count_in::<A>(Counter::MappingRepaired);
         }
         return;
     };
     // SAFETY: as in `lookup`.
     let existing = unsafe { *existing };
     if peer.peer(&existing) != *key {
-        count(Counter::MappingConflict);
+        count_in::<A>(Counter::MappingConflict);
         let _ = A::nat().remove(key);
     }
 }
@@ -186,42 +186,33 @@ const EEXIST: i32 = -17;
 /// code before them learned about its fields (which protocol, which range, whether the port is
 /// kept) would otherwise split them into one verification per combination.
 #[inline(always)]
-pub(crate) fn allocate<A: Family>(
-    ctx: &TcContext,
-    settings: &Settings,
-) -> Result<NatEntry<A>, AllocError> {
+pub(crate) fn allocate<A: Family>(ctx: &TcContext, settings: &Settings) -> Result<(), AllocError> {
     let Some(request) = request::<A>() else {
         return Err(AllocError::TableFull);
     };
-    let key = &request.key;
-    let node_ip = request.snat_addr;
     let origin = request.origin;
-    // Ports that cannot change: SCTP (CRC32c) and protocols without ports (always 0).
-    let fixed_port = match key.protocol {
-        proto::TCP | proto::UDP | proto::ICMP => None,
-        proto::SCTP => Some(key.src_port),
-        _ => Some(0),
-    };
-    if origin == ORIGIN_HOST && fixed_port == Some(0) {
-        return reserve_for_node(key, node_ip);
+    // Ports that cannot change: SCTP's (CRC32c) and those of protocols without ports (always
+    // 0). Plain values rather than an `Option`: LLVM fills the payload of a `None` from any
+    // register, a map pointer included, which the verifier rejects.
+    let has_ports = matches!(request.protocol, proto::TCP | proto::UDP | proto::SCTP)
+        || request.protocol == A::ICMP;
+    if origin == ORIGIN_HOST && !has_ports {
+        return reserve_for_node::<A>(request.snat_addr);
     }
+    let fixed = request.protocol == proto::SCTP || !has_ports;
     // The node's own flows keep their port whenever it is free, as do all flows without
     // --random-fully (iptables MASQUERADE tries the original port first too).
-    let preferred =
-        (origin == ORIGIN_HOST || !settings.random_fully()) && settings.port_in_range(key.src_port);
-    let first_choice = match fixed_port {
-        Some(port) => Some(port),
-        None if preferred => Some(key.src_port),
-        None => None,
-    };
-    if let Some(port) = first_choice {
+    let preferred = (origin == ORIGIN_HOST || !settings.random_fully())
+        && settings.port_in_range(request.src_port);
+    if fixed || preferred {
+        let port = if has_ports { request.src_port } else { 0 };
         if usable(ctx, &request, socket_table(&request), port) {
             record_allocation(Some(1));
             return create::<A>(port);
         }
-        if fixed_port.is_some() {
+        if fixed {
             record_allocation(None);
-            return Err(if key.protocol == proto::SCTP {
+            return Err(if request.protocol == proto::SCTP {
                 AllocError::SctpPortInUse
             } else {
                 AllocError::NoPort
@@ -241,13 +232,18 @@ pub(crate) fn allocate<A: Family>(
     }
 }
 
-/// The new flow the allocator maps: the part of its request the search and the inserts need.
+/// The new flow the allocator maps: the part of its request the port search needs. The
+/// inserts read the rest from the slot ([`create`]): a copy of the whole request would not fit
+/// the IPv6 allocator's stack.
 #[derive(Clone, Copy)]
 struct NewFlow<A: Family> {
-    key: NatKey<A>,
+    /// The remote end: the flow's destination.
+    remote: A,
     snat_addr: A,
+    remote_port: u16,
+    src_port: u16,
+    protocol: u8,
     origin: u8,
-    flow_flags: u8,
 }
 
 /// The allocator's request, read from its per-CPU slot with volatile reads: the compiler may
@@ -260,11 +256,14 @@ fn request<A: Family>() -> Option<NewFlow<A>> {
     // SAFETY: the slot is a valid, aligned map value private to this CPU while the program
     // runs; the field pointers are derived from it without creating references.
     unsafe {
+        let key = &raw const (*slot).key;
         Some(NewFlow {
-            key: core::ptr::read_volatile(&raw const (*slot).key),
+            remote: core::ptr::read_volatile(&raw const (*key).dst_addr),
             snat_addr: core::ptr::read_volatile(&raw const (*slot).snat_addr),
+            remote_port: core::ptr::read_volatile(&raw const (*key).dst_port),
+            src_port: core::ptr::read_volatile(&raw const (*key).src_port),
+            protocol: core::ptr::read_volatile(&raw const (*key).protocol),
             origin: core::ptr::read_volatile(&raw const (*slot).origin),
-            flow_flags: core::ptr::read_volatile(&raw const (*slot).flow_flags),
         })
     }
 }
@@ -280,13 +279,12 @@ fn search_start<A: Family>() -> Option<PortSearch> {
 /// The reply tuple of `request`'s flow if it left from node port `port`.
 #[inline(always)]
 fn reply_key<A: Family>(request: &NewFlow<A>, port: u16) -> NatKey<A> {
-    let key = &request.key;
     NatKey::new(
-        key.dst_addr,
+        request.remote,
         request.snat_addr,
-        key.dst_port,
+        request.remote_port,
         port,
-        key.protocol,
+        request.protocol,
         Direction::Ingress,
     )
 }
@@ -301,7 +299,6 @@ fn usable<A: Family>(
     sockets: Option<SocketTable>,
     port: u16,
 ) -> bool {
-    let key = &request.key;
     if A::nat().get_ptr(reply_key(request, port)).is_some() {
         return false;
     }
@@ -309,8 +306,8 @@ fn usable<A: Family>(
         Some(table) => !sockets::owned_in(
             ctx,
             table,
-            key.dst_addr,
-            key.dst_port,
+            request.remote,
+            request.remote_port,
             request.snat_addr,
             port,
         ),
@@ -326,7 +323,7 @@ fn socket_table<A: Family>(request: &NewFlow<A>) -> Option<SocketTable> {
     if request.origin == ORIGIN_HOST {
         return None;
     }
-    SocketTable::of(request.key.protocol)
+    SocketTable::of(request.protocol)
 }
 
 /// The kernel's search for a free port: rounds from [`FIRST_ALLOC_ROUND`] ports down to
@@ -404,49 +401,72 @@ fn search<A: Family>(
     None
 }
 
-/// Inserts both halves of the mapping of the request's flow through node port `port`.
+/// Inserts both halves of the mapping of the request's flow through node port `port`, and
+/// leaves the mapping (the egress half) in the request slot for the new-flow program.
+///
+/// The entries are built in the slot and inserted from there: an IPv6 entry is 48 bytes, and
+/// two of them beside the keys would not fit the program's 512-byte stack.
 #[inline(always)]
-fn create<A: Family>(port: u16) -> Result<NatEntry<A>, AllocError> {
-    let Some(request) = request::<A>() else {
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "by value, the entries and keys in the slot would be copied to the stack"
+)]
+fn create<A: Family>(port: u16) -> Result<(), AllocError> {
+    let Some(slot) = A::alloc_request().get_ptr_mut(0) else {
         return Err(AllocError::TableFull);
     };
-    let key = &request.key;
     let now = now_ns();
-    let restore = NatEntry::new(
-        key.src_addr,
-        key.src_port,
-        request.origin,
-        FlowMarks::from_bits(0),
-        now,
-        0,
-    );
-    let reply_key = reply_key(&request, port);
-    match A::nat().insert(reply_key, restore, u64::from(BPF_NOEXIST)) {
-        Ok(()) => {}
-        // Another CPU took the port between the look and the insert; the packet's next
-        // retransmission searches again.
-        Err(EEXIST) => return Err(AllocError::NoPort),
-        Err(_) => return Err(AllocError::TableFull),
-    }
-    let forward = NatEntry::new(
-        request.snat_addr,
-        port,
-        request.origin,
-        FlowMarks::from_bits(request.flow_flags | FLOW_SEEN),
-        now,
-        now,
-    );
-    if A::nat()
-        .insert(key, forward, u64::from(BPF_NOEXIST))
-        .is_ok()
-    {
-        return Ok(forward);
-    }
-    let _ = A::nat().remove(reply_key);
-    // Another CPU mapped this flow first: use theirs.
-    if let Some(existing) = A::nat().get_ptr(key) {
-        // SAFETY: as in `lookup`.
-        return Ok(unsafe { *existing });
+    // SAFETY: per-CPU array slots are private to this CPU while the program runs. Each field is
+    // read afresh, volatile (see `request`), where it is used, rather than copied out whole;
+    // the map helpers read the key and the entries from the slot.
+    unsafe {
+        let key = &raw const (*slot).key;
+        let snat_addr = core::ptr::read_volatile(&raw const (*slot).snat_addr);
+        let origin = core::ptr::read_volatile(&raw const (*slot).origin);
+        let reply_key = NatKey::new(
+            core::ptr::read_volatile(&raw const (*key).dst_addr),
+            snat_addr,
+            core::ptr::read_volatile(&raw const (*key).dst_port),
+            port,
+            core::ptr::read_volatile(&raw const (*key).protocol),
+            Direction::Ingress,
+        );
+        (*slot).entry = NatEntry::new(
+            core::ptr::read_volatile(&raw const (*key).src_addr),
+            core::ptr::read_volatile(&raw const (*key).src_port),
+            origin,
+            FlowMarks::from_bits(0),
+            now,
+            0,
+        );
+        match A::nat().insert(&reply_key, &(*slot).entry, u64::from(BPF_NOEXIST)) {
+            Ok(()) => {}
+            // Another CPU took the port between the look and the insert; the packet's next
+            // retransmission searches again.
+            Err(EEXIST) => return Err(AllocError::NoPort),
+            Err(_) => return Err(AllocError::TableFull),
+        }
+        let flow_flags = core::ptr::read_volatile(&raw const (*slot).flow_flags);
+        (*slot).entry = NatEntry::new(
+            snat_addr,
+            port,
+            origin,
+            FlowMarks::from_bits(flow_flags | FLOW_SEEN),
+            now,
+            now,
+        );
+        if A::nat()
+            .insert(&*key, &(*slot).entry, u64::from(BPF_NOEXIST))
+            .is_ok()
+        {
+            return Ok(());
+        }
+        let _ = A::nat().remove(&reply_key);
+        // Another CPU mapped this flow first: use theirs.
+        if let Some(existing) = A::nat().get_ptr(&*key) {
+            (*slot).entry = *existing;
+            return Ok(());
+        }
     }
     Err(AllocError::TableFull)
 }
@@ -455,36 +475,67 @@ fn create<A: Family>(port: u16) -> Result<NatEntry<A>, AllocError> {
 /// towards that remote. Such a tuple can belong to one flow only, and the node's own (a tunnel
 /// endpoint, typically) always wins: a pod flow holding it loses its mapping here (counted as a
 /// conflict) and its next packet is refused, so the node's traffic is never delivered to a pod.
+/// Leaves the mapping in the request slot, as [`create`] does.
 #[inline(always)]
-fn reserve_for_node<A: Family>(key: &NatKey<A>, node_ip: A) -> Result<NatEntry<A>, AllocError> {
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "by value, the entries and keys in the slot would be copied to the stack"
+)]
+fn reserve_for_node<A: Family>(node_ip: A) -> Result<(), AllocError> {
+    let Some(slot) = A::alloc_request().get_ptr_mut(0) else {
+        return Err(AllocError::TableFull);
+    };
     let now = now_ns();
-    let own = NatEntry::new(
-        node_ip,
-        0,
-        ORIGIN_HOST,
-        FlowMarks::from_bits(FLOW_SEEN),
-        now,
-        now,
-    );
-    let reply_key = key.peer(&own);
-    if let Some(existing) = A::nat().get_ptr(reply_key) {
-        // SAFETY: as in `lookup`.
-        let existing = unsafe { *existing };
-        if existing.origin != ORIGIN_HOST {
-            count(Counter::MappingConflict);
-            let _ = A::nat().remove(reply_key.peer(&existing));
+    // SAFETY: as in `create`.
+    unsafe {
+        let key = &raw const (*slot).key;
+        // The reply tuple: the remote's packets to the node, with no ports.
+        let reply_key = NatKey::new(
+            core::ptr::read_volatile(&raw const (*key).dst_addr),
+            node_ip,
+            0,
+            0,
+            core::ptr::read_volatile(&raw const (*key).protocol),
+            Direction::Ingress,
+        );
+        if let Some(existing) = A::nat().get_ptr(&reply_key)
+            && (*existing).origin != ORIGIN_HOST
+        {
+            // The pod flow's egress key, read straight from its entry.
+            count_in::<A>(Counter::MappingConflict);
+            let _ = A::nat().remove(&reply_key.peer(&*existing));
+        }
+        (*slot).entry = NatEntry::new(
+            core::ptr::read_volatile(&raw const (*key).src_addr),
+            0,
+            ORIGIN_HOST,
+            FlowMarks::from_bits(0),
+            now,
+            0,
+        );
+        if A::nat()
+            .insert(&reply_key, &(*slot).entry, u64::from(BPF_ANY))
+            .is_err()
+        {
+            return Err(AllocError::TableFull);
+        }
+        (*slot).entry = NatEntry::new(
+            node_ip,
+            0,
+            ORIGIN_HOST,
+            FlowMarks::from_bits(FLOW_SEEN),
+            now,
+            now,
+        );
+        if A::nat()
+            .insert(&*key, &(*slot).entry, u64::from(BPF_ANY))
+            .is_err()
+        {
+            return Err(AllocError::TableFull);
         }
     }
-    let reply = key.peer_entry(&own);
-    if A::nat()
-        .insert(reply_key, reply, u64::from(BPF_ANY))
-        .is_err()
-        || A::nat().insert(key, own, u64::from(BPF_ANY)).is_err()
-    {
-        return Err(AllocError::TableFull);
-    }
     record_allocation(Some(1));
-    Ok(own)
+    Ok(())
 }
 
 /// Remembers a UDP flow that a masqueraded address opened towards a pod; `key` is the tuple

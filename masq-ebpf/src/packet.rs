@@ -12,7 +12,7 @@ use masq_common::{
     nat::{FLOW_TCP_FIN, FLOW_TCP_RST, FLOW_TCP_SYN, proto},
 };
 
-use crate::counters::count;
+use crate::{counters::count, family::Family};
 
 /// Length of the Ethernet header; the uplink is an Ethernet device.
 pub(crate) const ETH_HLEN: usize = 14;
@@ -33,6 +33,59 @@ const TCP_FIN: u8 = 0x01;
 const TCP_SYN: u8 = 0x02;
 const TCP_RST: u8 = 0x04;
 const TCP_ACK: u8 = 0x10;
+
+/// How the datapath treats an ICMP message type (of either family).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IcmpKind {
+    /// A query (echo, timestamp) whose identifier acts as the local port.
+    Request,
+    /// The answer to a [`IcmpKind::Request`].
+    Reply,
+    /// An error quoting the packet that caused it.
+    Error,
+    /// Anything else (IPv6 neighbour discovery, MLD, router advertisements...): never touched.
+    Other,
+}
+
+/// The [`IcmpKind`] of an ICMPv4 type.
+#[inline(always)]
+pub(crate) const fn icmp_kind_v4(icmp: u8) -> IcmpKind {
+    match icmp {
+        icmp_type::ECHO_REQUEST | icmp_type::TIMESTAMP_REQUEST => IcmpKind::Request,
+        icmp_type::ECHO_REPLY | icmp_type::TIMESTAMP_REPLY => IcmpKind::Reply,
+        icmp_type::DEST_UNREACH
+        | icmp_type::SOURCE_QUENCH
+        | icmp_type::REDIRECT
+        | icmp_type::TIME_EXCEEDED
+        | icmp_type::PARAMETER_PROBLEM => IcmpKind::Error,
+        _ => IcmpKind::Other,
+    }
+}
+
+/// ICMPv6 types (RFC 4443) the datapath tells apart.
+pub(crate) mod icmp6_type {
+    pub(crate) const DEST_UNREACH: u8 = 1;
+    pub(crate) const PACKET_TOO_BIG: u8 = 2;
+    pub(crate) const TIME_EXCEEDED: u8 = 3;
+    pub(crate) const PARAMETER_PROBLEM: u8 = 4;
+    pub(crate) const ECHO_REQUEST: u8 = 128;
+    pub(crate) const ECHO_REPLY: u8 = 129;
+}
+
+/// The [`IcmpKind`] of an ICMPv6 type. Neighbour discovery, MLD and router messages are
+/// [`IcmpKind::Other`]: link-local machinery that must pass exactly as it is.
+#[inline(always)]
+pub(crate) const fn icmp_kind_v6(icmp: u8) -> IcmpKind {
+    match icmp {
+        icmp6_type::ECHO_REQUEST => IcmpKind::Request,
+        icmp6_type::ECHO_REPLY => IcmpKind::Reply,
+        icmp6_type::DEST_UNREACH
+        | icmp6_type::PACKET_TOO_BIG
+        | icmp6_type::TIME_EXCEEDED
+        | icmp6_type::PARAMETER_PROBLEM => IcmpKind::Error,
+        _ => IcmpKind::Other,
+    }
+}
 
 /// ICMP types of queries whose identifier acts as a port (RFC 792, RFC 950).
 pub(crate) mod icmp_type {
@@ -88,23 +141,29 @@ impl Ipv4Header {
     }
 }
 
-/// A parsed IPv4 packet.
+/// A parsed IP packet of the family whose addresses are `A`.
 #[derive(Clone, Copy)]
-pub(crate) struct Ipv4 {
-    pub(crate) src: [u8; 4],
-    pub(crate) dst: [u8; 4],
+pub(crate) struct Ip<A> {
+    pub(crate) src: A,
+    pub(crate) dst: A,
+    /// The transport protocol (for IPv6: the header after the extension headers).
     pub(crate) protocol: u8,
     /// Offset of the transport header in the frame.
     pub(crate) l4_off: usize,
-    /// Bytes of transport header and payload the IPv4 header accounts for.
+    /// Bytes of transport header and payload the IP header accounts for.
     pub(crate) l4_len: usize,
     /// Identification field, for matching fragments of one datagram.
-    pub(crate) id: u16,
+    pub(crate) id: u32,
     pub(crate) more_fragments: bool,
     pub(crate) fragment_offset: u16,
 }
 
-impl Ipv4 {
+/// A parsed IPv4 packet.
+pub(crate) type Ipv4 = Ip<[u8; 4]>;
+/// A parsed IPv6 packet.
+pub(crate) type Ipv6 = Ip<[u8; 16]>;
+
+impl<A> Ip<A> {
     /// A fragment other than the first: it carries no transport header.
     #[inline(always)]
     pub(crate) const fn is_later_fragment(&self) -> bool {
@@ -159,10 +218,127 @@ pub(crate) fn parse(ctx: &TcContext) -> Frame {
         protocol: header.protocol,
         l4_off: IP_OFF + header_len,
         l4_len: total_len - header_len,
-        id: u16::from_be_bytes(header.id),
+        id: u32::from(u16::from_be_bytes(header.id)),
         more_fragments: frag & IP_MF != 0,
         fragment_offset: frag & IP_OFFSET_MASK,
     })
+}
+
+const ETH_P_IPV6: [u8; 2] = [0x86, 0xdd];
+/// Length of the fixed IPv6 header.
+const IPV6_HLEN: usize = 40;
+/// Extension headers walked before giving up on finding the transport header: more than any
+/// ordinary packet carries (RFC 8200 recommends at most one of each, in order).
+pub(crate) const IPV6_MAX_EXTENSION_HEADERS: usize = 6;
+
+/// IPv6 next-header values of the extension headers walked.
+mod next_header {
+    pub(crate) const HOP_BY_HOP: u8 = 0;
+    pub(crate) const ROUTING: u8 = 43;
+    pub(crate) const FRAGMENT: u8 = 44;
+    pub(crate) const AUTHENTICATION: u8 = 51;
+    pub(crate) const DESTINATION_OPTIONS: u8 = 60;
+}
+
+/// The fixed IPv6 header, as bytes so that it has no alignment requirement.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Ipv6Header {
+    pub(crate) version_class_flow: [u8; 4],
+    pub(crate) payload_len: [u8; 2],
+    pub(crate) next_header: u8,
+    pub(crate) hop_limit: u8,
+    pub(crate) src: [u8; 16],
+    pub(crate) dst: [u8; 16],
+}
+
+/// Whether the frame is an IPv6 packet (by its EtherType; [`parse_ipv6`] checks the rest).
+#[inline(always)]
+pub(crate) fn is_ipv6(ctx: &TcContext) -> bool {
+    read::<[u8; 2]>(ctx, 12) == Some(ETH_P_IPV6)
+}
+
+/// What an IPv6 frame holds.
+pub(crate) enum Frame6 {
+    Malformed,
+    /// More extension headers than [`IPV6_MAX_EXTENSION_HEADERS`]: passed and counted.
+    TooManyExtensions,
+    Ipv6(Ipv6),
+}
+
+/// Parses the IPv6 header of an IPv6 frame and walks its extension headers to the transport
+/// header (or to a header it does not know, which it treats as the transport).
+#[inline(always)]
+pub(crate) fn parse_ipv6(ctx: &TcContext) -> Frame6 {
+    let Some(header) = read::<Ipv6Header>(ctx, IP_OFF) else {
+        return Frame6::Malformed;
+    };
+    if header.version_class_flow[0] >> 4 != 6 {
+        return Frame6::Malformed;
+    }
+    let available = (ctx.len() as usize).saturating_sub(IP_OFF + IPV6_HLEN);
+    let payload_len = usize::from(u16::from_be_bytes(header.payload_len));
+    // A zero payload length marks a BIG TCP aggregate larger than 64 KiB: the skb length counts.
+    let payload_len = if payload_len == 0 && available > 0xffff {
+        available
+    } else {
+        payload_len
+    };
+    if payload_len > available {
+        return Frame6::Malformed;
+    }
+    let end = IP_OFF + IPV6_HLEN + payload_len;
+    let mut next = header.next_header;
+    let mut offset = IP_OFF + IPV6_HLEN;
+    let mut id = 0;
+    let mut more_fragments = false;
+    let mut fragment_offset = 0;
+    for _ in 0..IPV6_MAX_EXTENSION_HEADERS {
+        let length = match next {
+            next_header::HOP_BY_HOP | next_header::ROUTING | next_header::DESTINATION_OPTIONS => {
+                let Some([following, units]) = read::<[u8; 2]>(ctx, offset) else {
+                    return Frame6::Malformed;
+                };
+                next = following;
+                (usize::from(units) + 1) * 8
+            }
+            next_header::AUTHENTICATION => {
+                let Some([following, units]) = read::<[u8; 2]>(ctx, offset) else {
+                    return Frame6::Malformed;
+                };
+                next = following;
+                (usize::from(units) + 2) * 4
+            }
+            next_header::FRAGMENT => {
+                let Some(fragment) = read::<[u8; 8]>(ctx, offset) else {
+                    return Frame6::Malformed;
+                };
+                next = fragment[0];
+                let offset_flags = u16::from_be_bytes([fragment[2], fragment[3]]);
+                fragment_offset = offset_flags >> 3;
+                more_fragments = offset_flags & 1 != 0;
+                id = u32::from_be_bytes([fragment[4], fragment[5], fragment[6], fragment[7]]);
+                8
+            }
+            protocol => {
+                return Frame6::Ipv6(Ipv6 {
+                    src: header.src,
+                    dst: header.dst,
+                    protocol,
+                    l4_off: offset,
+                    l4_len: end - offset,
+                    id,
+                    more_fragments,
+                    fragment_offset,
+                });
+            }
+        };
+        offset += length;
+        if offset > end {
+            return Frame6::Malformed;
+        }
+    }
+    Frame6::TooManyExtensions
 }
 
 /// Counters for the ways a frame can fall out before classification.
@@ -193,7 +369,7 @@ pub(crate) fn classifiable(ctx: &TcContext, outcomes: &EarlyOutcomes) -> Option<
 /// [`Transport`]: building that enum twice in one program led LLVM to fill its padding from a
 /// map pointer, which the verifier rejects.
 #[inline(always)]
-pub(crate) fn udp_ports(ctx: &TcContext, ip: &Ipv4) -> Option<(u16, u16)> {
+pub(crate) fn udp_ports<A>(ctx: &TcContext, ip: &Ip<A>) -> Option<(u16, u16)> {
     if ip.l4_len < 8 {
         return None;
     }
@@ -259,7 +435,27 @@ impl Transport {
 /// Reads the transport header of a packet that is not a later fragment.
 /// `Err` means the header is truncated.
 #[inline(always)]
-pub(crate) fn transport(ctx: &TcContext, ip: &Ipv4) -> Result<Transport, ()> {
+pub(crate) fn transport<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Result<Transport, ()> {
+    if ip.protocol == A::ICMP {
+        if ip.l4_len < 8 {
+            return Err(());
+        }
+        let header = read::<[u8; 8]>(ctx, ip.l4_off).ok_or(())?;
+        let id = u16::from_be_bytes([header[4], header[5]]);
+        return Ok(match A::icmp_kind(header[0]) {
+            IcmpKind::Request => Transport {
+                src: id,
+                request: true,
+                ..Transport::of(Kind::IcmpQuery)
+            },
+            IcmpKind::Reply => Transport {
+                src: id,
+                ..Transport::of(Kind::IcmpQuery)
+            },
+            IcmpKind::Error => Transport::of(Kind::IcmpError),
+            IcmpKind::Other => Transport::of(Kind::IcmpOther),
+        });
+    }
     match ip.protocol {
         proto::TCP | proto::UDP | proto::SCTP => {
             let needed = match ip.protocol {
@@ -288,30 +484,6 @@ pub(crate) fn transport(ctx: &TcContext, ip: &Ipv4) -> Result<Transport, ()> {
                 tcp_flags,
                 tcp_opens,
                 ..Transport::of(Kind::Ports)
-            })
-        }
-        proto::ICMP => {
-            if ip.l4_len < 8 {
-                return Err(());
-            }
-            let header = read::<[u8; 8]>(ctx, ip.l4_off).ok_or(())?;
-            let id = u16::from_be_bytes([header[4], header[5]]);
-            let query = Transport {
-                src: id,
-                ..Transport::of(Kind::IcmpQuery)
-            };
-            Ok(match header[0] {
-                icmp_type::ECHO_REQUEST | icmp_type::TIMESTAMP_REQUEST => Transport {
-                    request: true,
-                    ..query
-                },
-                icmp_type::ECHO_REPLY | icmp_type::TIMESTAMP_REPLY => query,
-                icmp_type::DEST_UNREACH
-                | icmp_type::SOURCE_QUENCH
-                | icmp_type::REDIRECT
-                | icmp_type::TIME_EXCEEDED
-                | icmp_type::PARAMETER_PROBLEM => Transport::of(Kind::IcmpError),
-                _ => Transport::of(Kind::IcmpOther),
             })
         }
         _ => Ok(Transport::of(Kind::Other)),

@@ -12,11 +12,14 @@
 //!   touch it) or `CHECKSUM_COMPLETE` (whose sum of the packet the kernel must follow). UDP
 //!   updates carry `BPF_F_MARK_MANGLED_0` so a zero ("no checksum") stays zero and a computed
 //!   zero is sent as 0xffff;
-//! * an ICMP identifier and its checksum (which covers no pseudo-header and is never offloaded)
-//!   are updated here and stored in one call.
+//! * an ICMP identifier and its checksum (computed in software by the local stack) are updated
+//!   here and stored in one call;
+//! * IPv6 has no header checksum: an address change goes into the transport checksum (ICMPv6's
+//!   covers the pseudo-header too) as one `bpf_csum_diff` of the addresses.
 
 use aya_ebpf::{
     bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR},
+    helpers::generated::bpf_csum_diff,
     programs::TcContext,
 };
 use masq_common::{
@@ -24,7 +27,10 @@ use masq_common::{
     nat::proto,
 };
 
-use crate::packet::{IP_CHECK, IP_OFF, Ipv4, read};
+use crate::{
+    family::Family,
+    packet::{IP_CHECK, IP_OFF, Ip, Ipv4, Ipv6, read},
+};
 
 /// Which end of the packet to rewrite.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -54,10 +60,11 @@ struct AddressFields {
     dst: [u8; 4],
 }
 
-/// Replaces the source or destination address, fixing the IPv4 checksum and, for TCP and UDP
-/// packets that carry their header, the pseudo-header part of the transport checksum.
+/// Replaces the source or destination address, fixing every checksum that covers it: the
+/// IPv4 header's, and for protocols whose checksum covers a pseudo-header (TCP, UDP; ICMPv6 too)
+/// that one, when the packet carries its transport header.
 #[inline(always)]
-pub(crate) fn address(ctx: &TcContext, ip: &Ipv4, end: End, new: [u8; 4]) -> Result<(), ()> {
+pub(crate) fn address<A: Family>(ctx: &TcContext, ip: &Ip<A>, end: End, new: A) -> Result<(), ()> {
     let old = match end {
         End::Source => ip.src,
         End::Destination => ip.dst,
@@ -65,6 +72,19 @@ pub(crate) fn address(ctx: &TcContext, ip: &Ipv4, end: End, new: [u8; 4]) -> Res
     if old == new {
         return Ok(());
     }
+    A::rewrite_address(ctx, ip, end, old, new)
+}
+
+/// [`address`] for IPv4: the transport checksum by the helper, then the IPv4 checksum computed
+/// here and stored with the address in one call.
+#[inline(always)]
+pub(crate) fn address_v4(
+    ctx: &TcContext,
+    ip: &Ipv4,
+    end: End,
+    old: [u8; 4],
+    new: [u8; 4],
+) -> Result<(), ()> {
     if !ip.is_later_fragment()
         && let Some((offset, flags)) = l4_checksum(ip.protocol)
     {
@@ -88,6 +108,65 @@ pub(crate) fn address(ctx: &TcContext, ip: &Ipv4, end: End, new: [u8; 4]) -> Res
     ctx.store(IP_OFF + IP_CHECK, &fields, 0).map_err(|_| ())
 }
 
+/// Offset of the IPv6 source address in the frame; the destination follows it.
+const IPV6_SRC: usize = IP_OFF + 8;
+
+/// [`address`] for IPv6, which has no header checksum: the difference of the two addresses
+/// (`bpf_csum_diff`) goes into the transport checksum (ICMPv6's covers a pseudo-header too),
+/// then the address is stored.
+#[inline(always)]
+pub(crate) fn address_v6(
+    ctx: &TcContext,
+    ip: &Ipv6,
+    end: End,
+    old: [u8; 16],
+    new: [u8; 16],
+) -> Result<(), ()> {
+    if !ip.is_later_fragment()
+        && let Some((offset, flags)) = l4_checksum_v6(ip.protocol)
+    {
+        let mut from = words(old);
+        let mut to = words(new);
+        // SAFETY: both buffers are 16 bytes of the program's stack, as the sizes say.
+        let diff = unsafe { bpf_csum_diff(from.as_mut_ptr(), 16, to.as_mut_ptr(), 16, 0) };
+        if diff < 0 {
+            return Err(());
+        }
+        // Size 0: `to` is a checksum difference, not a value that replaces `from`.
+        ctx.l4_csum_replace(
+            ip.l4_off + offset,
+            0,
+            diff as u64,
+            flags | u64::from(BPF_F_PSEUDO_HDR),
+        )
+        .map_err(|_| ())?;
+    }
+    let field = match end {
+        End::Source => IPV6_SRC,
+        End::Destination => IPV6_SRC + 16,
+    };
+    ctx.store(field, &new, 0).map_err(|_| ())
+}
+
+/// An IPv6 address as the four 32-bit words `bpf_csum_diff` sums.
+#[inline(always)]
+fn words(addr: [u8; 16]) -> [u32; 4] {
+    let mut words = [0u32; 4];
+    for (word, bytes) in words.iter_mut().zip(addr.chunks_exact(4)) {
+        *word = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    }
+    words
+}
+
+/// As [`l4_checksum`], for IPv6, where ICMPv6's checksum covers the pseudo-header as well.
+#[inline(always)]
+const fn l4_checksum_v6(protocol: u8) -> Option<(usize, u64)> {
+    match protocol {
+        proto::ICMPV6 => Some((2, 0)),
+        protocol => l4_checksum(protocol),
+    }
+}
+
 /// The ICMP header from its checksum to the identifier of a query.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -100,11 +179,19 @@ struct IcmpQueryFields {
 /// transport checksum. SCTP ports are never rewritten: its CRC32c cannot be updated
 /// incrementally, so SCTP mappings keep their port.
 #[inline(always)]
-pub(crate) fn port(ctx: &TcContext, ip: &Ipv4, end: End, old: u16, new: u16) -> Result<(), ()> {
+pub(crate) fn port<A: Family>(
+    ctx: &TcContext,
+    ip: &Ip<A>,
+    end: End,
+    old: u16,
+    new: u16,
+) -> Result<(), ()> {
     if old == new {
         return Ok(());
     }
-    if ip.protocol == proto::ICMP {
+    // The identifier is payload to the ICMP checksum of either family, which the local stack
+    // computes in software: updated here.
+    if ip.protocol == A::ICMP {
         let offset = ip.l4_off + 2;
         let mut fields = read::<IcmpQueryFields>(ctx, offset).ok_or(())?;
         let check = u16::from_be_bytes(fields.check);

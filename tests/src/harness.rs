@@ -131,13 +131,11 @@ impl Harness {
         let updated = match address {
             Some(address) => maps.set_uplink(
                 TEST_RUN_IFINDEX,
-                &Uplink {
-                    snat_addr: address.octets(),
-                    attach_mode: ATTACH_TCX,
-                    created_clsact: 0,
-                    pad: 0,
-                    ifname: Uplink::encode_name("lo").unwrap_or_default(),
-                },
+                &Uplink::new(
+                    address.octets(),
+                    ATTACH_TCX,
+                    Uplink::encode_name("lo").unwrap_or_default(),
+                ),
             ),
             None => maps.remove_uplink(TEST_RUN_IFINDEX),
         };
@@ -210,6 +208,14 @@ impl Harness {
     }
 
     /// Every nonzero counter, for readable assertion failures.
+    /// One IPv6 counter summed over all CPUs.
+    pub fn counter_v6(&self, counter: Counter) -> u64 {
+        self.datapath
+            .maps
+            .counter_v6(counter)
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
     pub fn counters(&self) -> Vec<(&'static str, u64)> {
         let totals = self
             .datapath

@@ -139,6 +139,8 @@ impl EbpfBackend {
                 trie_pin_dir: None,
                 pin_dir: Some(pins.root().to_path_buf()),
                 debug_log: options.datapath_debug_log,
+                // IPv6 is not translated by the agent yet (see README "IPv6").
+                ipv6: false,
             })?,
             None => create_maps(&pins, nat_max_entries, options)?,
         };
@@ -576,6 +578,7 @@ fn create_maps(
         trie_pin_dir: None,
         pin_dir: Some(staging),
         debug_log: options.datapath_debug_log,
+        ipv6: false,
     })
     .and_then(|mut datapath| {
         datapath.maps.set_meta(&MapMeta::current(nat_max_entries))?;
@@ -608,6 +611,7 @@ fn resize_trie(
             trie_pin_dir,
             pin_dir: Some(pins.root().to_path_buf()),
             debug_log: options.datapath_debug_log,
+            ipv6: false,
         })
     };
     let old = DatapathMaps::from_pins(pins.root())?.nomasq_entries()?;

@@ -137,13 +137,11 @@ pub fn attach_uplink(
         interface: name.to_owned(),
         detail: "the interface name is longer than the kernel allows".to_owned(),
     })?;
-    let mut record = Uplink {
-        snat_addr: previous.map_or([0; 4], |previous| previous.snat_addr),
-        attach_mode: mode.code(),
-        created_clsact: 0,
-        pad: 0,
+    let mut record = Uplink::new(
+        previous.map_or([0; 4], |previous| previous.snat_addr),
+        mode.code(),
         ifname,
-    };
+    );
     let mut outcomes = [(Hook::Egress, AttachOutcome::Created); 2];
     match mode {
         AttachMode::Tcx => {

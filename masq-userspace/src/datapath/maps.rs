@@ -9,11 +9,11 @@ use aya::{
 use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, Counter},
     layout::{
-        MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_FRAGS_V4, MAP_META, MAP_NAT_V4, MAP_NOMASQ_V4,
-        MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS, MapMeta, UPLINK_INDEX_SLOTS, Uplink,
-        UplinkSlot,
+        MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_FRAGS_V4, MAP_META, MAP_NAT_V4,
+        MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS,
+        MapMeta, UPLINK_INDEX_SLOTS, Uplink, UplinkSlot,
     },
-    nat::{FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
+    nat::{FragEntryV4, FragKeyV4, NatEntryV4, NatEntryV6, NatKeyV4, NatKeyV6},
     settings::Settings,
 };
 
@@ -39,6 +39,12 @@ pub struct DatapathMaps {
     pub counters: PerCpuArray<MapData, u64>,
     /// Per-CPU port allocation histogram.
     pub alloc_retries: PerCpuArray<MapData, u64>,
+    /// Non-masquerade IPv6 destinations.
+    pub nomasq_v6: LpmTrie<MapData, [u8; 16], u32>,
+    /// Both halves of every translated IPv6 flow.
+    pub nat_v6: HashMap<MapData, NatKeyV6, NatEntryV6>,
+    /// Per-CPU IPv6 packet counters.
+    pub counters_v6: PerCpuArray<MapData, u64>,
     /// The NAT table's own descriptor, for batch reads (aya's typed map does not lend its).
     nat_fd: std::os::fd::OwnedFd,
     nat_capacity: u32,
@@ -135,6 +141,9 @@ impl DatapathMaps {
             frags_v4: typed(get(MAP_FRAGS_V4)?, MAP_FRAGS_V4)?,
             counters: typed(get(MAP_COUNTERS)?, MAP_COUNTERS)?,
             alloc_retries: typed(get(MAP_ALLOC_RETRIES)?, MAP_ALLOC_RETRIES)?,
+            nomasq_v6: typed(get(MAP_NOMASQ_V6)?, MAP_NOMASQ_V6)?,
+            nat_v6: typed(get(MAP_NAT_V6)?, MAP_NAT_V6)?,
+            counters_v6: typed(get(MAP_COUNTERS_V6)?, MAP_COUNTERS_V6)?,
             nomasq_last_synced: None,
         })
     }
@@ -172,14 +181,7 @@ impl DatapathMaps {
         self.uplinks
             .insert(ifindex, uplink, 0)
             .map_err(DatapathError::map("writing", MAP_UPLINKS))?;
-        self.set_uplink_slot(
-            ifindex,
-            UplinkSlot {
-                snat_addr: uplink.snat_addr,
-                present: 1,
-                pad: [0; 3],
-            },
-        )
+        self.set_uplink_slot(ifindex, UplinkSlot::of(uplink))
     }
 
     /// Forgets interface `ifindex`; its packets pass untouched from the next one.
@@ -231,6 +233,15 @@ impl DatapathMaps {
             .iter()
             .map(|&counter| Ok((counter, self.counter(counter)?)))
             .collect()
+    }
+
+    /// One IPv6 counter summed over all CPUs.
+    pub fn counter_v6(&self, counter: Counter) -> Result<u64, DatapathError> {
+        let per_cpu = self
+            .counters_v6
+            .get(&(counter as u32), 0)
+            .map_err(DatapathError::map("reading", MAP_COUNTERS_V6))?;
+        Ok(per_cpu.iter().sum())
     }
 
     /// One counter summed over all CPUs.

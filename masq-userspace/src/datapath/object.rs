@@ -8,9 +8,11 @@ use aya::{
     programs::SchedClassifier,
 };
 use masq_common::layout::{
-    ALL_MAPS, MAP_NAT_V4, MAP_NOMASQ_V4, MAP_PROGS, NAT_V4_DEFAULT_MAX_ENTRIES,
-    NOMASQ_V4_MAX_ENTRIES, PROG_ALLOCATOR, PROG_EGRESS, PROG_INGRESS, PROG_NEW_FLOW,
-    PROG_SLOT_ALLOCATOR, PROG_SLOT_NEW_FLOW,
+    ALL_MAPS, IPV6_DISABLED_ENTRIES, MAP_NAT_V4, MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6,
+    MAP_PROGS, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES, PROG_ALLOCATOR,
+    PROG_ALLOCATOR_V6, PROG_EGRESS, PROG_EGRESS_V6, PROG_INGRESS, PROG_INGRESS_V6, PROG_NEW_FLOW,
+    PROG_NEW_FLOW_V6, PROG_SLOT_ALLOCATOR, PROG_SLOT_ALLOCATOR_V6, PROG_SLOT_EGRESS_V6,
+    PROG_SLOT_INGRESS_V6, PROG_SLOT_NEW_FLOW, PROG_SLOT_NEW_FLOW_V6,
 };
 
 use super::{error::DatapathError, maps::DatapathMaps};
@@ -35,6 +37,9 @@ pub struct LoadOptions {
     /// Compile in the per-packet debug records (aya-log). When false the log level is zero, the
     /// verifier sees a constant and removes the logging code: it costs nothing.
     pub debug_log: bool,
+    /// Size the IPv6 NAT table and trie as the IPv4 ones; without it they get one entry each,
+    /// so that a node that does not translate IPv6 does not pay for its table.
+    pub ipv6: bool,
 }
 
 impl Default for LoadOptions {
@@ -45,6 +50,7 @@ impl Default for LoadOptions {
             trie_pin_dir: None,
             pin_dir: None,
             debug_log: false,
+            ipv6: false,
         }
     }
 }
@@ -85,6 +91,13 @@ impl Datapath {
         let mut loader = EbpfLoader::new();
         loader.map_max_entries(MAP_NAT_V4, options.nat_max_entries);
         loader.map_max_entries(MAP_NOMASQ_V4, options.nomasq_max_entries);
+        let (nat_v6, nomasq_v6) = if options.ipv6 {
+            (options.nat_max_entries, options.nomasq_max_entries)
+        } else {
+            (IPV6_DISABLED_ENTRIES, IPV6_DISABLED_ENTRIES)
+        };
+        loader.map_max_entries(MAP_NAT_V6, nat_v6);
+        loader.map_max_entries(MAP_NOMASQ_V6, nomasq_v6);
         loader.override_global(LOG_LEVEL_GLOBAL, &log_level, true);
         if let Some(dir) = &options.pin_dir {
             for name in ALL_MAPS {
@@ -96,7 +109,16 @@ impl Datapath {
             }
         }
         let mut ebpf = loader.load(DATAPATH_OBJECT)?;
-        for name in [PROG_EGRESS, PROG_INGRESS, PROG_ALLOCATOR, PROG_NEW_FLOW] {
+        for name in [
+            PROG_EGRESS,
+            PROG_INGRESS,
+            PROG_ALLOCATOR,
+            PROG_NEW_FLOW,
+            PROG_EGRESS_V6,
+            PROG_INGRESS_V6,
+            PROG_ALLOCATOR_V6,
+            PROG_NEW_FLOW_V6,
+        ] {
             classifier_mut(&mut ebpf, name)?
                 .load()
                 .map_err(DatapathError::program("loading", name))?;
@@ -153,6 +175,10 @@ fn install_allocator(ebpf: &mut Ebpf) -> Result<ProgramArray<MapData>, DatapathE
     for (slot, name) in [
         (PROG_SLOT_ALLOCATOR, PROG_ALLOCATOR),
         (PROG_SLOT_NEW_FLOW, PROG_NEW_FLOW),
+        (PROG_SLOT_ALLOCATOR_V6, PROG_ALLOCATOR_V6),
+        (PROG_SLOT_NEW_FLOW_V6, PROG_NEW_FLOW_V6),
+        (PROG_SLOT_EGRESS_V6, PROG_EGRESS_V6),
+        (PROG_SLOT_INGRESS_V6, PROG_INGRESS_V6),
     ] {
         let program = classifier(ebpf, name)?
             .fd()

@@ -10,12 +10,16 @@ use aya::maps::{MapData, MapInfo, MapType};
 use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
     layout::{
-        ALL_MAPS, FRAGS_V4_MAX_ENTRIES, MAP_ALLOC_REQUEST, MAP_ALLOC_RETRIES, MAP_COUNTERS,
-        MAP_FRAGS_V4, MAP_LAYOUT_VERSION, MAP_META, MAP_NAT_V4, MAP_NOMASQ_V4, MAP_PROGS,
-        MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS, MapMeta, PROG_SLOTS, UPLINK_INDEX_SLOTS,
-        UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
+        ALL_MAPS, FRAGS_V4_MAX_ENTRIES, MAP_ALLOC_REQUEST, MAP_ALLOC_REQUEST_V6, MAP_ALLOC_RETRIES,
+        MAP_COUNTERS, MAP_COUNTERS_V6, MAP_FRAGS_V4, MAP_LAYOUT_VERSION, MAP_META, MAP_NAT_V4,
+        MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_PROGS, MAP_SETTINGS, MAP_UPLINK_SLOTS,
+        MAP_UPLINKS, MapMeta, PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink,
+        UplinkSlot,
     },
-    nat::{AllocRequestV4, FragEntryV4, FragKeyV4, NatEntryV4, NatKeyV4},
+    nat::{
+        AllocRequestV4, AllocRequestV6, FragEntryV4, FragKeyV4, NatEntryV4, NatEntryV6, NatKeyV4,
+        NatKeyV6,
+    },
     settings::Settings,
 };
 
@@ -78,7 +82,7 @@ struct ExpectedMap {
     max_entries: Option<u32>,
 }
 
-fn expected_maps() -> [ExpectedMap; 11] {
+fn expected_maps() -> [ExpectedMap; 15] {
     [
         ExpectedMap {
             name: MAP_META,
@@ -155,6 +159,34 @@ fn expected_maps() -> [ExpectedMap; 11] {
             map_type: MapType::PerCpuArray,
             key_size: 4,
             value_size: size_of::<AllocRequestV4>(),
+            max_entries: Some(1),
+        },
+        ExpectedMap {
+            name: MAP_NOMASQ_V6,
+            map_type: MapType::LpmTrie,
+            key_size: 20,
+            value_size: 4,
+            max_entries: None,
+        },
+        ExpectedMap {
+            name: MAP_NAT_V6,
+            map_type: MapType::Hash,
+            key_size: size_of::<NatKeyV6>(),
+            value_size: size_of::<NatEntryV6>(),
+            max_entries: None,
+        },
+        ExpectedMap {
+            name: MAP_COUNTERS_V6,
+            map_type: MapType::PerCpuArray,
+            key_size: 4,
+            value_size: 8,
+            max_entries: Some(COUNTER_COUNT),
+        },
+        ExpectedMap {
+            name: MAP_ALLOC_REQUEST_V6,
+            map_type: MapType::PerCpuArray,
+            key_size: 4,
+            value_size: size_of::<AllocRequestV6>(),
             max_entries: Some(1),
         },
     ]
