@@ -98,8 +98,13 @@ impl Harness {
 
     fn load(options: &LoadOptions) -> Self {
         require_root();
-        let datapath =
-            Datapath::load(options).unwrap_or_else(|error| panic!("loading the datapath: {error}"));
+        // Both families, so every test datapath can run IPv6 frames too.
+        let options = LoadOptions {
+            ipv6: true,
+            ..options.clone()
+        };
+        let datapath = Datapath::load(&options)
+            .unwrap_or_else(|error| panic!("loading the datapath: {error}"));
         Self { datapath }
     }
 
@@ -140,6 +145,52 @@ impl Harness {
             None => maps.remove_uplink(TEST_RUN_IFINDEX),
         };
         updated.unwrap_or_else(|error| panic!("{error}"));
+    }
+
+    /// Makes the test-run device an uplink masquerading IPv4 to [`NODE_IP`] and IPv6 to
+    /// `address` (`None`: IPv6 untranslated there).
+    pub fn set_uplink_v6(&mut self, address: Option<std::net::Ipv6Addr>) {
+        let mut uplink = Uplink::new(
+            node_ip().octets(),
+            ATTACH_TCX,
+            Uplink::encode_name("lo").unwrap_or_default(),
+        );
+        if let Some(address) = address {
+            uplink.has_v6 = 1;
+            uplink.snat_addr_v6 = address.octets();
+        }
+        self.datapath
+            .maps
+            .set_uplink(TEST_RUN_IFINDEX, &uplink)
+            .unwrap_or_else(|error| panic!("{error}"));
+    }
+
+    /// Adds an IPv6 non-masquerade CIDR.
+    pub fn add_nomasq_v6(&mut self, cidr: &str, kind: u32) {
+        let (address, prefix) = cidr
+            .split_once('/')
+            .unwrap_or_else(|| panic!("bad IPv6 CIDR {cidr}"));
+        let address: std::net::Ipv6Addr = address
+            .parse()
+            .unwrap_or_else(|error| panic!("bad IPv6 CIDR {cidr}: {error}"));
+        let prefix: u32 = prefix
+            .parse()
+            .unwrap_or_else(|error| panic!("bad IPv6 CIDR {cidr}: {error}"));
+        self.datapath
+            .maps
+            .nomasq_v6
+            .insert(&Key::new(prefix, address.octets()), kind, 0)
+            .unwrap_or_else(|error| panic!("inserting {cidr}: {error}"));
+    }
+
+    /// The IPv6 NAT table.
+    pub fn nat_v6(&self) -> Vec<(masq_common::nat::NatKeyV6, masq_common::nat::NatEntryV6)> {
+        self.datapath
+            .maps
+            .nat_v6
+            .iter()
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|error| panic!("{error}"))
     }
 
     pub fn add_nomasq(&mut self, cidr: &str, kind: u32) {

@@ -25,6 +25,7 @@ pub mod kernel_compat;
 pub mod manifest;
 pub mod netns;
 pub mod pktgen;
+pub mod pktgen6;
 pub mod sandbox;
 pub mod traffic;
 

@@ -1,0 +1,171 @@
+//! The IPv6 datapath through `BPF_PROG_TEST_RUN`: crafted frames in, every translated frame's
+//! checksum verified from scratch. Needs root (loads the programs); fails loudly without it.
+
+use std::net::Ipv6Addr;
+
+use masq_common::{counters::Counter, layout::NOMASQ_KIND_CIDR, nat::Direction};
+use masq_testbed::{
+    harness::{Action, Harness},
+    pktgen::{TCP_ACK, TCP_SYN},
+    pktgen6::{
+        DESTINATION_OPTIONS, HOP_BY_HOP, ICMPV6_NEIGHBOUR_SOLICITATION, Ipv6View, Packet6, addr6,
+    },
+};
+
+const POD: &str = "2001:db8:ab::5";
+const REMOTE: &str = "2001:db8:ff::1";
+const NODE: &str = "2001:db8:1::1";
+
+fn node() -> Ipv6Addr {
+    addr6(NODE)
+}
+
+/// A datapath translating IPv6 on the test-run device to [`NODE`], pods in 2001:db8:ab::/48
+/// exempt among themselves.
+fn harness() -> Harness {
+    let mut harness = Harness::new();
+    harness.set_uplink_v6(Some(node()));
+    harness.add_nomasq_v6("2001:db8:ab::/48", NOMASQ_KIND_CIDR);
+    harness.add_nomasq_v6("fe80::/10", masq_common::layout::NOMASQ_KIND_LINK_LOCAL);
+    harness
+}
+
+fn egress_translated(harness: &Harness, packet: &Packet6) -> Ipv6View {
+    let run = harness.egress(&packet.frame());
+    assert_eq!(run.action, Action::Pass, "{:?}", harness.counters());
+    let view = Ipv6View::of_frame(&run.frame);
+    assert_eq!(view.src, node(), "left with the pod's address");
+    view.assert_checksum("egress");
+    view
+}
+
+#[test]
+fn tcp_leaves_with_the_nodes_ipv6_address_and_its_replies_come_back() {
+    let harness = harness();
+    let syn = Packet6::tcp(POD, 40_000, REMOTE, 443, TCP_SYN);
+    let out = egress_translated(&harness, &syn);
+    let (port, remote_port) = out.ports();
+    assert_eq!(remote_port, 443);
+    assert!(
+        (1024..=29_999).contains(&port),
+        "port {port} outside the range"
+    );
+    assert_eq!(harness.counter_v6(Counter::EgressNewMapping), 1);
+    // Both halves are in the IPv6 table, none in the IPv4 one.
+    let halves = harness.nat_v6();
+    assert_eq!(halves.len(), 2, "{halves:?}");
+    assert!(harness.nat().is_empty());
+    assert!(
+        halves
+            .iter()
+            .any(|(key, _)| key.direction() == Some(Direction::Ingress))
+    );
+
+    let reply = Packet6::tcp(REMOTE, 443, NODE, port, TCP_SYN | TCP_ACK);
+    let back = harness.ingress(&reply.frame());
+    assert_eq!(back.action, Action::Pass);
+    let back = Ipv6View::of_frame(&back.frame);
+    assert_eq!(back.dst, addr6(POD));
+    assert_eq!(back.ports(), (443, 40_000));
+    back.assert_checksum("ingress");
+    assert_eq!(harness.counter_v6(Counter::IngressReverseNat), 1);
+
+    // Later segments of the flow keep its mapping.
+    let ack = Packet6::tcp(POD, 40_000, REMOTE, 443, TCP_ACK);
+    assert_eq!(egress_translated(&harness, &ack).ports(), (port, 443));
+    assert_eq!(harness.counter_v6(Counter::EgressMasqueraded), 1);
+    assert_eq!(harness.counter(Counter::EgressMasqueraded), 0);
+}
+
+#[test]
+fn udp_and_ping6_are_masqueraded_and_restored() {
+    let harness = harness();
+    let datagram = Packet6::udp(POD, 5353, REMOTE, 53);
+    let out = egress_translated(&harness, &datagram);
+    let (port, _) = out.ports();
+    let answer = Packet6::udp(REMOTE, 53, NODE, port);
+    let back = Ipv6View::of_frame(&harness.ingress(&answer.frame()).frame);
+    assert_eq!((back.dst, back.ports()), (addr6(POD), (53, 5353)));
+    back.assert_checksum("udp ingress");
+
+    let ping = Packet6::echo(POD, REMOTE, true, 0x4242);
+    let out = egress_translated(&harness, &ping);
+    let (id, _) = out.ports();
+    let pong = Packet6::echo(REMOTE, NODE, false, id);
+    let back = Ipv6View::of_frame(&harness.ingress(&pong.frame()).frame);
+    assert_eq!((back.dst, back.ports().0), (addr6(POD), 0x4242));
+    back.assert_checksum("echo reply");
+}
+
+#[test]
+fn exempt_link_local_multicast_and_neighbour_discovery_pass_untouched() {
+    let harness = harness();
+    let frames = [
+        // Pod to pod: a non-masquerade CIDR.
+        Packet6::tcp(POD, 40_001, "2001:db8:ab::9", 80, TCP_SYN).frame(),
+        // Link-local destination (the trie's fe80::/10).
+        Packet6::udp(POD, 546, "fe80::1", 547).frame(),
+        // Link-local source.
+        Packet6::udp("fe80::5", 5353, REMOTE, 5353).frame(),
+        // Multicast destination.
+        Packet6::udp(POD, 5353, "ff02::fb", 5353).frame(),
+        // Neighbour solicitation from the pod's global address.
+        Packet6::icmp(
+            POD,
+            "ff02::1:ff00:1",
+            ICMPV6_NEIGHBOUR_SOLICITATION,
+            0,
+            &[0; 20],
+        )
+        .frame(),
+    ];
+    for frame in &frames {
+        let run = harness.egress(frame);
+        assert_eq!((run.action, &run.frame), (Action::Pass, frame));
+    }
+    assert!(harness.nat_v6().is_empty());
+    assert_eq!(harness.counter_v6(Counter::EgressExemptCidr), 1);
+    // The trie's link-local destination, the link-local source, both multicast destinations.
+    assert_eq!(harness.counter_v6(Counter::EgressExemptLinkLocal), 4);
+}
+
+#[test]
+fn extension_headers_are_walked_to_the_transport_header() {
+    let harness = harness();
+    let options = [0, 0, 1, 4, 0, 0, 0, 0];
+    let syn = Packet6::tcp(POD, 40_002, REMOTE, 443, TCP_SYN)
+        .with_extension(HOP_BY_HOP, &options)
+        .with_extension(DESTINATION_OPTIONS, &options);
+    let run = harness.egress(&syn.frame());
+    assert_eq!(run.action, Action::Pass);
+    let view = Ipv6View::of_frame(&run.frame);
+    assert_eq!(view.src, node());
+    // The transport header and its checksum, after the two 8-byte extension headers.
+    let transport = &view.payload[16..];
+    assert_eq!(
+        masq_testbed::pktgen6::checksum6(view.src, view.dst, 6, transport),
+        0,
+        "checksum after extension headers"
+    );
+
+    // More extension headers than the datapath walks: passed untouched, counted.
+    let mut deep = Packet6::tcp(POD, 40_003, REMOTE, 443, TCP_SYN);
+    for _ in 0..7 {
+        deep = deep.with_extension(DESTINATION_OPTIONS, &options);
+    }
+    let frame = deep.frame();
+    let run = harness.egress(&frame);
+    assert_eq!((run.action, &run.frame), (Action::Pass, &frame));
+    assert_eq!(harness.counter_v6(Counter::EgressUnsupported), 1);
+}
+
+#[test]
+fn an_uplink_without_an_ipv6_address_translates_no_ipv6() {
+    let mut harness = harness();
+    harness.set_uplink_v6(None);
+    let frame = Packet6::tcp(POD, 40_004, REMOTE, 443, TCP_SYN).frame();
+    let run = harness.egress(&frame);
+    assert_eq!((run.action, &run.frame), (Action::Pass, &frame));
+    assert_eq!(harness.counter_v6(Counter::EgressNotConfigured), 1);
+    assert!(harness.nat_v6().is_empty());
+}
