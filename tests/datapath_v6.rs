@@ -8,7 +8,8 @@ use masq_testbed::{
     harness::{Action, Harness},
     pktgen::{TCP_ACK, TCP_SYN},
     pktgen6::{
-        DESTINATION_OPTIONS, HOP_BY_HOP, ICMPV6_NEIGHBOUR_SOLICITATION, Ipv6View, Packet6, addr6,
+        DESTINATION_OPTIONS, HOP_BY_HOP, ICMPV6_DEST_UNREACH, ICMPV6_NEIGHBOUR_SOLICITATION,
+        ICMPV6_PACKET_TOO_BIG, Ipv6View, Packet6, addr6,
     },
 };
 
@@ -168,4 +169,53 @@ fn an_uplink_without_an_ipv6_address_translates_no_ipv6() {
     assert_eq!((run.action, &run.frame), (Action::Pass, &frame));
     assert_eq!(harness.counter_v6(Counter::EgressNotConfigured), 1);
     assert!(harness.nat_v6().is_empty());
+}
+
+/// The IPv6 packet quoted by an ICMPv6 error (after the 4 unused/MTU bytes), as a view.
+fn quoted(error: &Ipv6View) -> Ipv6View {
+    Ipv6View::of_frame(&masq_testbed::pktgen::ethernet(0x86dd, &error.payload[8..]))
+}
+
+#[test]
+fn packet_too_big_reaches_the_pod_with_the_quote_translated() {
+    let harness = harness();
+    let syn = Packet6::tcp(POD, 40_010, REMOTE, 443, TCP_SYN);
+    let (port, _) = egress_translated(&harness, &syn).ports();
+
+    // A router on the way says the node's (translated) segment was too big, quoting it.
+    let sent = Packet6::tcp(NODE, port, REMOTE, 443, TCP_ACK).packet();
+    let mut body = 1280u32.to_be_bytes().to_vec();
+    body.extend_from_slice(&sent);
+    let too_big = Packet6::icmp("2001:db8:77::1", NODE, ICMPV6_PACKET_TOO_BIG, 0, &body);
+    let run = harness.ingress(&too_big.frame());
+    assert_eq!(run.action, Action::Pass);
+    let error = Ipv6View::of_frame(&run.frame);
+    assert_eq!(error.dst, addr6(POD), "the error must reach the pod");
+    error.assert_checksum("ICMPv6 error");
+    let quote = quoted(&error);
+    assert_eq!((quote.src, quote.ports()), (addr6(POD), (40_010, 443)));
+    quote.assert_checksum("quoted segment");
+    assert_eq!(harness.counter_v6(Counter::IngressIcmpErrorTranslated), 1);
+}
+
+#[test]
+fn a_pods_icmpv6_error_about_a_reply_leaves_from_the_node() {
+    let harness = harness();
+    let datagram = Packet6::udp(POD, 5300, REMOTE, 53);
+    let (port, _) = egress_translated(&harness, &datagram).ports();
+
+    // The reply as the pod got it, and the pod's port unreachable about it.
+    let reply = Packet6::udp(REMOTE, 53, POD, 5300).packet();
+    let mut body = vec![0; 4];
+    body.extend_from_slice(&reply);
+    let unreachable = Packet6::icmp(POD, REMOTE, ICMPV6_DEST_UNREACH, 4, &body);
+    let run = harness.egress(&unreachable.frame());
+    assert_eq!(run.action, Action::Pass);
+    let error = Ipv6View::of_frame(&run.frame);
+    assert_eq!(error.src, node(), "left with the pod's address");
+    error.assert_checksum("ICMPv6 error");
+    let quote = quoted(&error);
+    assert_eq!((quote.dst, quote.ports()), (node(), (53, port)));
+    quote.assert_checksum("quoted datagram");
+    assert_eq!(harness.counter_v6(Counter::EgressIcmpErrorTranslated), 1);
 }

@@ -100,8 +100,19 @@ pub const PROG_SLOT_NEW_FLOW_V6: u32 = 3;
 pub const PROG_SLOT_EGRESS_V6: u32 = 4;
 /// Slot of [`MAP_PROGS`] holding [`PROG_INGRESS_V6`].
 pub const PROG_SLOT_INGRESS_V6: u32 = 5;
+/// Name of the program that translates ICMPv6 errors leaving by an uplink, tail-called by
+/// [`PROG_EGRESS_V6`]: the quote's translation on top of the IPv6 egress path would not fit one
+/// program's stack.
+pub const PROG_ICMP_ERROR_EGRESS_V6: &str = "masq_icmp6_egress";
+/// Name of the program that translates ICMPv6 errors arriving on an uplink, tail-called by
+/// [`PROG_INGRESS_V6`].
+pub const PROG_ICMP_ERROR_INGRESS_V6: &str = "masq_icmp6_ingress";
+/// Slot of [`MAP_PROGS`] holding [`PROG_ICMP_ERROR_EGRESS_V6`].
+pub const PROG_SLOT_ICMP_ERROR_EGRESS_V6: u32 = 6;
+/// Slot of [`MAP_PROGS`] holding [`PROG_ICMP_ERROR_INGRESS_V6`].
+pub const PROG_SLOT_ICMP_ERROR_INGRESS_V6: u32 = 7;
 /// Slots of [`MAP_PROGS`].
-pub const PROG_SLOTS: u32 = 6;
+pub const PROG_SLOTS: u32 = 8;
 
 /// Default capacity of the IPv4 LPM trie. Upstream limits a config to 64 CIDRs by default; the
 /// trie is sized for configs that raise `cidrLimit` into the thousands.

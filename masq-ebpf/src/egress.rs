@@ -22,7 +22,7 @@ use masq_common::{
 use crate::{
     allocator,
     counters::{count, count_in},
-    family::Family,
+    family::{Family, V6},
     maps::{self, PROGS},
     nat,
     packet::{self, EarlyOutcomes, Frame6, Ip, Kind},
@@ -60,19 +60,33 @@ pub(crate) fn classify_v6(ctx: &TcContext) -> i32 {
     let ip = match packet::parse_ipv6(ctx) {
         Frame6::Ipv6(ip) => ip,
         Frame6::Malformed => {
-            count_in::<[u8; 16]>(Counter::EgressMalformed);
+            count_in::<V6>(Counter::EgressMalformed);
             return Verdict::Pass.tc_action();
         }
         Frame6::TooManyExtensions => {
-            count_in::<[u8; 16]>(Counter::EgressUnsupported);
+            count_in::<V6>(Counter::EgressUnsupported);
             return Verdict::Pass.tc_action();
         }
     };
     let (Some(settings), Some(node_ip)) = (maps::settings(), maps::snat_addr(ctx)) else {
-        count_in::<[u8; 16]>(Counter::EgressNotConfigured);
+        count_in::<V6>(Counter::EgressNotConfigured);
         return Verdict::Pass.tc_action();
     };
     classify_ip(ctx, settings, node_ip, &ip).tc_action()
+}
+
+/// Entry point of `masq_icmp6_egress`: the ICMPv6 error `masq_egress6` found.
+#[inline(always)]
+pub(crate) fn icmp_error_v6(ctx: &TcContext) -> i32 {
+    let Frame6::Ipv6(ip) = packet::parse_ipv6(ctx) else {
+        count_in::<V6>(Counter::EgressMalformed);
+        return Verdict::Pass.tc_action();
+    };
+    let Some(from_node) = maps::is_uplink_v6(ctx, &ip.src) else {
+        count_in::<V6>(Counter::EgressNotConfigured);
+        return Verdict::Pass.tc_action();
+    };
+    crate::icmp::egress::<V6>(ctx, from_node, &ip).tc_action()
 }
 
 /// `node_ip` is the address of the interface the packet leaves by: what it is masqueraded to.

@@ -12,25 +12,44 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use masq_common::{
+    checksum::{replace16, replace32},
     counters::{COUNTER_COUNT, Counter},
     layout::{
         NAT_V4_DEFAULT_MAX_ENTRIES, PROG_SLOT_ALLOCATOR, PROG_SLOT_ALLOCATOR_V6,
-        PROG_SLOT_NEW_FLOW, PROG_SLOT_NEW_FLOW_V6, Uplink, UplinkSlot,
+        PROG_SLOT_ICMP_ERROR_EGRESS_V6, PROG_SLOT_ICMP_ERROR_INGRESS_V6, PROG_SLOT_NEW_FLOW,
+        PROG_SLOT_NEW_FLOW_V6, Uplink, UplinkSlot,
     },
     nat::{Address, AllocRequest, NatEntry, NatKey, proto},
 };
 
 use crate::{
     counters::count_in,
-    frag, icmp,
+    frag,
+    icmp::{self, QuotedIp},
     maps::{
         ALLOC_REQUEST, ALLOC_REQUEST_V6, COUNTERS, COUNTERS_V6, NAT_V4, NAT_V6, NOMASQ_V4,
-        NOMASQ_V6,
+        NOMASQ_V6, PROGS,
     },
-    packet::{self, EarlyOutcomes, Frame6, IcmpKind, Ip, icmp_kind_v4, icmp_kind_v6},
+    packet::{
+        self, EarlyOutcomes, Frame6, IP_CHECK, IP_DST, IP_SRC, IPV4_FRAGMENT_OFFSET_MASK,
+        IPV6_HEADER_LEN, IcmpKind, Ip, Ipv4Header, icmp_kind_v4, icmp_kind_v6,
+    },
     rewrite::{self, End},
     verdict::Verdict,
 };
+
+/// An IPv6 address as the datapath handles it: its 16 bytes, aligned to 4. As a plain byte
+/// array LLVM moves and compares it byte by byte, each byte in a stack slot of its own eight
+/// bytes wide, and an IPv6 program then outgrows its 512-byte stack; aligned, it moves in
+/// words. The maps' layout is the same as with `[u8; 16]` (what userspace uses).
+#[repr(C, align(4))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct V6(pub(crate) [u8; 16]);
+
+impl Address for V6 {
+    type EntryPad = [u8; 4];
+    const ENTRY_PAD: [u8; 4] = [0; 4];
+}
 
 /// The NAT tables' capacity as declared; the agent sets the real one at load time.
 pub(crate) const NAT_DECLARED_ENTRIES: usize = NAT_V4_DEFAULT_MAX_ENTRIES as usize;
@@ -42,6 +61,13 @@ pub(crate) type Counters = PerCpuArray<u64, { COUNTER_COUNT as usize }>;
 pub(crate) trait Family: Address + 'static {
     /// The IP protocol number of the family's ICMP.
     const ICMP: u8;
+    /// Whether the family's ICMP checksum covers the pseudo-header (ICMPv6's does).
+    const ICMP_CHECKSUM_COVERS_ADDRESSES: bool;
+    /// Offsets of the source and destination addresses, and of the header checksum if it has
+    /// one, within the family's IP header.
+    const QUOTE_SRC: usize;
+    const QUOTE_DST: usize;
+    const QUOTE_CHECK: Option<usize>;
     /// The `MAP_PROGS` slot of the family's allocator.
     const SLOT_ALLOCATOR: u32;
     /// The `MAP_PROGS` slot of the family's new-flow translation.
@@ -88,6 +114,12 @@ pub(crate) trait Family: Address + 'static {
     fn egress_later_fragment(ctx: &TcContext, node_ip: Self, ip: &Ip<Self>) -> Verdict;
     /// Translates (or not) a later fragment on ingress as its first fragment was.
     fn ingress_later_fragment(ctx: &TcContext, ip: &Ip<Self>) -> Verdict;
+    /// The IP header an ICMP error quotes at `offset`, if the quote holds a whole one, of a
+    /// first (or only) fragment, inside the error's packet (which ends at `end`).
+    fn read_quote(ctx: &TcContext, offset: usize, end: usize) -> Option<QuotedIp<Self>>;
+    /// Updates the internet checksum `check` for the address `old` in the data it covers
+    /// becoming `new`.
+    fn replace_in_checksum(check: u16, old: Self, new: Self) -> u16;
     /// Translates an ICMP error leaving by the uplink, quoted packet included.
     fn egress_icmp_error(ctx: &TcContext, node_ip: Self, ip: &Ip<Self>) -> Verdict;
     /// Translates an ICMP error arriving on the uplink, quoted packet included.
@@ -96,6 +128,10 @@ pub(crate) trait Family: Address + 'static {
 
 impl Family for [u8; 4] {
     const ICMP: u8 = proto::ICMP;
+    const ICMP_CHECKSUM_COVERS_ADDRESSES: bool = false;
+    const QUOTE_SRC: usize = IP_SRC;
+    const QUOTE_DST: usize = IP_DST;
+    const QUOTE_CHECK: Option<usize> = Some(IP_CHECK);
     const SLOT_ALLOCATOR: u32 = PROG_SLOT_ALLOCATOR;
     const SLOT_NEW_FLOW: u32 = PROG_SLOT_NEW_FLOW;
 
@@ -204,17 +240,44 @@ impl Family for [u8; 4] {
 
     #[inline(always)]
     fn egress_icmp_error(ctx: &TcContext, node_ip: Self, ip: &Ip<Self>) -> Verdict {
-        icmp::egress(ctx, node_ip, ip)
+        icmp::egress(ctx, ip.src == node_ip, ip)
     }
 
     #[inline(always)]
     fn ingress_icmp_error(ctx: &TcContext, ip: &Ip<Self>) -> Verdict {
         icmp::ingress(ctx, ip)
     }
+
+    #[inline(always)]
+    fn read_quote(ctx: &TcContext, offset: usize, end: usize) -> Option<QuotedIp<Self>> {
+        let quoted = ctx.load::<Ipv4Header>(offset).ok()?;
+        let header_len = quoted.header_len()?;
+        // A later fragment: what follows its header is payload, not a transport header.
+        if u16::from_be_bytes(quoted.frag) & IPV4_FRAGMENT_OFFSET_MASK != 0
+            || offset + header_len > end
+        {
+            return None;
+        }
+        Some(QuotedIp {
+            src: quoted.src,
+            dst: quoted.dst,
+            protocol: quoted.protocol,
+            l4_off: offset + header_len,
+        })
+    }
+
+    #[inline(always)]
+    fn replace_in_checksum(check: u16, old: Self, new: Self) -> u16 {
+        replace32(check, old, new)
+    }
 }
 
-impl Family for [u8; 16] {
+impl Family for V6 {
     const ICMP: u8 = proto::ICMPV6;
+    const ICMP_CHECKSUM_COVERS_ADDRESSES: bool = true;
+    const QUOTE_SRC: usize = 8;
+    const QUOTE_DST: usize = 24;
+    const QUOTE_CHECK: Option<usize> = None;
     const SLOT_ALLOCATOR: u32 = PROG_SLOT_ALLOCATOR_V6;
     const SLOT_NEW_FLOW: u32 = PROG_SLOT_NEW_FLOW_V6;
 
@@ -235,7 +298,7 @@ impl Family for [u8; 16] {
 
     #[inline(always)]
     fn exempt(addr: Self) -> Option<u32> {
-        NOMASQ_V6.get(&Key::new(128, addr)).copied()
+        NOMASQ_V6.get(&Key::new(128, addr.0)).copied()
     }
 
     #[inline(always)]
@@ -265,12 +328,12 @@ impl Family for [u8; 16] {
 
     #[inline(always)]
     fn of_slot(slot: &UplinkSlot) -> Option<Self> {
-        (slot.present != 0 && slot.has_v6 != 0).then_some(slot.snat_addr_v6)
+        (slot.present != 0 && slot.has_v6 != 0).then_some(Self(slot.snat_addr_v6))
     }
 
     #[inline(always)]
     fn of_uplink(uplink: &Uplink) -> Option<Self> {
-        (uplink.has_v6 != 0).then_some(uplink.snat_addr_v6)
+        (uplink.has_v6 != 0).then_some(Self(uplink.snat_addr_v6))
     }
 
     #[inline(always)]
@@ -280,8 +343,8 @@ impl Family for [u8; 16] {
 
     #[inline(always)]
     fn link_scoped(src: Self, dst: Self) -> bool {
-        let link_local = |addr: Self| addr[0] == 0xfe && addr[1] & 0xc0 == 0x80;
-        link_local(src) || dst[0] == 0xff || src == [0; 16]
+        let link_local = |addr: Self| addr.0[0] == 0xfe && addr.0[1] & 0xc0 == 0x80;
+        link_local(src) || dst.0[0] == 0xff || src.0 == [0; 16]
     }
 
     #[inline(always)]
@@ -328,15 +391,56 @@ impl Family for [u8; 16] {
         Verdict::Pass
     }
 
+    // ICMPv6 errors are translated in programs of their own (`masq_icmp6_egress`,
+    // `masq_icmp6_ingress`): on top of the IPv6 path they would not fit one program's stack.
     #[inline(always)]
-    fn egress_icmp_error(_ctx: &TcContext, _node_ip: Self, _ip: &Ip<Self>) -> Verdict {
-        count_in::<Self>(Counter::EgressUnsupported);
+    fn egress_icmp_error(ctx: &TcContext, _node_ip: Self, _ip: &Ip<Self>) -> Verdict {
+        // SAFETY: the context is the program's own; on success the call does not return.
+        unsafe { PROGS.tail_call(ctx, PROG_SLOT_ICMP_ERROR_EGRESS_V6) };
+        count_in::<Self>(Counter::EgressDropNoAllocator);
+        Verdict::Drop
+    }
+
+    #[inline(always)]
+    fn ingress_icmp_error(ctx: &TcContext, _ip: &Ip<Self>) -> Verdict {
+        // SAFETY: as above.
+        unsafe { PROGS.tail_call(ctx, PROG_SLOT_ICMP_ERROR_INGRESS_V6) };
+        count_in::<Self>(Counter::IngressPassed);
         Verdict::Pass
     }
 
     #[inline(always)]
-    fn ingress_icmp_error(_ctx: &TcContext, _ip: &Ip<Self>) -> Verdict {
-        count_in::<Self>(Counter::IngressPassed);
-        Verdict::Pass
+    fn read_quote(ctx: &TcContext, offset: usize, end: usize) -> Option<QuotedIp<Self>> {
+        // Field by field: a copy of the whole header would not fit beside the rest.
+        let [_, _, next_header, _] = ctx.load::<[u8; 4]>(offset + 4).ok()?;
+        // Extension headers in a quote (a fragment header among them) are not walked: such an
+        // error is not translated.
+        let known = matches!(next_header, proto::TCP | proto::UDP | proto::SCTP)
+            || next_header == proto::ICMPV6;
+        if !known || offset + IPV6_HEADER_LEN > end {
+            return None;
+        }
+        Some(QuotedIp {
+            src: ctx.load::<Self>(offset + 8).ok()?,
+            dst: ctx.load::<Self>(offset + 24).ok()?,
+            protocol: next_header,
+            l4_off: offset + IPV6_HEADER_LEN,
+        })
+    }
+
+    #[inline(always)]
+    fn replace_in_checksum(check: u16, old: Self, new: Self) -> u16 {
+        // As eight 16-bit words, not sixteen bytes: LLVM keeps each byte of an array it takes
+        // apart in a stack slot of its own, eight bytes wide, and the program's stack is 512.
+        // SAFETY: 16 bytes either way; every bit pattern is a valid `[u16; 8]`.
+        let (old, new) = unsafe {
+            (
+                core::mem::transmute::<Self, [u16; 8]>(old),
+                core::mem::transmute::<Self, [u16; 8]>(new),
+            )
+        };
+        old.iter().zip(new).fold(check, |check, (old, new)| {
+            replace16(check, u16::from_be(*old), u16::from_be(new))
+        })
     }
 }

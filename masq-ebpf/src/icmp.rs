@@ -18,46 +18,67 @@
 //! transport header when present, and the ICMP checksum over all of it) are updated here with
 //! RFC 1624 arithmetic. Each change is mirrored into the ICMP checksum, which keeps the packet's
 //! total sum, and therefore a `CHECKSUM_COMPLETE` value, unchanged.
+//!
+//! IPv6 works alike (the same code, through [`Family`]): the quoted IPv6 header has no checksum,
+//! a quoted ICMPv6 checksum covers the quoted addresses, and an ICMPv6 Packet Too Big about a
+//! masqueraded flow reaches the pod, which is what path MTU discovery needs (IPv6 routers never
+//! fragment).
 
 use aya_ebpf::programs::TcContext;
 use masq_common::{
-    checksum::{replace16, replace16_udp, replace32, replace32_udp},
+    checksum::{replace16, replace16_udp},
     counters::Counter,
-    nat::{Direction, NatEntryV4, NatKeyV4, ORIGIN_INBOUND, proto},
+    nat::{Direction, NatKey, ORIGIN_INBOUND, proto},
 };
 
 use crate::{
-    counters::count,
-    frag,
-    maps::NAT_V4,
-    packet::{IP_DST, IP_SRC, Ipv4, Ipv4Header, icmp_type},
+    counters::count_in,
+    family::Family,
+    packet::{IcmpKind, Ip},
     rewrite::{self, End},
     verdict::Verdict,
 };
 
-/// Offset of the quoted IPv4 header within the ICMP message.
+/// Offset of the quoted IP header within the ICMP message.
 const QUOTE_OFF: usize = 8;
-/// The fragment offset bits of the IPv4 flags-and-offset field.
-const FRAGMENT_OFFSET_MASK: u16 = 0x1fff;
+
+/// The quoted packet's IP header, as far as the translation needs it.
+pub(crate) struct QuotedIp<A> {
+    pub(crate) src: A,
+    pub(crate) dst: A,
+    pub(crate) protocol: u8,
+    /// Offset of the quoted transport header in the frame.
+    pub(crate) l4_off: usize,
+}
 
 /// Where the translatable fields of a quoted packet are.
 struct Quote {
     /// Offset of the quoted address to rewrite (the local end of the quoted packet).
     addr_off: usize,
-    addr: [u8; 4],
     /// Offset of the quoted port (or ICMP identifier) to rewrite; `None` for protocols
     /// translated by address alone.
     port_off: Option<usize>,
     port: u16,
     /// Offset of the quoted transport checksum, when the quote includes it.
     l4_check_off: Option<usize>,
-    ip_check_off: usize,
+    /// Offset of the quoted IP header's checksum (IPv4 only).
+    ip_check_off: Option<usize>,
+}
+
+/// A quote's translation: where its fields are, and what they become. One argument rather than
+/// five, for [`rewrite_quote`] is a BPF-to-BPF call (at most five arguments).
+struct QuoteRewrite<A> {
+    quote: Quote,
+    protocol: u8,
+    old_addr: A,
+    new_addr: A,
+    new_port: u16,
 }
 
 /// What became of an error whose quote was read.
-enum Quoted {
+enum Quoted<A> {
     /// The quote belongs to a translated flow: the error was translated to this address.
-    Translated([u8; 4]),
+    Translated(A),
     /// The quote belongs to a flow opened from outside towards a pod, which masq leaves alone
     /// (conntrack's entry for it has no NAT): so is the error about it.
     Inbound,
@@ -67,28 +88,30 @@ enum Quoted {
 
 /// An error leaving through the uplink.
 #[inline(always)]
-pub(crate) fn egress(ctx: &TcContext, node_ip: [u8; 4], ip: &Ipv4) -> Verdict {
+/// `from_node`: the error comes from the node's own address (computed by the caller, so the
+/// address does not stay live across the translation: the IPv6 program's stack is tight).
+pub(crate) fn egress<A: Family>(ctx: &TcContext, from_node: bool, ip: &Ip<A>) -> Verdict {
     match translate(ctx, ip, Direction::Egress) {
         Ok(Quoted::Translated(addr)) => {
-            frag::remember(ip, Direction::Egress, Some(addr));
-            count(Counter::EgressIcmpErrorTranslated);
+            A::remember_fragment(ip, Direction::Egress, Some(addr));
+            count_in::<A>(Counter::EgressIcmpErrorTranslated);
             Verdict::Pass
         }
         Ok(Quoted::Inbound) => {
-            count(Counter::EgressInboundReply);
+            count_in::<A>(Counter::EgressInboundReply);
             Verdict::Pass
         }
-        Ok(Quoted::Unknown) if ip.src == node_ip => {
-            count(Counter::EgressHostPassed);
+        Ok(Quoted::Unknown) if from_node => {
+            count_in::<A>(Counter::EgressHostPassed);
             Verdict::Pass
         }
         // An error about a flow masq did not translate: conntrack would leave it alone too.
         Ok(Quoted::Unknown) => {
-            count(Counter::EgressUnsupported);
+            count_in::<A>(Counter::EgressUnsupported);
             Verdict::Pass
         }
         Err(()) => {
-            count(Counter::EgressDropRewriteFailed);
+            count_in::<A>(Counter::EgressDropRewriteFailed);
             Verdict::Drop
         }
     }
@@ -96,20 +119,20 @@ pub(crate) fn egress(ctx: &TcContext, node_ip: [u8; 4], ip: &Ipv4) -> Verdict {
 
 /// An error arriving for the node.
 #[inline(always)]
-pub(crate) fn ingress(ctx: &TcContext, ip: &Ipv4) -> Verdict {
+pub(crate) fn ingress<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
     match translate(ctx, ip, Direction::Ingress) {
         Ok(Quoted::Translated(addr)) => {
-            frag::remember(ip, Direction::Ingress, Some(addr));
-            count(Counter::IngressIcmpErrorTranslated);
+            A::remember_fragment(ip, Direction::Ingress, Some(addr));
+            count_in::<A>(Counter::IngressIcmpErrorTranslated);
             Verdict::Pass
         }
         // Flows opened from outside have no ingress half, so no quote finds one here.
         Ok(Quoted::Inbound | Quoted::Unknown) => {
-            count(Counter::IngressPassed);
+            count_in::<A>(Counter::IngressPassed);
             Verdict::Pass
         }
         Err(()) => {
-            count(Counter::IngressDropRewriteFailed);
+            count_in::<A>(Counter::IngressDropRewriteFailed);
             Verdict::Drop
         }
     }
@@ -118,27 +141,22 @@ pub(crate) fn ingress(ctx: &TcContext, ip: &Ipv4) -> Verdict {
 /// Translates the error `ip` travelling in `direction` if it quotes a packet of a mapped flow.
 /// `Err`: a write failed and the packet is inconsistent.
 #[inline(always)]
-fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Quoted, ()> {
-    // Everything read or rewritten must lie inside the error's own packet: bytes past its IPv4
-    // total length (an Ethernet trailer, a lying length) are not part of the quote.
+fn translate<A: Family>(
+    ctx: &TcContext,
+    ip: &Ip<A>,
+    direction: Direction,
+) -> Result<Quoted<A>, ()> {
+    // Everything read or rewritten must lie inside the error's own packet: bytes past its IP
+    // length (an Ethernet trailer, a lying length) are not part of the quote.
     let end = ip.l4_off + ip.l4_len;
     let inside = |offset: usize, len: usize| offset + len <= end;
-    let quote_ip_off = ip.l4_off + QUOTE_OFF;
-    let Ok(quoted) = ctx.load::<Ipv4Header>(quote_ip_off) else {
+    // A quoted later fragment has no transport header (conntrack does not translate errors
+    // about fragments either); a quote without a whole IP header is no quote.
+    let quote_off = ip.l4_off + QUOTE_OFF;
+    let Some(quoted) = A::read_quote(ctx, quote_off, end) else {
         return Ok(Quoted::Unknown);
     };
-    let Some(quoted_header_len) = quoted.header_len() else {
-        return Ok(Quoted::Unknown);
-    };
-    // A quoted later fragment has no transport header: what follows its IPv4 header is payload
-    // (conntrack does not translate errors about fragments either).
-    if u16::from_be_bytes(quoted.frag) & FRAGMENT_OFFSET_MASK != 0 {
-        return Ok(Quoted::Unknown);
-    }
-    let quoted_l4 = quote_ip_off + quoted_header_len;
-    if !inside(quote_ip_off, quoted_header_len) {
-        return Ok(Quoted::Unknown);
-    }
+    let quoted_l4 = quoted.l4_off;
     let protocol = quoted.protocol;
 
     // The quoted packet's local end: its destination when it came in (egress errors), its
@@ -150,7 +168,7 @@ fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Quoted,
         (proto::UDP, Direction::Ingress) => (Some(0), Some(2), Some(6)),
         (proto::SCTP, Direction::Egress) => (Some(2), Some(0), None),
         (proto::SCTP, Direction::Ingress) => (Some(0), Some(2), None),
-        (proto::ICMP, _) => (Some(4), None, Some(2)),
+        (icmp, _) if icmp == A::ICMP => (Some(4), None, Some(2)),
         // Never mapped: egress passes them untouched (their checksums cover the addresses).
         (proto::DCCP | proto::UDPLITE, _) => return Ok(Quoted::Unknown),
         // Every other protocol is mapped by address alone, its ports 0 (a GRE or ESP tunnel,
@@ -159,7 +177,7 @@ fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Quoted,
         // includes the addresses.
         _ => (None, None, None),
     };
-    if protocol == proto::ICMP {
+    if protocol == A::ICMP {
         // Only queries are mapped; an error about an error is never translated.
         if !inside(quoted_l4, 1) {
             return Ok(Quoted::Unknown);
@@ -167,21 +185,11 @@ fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Quoted,
         let Ok(quoted_type) = ctx.load::<u8>(quoted_l4) else {
             return Ok(Quoted::Unknown);
         };
-        let query = match direction {
-            Direction::Egress => {
-                matches!(
-                    quoted_type,
-                    icmp_type::ECHO_REPLY | icmp_type::TIMESTAMP_REPLY
-                )
-            }
-            Direction::Ingress => {
-                matches!(
-                    quoted_type,
-                    icmp_type::ECHO_REQUEST | icmp_type::TIMESTAMP_REQUEST
-                )
-            }
+        let expected = match direction {
+            Direction::Egress => IcmpKind::Reply,
+            Direction::Ingress => IcmpKind::Request,
         };
-        if !query {
+        if A::icmp_kind(quoted_type) != expected {
             return Ok(Quoted::Unknown);
         }
     }
@@ -199,59 +207,55 @@ fn translate(ctx: &TcContext, ip: &Ipv4, direction: Direction) -> Result<Quoted,
         return Ok(Quoted::Unknown);
     };
 
-    let (key, addr_off, addr) = match direction {
-        Direction::Egress => (
-            NatKeyV4::new(
-                quoted.dst,
-                quoted.src,
-                local_port,
-                remote_port,
-                protocol,
-                direction,
-            ),
-            quote_ip_off + IP_DST,
-            quoted.dst,
-        ),
-        Direction::Ingress => (
-            NatKeyV4::new(
-                quoted.dst,
-                quoted.src,
-                remote_port,
-                local_port,
-                protocol,
-                direction,
-            ),
-            quote_ip_off + IP_SRC,
-            quoted.src,
-        ),
+    // One key for both directions (one copy of the addresses, which the IPv6 program's stack
+    // needs): the quoted packet reversed, its local end first.
+    let (src_port, dst_port) = match direction {
+        Direction::Egress => (local_port, remote_port),
+        Direction::Ingress => (remote_port, local_port),
+    };
+    let key = NatKey::new(
+        quoted.dst, quoted.src, src_port, dst_port, protocol, direction,
+    );
+    let (addr_off, old_addr) = match direction {
+        Direction::Egress => (quote_off + A::QUOTE_DST, key.src_addr),
+        Direction::Ingress => (quote_off + A::QUOTE_SRC, key.dst_addr),
     };
     let quote = Quote {
         addr_off,
-        addr,
         port_off: local_port_off.map(|offset| quoted_l4 + offset),
         port: local_port,
         l4_check_off: l4_check_off.map(|offset| quoted_l4 + offset),
-        ip_check_off: quote_ip_off + 10,
+        ip_check_off: A::QUOTE_CHECK.map(|at| quote_off + at),
     };
-    let Some(entry) = NAT_V4.get_ptr(key) else {
+    let Some(entry) = A::nat().get_ptr(key) else {
         return Ok(Quoted::Unknown);
     };
     // SAFETY: the pointer comes from a successful lookup and is read once, immediately.
-    let entry = unsafe { *entry };
+    let (addr, port, origin) = unsafe { ((*entry).addr, (*entry).port, (*entry).origin) };
     // The egress record of a flow opened from outside holds the pod's own address: it is there
     // to recognise the pod's answers, not to translate them. An error the node sends about such
     // a flow (time exceeded forwarding to the pod) would otherwise leave as the pod.
-    if entry.origin == ORIGIN_INBOUND {
+    if origin == ORIGIN_INBOUND {
         return Ok(Quoted::Inbound);
     }
 
-    rewrite_quote(ctx, ip, protocol, &quote, &entry)?;
+    rewrite_quote(
+        ctx,
+        ip,
+        &QuoteRewrite {
+            quote,
+            protocol,
+            old_addr,
+            new_addr: addr,
+            new_port: port,
+        },
+    )?;
     let end = match direction {
         Direction::Egress => End::Source,
         Direction::Ingress => End::Destination,
     };
-    rewrite::address(ctx, ip, end, entry.addr)?;
-    Ok(Quoted::Translated(entry.addr))
+    rewrite::address(ctx, ip, end, addr)?;
+    Ok(Quoted::Translated(addr))
 }
 
 /// The quoted port at `offset` from the quoted transport header; 0 for a packet without one.
@@ -266,25 +270,33 @@ fn load_port(ctx: &TcContext, quoted_l4: usize, offset: Option<usize>) -> Result
     }
 }
 
-/// Rewrites the quoted local address and port (if it has one) to `entry`'s and fixes the
-/// checksums.
+/// Rewrites the quoted local address and port (if it has one) to `new_addr` and `new_port` and
+/// fixes the checksums.
 #[inline(always)]
-fn rewrite_quote(
+fn rewrite_quote<A: Family>(
     ctx: &TcContext,
-    ip: &Ipv4,
-    protocol: u8,
-    quote: &Quote,
-    entry: &NatEntryV4,
+    ip: &Ip<A>,
+    rewrite: &QuoteRewrite<A>,
 ) -> Result<(), ()> {
+    let QuoteRewrite {
+        ref quote,
+        protocol,
+        old_addr,
+        new_addr,
+        new_port,
+    } = *rewrite;
     let icmp_check_off = ip.l4_off + 2;
     let mut icmp_check = u16::from_be_bytes(ctx.load::<[u8; 2]>(icmp_check_off).map_err(|_| ())?);
-    let old_ip_check = u16::from_be_bytes(ctx.load::<[u8; 2]>(quote.ip_check_off).map_err(|_| ())?);
-
-    let new_ip_check = replace32(old_ip_check, quote.addr, entry.addr);
-    icmp_check = replace32(icmp_check, quote.addr, entry.addr);
-    icmp_check = replace16(icmp_check, old_ip_check, new_ip_check);
+    icmp_check = A::replace_in_checksum(icmp_check, old_addr, new_addr);
+    if let Some(offset) = quote.ip_check_off {
+        let old_ip_check = u16::from_be_bytes(ctx.load::<[u8; 2]>(offset).map_err(|_| ())?);
+        let new_ip_check = A::replace_in_checksum(old_ip_check, old_addr, new_addr);
+        icmp_check = replace16(icmp_check, old_ip_check, new_ip_check);
+        ctx.store(offset, &new_ip_check.to_be_bytes(), 0)
+            .map_err(|_| ())?;
+    }
     if quote.port_off.is_some() {
-        icmp_check = replace16(icmp_check, quote.port, entry.port);
+        icmp_check = replace16(icmp_check, quote.port, new_port);
     }
 
     // The quote may stop before the transport checksum (only 8 bytes are guaranteed).
@@ -294,28 +306,35 @@ fn rewrite_quote(
         let old_l4_check = u16::from_be_bytes(old_l4_check);
         let new_l4_check = match protocol {
             proto::TCP => replace16(
-                replace32(old_l4_check, quote.addr, entry.addr),
+                A::replace_in_checksum(old_l4_check, old_addr, new_addr),
                 quote.port,
-                entry.port,
+                new_port,
             ),
-            proto::UDP => replace16_udp(
-                replace32_udp(old_l4_check, quote.addr, entry.addr),
+            // Zero: the UDP datagram carries no checksum, and keeps carrying none.
+            proto::UDP if old_l4_check == 0 => 0,
+            proto::UDP => {
+                let with_address = match A::replace_in_checksum(old_l4_check, old_addr, new_addr) {
+                    0 => 0xffff,
+                    sum => sum,
+                };
+                replace16_udp(with_address, quote.port, new_port)
+            }
+            // ICMPv6 checksums cover the pseudo-header, ICMP ones do not.
+            _ if A::ICMP_CHECKSUM_COVERS_ADDRESSES => replace16(
+                A::replace_in_checksum(old_l4_check, old_addr, new_addr),
                 quote.port,
-                entry.port,
+                new_port,
             ),
-            // ICMP checksums cover no pseudo-header: only the identifier changes.
-            _ => replace16(old_l4_check, quote.port, entry.port),
+            _ => replace16(old_l4_check, quote.port, new_port),
         };
         icmp_check = replace16(icmp_check, old_l4_check, new_l4_check);
         ctx.store(offset, &new_l4_check.to_be_bytes(), 0)
             .map_err(|_| ())?;
     }
 
-    ctx.store(quote.addr_off, &entry.addr, 0).map_err(|_| ())?;
-    ctx.store(quote.ip_check_off, &new_ip_check.to_be_bytes(), 0)
-        .map_err(|_| ())?;
+    ctx.store(quote.addr_off, &new_addr, 0).map_err(|_| ())?;
     if let Some(offset) = quote.port_off {
-        ctx.store(offset, &entry.port.to_be_bytes(), 0)
+        ctx.store(offset, &new_port.to_be_bytes(), 0)
             .map_err(|_| ())?;
     }
     ctx.store(icmp_check_off, &icmp_check.to_be_bytes(), 0)

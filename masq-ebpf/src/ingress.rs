@@ -14,7 +14,7 @@ use masq_common::{
 
 use crate::{
     counters::{count, count_in},
-    family::Family,
+    family::{Family, V6},
     maps::{self, PROGS},
     nat,
     packet::{self, EarlyOutcomes, Frame6, Ip, Kind},
@@ -49,15 +49,25 @@ pub(crate) fn classify_v6(ctx: &TcContext) -> i32 {
     let ip = match packet::parse_ipv6(ctx) {
         Frame6::Ipv6(ip) => ip,
         Frame6::Malformed => {
-            count_in::<[u8; 16]>(Counter::IngressMalformed);
+            count_in::<V6>(Counter::IngressMalformed);
             return Verdict::Pass.tc_action();
         }
         Frame6::TooManyExtensions => {
-            count_in::<[u8; 16]>(Counter::IngressPassed);
+            count_in::<V6>(Counter::IngressPassed);
             return Verdict::Pass.tc_action();
         }
     };
     classify_ip(ctx, &ip).tc_action()
+}
+
+/// Entry point of `masq_icmp6_ingress`: the ICMPv6 error `masq_ingress6` found.
+#[inline(always)]
+pub(crate) fn icmp_error_v6(ctx: &TcContext) -> i32 {
+    let Frame6::Ipv6(ip) = packet::parse_ipv6(ctx) else {
+        count_in::<V6>(Counter::IngressMalformed);
+        return Verdict::Pass.tc_action();
+    };
+    crate::icmp::ingress::<V6>(ctx, &ip).tc_action()
 }
 
 /// Restores the pod's address on a reply of family `A`.

@@ -104,7 +104,29 @@ fn masq_ingress6(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_allocator6(ctx: TcContext) -> i32 {
-    allocator::allocate::<[u8; 16]>(&ctx)
+    allocator::allocate::<family::V6>(&ctx)
+}
+
+/// Translates an ICMPv6 error leaving by an uplink (its quoted packet too); tail-called by
+/// `masq_egress6`.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_icmp6_egress(ctx: TcContext) -> i32 {
+    egress::icmp_error_v6(&ctx)
+}
+
+/// Translates an ICMPv6 error arriving on an uplink (its quoted packet too); tail-called by
+/// `masq_ingress6`.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_icmp6_ingress(ctx: TcContext) -> i32 {
+    ingress::icmp_error_v6(&ctx)
 }
 
 /// Translates the packet of an IPv6 flow `masq_allocator6` has just mapped.
@@ -114,7 +136,7 @@ fn masq_allocator6(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_new_flow6(ctx: TcContext) -> i32 {
-    allocator::translate_new_flow::<[u8; 16]>(&ctx)
+    allocator::translate_new_flow::<family::V6>(&ctx)
 }
 
 /// The kernel requires a GPL-compatible license for the helpers the programs call.

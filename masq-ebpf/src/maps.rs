@@ -13,13 +13,13 @@ use masq_common::{
         PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
     },
     nat::{
-        AllocRequestV4, AllocRequestV6, FragEntryV4, FragKeyV4, NatEntryV4, NatEntryV6, NatKeyV4,
-        NatKeyV6,
+        AllocRequest, AllocRequestV4, FragEntryV4, FragKeyV4, NatEntry, NatEntryV4, NatKey,
+        NatKeyV4,
     },
     settings::Settings,
 };
 
-use crate::family::Family;
+use crate::family::{Family, V6};
 
 /// Datapath settings (SNAT port ranges, flags) at index 0. Written by the agent when it starts
 /// and whenever its flags change; read by both programs on every packet. Until the agent writes
@@ -101,8 +101,11 @@ pub(crate) static NOMASQ_V6: LpmTrie<[u8; 16], u32, { NOMASQ_V4_MAX_ENTRIES as u
 /// Both halves of every translated IPv6 flow, as [`NAT_V4`] for IPv4. The agent sizes it at
 /// load time: as the IPv4 table with `--enable-ipv6`, one entry without.
 #[btf_map(name = "masq_nat_v6")]
-pub(crate) static NAT_V6: HashMap<NatKeyV6, NatEntryV6, { NAT_V4_DEFAULT_MAX_ENTRIES as usize }> =
-    HashMap::new();
+pub(crate) static NAT_V6: HashMap<
+    NatKey<V6>,
+    NatEntry<V6>,
+    { NAT_V4_DEFAULT_MAX_ENTRIES as usize },
+> = HashMap::new();
 
 /// Per-CPU counters of IPv6 packets, indexed like [`COUNTERS`]. Incremented by the IPv6
 /// programs; summed by the agent for metrics (label `family="ipv6"`).
@@ -111,12 +114,36 @@ pub(crate) static COUNTERS_V6: PerCpuArray<u64, { COUNTER_COUNT as usize }> = Pe
 
 /// The IPv6 egress program's hand-over to the IPv6 allocator, as [`ALLOC_REQUEST`].
 #[btf_map(name = "masq_alloc_request_v6")]
-pub(crate) static ALLOC_REQUEST_V6: PerCpuArray<AllocRequestV6, 1> = PerCpuArray::new();
+pub(crate) static ALLOC_REQUEST_V6: PerCpuArray<AllocRequest<V6>, 1> = PerCpuArray::new();
 
 /// The settings in force, or `None` before the agent configured the datapath.
 #[inline(always)]
 pub(crate) fn settings() -> Option<&'static Settings> {
     SETTINGS.get(0).filter(|settings| settings.enabled())
+}
+
+/// Whether `addr` is the IPv6 address of the packet's uplink; `None` when masq does not
+/// translate IPv6 there. Compared in place, as two 64-bit words: a copy of the address would
+/// be taken apart byte by byte onto the stack, which the ICMPv6 error program cannot spare.
+#[inline(always)]
+pub(crate) fn is_uplink_v6(ctx: &TcContext, addr: &V6) -> Option<bool> {
+    let same = |uplink: &[u8; 16]| {
+        // SAFETY: both point at 16 readable bytes; unaligned reads need no alignment.
+        unsafe {
+            core::ptr::read_unaligned(uplink.as_ptr().cast::<u128>())
+                == core::ptr::read_unaligned(addr.0.as_ptr().cast::<u128>())
+        }
+    };
+    // SAFETY: as in `snat_addr`.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    if ifindex < UPLINK_INDEX_SLOTS {
+        let slot = UPLINK_SLOTS.get(ifindex)?;
+        return (slot.present != 0 && slot.has_v6 != 0).then(|| same(&slot.snat_addr_v6));
+    }
+    let uplink = UPLINKS.get_ptr(ifindex)?;
+    // SAFETY: as in `snat_addr`.
+    let uplink = unsafe { &*uplink };
+    (uplink.has_v6 != 0).then(|| same(&uplink.snat_addr_v6))
 }
 
 /// The address of family `A` masqueraded traffic on the packet's device gets, or `None` when

@@ -12,7 +12,10 @@ use masq_common::{
     nat::{FLOW_TCP_FIN, FLOW_TCP_RST, FLOW_TCP_SYN, proto},
 };
 
-use crate::{counters::count, family::Family};
+use crate::{
+    counters::count,
+    family::{Family, V6},
+};
 
 /// Length of the Ethernet header; the uplink is an Ethernet device.
 pub(crate) const ETH_HLEN: usize = 14;
@@ -27,7 +30,8 @@ pub(crate) const IP_DST: usize = 16;
 
 const ETH_P_IP: [u8; 2] = [0x08, 0x00];
 const IP_MF: u16 = 0x2000;
-const IP_OFFSET_MASK: u16 = 0x1fff;
+/// The fragment offset bits of the IPv4 flags-and-offset field.
+pub(crate) const IPV4_FRAGMENT_OFFSET_MASK: u16 = 0x1fff;
 
 const TCP_FIN: u8 = 0x01;
 const TCP_SYN: u8 = 0x02;
@@ -161,7 +165,7 @@ pub(crate) struct Ip<A> {
 /// A parsed IPv4 packet.
 pub(crate) type Ipv4 = Ip<[u8; 4]>;
 /// A parsed IPv6 packet.
-pub(crate) type Ipv6 = Ip<[u8; 16]>;
+pub(crate) type Ipv6 = Ip<V6>;
 
 impl<A> Ip<A> {
     /// A fragment other than the first: it carries no transport header.
@@ -220,13 +224,13 @@ pub(crate) fn parse(ctx: &TcContext) -> Frame {
         l4_len: total_len - header_len,
         id: u32::from(u16::from_be_bytes(header.id)),
         more_fragments: frag & IP_MF != 0,
-        fragment_offset: frag & IP_OFFSET_MASK,
+        fragment_offset: frag & IPV4_FRAGMENT_OFFSET_MASK,
     })
 }
 
 const ETH_P_IPV6: [u8; 2] = [0x86, 0xdd];
 /// Length of the fixed IPv6 header.
-const IPV6_HLEN: usize = 40;
+pub(crate) const IPV6_HEADER_LEN: usize = 40;
 /// Extension headers walked before giving up on finding the transport header: more than any
 /// ordinary packet carries (RFC 8200 recommends at most one of each, in order).
 pub(crate) const IPV6_MAX_EXTENSION_HEADERS: usize = 6;
@@ -276,7 +280,7 @@ pub(crate) fn parse_ipv6(ctx: &TcContext) -> Frame6 {
     if header.version_class_flow[0] >> 4 != 6 {
         return Frame6::Malformed;
     }
-    let available = (ctx.len() as usize).saturating_sub(IP_OFF + IPV6_HLEN);
+    let available = (ctx.len() as usize).saturating_sub(IP_OFF + IPV6_HEADER_LEN);
     let payload_len = usize::from(u16::from_be_bytes(header.payload_len));
     // A zero payload length marks a BIG TCP aggregate larger than 64 KiB: the skb length counts.
     let payload_len = if payload_len == 0 && available > 0xffff {
@@ -287,9 +291,9 @@ pub(crate) fn parse_ipv6(ctx: &TcContext) -> Frame6 {
     if payload_len > available {
         return Frame6::Malformed;
     }
-    let end = IP_OFF + IPV6_HLEN + payload_len;
+    let end = IP_OFF + IPV6_HEADER_LEN + payload_len;
     let mut next = header.next_header;
-    let mut offset = IP_OFF + IPV6_HLEN;
+    let mut offset = IP_OFF + IPV6_HEADER_LEN;
     let mut id = 0;
     let mut more_fragments = false;
     let mut fragment_offset = 0;
@@ -322,8 +326,8 @@ pub(crate) fn parse_ipv6(ctx: &TcContext) -> Frame6 {
             }
             protocol => {
                 return Frame6::Ipv6(Ipv6 {
-                    src: header.src,
-                    dst: header.dst,
+                    src: V6(header.src),
+                    dst: V6(header.dst),
                     protocol,
                     l4_off: offset,
                     l4_len: end - offset,

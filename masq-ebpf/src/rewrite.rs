@@ -28,7 +28,7 @@ use masq_common::{
 };
 
 use crate::{
-    family::Family,
+    family::{Family, V6},
     packet::{IP_CHECK, IP_OFF, Ip, Ipv4, Ipv6, read},
 };
 
@@ -115,13 +115,7 @@ const IPV6_SRC: usize = IP_OFF + 8;
 /// (`bpf_csum_diff`) goes into the transport checksum (ICMPv6's covers a pseudo-header too),
 /// then the address is stored.
 #[inline(always)]
-pub(crate) fn address_v6(
-    ctx: &TcContext,
-    ip: &Ipv6,
-    end: End,
-    old: [u8; 16],
-    new: [u8; 16],
-) -> Result<(), ()> {
+pub(crate) fn address_v6(ctx: &TcContext, ip: &Ipv6, end: End, old: V6, new: V6) -> Result<(), ()> {
     if !ip.is_later_fragment()
         && let Some((offset, flags)) = l4_checksum_v6(ip.protocol)
     {
@@ -145,17 +139,14 @@ pub(crate) fn address_v6(
         End::Source => IPV6_SRC,
         End::Destination => IPV6_SRC + 16,
     };
-    ctx.store(field, &new, 0).map_err(|_| ())
+    ctx.store(field, &new.0, 0).map_err(|_| ())
 }
 
 /// An IPv6 address as the four 32-bit words `bpf_csum_diff` sums.
 #[inline(always)]
-fn words(addr: [u8; 16]) -> [u32; 4] {
-    let mut words = [0u32; 4];
-    for (word, bytes) in words.iter_mut().zip(addr.chunks_exact(4)) {
-        *word = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-    }
-    words
+fn words(addr: V6) -> [u32; 4] {
+    // SAFETY: 16 bytes either way, and `V6` is aligned for `u32`.
+    unsafe { core::mem::transmute::<V6, [u32; 4]>(addr) }
 }
 
 /// As [`l4_checksum`], for IPv6, where ICMPv6's checksum covers the pseudo-header as well.

@@ -16,6 +16,8 @@ pub const ROUTING: u8 = 43;
 pub const FRAGMENT: u8 = 44;
 pub const DESTINATION_OPTIONS: u8 = 60;
 
+pub const ICMPV6_DEST_UNREACH: u8 = 1;
+pub const ICMPV6_PACKET_TOO_BIG: u8 = 2;
 pub const ICMPV6_ECHO_REQUEST: u8 = 128;
 pub const ICMPV6_ECHO_REPLY: u8 = 129;
 pub const ICMPV6_NEIGHBOUR_SOLICITATION: u8 = 135;

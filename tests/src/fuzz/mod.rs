@@ -270,10 +270,12 @@ impl Fuzzer {
         self.config.uplink.then(|| node_ip().octets())
     }
 
+    /// Every outcome counter, both families' counts together (IPv6 frames count in the IPv6
+    /// programs' counters).
     fn counters(&self) -> Vec<u64> {
         Counter::ALL
             .iter()
-            .map(|counter| self.harness.counter(*counter))
+            .map(|counter| self.harness.counter(*counter) + self.harness.counter_v6(*counter))
             .collect()
     }
 
@@ -525,12 +527,11 @@ impl Fuzzer {
     /// Cross-checks the counters the datapath kept over the whole run with the verdicts seen:
     /// the drop counters add up to the drops, the outcome counters to the frames.
     pub fn finish(&mut self) {
-        let totals = self
-            .harness
-            .datapath
-            .maps
-            .counter_totals()
-            .unwrap_or_else(|error| panic!("reading the counters: {error}"));
+        let totals: Vec<(Counter, u64)> = Counter::ALL
+            .iter()
+            .zip(self.counters())
+            .map(|(counter, total)| (*counter, total))
+            .collect();
         let sum = |wanted: &dyn Fn(Counter) -> bool| -> u64 {
             totals
                 .iter()

@@ -41,8 +41,8 @@ use masq_common::{counters::Counter, nat::Direction, ports::PortRange};
 use super::{
     model::{DatagramKey, Model, Tuple},
     wire::{
-        Ip, addr4, be16, checksum_offset, has_pseudo_header, is_icmp_error, is_ipv4_frame, proto,
-        word_sum,
+        Ip, addr4, be16, checksum_offset, has_pseudo_header, is_icmp_error, is_ipv4_frame,
+        is_ipv6_frame, proto, word_sum,
     },
 };
 
@@ -354,7 +354,20 @@ fn classification(
     let ip = Ip::of_frame(input);
     let name = counter.name();
     let wrong = match counter {
-        Counter::EgressNotIpv4 | Counter::IngressNotIpv4 => is_ipv4_frame(input),
+        Counter::EgressNotIpv4 | Counter::IngressNotIpv4 => {
+            is_ipv4_frame(input) || is_ipv6_frame(input)
+        }
+        // The fuzzer's uplink translates no IPv6: the IPv6 programs leave every IPv6 frame
+        // as it is, as unconfigured, malformed or (too many extension headers) unsupported.
+        _ if is_ipv6_frame(input) => !matches!(
+            counter,
+            Counter::EgressNotConfigured
+                | Counter::IngressNotConfigured
+                | Counter::EgressMalformed
+                | Counter::IngressMalformed
+                | Counter::EgressUnsupported
+                | Counter::IngressPassed
+        ),
         _ if !is_ipv4_frame(input) => true,
         Counter::EgressMalformed | Counter::IngressMalformed => {
             ip.is_some_and(|ip| transport_complete(&ip))

@@ -142,6 +142,11 @@ pub fn is_ipv4_frame(frame: &[u8]) -> bool {
     frame.get(12..14) == Some(&ETHERTYPE_IPV4[..])
 }
 
+/// Whether the frame's EtherType says IPv6: the IPv6 programs take it.
+pub fn is_ipv6_frame(frame: &[u8]) -> bool {
+    frame.get(12..14) == Some(&[0x86, 0xdd][..])
+}
+
 /// Plain sum of the big-endian 16-bit words of `data` (an odd last byte is the high half of a
 /// word). It is congruent modulo 0xffff to the one's complement sum, which is all an Internet
 /// checksum depends on.
