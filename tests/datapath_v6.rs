@@ -8,8 +8,8 @@ use masq_testbed::{
     harness::{Action, Harness},
     pktgen::{TCP_ACK, TCP_SYN},
     pktgen6::{
-        DESTINATION_OPTIONS, HOP_BY_HOP, ICMPV6_DEST_UNREACH, ICMPV6_NEIGHBOUR_SOLICITATION,
-        ICMPV6_PACKET_TOO_BIG, Ipv6View, Packet6, addr6,
+        DESTINATION_OPTIONS, FRAGMENT, HOP_BY_HOP, ICMPV6_DEST_UNREACH,
+        ICMPV6_NEIGHBOUR_SOLICITATION, ICMPV6_PACKET_TOO_BIG, Ipv6View, Packet6, addr6,
     },
 };
 
@@ -218,4 +218,68 @@ fn a_pods_icmpv6_error_about_a_reply_leaves_from_the_node() {
     assert_eq!((quote.dst, quote.ports()), (node(), (53, port)));
     quote.assert_checksum("quoted datagram");
     assert_eq!(harness.counter_v6(Counter::EgressIcmpErrorTranslated), 1);
+}
+
+/// A UDP datagram split into two fragments (identification `id`): the first with the UDP
+/// header, whose checksum covers the whole datagram, the second with the rest.
+fn fragmented(src: (&str, u16), dst: (&str, u16), id: u32) -> (Vec<u8>, Vec<u8>) {
+    let ((src, src_port), (dst, dst_port)) = (src, dst);
+    let datagram = Packet6::udp(src, src_port, dst, dst_port).packet()[40..].to_vec();
+    let (first, rest) = datagram.split_at(16);
+    let fragment = |units: u16, more: bool, transport: &[u8]| {
+        let offset = (units << 3) | u16::from(more);
+        let mut header = vec![0, 0];
+        header.extend_from_slice(&offset.to_be_bytes());
+        header.extend_from_slice(&id.to_be_bytes());
+        Packet6 {
+            src: addr6(src),
+            dst: addr6(dst),
+            protocol: masq_testbed::pktgen::UDP,
+            extensions: vec![(FRAGMENT, header)],
+            transport: transport.to_vec(),
+            checksum_at: None,
+        }
+        .frame()
+    };
+    (fragment(0, true, first), fragment(2, false, rest))
+}
+
+#[test]
+fn fragments_follow_their_first_fragment_both_ways() {
+    let harness = harness();
+    let (first, second) = fragmented((POD, 5400), (REMOTE, 53), 0x0bad_cafe);
+    let out: Vec<Ipv6View> = [first, second]
+        .iter()
+        .map(|frame| {
+            let run = harness.egress(frame);
+            assert_eq!(run.action, Action::Pass, "{:?}", harness.counters());
+            Ipv6View::of_frame(&run.frame)
+        })
+        .collect();
+    assert!(out.iter().all(|fragment| fragment.src == node()));
+    // Reassembled (after each 8-byte fragment header), the datagram's checksum holds for the
+    // node's address.
+    let reassembled: Vec<u8> = out
+        .iter()
+        .flat_map(|fragment| fragment.payload[8..].to_vec())
+        .collect();
+    assert_eq!(
+        masq_testbed::pktgen6::checksum6(node(), addr6(REMOTE), 17, &reassembled),
+        0
+    );
+    let port = u16::from_be_bytes([reassembled[0], reassembled[1]]);
+    assert_eq!(harness.counter_v6(Counter::EgressFragmentTranslated), 1);
+
+    // The answer, fragmented too, gets the pod's address back on every fragment.
+    let (first, second) = fragmented((REMOTE, 53), (NODE, port), 0x0bad_f00d);
+    let back: Vec<Ipv6View> = [first, second]
+        .iter()
+        .map(|frame| Ipv6View::of_frame(&harness.ingress(frame).frame))
+        .collect();
+    assert!(
+        back.iter().all(|fragment| fragment.dst == addr6(POD)),
+        "{:?}",
+        harness.counters()
+    );
+    assert_eq!(harness.counter_v6(Counter::IngressFragmentTranslated), 1);
 }

@@ -43,11 +43,13 @@ pub const MAP_NAT_V6: &str = "masq_nat_v6";
 /// Per-CPU array of IPv6 packet counters, indexed by [`crate::counters::Counter`] like
 /// [`MAP_COUNTERS`], which counts IPv4 (and frames of neither family).
 pub const MAP_COUNTERS_V6: &str = "masq_counters_v6";
+/// LRU hash remembering how the first fragment of an IPv6 datagram was translated.
+pub const MAP_FRAGS_V6: &str = "masq_frags_v6";
 /// The IPv6 allocator's [`MAP_ALLOC_REQUEST`].
 pub const MAP_ALLOC_REQUEST_V6: &str = "masq_alloc_request_v6";
 
 /// Every map the datapath defines, in the order the agent pins and reports them.
-pub const ALL_MAPS: [&str; 15] = [
+pub const ALL_MAPS: [&str; 16] = [
     MAP_META,
     MAP_SETTINGS,
     MAP_UPLINKS,
@@ -63,6 +65,7 @@ pub const ALL_MAPS: [&str; 15] = [
     MAP_NAT_V6,
     MAP_COUNTERS_V6,
     MAP_ALLOC_REQUEST_V6,
+    MAP_FRAGS_V6,
 ];
 
 /// Name of the TC egress program.

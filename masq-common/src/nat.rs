@@ -325,20 +325,31 @@ pub struct PortSearch {
     pub pad2: u32,
 }
 
-/// Key of the fragment table: identifies one IPv4 datagram in flight.
+/// Key of the IPv4 fragment table.
+pub type FragKeyV4 = FragKey<[u8; 4]>;
+/// Key of the IPv6 fragment table.
+pub type FragKeyV6 = FragKey<[u8; 16]>;
+/// Value of the IPv4 fragment table.
+pub type FragEntryV4 = FragEntry<[u8; 4]>;
+/// Value of the IPv6 fragment table.
+pub type FragEntryV6 = FragEntry<[u8; 16]>;
+
+/// Key of a fragment table: identifies one IP datagram in flight.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct FragKeyV4 {
+pub struct FragKey<A> {
     /// Source address as the fragment carries it.
-    pub src_addr: [u8; 4],
+    pub src_addr: A,
     /// Destination address as the fragment carries it.
-    pub dst_addr: [u8; 4],
-    /// IPv4 identification field, host byte order.
-    pub id: u16,
+    pub dst_addr: A,
+    /// Identification (IPv4: 16 bits, IPv6: the fragment header's 32), host byte order.
+    pub id: u32,
     /// IP protocol number.
     pub protocol: u8,
     /// [`Direction`] as a byte.
     pub direction: u8,
+    /// Keeps the key free of implicit padding; always zero.
+    pub pad: [u8; 2],
 }
 
 /// The datagram was translated; later fragments get `addr` as their new address.
@@ -346,16 +357,18 @@ pub const FRAG_TRANSLATED: u8 = 1;
 /// The datagram was left alone; later fragments are too.
 pub const FRAG_UNTOUCHED: u8 = 2;
 
-/// Value of the fragment table.
+/// Value of a fragment table.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FragEntryV4 {
+pub struct FragEntry<A: Address> {
     /// New source (egress) or destination (ingress) address of the datagram's fragments.
-    pub addr: [u8; 4],
+    pub addr: A,
     /// `FRAG_*` decision taken for the first fragment.
     pub decision: u8,
     /// Keeps the value free of implicit padding; always zero.
     pub pad: [u8; 3],
+    /// Aligns `created_ns` for either family (see [`Address::EntryPad`]); always zero.
+    pub align: A::EntryPad,
     /// When the first fragment was seen; the agent drops entries older than a reassembly timeout.
     pub created_ns: u64,
 }
@@ -365,7 +378,9 @@ pub const FRAG_LIFETIME_NS: u64 = 30_000_000_000;
 
 crate::impl_pod!(
     FragKeyV4,
+    FragKeyV6,
     FragEntryV4,
+    FragEntryV6,
     AllocRequestV4,
     AllocRequestV6,
     PortSearch
@@ -432,8 +447,10 @@ mod tests {
         assert_eq!(size_of::<NatKeyV6>(), 40);
         // 16 + 2 + 1 + 1, eight mark bytes, four of padding, two timestamps.
         assert_eq!(size_of::<NatEntryV6>(), 48);
-        assert_eq!(size_of::<FragKeyV4>(), 12);
+        assert_eq!(size_of::<FragKeyV4>(), 16);
         assert_eq!(size_of::<FragEntryV4>(), 16);
+        assert_eq!(size_of::<FragKeyV6>(), 40);
+        assert_eq!(size_of::<FragEntryV6>(), 32);
         assert_eq!(size_of::<PortSearch>(), 16);
         assert_eq!(
             size_of::<AllocRequestV4>(),

@@ -8,18 +8,18 @@ use aya_ebpf::{
         bpf_sock_tuple, bpf_sock_tuple__bindgen_ty_1, bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1,
         bpf_sock_tuple__bindgen_ty_1__bindgen_ty_2,
     },
-    btf_maps::{HashMap, PerCpuArray, lpm_trie::Key},
+    btf_maps::{HashMap, LruHashMap, PerCpuArray, lpm_trie::Key},
     programs::TcContext,
 };
 use masq_common::{
     checksum::{replace16, replace32},
     counters::{COUNTER_COUNT, Counter},
     layout::{
-        NAT_V4_DEFAULT_MAX_ENTRIES, PROG_SLOT_ALLOCATOR, PROG_SLOT_ALLOCATOR_V6,
-        PROG_SLOT_ICMP_ERROR_EGRESS_V6, PROG_SLOT_ICMP_ERROR_INGRESS_V6, PROG_SLOT_NEW_FLOW,
-        PROG_SLOT_NEW_FLOW_V6, Uplink, UplinkSlot,
+        FRAGS_V4_MAX_ENTRIES, NAT_V4_DEFAULT_MAX_ENTRIES, PROG_SLOT_ALLOCATOR,
+        PROG_SLOT_ALLOCATOR_V6, PROG_SLOT_ICMP_ERROR_EGRESS_V6, PROG_SLOT_ICMP_ERROR_INGRESS_V6,
+        PROG_SLOT_NEW_FLOW, PROG_SLOT_NEW_FLOW_V6, Uplink, UplinkSlot,
     },
-    nat::{Address, AllocRequest, NatEntry, NatKey, proto},
+    nat::{Address, AllocRequest, FragEntry, FragKey, NatEntry, NatKey, proto},
 };
 
 use crate::{
@@ -27,8 +27,8 @@ use crate::{
     frag,
     icmp::{self, QuotedIp},
     maps::{
-        ALLOC_REQUEST, ALLOC_REQUEST_V6, COUNTERS, COUNTERS_V6, NAT_V4, NAT_V6, NOMASQ_V4,
-        NOMASQ_V6, PROGS,
+        ALLOC_REQUEST, ALLOC_REQUEST_V6, COUNTERS, COUNTERS_V6, FRAGS_V4, FRAGS_V6, NAT_V4, NAT_V6,
+        NOMASQ_V4, NOMASQ_V6, PROGS,
     },
     packet::{
         self, EarlyOutcomes, Frame6, IP_CHECK, IP_DST, IP_SRC, IPV4_FRAGMENT_OFFSET_MASK,
@@ -54,6 +54,9 @@ impl Address for V6 {
 /// The NAT tables' capacity as declared; the agent sets the real one at load time.
 pub(crate) const NAT_DECLARED_ENTRIES: usize = NAT_V4_DEFAULT_MAX_ENTRIES as usize;
 
+/// The fragment tables' type.
+pub(crate) type Frags<A> = LruHashMap<FragKey<A>, FragEntry<A>, { FRAGS_V4_MAX_ENTRIES as usize }>;
+
 /// The per-CPU counter arrays' type.
 pub(crate) type Counters = PerCpuArray<u64, { COUNTER_COUNT as usize }>;
 
@@ -74,6 +77,8 @@ pub(crate) trait Family: Address + 'static {
     const SLOT_NEW_FLOW: u32;
     /// The family's NAT table.
     fn nat() -> &'static HashMap<NatKey<Self>, NatEntry<Self>, NAT_DECLARED_ENTRIES>;
+    /// The family's fragment table.
+    fn frags() -> &'static Frags<Self>;
     /// The per-CPU slot in which the egress program hands a new flow to the allocator.
     fn alloc_request() -> &'static PerCpuArray<AllocRequest<Self>, 1>;
     /// The family's packet counters.
@@ -138,6 +143,11 @@ impl Family for [u8; 4] {
     #[inline(always)]
     fn nat() -> &'static HashMap<NatKey<Self>, NatEntry<Self>, NAT_DECLARED_ENTRIES> {
         &NAT_V4
+    }
+
+    #[inline(always)]
+    fn frags() -> &'static Frags<Self> {
+        &FRAGS_V4
     }
 
     #[inline(always)]
@@ -287,6 +297,11 @@ impl Family for V6 {
     }
 
     #[inline(always)]
+    fn frags() -> &'static Frags<Self> {
+        &FRAGS_V6
+    }
+
+    #[inline(always)]
     fn alloc_request() -> &'static PerCpuArray<AllocRequest<Self>, 1> {
         &ALLOC_REQUEST_V6
     }
@@ -369,26 +384,23 @@ impl Family for V6 {
         rewrite::address_v6(ctx, ip, end, old, new)
     }
 
-    // IPv6 fragments and ICMPv6 errors are not translated yet: they pass, counted, and the
-    // agent does not turn IPv6 translation on until they are.
     #[inline(always)]
     fn remember_fragment(
-        _ip: &Ip<Self>,
-        _direction: masq_common::nat::Direction,
-        _addr: Option<Self>,
+        ip: &Ip<Self>,
+        direction: masq_common::nat::Direction,
+        addr: Option<Self>,
     ) {
+        frag::remember(ip, direction, addr);
     }
 
     #[inline(always)]
-    fn egress_later_fragment(_ctx: &TcContext, _node_ip: Self, _ip: &Ip<Self>) -> Verdict {
-        count_in::<Self>(Counter::EgressUnsupported);
-        Verdict::Pass
+    fn egress_later_fragment(ctx: &TcContext, node_ip: Self, ip: &Ip<Self>) -> Verdict {
+        frag::egress(ctx, node_ip, ip)
     }
 
     #[inline(always)]
-    fn ingress_later_fragment(_ctx: &TcContext, _ip: &Ip<Self>) -> Verdict {
-        count_in::<Self>(Counter::IngressPassed);
-        Verdict::Pass
+    fn ingress_later_fragment(ctx: &TcContext, ip: &Ip<Self>) -> Verdict {
+        frag::ingress(ctx, ip)
     }
 
     // ICMPv6 errors are translated in programs of their own (`masq_icmp6_egress`,

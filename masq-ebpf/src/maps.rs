@@ -13,8 +13,8 @@ use masq_common::{
         PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
     },
     nat::{
-        AllocRequest, AllocRequestV4, FragEntryV4, FragKeyV4, NatEntry, NatEntryV4, NatKey,
-        NatKeyV4,
+        AllocRequest, AllocRequestV4, FragEntry, FragEntryV4, FragKey, FragKeyV4, NatEntry,
+        NatEntryV4, NatKey, NatKeyV4,
     },
     settings::Settings,
 };
@@ -106,6 +106,15 @@ pub(crate) static NAT_V6: HashMap<
     NatEntry<V6>,
     { NAT_V4_DEFAULT_MAX_ENTRIES as usize },
 > = HashMap::new();
+
+/// Translation decided for the first fragment of each fragmented IPv6 datagram, as
+/// [`FRAGS_V4`] for IPv4.
+#[btf_map(name = "masq_frags_v6")]
+pub(crate) static FRAGS_V6: LruHashMap<
+    FragKey<V6>,
+    FragEntry<V6>,
+    { FRAGS_V4_MAX_ENTRIES as usize },
+> = LruHashMap::new();
 
 /// Per-CPU counters of IPv6 packets, indexed like [`COUNTERS`]. Incremented by the IPv6
 /// programs; summed by the agent for metrics (label `family="ipv6"`).

@@ -11,14 +11,14 @@ use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
     layout::{
         ALL_MAPS, FRAGS_V4_MAX_ENTRIES, MAP_ALLOC_REQUEST, MAP_ALLOC_REQUEST_V6, MAP_ALLOC_RETRIES,
-        MAP_COUNTERS, MAP_COUNTERS_V6, MAP_FRAGS_V4, MAP_LAYOUT_VERSION, MAP_META, MAP_NAT_V4,
-        MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_PROGS, MAP_SETTINGS, MAP_UPLINK_SLOTS,
-        MAP_UPLINKS, MapMeta, PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink,
-        UplinkSlot,
+        MAP_COUNTERS, MAP_COUNTERS_V6, MAP_FRAGS_V4, MAP_FRAGS_V6, MAP_LAYOUT_VERSION, MAP_META,
+        MAP_NAT_V4, MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_PROGS, MAP_SETTINGS,
+        MAP_UPLINK_SLOTS, MAP_UPLINKS, MapMeta, PROG_SLOTS, UPLINK_INDEX_SLOTS,
+        UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
     },
     nat::{
-        AllocRequestV4, AllocRequestV6, FragEntryV4, FragKeyV4, NatEntryV4, NatEntryV6, NatKeyV4,
-        NatKeyV6,
+        AllocRequestV4, AllocRequestV6, FragEntryV4, FragEntryV6, FragKeyV4, FragKeyV6, NatEntryV4,
+        NatEntryV6, NatKeyV4, NatKeyV6,
     },
     settings::Settings,
 };
@@ -82,7 +82,7 @@ struct ExpectedMap {
     max_entries: Option<u32>,
 }
 
-fn expected_maps() -> [ExpectedMap; 15] {
+fn expected_maps() -> [ExpectedMap; 16] {
     [
         ExpectedMap {
             name: MAP_META,
@@ -188,6 +188,13 @@ fn expected_maps() -> [ExpectedMap; 15] {
             key_size: 4,
             value_size: size_of::<AllocRequestV6>(),
             max_entries: Some(1),
+        },
+        ExpectedMap {
+            name: MAP_FRAGS_V6,
+            map_type: MapType::LruHash,
+            key_size: size_of::<FragKeyV6>(),
+            value_size: size_of::<FragEntryV6>(),
+            max_entries: Some(FRAGS_V4_MAX_ENTRIES),
         },
     ]
 }
