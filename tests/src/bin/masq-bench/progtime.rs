@@ -7,9 +7,12 @@ use anyhow::{Context as _, Result};
 use aya::programs::{SchedClassifier, TestRun, TestRunOptions};
 use masq_common::{
     counters::Counter,
-    nat::{Direction, NatEntryV4, NatKeyV4},
+    nat::{Direction, NatEntry, NatEntryV4, NatKey, NatKeyV4},
 };
-use masq_testbed::harness::{Harness, NODE_IP};
+use masq_testbed::{
+    harness::{Harness, NODE_IP},
+    pktgen6::Packet6,
+};
 
 use crate::{
     config::cidr,
@@ -82,7 +85,7 @@ fn single_runs<F: AsRef<[u8]>>(program: &SchedClassifier, frames: &[F]) -> Resul
 pub(crate) const ESTABLISHED_REPEATED: &str =
     "egress, established flow, repeated (lookup, rewrite; warm caches)";
 pub(crate) const EXEMPT: &str = "egress, exempt destination (lookup miss, trie)";
-pub(crate) const NOT_IPV4: &str = "egress, not IPv4 (parse, pass)";
+pub(crate) const NOT_IPV4: &str = "egress, not IP (parse, pass)";
 pub(crate) const NEW_FLOW: &str = "egress, new flow into a nearly full table";
 
 /// One row of the table: which field of [`Times`] it shows.
@@ -92,6 +95,8 @@ type Field = fn(&Times) -> f64;
 struct Times {
     established: f64,
     established_repeated: f64,
+    established_v6_repeated: f64,
+    exempt_v6: f64,
     reply: f64,
     exempt: f64,
     non_ip: f64,
@@ -131,6 +136,39 @@ fn mirror_mapping(harness: &mut Harness) -> Result<()> {
         .context("inserting the mirrored mapping")
 }
 
+/// The IPv6 addresses of the IPv6 rows (documentation ranges).
+const NODE_V6: &str = "2001:db8:1::1";
+const POD_V6: &str = "2001:db8:ab::5";
+const REMOTE_V6: &str = "2001:db8:ff::1";
+
+/// [`mirror_mapping`] for the IPv6 table.
+fn mirror_mapping_v6(harness: &mut Harness) -> Result<()> {
+    let (key, entry) = harness
+        .nat_v6()
+        .into_iter()
+        .find(|(key, _)| key.direction() == Some(Direction::Egress))
+        .context("no IPv6 mapping to mirror")?;
+    let mirrored_key = NatKey::new(
+        entry.addr,
+        key.dst_addr,
+        entry.port,
+        key.dst_port,
+        key.protocol,
+        Direction::Egress,
+    );
+    let mirrored = NatEntry {
+        addr: key.src_addr,
+        port: key.src_port,
+        ..entry
+    };
+    harness
+        .datapath
+        .maps
+        .nat_v6
+        .insert(mirrored_key, mirrored, 0)
+        .context("inserting the mirrored IPv6 mapping")
+}
+
 /// Every path, with the default 3 CIDRs and with `many_cidrs`, the NAT table filled for the
 /// new-flow paths.
 ///
@@ -158,7 +196,14 @@ pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
     .payload(b"masq bench reply!!")
     .frame();
     let exempt = udp(&link, Ipv4Addr::new(10, 1, 2, 3), 1);
-    let non_ip = masq_testbed::pktgen::ipv6_frame();
+    let non_ip = masq_testbed::pktgen::arp_frame();
+    // IPv6: the same established flow and exempt destination, in the IPv6 programs.
+    harness.set_uplink_v6(Some(NODE_V6.parse()?));
+    harness.add_nomasq_v6("2001:db8:ab::/48", masq_common::layout::NOMASQ_KIND_CIDR);
+    let established_v6 = Packet6::udp(POD_V6, 5000, REMOTE_V6, 53).frame();
+    run(harness.datapath.egress()?, &established_v6, 1)?;
+    mirror_mapping_v6(&mut harness)?;
+    let exempt_v6 = Packet6::udp(POD_V6, 5001, "2001:db8:ab::9", 53).frame();
     let singles = settings.single_runs;
     let repeat = settings.repeat;
     let mut next_id = 1_000_000u64;
@@ -177,6 +222,8 @@ pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
         Ok(Times {
             established: single_runs(egress, &vec![established; singles])? - overhead,
             established_repeated: run(egress, &established, repeat)?,
+            established_v6_repeated: run(egress, &established_v6, repeat)?,
+            exempt_v6: run(egress, &exempt_v6, repeat)?,
             reply: single_runs(ingress, &vec![reply.clone(); singles])? - overhead,
             exempt: run(egress, &exempt, repeat)?,
             non_ip: non_ip_repeated,
@@ -212,7 +259,7 @@ pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
     }
     few.refused = run(harness.datapath.egress()?, &full, repeat)?;
 
-    let rows: [(&'static str, Field); 8] = [
+    let rows: [(&'static str, Field); 10] = [
         ("egress, established flow (lookup, rewrite)", |t| {
             t.established
         }),
@@ -220,6 +267,14 @@ pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
         ("ingress, reply of a flow (lookup, rewrite)", |t| t.reply),
         (EXEMPT, |t| t.exempt),
         (NOT_IPV4, |t| t.non_ip),
+        (
+            "egress, IPv6 established flow, repeated (tail call, lookup, rewrite)",
+            |t| t.established_v6_repeated,
+        ),
+        (
+            "egress, IPv6 exempt destination (tail call, lookup miss, trie)",
+            |t| t.exempt_v6,
+        ),
         (NEW_FLOW, |t| t.new_flow),
         ("egress, new flow refused by a full table", |t| t.refused),
         (
