@@ -23,6 +23,7 @@ use crate::{
     allocator,
     counters::{count, count_in},
     family::{Family, V6},
+    frag,
     maps::{self, PROGS},
     nat,
     packet::{self, EarlyOutcomes, Frame6, Ip, Kind},
@@ -93,11 +94,11 @@ pub(crate) fn icmp_error_v6(ctx: &TcContext) -> i32 {
 #[inline(always)]
 fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: &Ip<A>) -> Verdict {
     if ip.is_later_fragment() {
-        return A::egress_later_fragment(ctx, node_ip, ip);
+        return frag::egress(ctx, node_ip, ip);
     }
     // A first fragment is recorded as left alone before anything is decided; the paths that
     // translate it record that instead. Whatever else happens to it, its later fragments follow.
-    A::remember_fragment(ip, Direction::Egress, None);
+    frag::remember(ip, Direction::Egress, None);
     if A::link_scoped(ip.src, ip.dst) {
         count_in::<A>(Counter::EgressExemptLinkLocal);
         return Verdict::Pass;
@@ -198,7 +199,7 @@ pub(crate) fn translate<A: Family>(
         count_in::<A>(Counter::EgressDropRewriteFailed);
         return Verdict::Drop;
     }
-    A::remember_fragment(ip, Direction::Egress, Some(entry.addr));
+    frag::remember(ip, Direction::Egress, Some(entry.addr));
     count_in::<A>(counter);
     Verdict::Pass
 }

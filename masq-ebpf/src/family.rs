@@ -24,7 +24,6 @@ use masq_common::{
 
 use crate::{
     counters::count_in,
-    frag,
     icmp::{self, QuotedIp},
     maps::{
         ALLOC_REQUEST, ALLOC_REQUEST_V6, COUNTERS, COUNTERS_V6, FRAGS_V4, FRAGS_V6, NAT_V4, NAT_V6,
@@ -113,12 +112,6 @@ pub(crate) trait Family: Address + 'static {
         old: Self,
         new: Self,
     ) -> Result<(), ()>;
-    /// Records how the first fragment of a datagram was treated, so later fragments follow it.
-    fn remember_fragment(ip: &Ip<Self>, direction: masq_common::nat::Direction, addr: Option<Self>);
-    /// Translates (or not) a later fragment on egress as its first fragment was.
-    fn egress_later_fragment(ctx: &TcContext, node_ip: Self, ip: &Ip<Self>) -> Verdict;
-    /// Translates (or not) a later fragment on ingress as its first fragment was.
-    fn ingress_later_fragment(ctx: &TcContext, ip: &Ip<Self>) -> Verdict;
     /// The IP header an ICMP error quotes at `offset`, if the quote holds a whole one, of a
     /// first (or only) fragment, inside the error's packet (which ends at `end`).
     fn read_quote(ctx: &TcContext, offset: usize, end: usize) -> Option<QuotedIp<Self>>;
@@ -227,25 +220,6 @@ impl Family for [u8; 4] {
         new: Self,
     ) -> Result<(), ()> {
         rewrite::address_v4(ctx, ip, end, old, new)
-    }
-
-    #[inline(always)]
-    fn remember_fragment(
-        ip: &Ip<Self>,
-        direction: masq_common::nat::Direction,
-        addr: Option<Self>,
-    ) {
-        frag::remember(ip, direction, addr);
-    }
-
-    #[inline(always)]
-    fn egress_later_fragment(ctx: &TcContext, node_ip: Self, ip: &Ip<Self>) -> Verdict {
-        frag::egress(ctx, node_ip, ip)
-    }
-
-    #[inline(always)]
-    fn ingress_later_fragment(ctx: &TcContext, ip: &Ip<Self>) -> Verdict {
-        frag::ingress(ctx, ip)
     }
 
     #[inline(always)]
@@ -382,25 +356,6 @@ impl Family for V6 {
         new: Self,
     ) -> Result<(), ()> {
         rewrite::address_v6(ctx, ip, end, old, new)
-    }
-
-    #[inline(always)]
-    fn remember_fragment(
-        ip: &Ip<Self>,
-        direction: masq_common::nat::Direction,
-        addr: Option<Self>,
-    ) {
-        frag::remember(ip, direction, addr);
-    }
-
-    #[inline(always)]
-    fn egress_later_fragment(ctx: &TcContext, node_ip: Self, ip: &Ip<Self>) -> Verdict {
-        frag::egress(ctx, node_ip, ip)
-    }
-
-    #[inline(always)]
-    fn ingress_later_fragment(ctx: &TcContext, ip: &Ip<Self>) -> Verdict {
-        frag::ingress(ctx, ip)
     }
 
     // ICMPv6 errors are translated in programs of their own (`masq_icmp6_egress`,

@@ -34,6 +34,7 @@ use masq_common::{
 use crate::{
     counters::count_in,
     family::Family,
+    frag,
     packet::{IcmpKind, Ip},
     rewrite::{self, End},
     verdict::Verdict,
@@ -93,7 +94,7 @@ enum Quoted<A> {
 pub(crate) fn egress<A: Family>(ctx: &TcContext, from_node: bool, ip: &Ip<A>) -> Verdict {
     match translate(ctx, ip, Direction::Egress) {
         Ok(Quoted::Translated(addr)) => {
-            A::remember_fragment(ip, Direction::Egress, Some(addr));
+            frag::remember(ip, Direction::Egress, Some(addr));
             count_in::<A>(Counter::EgressIcmpErrorTranslated);
             Verdict::Pass
         }
@@ -122,7 +123,7 @@ pub(crate) fn egress<A: Family>(ctx: &TcContext, from_node: bool, ip: &Ip<A>) ->
 pub(crate) fn ingress<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
     match translate(ctx, ip, Direction::Ingress) {
         Ok(Quoted::Translated(addr)) => {
-            A::remember_fragment(ip, Direction::Ingress, Some(addr));
+            frag::remember(ip, Direction::Ingress, Some(addr));
             count_in::<A>(Counter::IngressIcmpErrorTranslated);
             Verdict::Pass
         }

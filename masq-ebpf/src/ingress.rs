@@ -15,6 +15,7 @@ use masq_common::{
 use crate::{
     counters::{count, count_in},
     family::{Family, V6},
+    frag,
     maps::{self, PROGS},
     nat,
     packet::{self, EarlyOutcomes, Frame6, Ip, Kind},
@@ -103,11 +104,11 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
         return Verdict::Pass;
     }
     if ip.is_later_fragment() {
-        return A::ingress_later_fragment(ctx, &ip);
+        return frag::ingress(ctx, &ip);
     }
     // As on egress: a first fragment is left alone unless a path below translates it, and its
     // later fragments must follow it, not an older datagram's record.
-    A::remember_fragment(&ip, Direction::Ingress, None);
+    frag::remember(&ip, Direction::Ingress, None);
     let Ok(transport) = packet::transport(ctx, &ip) else {
         count_in::<A>(Counter::IngressMalformed);
         return Verdict::Pass;
@@ -150,7 +151,7 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
         count_in::<A>(Counter::IngressDropRewriteFailed);
         return Verdict::Drop;
     }
-    A::remember_fragment(&ip, Direction::Ingress, Some(entry.addr));
+    frag::remember(&ip, Direction::Ingress, Some(entry.addr));
     debug!(
         ctx,
         "reply from remote port {} restored to port {}", src_port, entry.port

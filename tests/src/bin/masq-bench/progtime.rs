@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result};
 use aya::programs::{SchedClassifier, TestRun, TestRunOptions};
 use masq_common::{
     counters::Counter,
-    nat::{Direction, NatEntry, NatEntryV4, NatKey, NatKeyV4},
+    nat::{Address, Direction, NatEntry, NatKey},
 };
 use masq_testbed::{
     harness::{Harness, NODE_IP},
@@ -105,17 +105,12 @@ struct Times {
     overhead: f64,
 }
 
-/// Adds the mirror image of the one egress mapping in the table: its translated tuple, as an
-/// egress key, maps back to the original. A repeated established frame then alternates between
-/// the two (each run translates what the previous one wrote), so the kernel can average the
-/// established path over many runs with warm caches, as a busy flow sees it.
-fn mirror_mapping(harness: &mut Harness) -> Result<()> {
-    let (key, entry) = harness
-        .egress_mappings()
-        .first()
-        .copied()
-        .context("no mapping to mirror")?;
-    let mirrored_key = NatKeyV4::new(
+/// The mirror image of an egress mapping: its translated tuple, as an egress key, maps back to
+/// the original. A repeated established frame then alternates between the two (each run
+/// translates what the previous one wrote), so the kernel can average the established path
+/// over many runs with warm caches, as a busy flow sees it.
+fn mirrored<A: Address>(key: &NatKey<A>, entry: &NatEntry<A>) -> (NatKey<A>, NatEntry<A>) {
+    let key_back = NatKey::new(
         entry.addr,
         key.dst_addr,
         entry.port,
@@ -123,16 +118,27 @@ fn mirror_mapping(harness: &mut Harness) -> Result<()> {
         key.protocol,
         Direction::Egress,
     );
-    let mirrored = NatEntryV4 {
+    let entry_back = NatEntry {
         addr: key.src_addr,
         port: key.src_port,
-        ..entry
+        ..*entry
     };
+    (key_back, entry_back)
+}
+
+/// Adds the mirror image of the one IPv4 egress mapping in the table (see [`mirrored`]).
+fn mirror_mapping(harness: &mut Harness) -> Result<()> {
+    let (key, entry) = harness
+        .egress_mappings()
+        .first()
+        .copied()
+        .context("no mapping to mirror")?;
+    let (key, entry) = mirrored(&key, &entry);
     harness
         .datapath
         .maps
         .nat_v4
-        .insert(mirrored_key, mirrored, 0)
+        .insert(key, entry, 0)
         .context("inserting the mirrored mapping")
 }
 
@@ -148,24 +154,12 @@ fn mirror_mapping_v6(harness: &mut Harness) -> Result<()> {
         .into_iter()
         .find(|(key, _)| key.direction() == Some(Direction::Egress))
         .context("no IPv6 mapping to mirror")?;
-    let mirrored_key = NatKey::new(
-        entry.addr,
-        key.dst_addr,
-        entry.port,
-        key.dst_port,
-        key.protocol,
-        Direction::Egress,
-    );
-    let mirrored = NatEntry {
-        addr: key.src_addr,
-        port: key.src_port,
-        ..entry
-    };
+    let (key, entry) = mirrored(&key, &entry);
     harness
         .datapath
         .maps
         .nat_v6
-        .insert(mirrored_key, mirrored, 0)
+        .insert(key, entry, 0)
         .context("inserting the mirrored IPv6 mapping")
 }
 
