@@ -113,14 +113,7 @@ pub(crate) fn translate_new_flow<A: Family>(ctx: &TcContext) -> i32 {
         return Verdict::Drop.tc_action();
     };
     let (key, entry) = (request.key, request.entry);
-    debug!(
-        ctx,
-        "new mapping proto {} port {} -> remote port {} as port {}",
-        key.protocol,
-        key.src_port,
-        key.dst_port,
-        entry.port
-    );
+    A::log_new_mapping(ctx, &key, entry.port);
     let counter = if request.origin == ORIGIN_HOST {
         Counter::EgressHostTracked
     } else {

@@ -11,6 +11,7 @@ use aya_ebpf::{
     btf_maps::{HashMap, LruHashMap, PerCpuArray, lpm_trie::Key},
     programs::TcContext,
 };
+use aya_log_ebpf::debug;
 use masq_common::{
     checksum::{replace16, replace32},
     counters::{COUNTER_COUNT, Counter},
@@ -102,6 +103,9 @@ pub(crate) trait Family: Address + 'static {
     /// Traffic of the link's own machinery, never translated whatever the config says: for
     /// IPv6, link-local sources (neighbour discovery, router solicitations) and multicast.
     fn link_scoped(src: Self, dst: Self) -> bool;
+    /// The debug record of a new mapping of `key`'s flow to port `port` (off unless the agent
+    /// runs with datapath debug logging).
+    fn log_new_mapping(ctx: &TcContext, key: &NatKey<Self>, port: u16);
     /// Parses the frame's headers again (the new-flow program, after the tail calls).
     fn parse_again(ctx: &TcContext) -> Option<Ip<Self>>;
     /// Replaces the `end` address `old` of `ip` by `new`, fixing every checksum that covers it.
@@ -194,6 +198,20 @@ impl Family for [u8; 4] {
     #[inline(always)]
     fn icmp_kind(icmp: u8) -> IcmpKind {
         icmp_kind_v4(icmp)
+    }
+
+    #[inline(always)]
+    fn log_new_mapping(ctx: &TcContext, key: &NatKey<Self>, port: u16) {
+        debug!(
+            ctx,
+            "new mapping proto {} {:i}:{} -> {:i}:{} as port {}",
+            key.protocol,
+            u32::from_be_bytes(key.src_addr),
+            key.src_port,
+            u32::from_be_bytes(key.dst_addr),
+            key.dst_port,
+            port
+        );
     }
 
     #[inline(always)]
@@ -328,6 +346,20 @@ impl Family for V6 {
     #[inline(always)]
     fn icmp_kind(icmp: u8) -> IcmpKind {
         icmp_kind_v6(icmp)
+    }
+
+    #[inline(always)]
+    fn log_new_mapping(ctx: &TcContext, key: &NatKey<Self>, port: u16) {
+        debug!(
+            ctx,
+            "new mapping proto {} [{:i}]:{} -> [{:i}]:{} as port {}",
+            key.protocol,
+            key.src_addr.0,
+            key.src_port,
+            key.dst_addr.0,
+            key.dst_port,
+            port
+        );
     }
 
     #[inline(always)]
