@@ -8,7 +8,10 @@ use std::{
 };
 
 use masq_common::{
-    layout::{MAX_RESERVED_RANGES, MapMeta, Uplink},
+    layout::{
+        IPV6_DISABLED_ENTRIES, MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAX_RESERVED_RANGES,
+        MapMeta, Uplink,
+    },
     ports::PortRange,
     settings::Settings,
 };
@@ -24,7 +27,7 @@ use crate::{
         attach::{AttachMode, attach_uplink, detach_uplink},
         gc,
         maps::DatapathMaps,
-        object::{Datapath, LoadOptions},
+        object::{Datapath, LoadOptions, StagedMaps},
         pins::{PinDir, PinnedState, is_on_bpffs},
         sync::{TrieView, settings, sync_nomasq},
     },
@@ -81,11 +84,6 @@ impl EbpfBackend {
         pins.create()?;
         let lock = pins.lock()?;
         take_over_upstream_chain(options)?;
-        if options.enable_ipv6 {
-            tracing::warn!(
-                "the eBPF datapath masquerades IPv4 only; IPv6 needs --backend iptables"
-            );
-        }
         if pins.remove_staging()? {
             tracing::warn!(staging = %pins.staging().display(), "removed the maps of an install that was interrupted");
         }
@@ -98,13 +96,15 @@ impl EbpfBackend {
             pins.remove_maps()?;
             state = PinnedState::Empty;
         }
-        let (adopted, nat_max_entries, pinned_trie) = match state {
+        let (adopted, nat_max_entries, pinned) = match state {
             PinnedState::Empty | PinnedState::Leftovers(_) => {
                 (false, options.nat_max_entries, None)
             }
             PinnedState::Compatible {
                 nat_max_entries,
                 nomasq_max_entries,
+                nat_v6_max_entries,
+                nomasq_v6_max_entries,
             } => {
                 if nat_max_entries != options.nat_max_entries {
                     tracing::warn!(
@@ -113,7 +113,12 @@ impl EbpfBackend {
                         "keeping the pinned NAT table's capacity; resizing it needs `masq uninstall` (which drops live flows)"
                     );
                 }
-                (true, nat_max_entries, Some(nomasq_max_entries))
+                let capacities = PinnedCapacities {
+                    nomasq: nomasq_max_entries,
+                    nat_v6: nat_v6_max_entries,
+                    nomasq_v6: nomasq_v6_max_entries,
+                };
+                (true, nat_max_entries, Some(capacities))
             }
             PinnedState::Incompatible(detail) if options.replace_incompatible_state => {
                 tracing::warn!(%detail, "replacing incompatible pinned state as requested; live flows are lost");
@@ -129,19 +134,8 @@ impl EbpfBackend {
                 .into());
             }
         };
-        let mut datapath = match pinned_trie {
-            Some(pinned) if pinned != options.nomasq_max_entries => {
-                resize_trie(&pins, nat_max_entries, pinned, options)?
-            }
-            Some(_) => Datapath::load(&LoadOptions {
-                nat_max_entries,
-                nomasq_max_entries: options.nomasq_max_entries,
-                trie_pin_dir: None,
-                pin_dir: Some(pins.root().to_path_buf()),
-                debug_log: options.datapath_debug_log,
-                // IPv6 is not translated by the agent yet (see README "IPv6").
-                ipv6: false,
-            })?,
+        let mut datapath = match pinned {
+            Some(pinned) => adopt_maps(&pins, nat_max_entries, pinned, options)?,
             None => create_maps(&pins, nat_max_entries, options)?,
         };
         if options.datapath_debug_log {
@@ -575,10 +569,10 @@ fn create_maps(
     let built = Datapath::load(&LoadOptions {
         nat_max_entries,
         nomasq_max_entries: options.nomasq_max_entries,
-        trie_pin_dir: None,
+        staged: None,
         pin_dir: Some(staging),
         debug_log: options.datapath_debug_log,
-        ipv6: false,
+        ipv6: options.enable_ipv6,
     })
     .and_then(|mut datapath| {
         datapath.maps.set_meta(&MapMeta::current(nat_max_entries))?;
@@ -593,40 +587,73 @@ fn create_maps(
     })
 }
 
-/// Adopts the pinned maps with a trie of another capacity (`--nomasq-max-entries` changed).
-/// The new trie is built in the staging directory with the old one's entries, then renamed
-/// over it: the programs still attached keep the old trie until the new programs take over,
-/// and a kill at any instant leaves one complete trie pinned. A trie too small for what the
-/// old one holds is not built; the old capacity stays.
-fn resize_trie(
+/// The capacities of the adopted maps that an agent may want otherwise.
+#[derive(Clone, Copy, Debug)]
+struct PinnedCapacities {
+    nomasq: u32,
+    nat_v6: u32,
+    nomasq_v6: u32,
+}
+
+/// Adopts the pinned maps, replacing those whose capacity no longer fits the options: a trie
+/// of another `--nomasq-max-entries` (rebuilt with the old one's entries), and IPv6 maps an
+/// agent without `--enable-ipv6` created with room for nothing (empty, so nothing is lost). The
+/// replacements are built in the staging directory, then renamed over the old pins: the
+/// programs still attached keep the old maps until the new programs take over, and a kill at
+/// any instant leaves one complete map of each pinned. A trie too small for what the old one
+/// holds is not built; the old capacity stays.
+fn adopt_maps(
     pins: &PinDir,
     nat_max_entries: u32,
-    pinned: u32,
+    pinned: PinnedCapacities,
     options: &AgentOptions,
 ) -> Result<Datapath, AgentError> {
-    let adopt = |nomasq_max_entries, trie_pin_dir| {
+    let mut replaced = Vec::new();
+    let mut trie_entries = Vec::new();
+    if pinned.nomasq != options.nomasq_max_entries {
+        let old = DatapathMaps::from_pins(pins.root())?.nomasq_entries()?;
+        if old.len() > options.nomasq_max_entries as usize {
+            tracing::warn!(
+                pinned = pinned.nomasq,
+                requested = options.nomasq_max_entries,
+                entries = old.len(),
+                "the trie holds more entries than --nomasq-max-entries allows; keeping its capacity"
+            );
+        } else {
+            replaced.push(MAP_NOMASQ_V4);
+            trie_entries = old;
+        }
+    }
+    if options.enable_ipv6 {
+        for (name, capacity, wanted) in [
+            (MAP_NAT_V6, pinned.nat_v6, nat_max_entries),
+            (MAP_NOMASQ_V6, pinned.nomasq_v6, options.nomasq_max_entries),
+        ] {
+            if capacity <= IPV6_DISABLED_ENTRIES && wanted > capacity {
+                replaced.push(name);
+            }
+        }
+    }
+    let load = |staged| {
         Datapath::load(&LoadOptions {
             nat_max_entries,
-            nomasq_max_entries,
-            trie_pin_dir,
+            nomasq_max_entries: options.nomasq_max_entries,
+            staged,
             pin_dir: Some(pins.root().to_path_buf()),
             debug_log: options.datapath_debug_log,
-            ipv6: false,
+            ipv6: options.enable_ipv6,
         })
     };
-    let old = DatapathMaps::from_pins(pins.root())?.nomasq_entries()?;
-    if old.len() > options.nomasq_max_entries as usize {
-        tracing::warn!(
-            pinned,
-            requested = options.nomasq_max_entries,
-            entries = old.len(),
-            "the trie holds more entries than --nomasq-max-entries allows; keeping its capacity"
-        );
-        return Ok(adopt(pinned, None)?);
+    if replaced.is_empty() {
+        return Ok(load(None)?);
     }
     let staging = pins.create_staging()?;
-    let built = adopt(options.nomasq_max_entries, Some(staging)).and_then(|mut datapath| {
-        for (addr, prefix, kind) in &old {
+    let built = load(Some(StagedMaps {
+        dir: staging,
+        names: replaced.clone(),
+    }))
+    .and_then(|mut datapath| {
+        for (addr, prefix, kind) in &trie_entries {
             datapath
                 .maps
                 .nomasq_v4
@@ -637,24 +664,33 @@ fn resize_trie(
                 )
                 .map_err(DatapathError::map(
                     "inserting into",
-                    masq_common::layout::MAP_NOMASQ_V4,
+                    MAP_NOMASQ_V4,
                 ))?;
         }
-        pins.publish_trie()?;
+        pins.publish_staged(&replaced)?;
         Ok(datapath)
     });
     match built {
         Ok(datapath) => {
-            tracing::info!(
-                from = pinned,
-                to = options.nomasq_max_entries,
-                "resized the non-masquerade trie; the new programs use it from the swap on"
-            );
+            if replaced.contains(&MAP_NOMASQ_V4) {
+                tracing::info!(
+                    from = pinned.nomasq,
+                    to = options.nomasq_max_entries,
+                    "resized the non-masquerade trie; the new programs use it from the swap on"
+                );
+            }
+            if replaced.contains(&MAP_NAT_V6) || replaced.contains(&MAP_NOMASQ_V6) {
+                tracing::info!(
+                    nat_max_entries,
+                    nomasq_max_entries = options.nomasq_max_entries,
+                    "sized the pinned IPv6 maps for translation (an agent without --enable-ipv6 created them empty)"
+                );
+            }
             Ok(datapath)
         }
         Err(error) => {
             if let Err(cleanup) = pins.remove_staging() {
-                tracing::warn!(%cleanup, "could not remove the staged trie; the next start will");
+                tracing::warn!(%cleanup, "could not remove the staged maps; the next start will");
             }
             Err(error.into())
         }
