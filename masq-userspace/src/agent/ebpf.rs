@@ -3,7 +3,7 @@
 use std::{
     collections::BTreeMap,
     fmt,
-    net::Ipv4Addr,
+    net::{Ipv4Addr, Ipv6Addr},
     path::{Path, PathBuf},
 };
 
@@ -18,7 +18,7 @@ use masq_common::{
 
 use super::{
     AgentError, AgentOptions, Backend,
-    status::{SharedStatus, UplinkStatus},
+    status::{SharedStatus, UplinkIpv6, UplinkStatus},
 };
 use crate::{
     config::cidr::Family,
@@ -26,10 +26,10 @@ use crate::{
         DatapathError,
         attach::{AttachMode, attach_uplink, detach_uplink},
         gc,
-        maps::DatapathMaps,
+        maps::{DatapathMaps, NomasqTrie as _},
         object::{Datapath, LoadOptions, StagedMaps},
         pins::{PinDir, PinnedState, is_on_bpffs},
-        sync::{TrieView, settings, sync_nomasq},
+        sync::{TrieView, check_trie_capacity, settings, sync_nomasq},
     },
     iptables::apply::Iptables,
     node::{
@@ -62,6 +62,38 @@ struct WantedUplink {
     address: Ipv4Addr,
     /// Whether the address is one of the interface's own (a `--node-ip` may not be).
     address_is_local: bool,
+    /// What IPv6 traffic leaving by it is masqueraded to.
+    ipv6: UplinkIpv6,
+}
+
+impl WantedUplink {
+    /// The IPv6 address to record for the datapath, if IPv6 is translated on this uplink.
+    const fn ipv6_address(&self) -> Option<Ipv6Addr> {
+        match self.ipv6 {
+            UplinkIpv6::Address(address) => Some(address),
+            UplinkIpv6::NotTranslated | UplinkIpv6::NoAddress => None,
+        }
+    }
+
+    /// `record` with this uplink's IPv6 translation (or none).
+    fn with_ipv6(&self, record: Uplink) -> Uplink {
+        let address = self.ipv6_address();
+        Uplink {
+            has_v6: u8::from(address.is_some()),
+            snat_addr_v6: address.as_ref().map_or([0; 16], Ipv6Addr::octets),
+            ..record
+        }
+    }
+
+    /// Says, loudly, that IPv6 traffic leaving by this uplink passes untranslated.
+    fn warn_if_ipv6_missing(&self) {
+        if self.ipv6 == UplinkIpv6::NoAddress {
+            tracing::warn!(
+                interface = %self.name,
+                "the interface has no global IPv6 address to masquerade to (or it is tentative or deprecated): IPv6 traffic leaving by it keeps pod addresses until it gets one"
+            );
+        }
+    }
 }
 
 impl EbpfBackend {
@@ -144,7 +176,8 @@ impl EbpfBackend {
         let enabled = adopted && datapath.maps.settings()?.enabled();
         {
             let mut state = status.lock();
-            state.nat_capacity = nat_max_entries;
+            state.nat_capacity = datapath.maps.nat_v4_capacity();
+            state.nat_capacity_v6 = datapath.maps.nat_v6_capacity();
             state.adopted = adopted;
         }
         let names: Vec<&str> = wanted.iter().map(|uplink| uplink.name.as_str()).collect();
@@ -282,6 +315,13 @@ impl EbpfBackend {
                     .iter()
                     .find(|wanted| wanted.ifindex == ifindex)
                     .is_none_or(|wanted| wanted.address_is_local),
+                ipv6: if uplink.has_v6 != 0 {
+                    UplinkIpv6::Address(Ipv6Addr::from(uplink.snat_addr_v6))
+                } else if options.enable_ipv6 {
+                    UplinkIpv6::NoAddress
+                } else {
+                    UplinkIpv6::NotTranslated
+                },
             })
             .collect();
         status.lock().uplinks = uplinks;
@@ -316,16 +356,19 @@ impl EbpfBackend {
             previous.filter(|_| recorded_mode == Some(mode)),
         )?;
         record.snat_addr = wanted.address.octets();
+        let record = wanted.with_ipv6(record);
         // The entry turns translation on for the interface, so it comes after the programs.
         self.datapath.maps.set_uplink(wanted.ifindex, &record)?;
         self.attached.insert(wanted.ifindex, wanted.name.clone());
         for (hook, outcome) in outcomes {
-            tracing::info!(interface = %wanted.name, node_ip = %wanted.address, %mode, hook = hook.name(), ?outcome, "program attached");
+            tracing::info!(interface = %wanted.name, node_ip = %wanted.address, node_ipv6 = ?wanted.ipv6_address(), %mode, hook = hook.name(), ?outcome, "program attached");
         }
+        wanted.warn_if_ipv6_missing();
         Ok(())
     }
 
-    /// Updates the address of an interface this process attached to, when it changed (DHCP).
+    /// Updates the addresses of an interface this process attached to, when they changed
+    /// (DHCP, router advertisements, an operator's change).
     fn follow_address(
         &mut self,
         wanted: &WantedUplink,
@@ -334,14 +377,21 @@ impl EbpfBackend {
         let Some(previous) = previous else {
             return Ok(());
         };
-        if previous.snat_addr == wanted.address.octets() {
-            return Ok(());
-        }
-        tracing::warn!(interface = %wanted.name, old = %Ipv4Addr::from(previous.snat_addr), new = %wanted.address, "the interface's address changed; new flows use the new one");
-        let updated = Uplink {
+        let updated = wanted.with_ipv6(Uplink {
             snat_addr: wanted.address.octets(),
             ..*previous
-        };
+        });
+        if updated == *previous {
+            return Ok(());
+        }
+        if previous.snat_addr != updated.snat_addr {
+            tracing::warn!(interface = %wanted.name, old = %Ipv4Addr::from(previous.snat_addr), new = %wanted.address, "the interface's address changed; new flows use the new one");
+        }
+        if (previous.has_v6, previous.snat_addr_v6) != (updated.has_v6, updated.snat_addr_v6) {
+            let old = (previous.has_v6 != 0).then(|| Ipv6Addr::from(previous.snat_addr_v6));
+            tracing::warn!(interface = %wanted.name, ?old, new = ?wanted.ipv6_address(), "the interface's IPv6 address changed; new IPv6 flows use the new one");
+            wanted.warn_if_ipv6_missing();
+        }
         self.datapath.maps.set_uplink(wanted.ifindex, &updated)?;
         Ok(())
     }
@@ -363,27 +413,35 @@ impl Backend for EbpfBackend {
         options: &AgentOptions,
         trigger: &'static str,
     ) -> Result<usize, AgentError> {
-        let wanted = policy.nomasq_v4();
         let view = if trigger == "resync" {
             TrieView::Kernel
         } else {
             TrieView::LastSynced
         };
-        let report = sync_nomasq(&mut self.datapath.maps, &wanted, view)?;
-        if report.added + report.removed > 0 {
-            tracing::info!(
-                trigger,
-                added = report.added,
-                removed = report.removed,
-                unchanged = report.unchanged,
-                "non-masquerade trie synced"
-            );
+        let (wanted_v4, wanted_v6) = (policy.nomasq_v4(), policy.nomasq_v6());
+        // Both families fit before either is changed, so a config too big for one is rejected
+        // whole. (Without --enable-ipv6 the IPv6 trie is kept empty.)
+        check_trie_capacity(wanted_v6.len(), Ipv6Addr::capacity(&self.datapath.maps))
+            .map_err(DatapathError::from)?;
+        let report_v4 = sync_nomasq(&mut self.datapath.maps, &wanted_v4, view)?;
+        let report_v6 = sync_nomasq(&mut self.datapath.maps, &wanted_v6, view)?;
+        for (family, report) in [(Family::Ipv4, report_v4), (Family::Ipv6, report_v6)] {
+            if report.added + report.removed > 0 {
+                tracing::info!(
+                    trigger,
+                    %family,
+                    added = report.added,
+                    removed = report.removed,
+                    unchanged = report.unchanged,
+                    "non-masquerade trie synced"
+                );
+            }
         }
         if !self.enabled {
             self.enabled = true;
             self.write_settings(options)?;
         }
-        Ok(wanted.len())
+        Ok(wanted_v4.len() + wanted_v6.len())
     }
 
     fn left_in_place(&self) -> &'static str {
@@ -424,11 +482,11 @@ impl Backend for EbpfBackend {
             gc::monotonic_now_ns(),
         ) {
             Ok(report) => {
-                if report.expired + report.orphans > 0 {
+                if report.expired() + report.orphans() > 0 {
                     tracing::debug!(?report, "expired flows collected");
                 }
                 let mut state = status.lock();
-                state.gc_expired_total += u64::try_from(report.expired).unwrap_or(0);
+                state.gc_expired_total += u64::try_from(report.expired()).unwrap_or(0);
                 state.last_gc = report;
             }
             Err(error) => tracing::error!(%error, "flow garbage collection failed"),
@@ -662,10 +720,7 @@ fn adopt_maps(
                     kind,
                     0,
                 )
-                .map_err(DatapathError::map(
-                    "inserting into",
-                    MAP_NOMASQ_V4,
-                ))?;
+                .map_err(DatapathError::map("inserting into", MAP_NOMASQ_V4))?;
         }
         pins.publish_staged(&replaced)?;
         Ok(datapath)
@@ -722,6 +777,7 @@ fn wanted_uplinks(
                 Some(WantedUplink {
                     address: interface.global_ipv4.first().copied()?,
                     address_is_local: true,
+                    ipv6: ipv6_of(options, &interface.name),
                     name: interface.name,
                     ifindex: interface.index,
                 })
@@ -763,6 +819,7 @@ fn wanted_uplinks(
                     );
                 }
                 chosen.push(WantedUplink {
+                    ipv6: ipv6_of(options, &interface.name),
                     name: interface.name,
                     ifindex: interface.index,
                     address,
@@ -776,6 +833,23 @@ fn wanted_uplinks(
         }
     }
     Ok(chosen)
+}
+
+/// How IPv6 traffic leaving by `interface` is to be translated: not at all without
+/// `--enable-ipv6`, else to the interface's global address, if it has one. A missing address
+/// does not stop the agent (IPv4 carries on): it is reported per uplink instead.
+fn ipv6_of(options: &AgentOptions, interface: &str) -> UplinkIpv6 {
+    if !options.enable_ipv6 {
+        return UplinkIpv6::NotTranslated;
+    }
+    match interfaces::snat_ipv6(interface) {
+        Ok(Some(address)) => UplinkIpv6::Address(address),
+        Ok(None) => UplinkIpv6::NoAddress,
+        Err(error) => {
+            tracing::warn!(%interface, %error, "could not read the interface's IPv6 addresses");
+            UplinkIpv6::NoAddress
+        }
+    }
 }
 
 /// Forwards aya-log records to tracing (through the `log` facade) on a background task.

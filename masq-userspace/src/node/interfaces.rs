@@ -8,7 +8,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs, io,
-    net::Ipv4Addr,
+    net::{Ipv4Addr, Ipv6Addr},
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
 };
 
@@ -334,8 +334,91 @@ pub fn primary_ipv4(interface: &str) -> Result<Ipv4Addr, InterfaceError> {
         .ok_or_else(|| InterfaceError::NoAddress(interface.to_owned()))
 }
 
-/// A netlink socket subscribed to link, IPv4 address and IPv4 route changes: the events that
-/// can change which interfaces carry traffic out of the node, or the address of one.
+/// One IPv6 address of an interface as `/proc/net/if_inet6` lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv6AddressState {
+    /// The address.
+    pub address: Ipv6Addr,
+    /// The kernel's scope: `RT_SCOPE_UNIVERSE` (0) for a global address.
+    pub scope: u8,
+    /// The low byte of its `IFA_F_*` flags.
+    pub flags: u8,
+}
+
+impl Ipv6AddressState {
+    /// Whether the kernel would use it as a source towards another network: global, past
+    /// duplicate address detection and not deprecated (an address past its preferred lifetime,
+    /// or one the operator marked `preferred_lft 0`, is not chosen for new connections).
+    pub const fn usable_as_source(&self) -> bool {
+        const RT_SCOPE_UNIVERSE: u8 = 0;
+        const IFA_F_DADFAILED: u8 = 0x08;
+        const IFA_F_DEPRECATED: u8 = 0x20;
+        const IFA_F_TENTATIVE: u8 = 0x40;
+        self.scope == RT_SCOPE_UNIVERSE
+            && self.flags & (IFA_F_DADFAILED | IFA_F_DEPRECATED | IFA_F_TENTATIVE) == 0
+    }
+}
+
+/// Parses `/proc/net/if_inet6`: `address ifindex prefix_len scope flags name`, hex fields.
+fn ipv6_addresses_in(table: &str, interface: &str) -> Vec<Ipv6AddressState> {
+    table
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(5) != Some(&interface) {
+                return None;
+            }
+            let address = u128::from_str_radix(fields.first()?, 16).ok()?;
+            Some(Ipv6AddressState {
+                address: Ipv6Addr::from(address),
+                scope: u8::from_str_radix(fields.get(3)?, 16).ok()?,
+                flags: u8::from_str_radix(fields.get(4)?, 16).ok()?,
+            })
+        })
+        .collect()
+}
+
+/// The address IPv6 traffic leaving by an interface is masqueraded to: the first usable
+/// global address in the interface's own order (`listed`, oldest first, the order the kernel's
+/// source selection breaks ties in), else the lowest usable one. `None` when it has none.
+pub fn choose_snat_ipv6(listed: &[Ipv6Addr], states: &[Ipv6AddressState]) -> Option<Ipv6Addr> {
+    let usable: BTreeSet<Ipv6Addr> = states
+        .iter()
+        .filter(|state| state.usable_as_source())
+        .map(|state| state.address)
+        .collect();
+    listed
+        .iter()
+        .copied()
+        .find(|address| usable.contains(address))
+        .or_else(|| usable.first().copied())
+}
+
+/// The global IPv6 address masqueraded IPv6 traffic leaving by `interface` gets, if it has one
+/// the kernel would use as a source (see [`choose_snat_ipv6`]).
+pub fn snat_ipv6(interface: &str) -> Result<Option<Ipv6Addr>, InterfaceError> {
+    // No IPv6 on the node (disabled in the kernel) reads as no address.
+    let table = fs::read_to_string("/proc/self/net/if_inet6").unwrap_or_default();
+    let states = ipv6_addresses_in(&table, interface);
+    if states.is_empty() {
+        return Ok(None);
+    }
+    let listed: Vec<Ipv6Addr> = getifaddrs()
+        .map_err(InterfaceError::Addresses)?
+        .filter(|address| address.interface_name == interface)
+        .filter_map(|address| {
+            address.address.and_then(|sockaddr| {
+                sockaddr
+                    .as_sockaddr_in6()
+                    .map(nix::sys::socket::SockaddrIn6::ip)
+            })
+        })
+        .collect();
+    Ok(choose_snat_ipv6(&listed, &states))
+}
+
+/// A netlink socket subscribed to link, IPv4 address, IPv4 route and IPv6 address changes: the
+/// events that can change which interfaces carry traffic out of the node, or an address of one.
 pub struct InterfaceWatch {
     socket: AsyncFd<OwnedFd>,
 }
@@ -354,6 +437,9 @@ impl InterfaceWatch {
         const RTMGRP_LINK: u32 = 0x1;
         const RTMGRP_IPV4_IFADDR: u32 = 0x10;
         const RTMGRP_IPV4_ROUTE: u32 = 0x40;
+        // IPv6 addresses come, go, finish duplicate address detection and are deprecated: each
+        // can change the address IPv6 traffic is masqueraded to.
+        const RTMGRP_IPV6_IFADDR: u32 = 0x100;
         // SAFETY: socket(2) with constant arguments; the result is checked before it is owned.
         let fd = unsafe {
             libc::socket(
@@ -370,7 +456,8 @@ impl InterfaceWatch {
         // SAFETY: sockaddr_nl is plain old data; all zeroes is a valid value.
         let mut address: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         address.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        address.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE;
+        address.nl_groups =
+            RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_IFADDR;
         // SAFETY: `address` is a valid sockaddr_nl of the size given, alive across the call.
         let bound = unsafe {
             libc::bind(
@@ -508,6 +595,50 @@ eth0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n";
         assert_eq!(lo.name, "lo");
         assert!(lo.global_ipv4.is_empty(), "127/8 is not global: {lo:?}");
         assert!(!lo.physical);
+    }
+
+    const IF_INET6: &str = "\
+20010db8000000000000000000000001 02 40 00 80   up0
+20010db8000000000000000000000002 02 40 00 c0   up0
+20010db8000000000000000000000003 02 40 00 20   up0
+fe800000000000000000000000000001 02 40 20 80   up0
+20010db8000000000000000000000004 02 40 00 08   up0
+20010db8000000000000000000000005 02 40 00 80   up0
+20010db8000000000000000000000009 03 40 00 80   up1
+00000000000000000000000000000001 01 80 10 80      lo
+";
+
+    fn v6(text: &str) -> Ipv6Addr {
+        text.parse().expect("IPv6 address")
+    }
+
+    #[test]
+    fn the_ipv6_source_is_global_settled_and_not_deprecated() {
+        let states = ipv6_addresses_in(IF_INET6, "up0");
+        assert_eq!(states.len(), 6, "{states:?}");
+        let usable: Vec<Ipv6Addr> = states
+            .iter()
+            .filter(|state| state.usable_as_source())
+            .map(|state| state.address)
+            .collect();
+        // ::2 is tentative, ::3 deprecated, fe80::1 link-local, ::4 failed DAD.
+        assert_eq!(usable, [v6("2001:db8::1"), v6("2001:db8::5")]);
+        // The interface's own order decides among the usable ones...
+        assert_eq!(
+            choose_snat_ipv6(
+                &[v6("2001:db8::2"), v6("2001:db8::5"), v6("2001:db8::1")],
+                &states
+            ),
+            Some(v6("2001:db8::5"))
+        );
+        // ...and without it, the lowest.
+        assert_eq!(choose_snat_ipv6(&[], &states), Some(v6("2001:db8::1")));
+        let lo = ipv6_addresses_in(IF_INET6, "lo");
+        assert_eq!(choose_snat_ipv6(&[Ipv6Addr::LOCALHOST], &lo), None);
+        assert_eq!(
+            choose_snat_ipv6(&[], &ipv6_addresses_in(IF_INET6, "eth9")),
+            None
+        );
     }
 
     #[test]
