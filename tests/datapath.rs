@@ -1025,11 +1025,12 @@ fn dual_stack_maps() -> masq::datapath::object::Datapath {
         ipv6: true,
         ..masq::datapath::object::LoadOptions::default()
     })
-    .expect("loading the datapath")
+    .unwrap_or_else(|error| panic!("loading the datapath: {error}"))
 }
 
 fn v6(text: &str) -> std::net::Ipv6Addr {
-    text.parse().expect("IPv6 address")
+    text.parse()
+        .unwrap_or_else(|error| panic!("{text:?} is not an IPv6 address: {error}"))
 }
 
 /// The IPv6 trie goes through the same diff sync as the IPv4 one: only changes are written,
