@@ -13,10 +13,10 @@ use masq_testbed::{
     agent::Agent,
     in_both_attach_modes,
     sandbox::{
-        EXEMPTABLE_IPV6, NODE_IP, NODE_IPV6, OUTSIDE_IP, OUTSIDE_IPV6, Sandbox, SandboxOptions,
-        UPLINK, pod_ipv6,
+        AttachMode, EXEMPTABLE_IPV6, NODE_IP, NODE_IPV6, OUTSIDE_IP, OUTSIDE_IPV6, Sandbox,
+        SandboxOptions, UPLINK, pod_ipv6,
     },
-    traffic::{HeldConnection, Server, ping, tcp_server, tcp_transfer, udp_request, udp_server},
+    traffic::{HeldConnection, Server, ping, tcp_server, tcp_source, udp_request, udp_server},
     wait_for,
 };
 
@@ -39,15 +39,26 @@ fn servers(sandbox: &Sandbox) -> Vec<Server> {
     ]
 }
 
+/// A dual-stack sandbox with the outside host's servers running.
+fn dual_stack(prefix: &str, attach_mode: AttachMode) -> (Sandbox, Vec<Server>) {
+    let sandbox = Sandbox::new(prefix, SandboxOptions::in_mode(attach_mode));
+    sandbox.add_ipv6();
+    let servers = servers(&sandbox);
+    (sandbox, servers)
+}
+
+/// A config path that does not exist: the defaults (10/8, 172.16/12, 192.168/16).
+fn absent_config(sandbox: &Sandbox) -> String {
+    format!("/tmp/{}-absent", sandbox.tag)
+}
+
 /// The address a TCP server at `destination` sees pod 1's connection come from.
 fn tcp_arrives_from(sandbox: &Sandbox, destination: IpAddr) -> IpAddr {
-    let server = SocketAddr::new(destination, TCP_PORT);
-    sandbox
-        .pod(1)
-        .enter(|| tcp_transfer(server, "probe", b"probe", TIMEOUT))
-        .unwrap_or_else(|error| panic!("TCP to {server} failed: {error}"))
-        .peer
-        .ip()
+    tcp_source(
+        sandbox.pod(1),
+        SocketAddr::new(destination, TCP_PORT),
+        TIMEOUT,
+    )
 }
 
 /// The address a UDP server at `destination` sees pod 1's datagram come from.
@@ -100,9 +111,7 @@ in_both_attach_modes! {
 /// address, IPv4 is masqueraded at the same time, and a non-masquerade IPv6 CIDR keeps the
 /// pod's address.
 fn a_dual_stack_node_masquerades_both_families(attach_mode) {
-    let sandbox = Sandbox::new("v6", SandboxOptions::in_mode(attach_mode));
-    sandbox.add_ipv6();
-    let _servers = servers(&sandbox);
+    let (sandbox, _servers) = dual_stack("v6", attach_mode);
     let config = config(&sandbox);
     let agent = Agent::start(&sandbox, &["--config", &config, "--enable-ipv6"]);
 
@@ -152,11 +161,8 @@ fn a_dual_stack_node_masquerades_both_families(attach_mode) {
 /// the default one: an IPv6 CIDR without the flag is upstream's error.
 #[test]
 fn without_enable_ipv6_ipv6_keeps_pod_addresses() {
-    let sandbox = Sandbox::new("v6off", SandboxOptions::default());
-    sandbox.add_ipv6();
-    let _servers = servers(&sandbox);
-    let absent = format!("/tmp/{}-absent", sandbox.tag);
-    let agent = Agent::start(&sandbox, &["--config", &absent]);
+    let (sandbox, _servers) = dual_stack("v6off", AttachMode::Tcx);
+    let agent = Agent::start(&sandbox, &["--config", &absent_config(&sandbox)]);
     assert_eq!(
         tcp_arrives_from(&sandbox, OUTSIDE_IPV6.into()),
         IpAddr::V6(pod_ipv6(1))
@@ -179,8 +185,7 @@ fn without_enable_ipv6_ipv6_keeps_pod_addresses() {
 /// (netlink address events), and it is dropped again when the address goes.
 #[test]
 fn the_uplink_ipv6_address_is_followed() {
-    let sandbox = Sandbox::new("v6addr", SandboxOptions::default());
-    sandbox.add_ipv6();
+    let (sandbox, _servers) = dual_stack("v6addr", AttachMode::Tcx);
     sandbox.node.ip(&[
         "-6",
         "addr",
@@ -189,7 +194,6 @@ fn the_uplink_ipv6_address_is_followed() {
         "dev",
         UPLINK,
     ]);
-    let _servers = servers(&sandbox);
     let agent = Agent::start(&sandbox, &["--config", &config(&sandbox), "--enable-ipv6"]);
     let missing = format!("masq_uplink_ipv6_missing{{interface=\"{UPLINK}\"}}");
     assert_eq!(agent.metric(&missing), Some(1.0));
@@ -242,10 +246,8 @@ fn the_uplink_ipv6_address_is_followed() {
 /// those two maps with full-size ones, so IPv6 is masqueraded at once.
 #[test]
 fn enabling_ipv6_on_adopted_pins_sizes_the_ipv6_maps() {
-    let sandbox = Sandbox::new("v6adopt", SandboxOptions::default());
-    sandbox.add_ipv6();
-    let _servers = servers(&sandbox);
-    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let (sandbox, _servers) = dual_stack("v6adopt", AttachMode::Tcx);
+    let absent = absent_config(&sandbox);
     let mut agent = Agent::start(&sandbox, &["--config", &absent]);
     let capacity = |family: &str| {
         agent_capacity(&agent, family).unwrap_or_else(|| panic!("no {family} capacity"))

@@ -23,7 +23,7 @@ use masq_testbed::{
         AttachMode, CLUSTER_PEER_IP, NODE_IP, OUTSIDE_IP, Sandbox, SandboxOptions, UPLINK, pod_ip,
     },
     traffic::{
-        HeldConnection, UdpFlow, fnv1a, tcp_server, tcp_transfer, tcp_transfer_paced, udp_server,
+        HeldConnection, UdpFlow, fnv1a, tcp_server, tcp_source, tcp_transfer_paced, udp_server,
     },
     wait_for,
 };
@@ -44,12 +44,7 @@ fn is_node(peer: SocketAddr) -> bool {
 
 /// The source address a new TCP flow from `pod` to `destination` arrives with.
 fn arrives_from(sandbox: &Sandbox, pod: usize, destination: SocketAddrV4) -> IpAddr {
-    sandbox
-        .pod(pod)
-        .enter(|| tcp_transfer(destination, "probe", b"probe", TIMEOUT))
-        .unwrap_or_else(|error| panic!("flow to {destination} failed: {error}"))
-        .peer
-        .ip()
+    tcp_source(sandbox.pod(pod), destination, TIMEOUT)
 }
 
 fn metric(agent: &Agent, series: &str) -> f64 {

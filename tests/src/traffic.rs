@@ -5,7 +5,7 @@
 
 use std::{
     io::{self, BufRead as _, BufReader, Read as _, Write as _},
-    net::{Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket},
+    net::{IpAddr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -291,6 +291,17 @@ pub fn tcp_transfer_paced(
         bytes: bytes.parse().map_err(|_| invalid())?,
         hash: u64::from_str_radix(hash, 16).map_err(|_| invalid())?,
     })
+}
+
+/// The address a [`tcp_server`] at `server` sees a new connection from `client` come from:
+/// what masq (or nothing) made of the client's address.
+pub fn tcp_source(client: &Netns, server: impl Into<SocketAddr>, timeout: Duration) -> IpAddr {
+    let server = server.into();
+    client
+        .enter(|| tcp_transfer(server, "probe", b"probe", timeout))
+        .unwrap_or_else(|error| panic!("flow to {server} failed: {error}"))
+        .peer
+        .ip()
 }
 
 /// A UDP socket that keeps its source port across requests (one flow).

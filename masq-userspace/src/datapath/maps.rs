@@ -90,31 +90,28 @@ where
     fn table_fd(maps: &DatapathMaps) -> BorrowedFd<'_>;
 }
 
-impl NatTable for [u8; 4] {
-    const MAP_NAME: &'static str = MAP_NAT_V4;
-    fn table(maps: &DatapathMaps) -> &HashMap<MapData, NatKeyV4, NatEntryV4> {
-        &maps.nat_v4
-    }
-    fn table_mut(maps: &mut DatapathMaps) -> &mut HashMap<MapData, NatKeyV4, NatEntryV4> {
-        &mut maps.nat_v4
-    }
-    fn table_fd(maps: &DatapathMaps) -> BorrowedFd<'_> {
-        maps.nat_fd.as_fd()
-    }
+/// Implements [`NatTable`] for one family's address: its table, and the table's descriptor.
+macro_rules! nat_table {
+    ($address:ty, $map_name:expr, $table:ident, $fd:ident) => {
+        impl NatTable for $address {
+            const MAP_NAME: &'static str = $map_name;
+            fn table(maps: &DatapathMaps) -> &HashMap<MapData, NatKey<Self>, NatEntry<Self>> {
+                &maps.$table
+            }
+            fn table_mut(
+                maps: &mut DatapathMaps,
+            ) -> &mut HashMap<MapData, NatKey<Self>, NatEntry<Self>> {
+                &mut maps.$table
+            }
+            fn table_fd(maps: &DatapathMaps) -> BorrowedFd<'_> {
+                maps.$fd.as_fd()
+            }
+        }
+    };
 }
 
-impl NatTable for [u8; 16] {
-    const MAP_NAME: &'static str = MAP_NAT_V6;
-    fn table(maps: &DatapathMaps) -> &HashMap<MapData, NatKeyV6, NatEntryV6> {
-        &maps.nat_v6
-    }
-    fn table_mut(maps: &mut DatapathMaps) -> &mut HashMap<MapData, NatKeyV6, NatEntryV6> {
-        &mut maps.nat_v6
-    }
-    fn table_fd(maps: &DatapathMaps) -> BorrowedFd<'_> {
-        maps.nat_v6_fd.as_fd()
-    }
-}
+nat_table!([u8; 4], MAP_NAT_V4, nat_v4, nat_fd);
+nat_table!([u8; 16], MAP_NAT_V6, nat_v6, nat_v6_fd);
 
 /// An address family's non-masquerade trie, so that syncing and reading it is written once
 /// for both families.
@@ -137,51 +134,50 @@ pub trait NomasqTrie: Copy + Ord + std::fmt::Display + 'static {
     fn last_synced(maps: &mut DatapathMaps) -> &mut Option<BTreeMap<(Self, u8), u32>>;
 }
 
-impl NomasqTrie for Ipv4Addr {
-    type Octets = [u8; 4];
-    const MAP_NAME: &'static str = MAP_NOMASQ_V4;
-    fn octets(self) -> [u8; 4] {
-        Self::octets(&self)
-    }
-    fn from_octets(octets: [u8; 4]) -> Self {
-        Self::from(octets)
-    }
-    fn trie(maps: &DatapathMaps) -> &LpmTrie<MapData, [u8; 4], u32> {
-        &maps.nomasq_v4
-    }
-    fn trie_mut(maps: &mut DatapathMaps) -> &mut LpmTrie<MapData, [u8; 4], u32> {
-        &mut maps.nomasq_v4
-    }
-    fn capacity(maps: &DatapathMaps) -> u32 {
-        maps.nomasq_capacity
-    }
-    fn last_synced(maps: &mut DatapathMaps) -> &mut Option<BTreeMap<(Self, u8), u32>> {
-        &mut maps.nomasq_last_synced
-    }
+/// Implements [`NomasqTrie`] for one family's address: its trie, capacity and last sync.
+macro_rules! nomasq_trie {
+    ($address:ty, $octets:ty, $map_name:expr, $trie:ident, $capacity:ident, $last:ident) => {
+        impl NomasqTrie for $address {
+            type Octets = $octets;
+            const MAP_NAME: &'static str = $map_name;
+            fn octets(self) -> $octets {
+                Self::octets(&self)
+            }
+            fn from_octets(octets: $octets) -> Self {
+                Self::from(octets)
+            }
+            fn trie(maps: &DatapathMaps) -> &LpmTrie<MapData, $octets, u32> {
+                &maps.$trie
+            }
+            fn trie_mut(maps: &mut DatapathMaps) -> &mut LpmTrie<MapData, $octets, u32> {
+                &mut maps.$trie
+            }
+            fn capacity(maps: &DatapathMaps) -> u32 {
+                maps.$capacity
+            }
+            fn last_synced(maps: &mut DatapathMaps) -> &mut Option<BTreeMap<(Self, u8), u32>> {
+                &mut maps.$last
+            }
+        }
+    };
 }
 
-impl NomasqTrie for Ipv6Addr {
-    type Octets = [u8; 16];
-    const MAP_NAME: &'static str = MAP_NOMASQ_V6;
-    fn octets(self) -> [u8; 16] {
-        Self::octets(&self)
-    }
-    fn from_octets(octets: [u8; 16]) -> Self {
-        Self::from(octets)
-    }
-    fn trie(maps: &DatapathMaps) -> &LpmTrie<MapData, [u8; 16], u32> {
-        &maps.nomasq_v6
-    }
-    fn trie_mut(maps: &mut DatapathMaps) -> &mut LpmTrie<MapData, [u8; 16], u32> {
-        &mut maps.nomasq_v6
-    }
-    fn capacity(maps: &DatapathMaps) -> u32 {
-        maps.nomasq_v6_capacity
-    }
-    fn last_synced(maps: &mut DatapathMaps) -> &mut Option<BTreeMap<(Self, u8), u32>> {
-        &mut maps.nomasq_v6_last_synced
-    }
-}
+nomasq_trie!(
+    Ipv4Addr,
+    [u8; 4],
+    MAP_NOMASQ_V4,
+    nomasq_v4,
+    nomasq_capacity,
+    nomasq_last_synced
+);
+nomasq_trie!(
+    Ipv6Addr,
+    [u8; 16],
+    MAP_NOMASQ_V6,
+    nomasq_v6,
+    nomasq_v6_capacity,
+    nomasq_v6_last_synced
+);
 
 impl std::fmt::Debug for DatapathMaps {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

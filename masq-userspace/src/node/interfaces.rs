@@ -321,17 +321,26 @@ pub fn interface_index(interface: &str) -> Result<u32, InterfaceError> {
 /// The primary IPv4 address of `interface` (the first the kernel lists).
 pub fn primary_ipv4(interface: &str) -> Result<Ipv4Addr, InterfaceError> {
     interface_index(interface)?;
-    getifaddrs()
+    addresses_of(interface, |sockaddr| {
+        sockaddr
+            .as_sockaddr_in()
+            .map(nix::sys::socket::SockaddrIn::ip)
+    })?
+    .into_iter()
+    .next()
+    .ok_or_else(|| InterfaceError::NoAddress(interface.to_owned()))
+}
+
+/// The addresses of `interface` that `family` picks out, in the order the kernel lists them.
+fn addresses_of<A>(
+    interface: &str,
+    family: impl Fn(&nix::sys::socket::SockaddrStorage) -> Option<A>,
+) -> Result<Vec<A>, InterfaceError> {
+    Ok(getifaddrs()
         .map_err(InterfaceError::Addresses)?
         .filter(|address| address.interface_name == interface)
-        .find_map(|address| {
-            address.address.and_then(|sockaddr| {
-                sockaddr
-                    .as_sockaddr_in()
-                    .map(nix::sys::socket::SockaddrIn::ip)
-            })
-        })
-        .ok_or_else(|| InterfaceError::NoAddress(interface.to_owned()))
+        .filter_map(|address| address.address.as_ref().and_then(&family))
+        .collect())
 }
 
 /// One IPv6 address of an interface as `/proc/net/if_inet6` lists it.
@@ -403,17 +412,11 @@ pub fn snat_ipv6(interface: &str) -> Result<Option<Ipv6Addr>, InterfaceError> {
     if states.is_empty() {
         return Ok(None);
     }
-    let listed: Vec<Ipv6Addr> = getifaddrs()
-        .map_err(InterfaceError::Addresses)?
-        .filter(|address| address.interface_name == interface)
-        .filter_map(|address| {
-            address.address.and_then(|sockaddr| {
-                sockaddr
-                    .as_sockaddr_in6()
-                    .map(nix::sys::socket::SockaddrIn6::ip)
-            })
-        })
-        .collect();
+    let listed = addresses_of(interface, |sockaddr| {
+        sockaddr
+            .as_sockaddr_in6()
+            .map(nix::sys::socket::SockaddrIn6::ip)
+    })?;
     Ok(choose_snat_ipv6(&listed, &states))
 }
 
