@@ -144,6 +144,15 @@ fn a_dual_stack_node_masquerades_both_families(attach_mode) {
         "{status}"
     );
     assert!(status["nat_v6_flows"].as_u64() >= Some(3), "{status}");
+    let text = String::from_utf8_lossy(&agent.masq(&["status"]).stdout).into_owned();
+    assert!(
+        text.contains(&format!("masquerades to {NODE_IP} and {NODE_IPV6},")),
+        "{text}"
+    );
+    assert!(text.contains("2001:db8:ee::/64 "), "{text}");
+    assert!(text.contains("nat ipv6:") && text.contains("ipv6 counters:"), "{text}");
+    let listed = String::from_utf8_lossy(&agent.masq(&["nat", "list", "--pod", &pod_ipv6(1).to_string()]).stdout).into_owned();
+    assert!(listed.contains(&format!("[{NODE_IPV6}]:")), "{listed}");
     let missing = format!("masq_uplink_ipv6_missing{{interface=\"{UPLINK}\"}}");
     assert_eq!(agent.metric(&missing), Some(0.0));
     for family in ["ipv4", "ipv6"] {

@@ -57,10 +57,10 @@ pub(crate) struct NatListArgs {
     /// Only flows from this pod (or node) address.
     #[arg(long, value_name = "IP")]
     pod: Option<IpAddr>,
-    /// Only flows to this remote address, or address:port.
+    /// Only flows to this remote address, or address:port (`[address]:port` for IPv6).
     #[arg(long, value_name = "IP[:PORT]")]
     remote: Option<String>,
-    /// Only this protocol (tcp, udp, icmp, sctp, or a number).
+    /// Only this protocol (tcp, udp, icmp, icmpv6, sctp, or a number).
     #[arg(long, value_name = "PROTO")]
     protocol: Option<String>,
     /// Output format.
@@ -419,27 +419,31 @@ pub(crate) fn nat(command: &NatCommand) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
         return Ok(ExitCode::SUCCESS);
     }
+    let sources: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            if row.node_flow {
+                format!("{} (node)", row.source)
+            } else {
+                row.source.clone()
+            }
+        })
+        .collect();
+    // Columns as wide as their widest endpoint: an IPv6 one is twice an IPv4 one.
+    let width = |column: &mut dyn Iterator<Item = usize>| column.max().unwrap_or(0).max(21);
+    let source_width = width(&mut sources.iter().map(String::len));
+    let remote_width = width(&mut rows.iter().map(|row| row.remote.len()));
+    let translated_width = width(&mut rows.iter().map(|row| row.translated.len()));
     writeln!(
         out,
-        "{:<5} {:<21} {:<21} {:<21} {:<11} {:>8} {:>8}",
+        "{:<6} {:<source_width$} {:<remote_width$} {:<translated_width$} {:<11} {:>8} {:>8}",
         "PROTO", "SOURCE", "REMOTE", "TRANSLATED", "STATE", "AGE", "IDLE"
     )?;
-    for row in &rows {
-        let source = if row.node_flow {
-            format!("{} (node)", row.source)
-        } else {
-            row.source.clone()
-        };
+    for (row, source) in rows.iter().zip(&sources) {
         writeln!(
             out,
-            "{:<5} {:<21} {:<21} {:<21} {:<11} {:>7}s {:>7}s",
-            row.protocol,
-            source,
-            row.remote,
-            row.translated,
-            row.state,
-            row.age_seconds,
-            row.idle_seconds
+            "{:<6} {source:<source_width$} {:<remote_width$} {:<translated_width$} {:<11} {:>7}s {:>7}s",
+            row.protocol, row.remote, row.translated, row.state, row.age_seconds, row.idle_seconds
         )?;
     }
     writeln!(out, "{} flows", rows.len())?;
