@@ -189,11 +189,25 @@ fn without_enable_ipv6_ipv6_keeps_pod_addresses() {
     );
 }
 
-/// An uplink without a global IPv6 address leaves IPv6 untranslated, says so and sets the
-/// metric, and IPv4 works meanwhile; once the address arrives it is used within moments
-/// (netlink address events), and it is dropped again when the address goes.
-#[test]
-fn the_uplink_ipv6_address_is_followed() {
+/// Named with `--interface` or found by the agent, an uplink without a global IPv6 address
+/// leaves IPv6 untranslated, says so and sets the metric, and IPv4 works meanwhile (the agent
+/// does not fail); once the address arrives it is used within moments (netlink address
+/// events), and it is dropped again when the address is deprecated.
+mod the_uplink_ipv6_address_is_followed {
+    use super::*;
+
+    #[test]
+    fn named_uplink() {
+        the_uplink_ipv6_address_is_followed_on(&[UPLINK]);
+    }
+
+    #[test]
+    fn found_uplink() {
+        the_uplink_ipv6_address_is_followed_on(&[]);
+    }
+}
+
+fn the_uplink_ipv6_address_is_followed_on(interfaces: &[&str]) {
     let (sandbox, _servers) = dual_stack("v6addr", AttachMode::Tcx);
     sandbox.node.ip(&[
         "-6",
@@ -203,7 +217,11 @@ fn the_uplink_ipv6_address_is_followed() {
         "dev",
         UPLINK,
     ]);
-    let agent = Agent::start(&sandbox, &["--config", &config(&sandbox), "--enable-ipv6"]);
+    let agent = Agent::start_on(
+        &sandbox,
+        interfaces,
+        &["--config", &config(&sandbox), "--enable-ipv6"],
+    );
     let missing = format!("masq_uplink_ipv6_missing{{interface=\"{UPLINK}\"}}");
     assert_eq!(agent.metric(&missing), Some(1.0));
     assert!(
