@@ -387,9 +387,10 @@ fn ipv6_addresses_in(table: &str, interface: &str) -> Vec<Ipv6AddressState> {
         .collect()
 }
 
-/// The address IPv6 traffic leaving by an interface is masqueraded to: the first usable
-/// global address in the interface's own order (`listed`, oldest first, the order the kernel's
-/// source selection breaks ties in), else the lowest usable one. `None` when it has none.
+/// The address IPv6 traffic leaving by an interface is masqueraded to when the kernel routes no
+/// global destination by it: the first usable global address in the interface's own order
+/// (`listed`, newest first, the order in which the kernel's source selection breaks ties),
+/// else the lowest usable one. `None` when it has none.
 pub fn choose_snat_ipv6(listed: &[Ipv6Addr], states: &[Ipv6AddressState]) -> Option<Ipv6Addr> {
     let usable: BTreeSet<Ipv6Addr> = states
         .iter()
@@ -404,7 +405,9 @@ pub fn choose_snat_ipv6(listed: &[Ipv6Addr], states: &[Ipv6AddressState]) -> Opt
 }
 
 /// The global IPv6 address masqueraded IPv6 traffic leaving by `interface` gets, if it has one
-/// the kernel would use as a source (see [`choose_snat_ipv6`]).
+/// the kernel would use as a source: the kernel's own choice for a global destination by that
+/// interface (`ip -6 route get 2000::1 oif IFACE`) when it routes one there, else see
+/// [`choose_snat_ipv6`].
 pub fn snat_ipv6(interface: &str) -> Result<Option<Ipv6Addr>, InterfaceError> {
     // No IPv6 on the node (disabled in the kernel) reads as no address.
     let table = fs::read_to_string("/proc/self/net/if_inet6").unwrap_or_default();
@@ -412,12 +415,117 @@ pub fn snat_ipv6(interface: &str) -> Result<Option<Ipv6Addr>, InterfaceError> {
     if states.is_empty() {
         return Ok(None);
     }
+    let usable = |address: &Ipv6Addr| {
+        states
+            .iter()
+            .any(|state| state.address == *address && state.usable_as_source())
+    };
+    let kernel_choice = interface_index(interface)
+        .ok()
+        .and_then(|ifindex| kernel_ipv6_source(ifindex, GLOBAL_PROBE).ok().flatten());
+    if let Some(source) = kernel_choice.filter(usable) {
+        return Ok(Some(source));
+    }
     let listed = addresses_of(interface, |sockaddr| {
         sockaddr
             .as_sockaddr_in6()
             .map(nix::sys::socket::SockaddrIn6::ip)
     })?;
     Ok(choose_snat_ipv6(&listed, &states))
+}
+
+/// A global unicast destination (2000::/3) to ask the kernel's source choice for: no packet is
+/// sent to it.
+const GLOBAL_PROBE: Ipv6Addr = Ipv6Addr::new(0x2000, 0, 0, 0, 0, 0, 0, 1);
+
+/// The source address the kernel picks for `destination` leaving by interface `ifindex`
+/// (`RTM_GETROUTE` with `RTA_OIF`, answered with `RTA_PREFSRC`); `None` when it has no route
+/// there. Needs no capability.
+fn kernel_ipv6_source(ifindex: u32, destination: Ipv6Addr) -> io::Result<Option<Ipv6Addr>> {
+    use nix::sys::socket::{
+        AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, send,
+        setsockopt, socket, sockopt,
+    };
+    const RTM_GETROUTE: u16 = 26;
+    const NLM_F_REQUEST: u16 = 0x01;
+    const RTA_DST: u16 = 1;
+    const RTA_OIF: u16 = 4;
+    let socket = socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkRoute,
+    )?;
+    bind(socket.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
+    setsockopt(
+        &socket,
+        sockopt::ReceiveTimeout,
+        &nix::sys::time::TimeVal::new(1, 0),
+    )?;
+    let mut request = Vec::with_capacity(64);
+    // nlmsghdr: length (filled below), type, flags, sequence, port (the kernel fills it in).
+    request.extend_from_slice(&0_u32.to_ne_bytes());
+    request.extend_from_slice(&RTM_GETROUTE.to_ne_bytes());
+    request.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+    request.extend_from_slice(&1_u32.to_ne_bytes());
+    request.extend_from_slice(&0_u32.to_ne_bytes());
+    // rtmsg: family, dst_len (a host route), then zeroes (src_len, tos, table, protocol,
+    // scope, type, flags).
+    request.extend_from_slice(&[libc::AF_INET6 as u8, 128, 0, 0, 0, 0, 0, 0]);
+    request.extend_from_slice(&0_u32.to_ne_bytes());
+    for (kind, value) in [
+        (RTA_DST, destination.octets().to_vec()),
+        (RTA_OIF, ifindex.to_ne_bytes().to_vec()),
+    ] {
+        let length = u16::try_from(4 + value.len()).map_err(io::Error::other)?;
+        request.extend_from_slice(&length.to_ne_bytes());
+        request.extend_from_slice(&kind.to_ne_bytes());
+        request.extend_from_slice(&value);
+    }
+    let length = u32::try_from(request.len()).map_err(io::Error::other)?;
+    request[..4].copy_from_slice(&length.to_ne_bytes());
+    send(socket.as_raw_fd(), &request, MsgFlags::empty())?;
+    let mut reply = vec![0_u8; 4096];
+    let read = recv(socket.as_raw_fd(), &mut reply, MsgFlags::empty())?;
+    Ok(reply.get(..read).and_then(preferred_source_in))
+}
+
+/// `RTA_PREFSRC` of the `RTM_NEWROUTE` answer in `reply`; `None` for an error answer (no route)
+/// or a route without one.
+fn preferred_source_in(reply: &[u8]) -> Option<Ipv6Addr> {
+    const RTM_NEWROUTE: u16 = 24;
+    const RTA_PREFSRC: u16 = 7;
+    const NLMSG_HEADER: usize = 16;
+    const RTMSG: usize = 12;
+    let u16_at = |offset: usize| {
+        reply
+            .get(offset..offset + 2)
+            .and_then(|bytes| bytes.try_into().ok())
+            .map(u16::from_ne_bytes)
+    };
+    let message_length = reply
+        .get(..4)
+        .and_then(|bytes| bytes.try_into().ok())
+        .map(u32::from_ne_bytes)
+        .and_then(|length| usize::try_from(length).ok())?;
+    if u16_at(4)? != RTM_NEWROUTE {
+        return None;
+    }
+    let end = message_length.min(reply.len());
+    let mut offset = NLMSG_HEADER + RTMSG;
+    while offset + 4 <= end {
+        let length = usize::from(u16_at(offset)?);
+        if length < 4 {
+            return None;
+        }
+        if u16_at(offset + 2)? == RTA_PREFSRC {
+            let octets: [u8; 16] = reply.get(offset + 4..offset + 20)?.try_into().ok()?;
+            return Some(Ipv6Addr::from(octets));
+        }
+        // Attributes are padded to four bytes.
+        offset += length.div_ceil(4) * 4;
+    }
+    None
 }
 
 /// A netlink socket subscribed to link, IPv4 address, IPv4 route and IPv6 address changes: the
@@ -642,6 +750,36 @@ fe800000000000000000000000000001 02 40 20 80   up0
             choose_snat_ipv6(&[], &ipv6_addresses_in(IF_INET6, "eth9")),
             None
         );
+    }
+
+    /// An `RTM_NEWROUTE` answer as the kernel writes it: header, rtmsg, RTA_TABLE, RTA_DST,
+    /// RTA_OIF, RTA_PREFSRC.
+    #[test]
+    fn the_kernel_route_answer_names_the_source() {
+        let mut reply = Vec::new();
+        let attribute = |reply: &mut Vec<u8>, kind: u16, value: &[u8]| {
+            let length = u16::try_from(4 + value.len()).expect("short attribute");
+            reply.extend_from_slice(&length.to_ne_bytes());
+            reply.extend_from_slice(&kind.to_ne_bytes());
+            reply.extend_from_slice(value);
+            reply.resize(reply.len().div_ceil(4) * 4, 0);
+        };
+        reply.extend_from_slice(&0_u32.to_ne_bytes());
+        reply.extend_from_slice(&24_u16.to_ne_bytes());
+        reply.extend_from_slice(&[0; 10]);
+        reply.extend_from_slice(&[10, 128, 0, 0, 254, 0, 0, 1, 0, 0, 0, 0]);
+        attribute(&mut reply, 15, &254_u32.to_ne_bytes());
+        attribute(&mut reply, 1, &v6("2000::1").octets());
+        attribute(&mut reply, 4, &2_u32.to_ne_bytes());
+        attribute(&mut reply, 7, &v6("2001:db8::7").octets());
+        let length = u32::try_from(reply.len()).expect("short reply");
+        reply[..4].copy_from_slice(&length.to_ne_bytes());
+        assert_eq!(preferred_source_in(&reply), Some(v6("2001:db8::7")));
+        // An error answer (NLMSG_ERROR: no route by that interface).
+        let mut error = reply.clone();
+        error[4..6].copy_from_slice(&2_u16.to_ne_bytes());
+        assert_eq!(preferred_source_in(&error), None);
+        assert_eq!(preferred_source_in(&reply[..20]), None);
     }
 
     #[test]
