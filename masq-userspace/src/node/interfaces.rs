@@ -462,13 +462,7 @@ fn kernel_ipv6_source(ifindex: u32, destination: Ipv6Addr) -> io::Result<Option<
         sockopt::ReceiveTimeout,
         &nix::sys::time::TimeVal::new(1, 0),
     )?;
-    let mut request = Vec::with_capacity(64);
-    // nlmsghdr: length (filled below), type, flags, sequence, port (the kernel fills it in).
-    request.extend_from_slice(&0_u32.to_ne_bytes());
-    request.extend_from_slice(&RTM_GETROUTE.to_ne_bytes());
-    request.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
-    request.extend_from_slice(&1_u32.to_ne_bytes());
-    request.extend_from_slice(&0_u32.to_ne_bytes());
+    let mut request = crate::datapath::tc_netlink::netlink_header(RTM_GETROUTE, NLM_F_REQUEST, 1);
     // rtmsg: family, dst_len (a host route), then zeroes (src_len, tos, table, protocol,
     // scope, type, flags).
     request.extend_from_slice(&[libc::AF_INET6 as u8, 128, 0, 0, 0, 0, 0, 0]);
