@@ -4,13 +4,13 @@
 //! Without the flag IPv6 is left alone. The agent holds only the DaemonSet's capabilities.
 
 use std::{
-    fs,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4},
     time::Duration,
 };
 
 use masq_testbed::{
     agent::Agent,
+    configmap::ConfigMapVolume,
     in_both_attach_modes,
     sandbox::{
         AttachMode, EXEMPTABLE_IPV6, NODE_IP, NODE_IPV6, OUTSIDE_IP, OUTSIDE_IPV6, Sandbox,
@@ -72,15 +72,16 @@ fn udp_arrives_from(sandbox: &Sandbox, destination: IpAddr) -> IpAddr {
         .ip()
 }
 
-/// A config file exempting 10.0.0.0/8 and 2001:db8:ee::/64 (where [`EXEMPTABLE_IPV6`] is).
-fn config(sandbox: &Sandbox) -> String {
-    let path = format!("/tmp/{}-ip-masq-agent", sandbox.tag);
-    fs::write(
-        &path,
+/// A ConfigMap volume exempting 10.0.0.0/8 and 2001:db8:ee::/64 (where [`EXEMPTABLE_IPV6`]
+/// is), and the path of its key; the volume is removed when dropped.
+fn config(sandbox: &Sandbox) -> (ConfigMapVolume, String) {
+    let mut volume = ConfigMapVolume::new(&format!("{}-cm", sandbox.tag));
+    volume.update(&[(
+        "ip-masq-agent",
         "nonMasqueradeCIDRs: [10.0.0.0/8, 2001:db8:ee::/64]\n",
-    )
-    .unwrap_or_else(|error| panic!("writing {path}: {error}"));
-    path
+    )]);
+    let path = volume.key("ip-masq-agent").to_string_lossy().into_owned();
+    (volume, path)
 }
 
 /// The `translated` address of every IPv6 ICMP flow `masq nat list` shows.
@@ -112,7 +113,7 @@ in_both_attach_modes! {
 /// pod's address.
 fn a_dual_stack_node_masquerades_both_families(attach_mode) {
     let (sandbox, _servers) = dual_stack("v6", attach_mode);
-    let config = config(&sandbox);
+    let (_volume, config) = config(&sandbox);
     let agent = Agent::start(&sandbox, &["--config", &config, "--enable-ipv6"]);
 
     let node_v6 = IpAddr::V6(NODE_IPV6);
@@ -209,6 +210,7 @@ mod the_uplink_ipv6_address_is_followed {
 
 fn the_uplink_ipv6_address_is_followed_on(interfaces: &[&str]) {
     let (sandbox, _servers) = dual_stack("v6addr", AttachMode::Tcx);
+    let (_volume, config) = config(&sandbox);
     sandbox.node.ip(&[
         "-6",
         "addr",
@@ -220,7 +222,7 @@ fn the_uplink_ipv6_address_is_followed_on(interfaces: &[&str]) {
     let agent = Agent::start_on(
         &sandbox,
         interfaces,
-        &["--config", &config(&sandbox), "--enable-ipv6"],
+        &["--config", &config, "--enable-ipv6"],
     );
     let missing = format!("masq_uplink_ipv6_missing{{interface=\"{UPLINK}\"}}");
     assert_eq!(agent.metric(&missing), Some(1.0));
