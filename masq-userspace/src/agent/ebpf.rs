@@ -423,8 +423,23 @@ impl Backend for EbpfBackend {
         // whole. (Without --enable-ipv6 the IPv6 trie is kept empty.)
         check_trie_capacity(wanted_v6.len(), Ipv6Addr::capacity(&self.datapath.maps))
             .map_err(DatapathError::from)?;
-        let report_v4 = sync_nomasq(&mut self.datapath.maps, &wanted_v4, view)?;
-        let report_v6 = sync_nomasq(&mut self.datapath.maps, &wanted_v6, view)?;
+        let maps = &mut self.datapath.maps;
+        let before_v4 = maps.nomasq_last_synced.clone();
+        let report_v4 = sync_nomasq(maps, &wanted_v4, view)?;
+        let report_v6 = match sync_nomasq(maps, &wanted_v6, view) {
+            Ok(report) => report,
+            Err(error) => {
+                // The IPv6 trie is back as it was; the IPv4 one goes back too, so the config
+                // is applied whole or not at all. Unknown before (the first sync): the next
+                // resync compares with what the kernel holds.
+                if let Some(before_v4) = before_v4
+                    && let Err(undo) = sync_nomasq(maps, &before_v4, TrieView::LastSynced)
+                {
+                    tracing::error!(%undo, "could not restore the IPv4 trie after the IPv6 one failed; the next resync repairs it");
+                }
+                return Err(error.into());
+            }
+        };
         for (family, report) in [(Family::Ipv4, report_v4), (Family::Ipv6, report_v6)] {
             if report.added + report.removed > 0 {
                 tracing::info!(
