@@ -1015,3 +1015,145 @@ fn the_nat_table_is_read_whole_past_one_batch() {
         .collect();
     assert_eq!(read, written);
 }
+
+/// A private map set with the IPv6 maps sized for translation, as `--enable-ipv6` loads it.
+fn dual_stack_maps() -> masq::datapath::object::Datapath {
+    masq_testbed::netns::require_root();
+    masq::datapath::object::Datapath::load(&masq::datapath::object::LoadOptions {
+        nat_max_entries: 64,
+        nomasq_max_entries: 8,
+        ipv6: true,
+        ..masq::datapath::object::LoadOptions::default()
+    })
+    .unwrap_or_else(|error| panic!("loading the datapath: {error}"))
+}
+
+fn v6(text: &str) -> std::net::Ipv6Addr {
+    text.parse()
+        .unwrap_or_else(|error| panic!("{text:?} is not an IPv6 address: {error}"))
+}
+
+/// The IPv6 trie goes through the same diff sync as the IPv4 one: only changes are written,
+/// a relabelled entry is a change, and a resync from the kernel's view repairs drift.
+#[test]
+fn the_ipv6_trie_is_diff_synced_like_the_ipv4_one() {
+    use masq::datapath::sync::{TrieSync, TrieView, sync_nomasq};
+    use masq_common::layout::NOMASQ_KIND_LINK_LOCAL;
+    use std::collections::BTreeMap;
+
+    let mut datapath = dual_stack_maps();
+    let maps = &mut datapath.maps;
+    let first: BTreeMap<(std::net::Ipv6Addr, u8), u32> = [
+        ((v6("fe80::"), 10), NOMASQ_KIND_LINK_LOCAL),
+        ((v6("2001:db8:10::"), 48), NOMASQ_KIND_CIDR),
+        ((v6("2001:db8:20::"), 48), NOMASQ_KIND_CIDR),
+    ]
+    .into();
+    let report = sync_nomasq(maps, &first, TrieView::LastSynced).expect("first sync");
+    assert_eq!(
+        report,
+        TrieSync {
+            added: 3,
+            removed: 0,
+            unchanged: 0
+        }
+    );
+
+    let mut second = first.clone();
+    second.remove(&(v6("2001:db8:20::"), 48));
+    second.insert((v6("2001:db8:10::"), 48), NOMASQ_KIND_LINK_LOCAL);
+    second.insert((v6("2001:db8:30::"), 64), NOMASQ_KIND_CIDR);
+    let report = sync_nomasq(maps, &second, TrieView::LastSynced).expect("second sync");
+    assert_eq!(
+        report,
+        TrieSync {
+            added: 2,
+            removed: 1,
+            unchanged: 1
+        }
+    );
+    let held: BTreeMap<_, _> = maps
+        .trie_entries::<std::net::Ipv6Addr>()
+        .expect("reading the trie")
+        .into_iter()
+        .collect();
+    assert_eq!(held, second);
+    // The IPv4 trie is another map: untouched.
+    assert!(
+        maps.nomasq_entries()
+            .expect("reading the IPv4 trie")
+            .is_empty()
+    );
+
+    // A hand edit is invisible to the last-synced view and repaired from the kernel's.
+    maps.nomasq_v6
+        .remove(&aya::maps::lpm_trie::Key::new(
+            64,
+            v6("2001:db8:30::").octets(),
+        ))
+        .expect("hand edit");
+    let report = sync_nomasq(maps, &second, TrieView::Kernel).expect("resync");
+    assert_eq!(
+        report,
+        TrieSync {
+            added: 1,
+            removed: 0,
+            unchanged: 2
+        }
+    );
+}
+
+/// Expired IPv6 flows are collected by the same collector as IPv4 ones, and live ones stay.
+#[test]
+fn expired_ipv6_flows_are_collected() {
+    use masq::datapath::gc;
+    use masq_common::{
+        nat::{NatEntryV6, NatKeyV6, ORIGIN_POD, proto},
+        timeouts::FlowTimeouts,
+    };
+
+    let mut datapath = dual_stack_maps();
+    let maps = &mut datapath.maps;
+    let second = 1_000_000_000;
+    let mut insert_flow = |pod_port: u16, created_ns: u64| {
+        let egress_key = NatKeyV6::new(
+            v6("2001:db8:244:1::5").octets(),
+            v6("2001:db8:ff::1").octets(),
+            pod_port,
+            53,
+            proto::UDP,
+            Direction::Egress,
+        );
+        let egress = NatEntryV6::new(
+            v6("2001:db8::1").octets(),
+            pod_port + 10_000,
+            ORIGIN_POD,
+            FlowMarks::from_bits(0),
+            created_ns,
+            created_ns,
+        );
+        let ingress_key = egress_key.peer(&egress);
+        let ingress = egress_key.peer_entry(&egress);
+        maps.nat_v6
+            .insert(egress_key, egress, 0)
+            .expect("egress half");
+        maps.nat_v6
+            .insert(ingress_key, ingress, 0)
+            .expect("ingress half");
+    };
+    insert_flow(4000, second);
+    insert_flow(4001, 100 * second);
+    let report = gc::collect(maps, &FlowTimeouts::LINUX_DEFAULTS, 110 * second).expect("collect");
+    assert_eq!(report.ipv6.flows, 2);
+    assert_eq!(report.ipv6.entries, 4);
+    assert_eq!(report.ipv6.expired, 1, "{report:?}");
+    assert_eq!(report.ipv4, gc::GcReport::default());
+    let left = maps
+        .nat_entries_of::<[u8; 16]>()
+        .expect("reading the table");
+    assert_eq!(left.len(), 2);
+    assert!(
+        left.iter()
+            .all(|(key, _)| key.src_port == 4001 || key.dst_port == 14_001)
+    );
+}

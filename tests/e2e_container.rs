@@ -33,7 +33,7 @@ use masq_testbed::{
         CLUSTER_PEER_IP, NODE_IP, OUTSIDE_IP, Sandbox, SandboxOptions, UPLINK, link_node_to_router,
         pod_ip,
     },
-    traffic::{HeldConnection, tcp_server, tcp_transfer},
+    traffic::{HeldConnection, tcp_server, tcp_source, tcp_transfer},
 };
 use serde_json::Value;
 
@@ -51,12 +51,7 @@ fn any(port: u16) -> SocketAddrV4 {
 
 /// The source address a new TCP flow from pod 1 to `destination` arrives with.
 fn arrives_from(sandbox: &Sandbox, destination: SocketAddrV4) -> IpAddr {
-    sandbox
-        .pod(1)
-        .enter(|| tcp_transfer(destination, "probe", b"probe", TIMEOUT))
-        .unwrap_or_else(|error| panic!("flow to {destination} failed: {error}"))
-        .peer
-        .ip()
+    tcp_source(sandbox.pod(1), destination, TIMEOUT)
 }
 
 fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {

@@ -51,7 +51,7 @@ fn payload(size: usize, seed: u8) -> Vec<u8> {
 fn counter(agent: &Agent, outcome: &str) -> f64 {
     agent
         .metric(&format!(
-            "masq_datapath_packets_total{{outcome=\"{outcome}\"}}"
+            "masq_datapath_packets_total{{outcome=\"{outcome}\",family=\"ipv4\"}}"
         ))
         .unwrap_or(0.0)
 }

@@ -23,7 +23,7 @@ use masq_testbed::{
         AttachMode, CLUSTER_PEER_IP, NODE_IP, OUTSIDE_IP, Sandbox, SandboxOptions, UPLINK, pod_ip,
     },
     traffic::{
-        HeldConnection, UdpFlow, fnv1a, tcp_server, tcp_transfer, tcp_transfer_paced, udp_server,
+        HeldConnection, UdpFlow, fnv1a, tcp_server, tcp_source, tcp_transfer_paced, udp_server,
     },
     wait_for,
 };
@@ -44,12 +44,7 @@ fn is_node(peer: SocketAddr) -> bool {
 
 /// The source address a new TCP flow from `pod` to `destination` arrives with.
 fn arrives_from(sandbox: &Sandbox, pod: usize, destination: SocketAddrV4) -> IpAddr {
-    sandbox
-        .pod(pod)
-        .enter(|| tcp_transfer(destination, "probe", b"probe", TIMEOUT))
-        .unwrap_or_else(|error| panic!("flow to {destination} failed: {error}"))
-        .peer
-        .ip()
+    tcp_source(sandbox.pod(pod), destination, TIMEOUT)
 }
 
 fn metric(agent: &Agent, series: &str) -> f64 {
@@ -439,14 +434,14 @@ fn metrics_and_health_are_served(attach_mode) {
             .iter()
             .any(|(name, _)| name.starts_with("masq_build_info{"))
     );
-    assert!(value("masq_datapath_packets_total{outcome=\"egress_new_mapping\"}") >= Some(5.0));
-    assert!(value("masq_datapath_packets_total{outcome=\"ingress_reverse_nat\"}") >= Some(5.0));
+    assert!(value("masq_datapath_packets_total{outcome=\"egress_new_mapping\",family=\"ipv4\"}") >= Some(5.0));
+    assert!(value("masq_datapath_packets_total{outcome=\"ingress_reverse_nat\",family=\"ipv4\"}") >= Some(5.0));
     assert!(value("masq_port_allocation_attempts_count") >= Some(5.0));
     // Sized from the node's memory by default, like the kernel's conntrack table.
     let memory = masq::node::memory::total_memory().unwrap();
     let capacity = masq::node::memory::nat_entries_for(memory);
-    assert_eq!(value("masq_nat_capacity_entries"), Some(f64::from(capacity)));
-    assert!(value("masq_nat_flows") >= Some(5.0), "{page}");
+    assert_eq!(value("masq_nat_capacity_entries{family=\"ipv4\"}"), Some(f64::from(capacity)));
+    assert!(value("masq_nat_flows{family=\"ipv4\"}") >= Some(5.0), "{page}");
     assert_eq!(value("masq_config_cidrs{family=\"ipv4\"}"), Some(3.0));
     assert_eq!(value("masq_nomasq_trie_entries"), Some(4.0));
     assert!(value("masq_config_reloads_total{result=\"ok\"}") >= Some(1.0));

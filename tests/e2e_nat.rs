@@ -61,7 +61,7 @@ fn a_full_nat_table_refuses_new_flows_and_never_breaks_a_live_one() {
     });
     std::thread::sleep(Duration::from_millis(300));
     let refused = agent
-        .metric("masq_datapath_packets_total{outcome=\"egress_drop_table_full\"}")
+        .metric("masq_datapath_packets_total{outcome=\"egress_drop_table_full\",family=\"ipv4\"}")
         .unwrap_or(0.0);
     assert!(
         refused > 0.0,
@@ -231,7 +231,9 @@ fn a_node_listener_in_the_snat_range_keeps_its_traffic() {
     );
     assert!(
         agent
-            .metric("masq_datapath_drops_total{direction=\"egress\",reason=\"no_port\"}")
+            .metric(
+                "masq_datapath_drops_total{direction=\"egress\",reason=\"no_port\",family=\"ipv4\"}"
+            )
             .unwrap_or(0.0)
             >= 1.0,
         "{:?}",

@@ -17,19 +17,17 @@ use std::{
 use masq_testbed::{
     agent::{Agent, METRICS_ADDR},
     sandbox::{NODE_IP, OUTSIDE_IP, Sandbox, SandboxOptions},
-    traffic::{tcp_server, tcp_transfer},
+    traffic::{tcp_server, tcp_source},
 };
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 fn arrives_from(sandbox: &Sandbox, destination: Ipv4Addr) -> IpAddr {
-    let destination = SocketAddrV4::new(destination, 8080);
-    sandbox
-        .pod(1)
-        .enter(|| tcp_transfer(destination, "probe", b"probe", TIMEOUT))
-        .unwrap_or_else(|error| panic!("flow to {destination} failed: {error}"))
-        .peer
-        .ip()
+    tcp_source(
+        sandbox.pod(1),
+        SocketAddrV4::new(destination, 8080),
+        TIMEOUT,
+    )
 }
 
 fn reserved_ports(sandbox: &Sandbox) -> String {

@@ -21,7 +21,7 @@ use masq_testbed::{
         AttachMode, NODE_IP, OUTSIDE_IP, SECOND_NODE_IP, SECOND_OUTSIDE_IP, SECOND_UPLINK, Sandbox,
         SandboxOptions, UPLINK, route_second_network,
     },
-    traffic::{tcp_server, tcp_transfer},
+    traffic::{tcp_server, tcp_source, tcp_transfer},
     wait_for,
 };
 
@@ -33,13 +33,11 @@ fn any(port: u16) -> SocketAddrV4 {
 
 /// The address a server at `destination` sees pod `pod`'s connection come from.
 fn arrives_from(sandbox: &Sandbox, pod: usize, destination: Ipv4Addr) -> IpAddr {
-    let destination = SocketAddrV4::new(destination, 8080);
-    sandbox
-        .pod(pod)
-        .enter(|| tcp_transfer(destination, "probe", b"probe", TIMEOUT))
-        .unwrap_or_else(|error| panic!("flow to {destination} failed: {error}"))
-        .peer
-        .ip()
+    tcp_source(
+        sandbox.pod(pod),
+        SocketAddrV4::new(destination, 8080),
+        TIMEOUT,
+    )
 }
 
 /// `(interface, node_ip, attach_mode)` of every uplink `masq status` lists.

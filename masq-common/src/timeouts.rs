@@ -4,7 +4,7 @@
 //! the agent's garbage collector uses [`FlowTimeouts::idle_limit`] to decide when a flow is over
 //! and its port may be reused. The LRU eviction of the table is only a safety net.
 
-use crate::nat::{FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, NatEntryV4, proto};
+use crate::nat::{Address, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, NatEntry, proto};
 
 const SECOND_NS: u64 = 1_000_000_000;
 
@@ -49,7 +49,12 @@ impl FlowTimeouts {
     };
 
     /// How long the flow whose halves are `egress` and `ingress` may stay idle.
-    pub const fn idle_limit(&self, protocol: u8, egress: &NatEntryV4, ingress: &NatEntryV4) -> u64 {
+    pub const fn idle_limit<A: Address>(
+        &self,
+        protocol: u8,
+        egress: &NatEntry<A>,
+        ingress: &NatEntry<A>,
+    ) -> u64 {
         let flags = egress.marks.bits() | ingress.marks.bits();
         let replied = ingress.marks.bits() & FLOW_SEEN != 0;
         match protocol {
@@ -75,17 +80,18 @@ impl FlowTimeouts {
                     self.udp
                 }
             }
-            proto::ICMP => self.icmp,
+            // Conntrack gives ICMPv6 queries the ICMP timeout too.
+            proto::ICMP | proto::ICMPV6 => self.icmp,
             _ => self.generic,
         }
     }
 
     /// Whether the flow is over at monotonic time `now_ns`.
-    pub const fn expired(
+    pub const fn expired<A: Address>(
         &self,
         protocol: u8,
-        egress: &NatEntryV4,
-        ingress: &NatEntryV4,
+        egress: &NatEntry<A>,
+        ingress: &NatEntry<A>,
         now_ns: u64,
     ) -> bool {
         let last_activity = max(
@@ -109,7 +115,7 @@ impl Default for FlowTimeouts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nat::ORIGIN_POD;
+    use crate::nat::{NatEntryV4, ORIGIN_POD};
 
     fn half(flags: u8, last_seen_s: u64) -> NatEntryV4 {
         NatEntryV4::new(

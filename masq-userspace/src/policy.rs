@@ -167,32 +167,50 @@ impl Policy {
     /// same. For the counters to agree with the chain too, a configured network inside the
     /// exempt link-local range is labelled link-local (the chain's first rule would match it).
     pub fn nomasq_v4(&self) -> BTreeMap<(Ipv4Addr, u8), u32> {
-        let link_local = self
-            .ipv4
-            .iter()
-            .find(|rule| rule.kind == RuleKind::LinkLocal)
-            .map(|rule| *rule.cidr.network());
-        let mut entries: Vec<((Ipv4Addr, u8), u32)> = Vec::with_capacity(self.ipv4.len());
-        for rule in &self.ipv4 {
-            let Network::V4(network) = *rule.cidr.network() else {
-                continue;
-            };
-            let (addr, prefix) = (network.addr(), network.prefix_len());
-            let inside_link_local =
-                link_local.is_some_and(|link_local| link_local.contains(rule.cidr.network()));
-            let kind = if rule.kind == RuleKind::LinkLocal || inside_link_local {
-                NOMASQ_KIND_LINK_LOCAL
-            } else {
-                NOMASQ_KIND_CIDR
-            };
-            entries.push(((addr, prefix), kind));
-        }
-        // Sorted, the map is built in one pass rather than by an insertion per rule; of equal
-        // keys the stable sort keeps the first rule first, and the first rule decides.
-        entries.sort_by_key(|&(key, _)| key);
-        entries.dedup_by_key(|&mut (key, _)| key);
-        entries.into_iter().collect()
+        trie_entries(&self.ipv4, |network| match network {
+            Network::V4(network) => Some((network.addr(), network.prefix_len())),
+            Network::V6(_) => None,
+        })
     }
+
+    /// The same for IPv6 (empty without `--enable-ipv6`), `fe80::/10` labelled link-local.
+    pub fn nomasq_v6(&self) -> BTreeMap<(Ipv6Addr, u8), u32> {
+        trie_entries(&self.ipv6, |network| match network {
+            Network::V6(network) => Some((network.addr(), network.prefix_len())),
+            Network::V4(_) => None,
+        })
+    }
+}
+
+/// The trie entries of one family's `rules` (see [`Policy::nomasq_v4`]); `key` gives a
+/// network of the family as (address, prefix length).
+fn trie_entries<A: Ord + Copy>(
+    rules: &[Rule],
+    key: impl Fn(&Network) -> Option<(A, u8)>,
+) -> BTreeMap<(A, u8), u32> {
+    let link_local = rules
+        .iter()
+        .find(|rule| rule.kind == RuleKind::LinkLocal)
+        .map(|rule| *rule.cidr.network());
+    let mut entries: Vec<((A, u8), u32)> = Vec::with_capacity(rules.len());
+    for rule in rules {
+        let Some(network) = key(rule.cidr.network()) else {
+            continue;
+        };
+        let inside_link_local =
+            link_local.is_some_and(|link_local| link_local.contains(rule.cidr.network()));
+        let kind = if rule.kind == RuleKind::LinkLocal || inside_link_local {
+            NOMASQ_KIND_LINK_LOCAL
+        } else {
+            NOMASQ_KIND_CIDR
+        };
+        entries.push((network, kind));
+    }
+    // Sorted, the map is built in one pass rather than by an insertion per rule; of equal
+    // keys the stable sort keeps the first rule first, and the first rule decides.
+    entries.sort_by_key(|&(key, _)| key);
+    entries.dedup_by_key(|&mut (key, _)| key);
+    entries.into_iter().collect()
 }
 
 #[cfg(test)]
@@ -275,5 +293,29 @@ mod tests {
                 .get(&(Ipv4Addr::new(169, 254, 169, 254), 32)),
             Some(&NOMASQ_KIND_CIDR)
         );
+    }
+
+    #[test]
+    fn ipv6_trie_entries_exempt_link_local_unless_masqueraded() {
+        let v6 = |text: &str| text.parse::<Ipv6Addr>().expect("address");
+        let cidrs = ["10.0.0.0/8", "2001:db8:10::/48", "fe80::1/128"];
+        let policy = Policy::new(&test_config(&cidrs, false, false), true);
+        let entries = policy.nomasq_v6();
+        assert_eq!(
+            entries.into_iter().collect::<Vec<_>>(),
+            [
+                ((v6("2001:db8:10::"), 48), NOMASQ_KIND_CIDR),
+                ((v6("fe80::"), 10), NOMASQ_KIND_LINK_LOCAL),
+                ((v6("fe80::1"), 128), NOMASQ_KIND_LINK_LOCAL),
+            ]
+        );
+        let masq_link_local = Policy::new(&test_config(&cidrs, false, true), true);
+        assert_eq!(
+            masq_link_local.nomasq_v6().get(&(v6("fe80::1"), 128)),
+            Some(&NOMASQ_KIND_CIDR)
+        );
+        // Without --enable-ipv6 the IPv6 trie stays empty.
+        let disabled = Policy::new(&test_config(&cidrs, false, false), false);
+        assert!(disabled.nomasq_v6().is_empty());
     }
 }

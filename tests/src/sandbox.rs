@@ -11,7 +11,7 @@
 //! [`Offload::On`] the senders hand out `CHECKSUM_PARTIAL` packets that cross masq before a
 //! device without offload finalizes them, so masq's pseudo-header updates are checked too.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::netns::{Netns, unique_tag};
 
@@ -35,6 +35,35 @@ pub const SECOND_NODE_IP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 1);
 pub const SECOND_GATEWAY: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 126);
 /// A host reached through the second uplink (routed via [`SECOND_GATEWAY`]).
 pub const SECOND_OUTSIDE_IP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 200);
+
+/// The node's global IPv6 address on its uplink, with [`Sandbox::add_ipv6`]: what masqueraded
+/// IPv6 traffic leaves with.
+pub const NODE_IPV6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1);
+/// The router on the node's link, over IPv6.
+pub const ROUTER_NODE_SIDE_IPV6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0xfe);
+/// The router on the outside link, over IPv6.
+pub const ROUTER_OUTSIDE_SIDE_IPV6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 0xfe);
+/// The outside host's IPv6 address (a masqueraded destination).
+pub const OUTSIDE_IPV6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 1);
+/// A second IPv6 address of the outside host, in 2001:db8:ee::/64: a network a config can list
+/// as non-masquerade.
+pub const EXEMPTABLE_IPV6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xee, 0, 0, 0, 0, 0x10);
+/// The pods' IPv6 networks, one /64 each, as the router routes them to the node.
+pub const PODS_IPV6_NETWORK: &str = "2001:db8:244::/48";
+
+/// The IPv6 address of pod `index` (1-based), with [`Sandbox::add_ipv6`].
+pub fn pod_ipv6(index: usize) -> Ipv6Addr {
+    Ipv6Addr::new(
+        0x2001,
+        0xdb8,
+        0x244,
+        u16::try_from(index).unwrap_or(u16::MAX),
+        0,
+        0,
+        0,
+        2,
+    )
+}
 
 /// Checksum offload on the veths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -318,6 +347,102 @@ impl Sandbox {
             router,
             outside,
         }
+    }
+
+    /// Makes the sandbox dual-stack: every pod, the node, the router and the outside host get
+    /// IPv6 addresses (documentation ranges, 2001:db8::/32) and routes mirroring the IPv4 ones.
+    /// Addresses skip duplicate address detection (`nodad`), so none is tentative, and router
+    /// advertisements are ignored everywhere, so no namespace configures itself behind the
+    /// test's back.
+    pub fn add_ipv6(&self) {
+        let quiet = |netns: &Netns| {
+            for scope in ["all", "default"] {
+                netns.sysctl(&format!("net.ipv6.conf.{scope}.accept_ra"), "0");
+                netns.sysctl(&format!("net.ipv6.conf.{scope}.disable_ipv6"), "0");
+            }
+        };
+        let address = |netns: &Netns, address: String, device: &str| {
+            netns.ip(&["-6", "addr", "add", &address, "dev", device, "nodad"]);
+        };
+        for (index, pod) in self.pods.iter().enumerate() {
+            let index = index + 1;
+            quiet(pod);
+            let gateway = Ipv6Addr::new(
+                0x2001,
+                0xdb8,
+                0x244,
+                u16::try_from(index).unwrap_or(u16::MAX),
+                0,
+                0,
+                0,
+                1,
+            );
+            address(pod, format!("{}/64", pod_ipv6(index)), "eth0");
+            pod.ip(&["-6", "route", "add", "default", "via", &gateway.to_string()]);
+            address(&self.node, format!("{gateway}/64"), &format!("vpod{index}"));
+        }
+        for netns in [&self.node, &self.router, &self.outside] {
+            quiet(netns);
+        }
+        self.node.sysctl("net.ipv6.conf.all.forwarding", "1");
+        self.router.sysctl("net.ipv6.conf.all.forwarding", "1");
+        self.add_node_ipv6();
+        address(&self.router, format!("{ROUTER_NODE_SIDE_IPV6}/64"), "eth0");
+        address(
+            &self.router,
+            format!("{ROUTER_OUTSIDE_SIDE_IPV6}/64"),
+            "eth1",
+        );
+        self.router.ip(&[
+            "-6",
+            "route",
+            "add",
+            PODS_IPV6_NETWORK,
+            "via",
+            &NODE_IPV6.to_string(),
+        ]);
+        self.router.ip(&[
+            "-6",
+            "route",
+            "add",
+            "2001:db8:ee::/64",
+            "via",
+            &OUTSIDE_IPV6.to_string(),
+        ]);
+        address(&self.outside, format!("{OUTSIDE_IPV6}/64"), "eth0");
+        address(&self.outside, format!("{EXEMPTABLE_IPV6}/128"), "lo");
+        self.outside.ip(&[
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            &ROUTER_OUTSIDE_SIDE_IPV6.to_string(),
+        ]);
+    }
+
+    /// Gives the node's uplink its global IPv6 address and the node its IPv6 default route
+    /// (again, after a test took them away).
+    pub fn add_node_ipv6(&self) {
+        self.node.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{NODE_IPV6}/64"),
+            "dev",
+            UPLINK,
+            "nodad",
+        ]);
+        self.node.ip(&[
+            "-6",
+            "route",
+            "replace",
+            "default",
+            "via",
+            &ROUTER_NODE_SIDE_IPV6.to_string(),
+            "dev",
+            UPLINK,
+        ]);
     }
 
     /// Pod `index` (1-based).

@@ -5,7 +5,7 @@
 
 use std::{
     io::{self, BufRead as _, BufReader, Read as _, Write as _},
-    net::{Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket},
+    net::{IpAddr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -104,7 +104,8 @@ fn spawn_server<S: 'static>(
 /// A TCP server. Per connection it reads one line (an id), then either:
 /// * `sink`: reads everything until EOF and answers `<id> <peer> <bytes> <fnv>`;
 /// * `hold`: answers `<id> <peer>` immediately and then echoes lines until EOF.
-pub fn tcp_server(netns: &Netns, bind: SocketAddrV4) -> Server {
+pub fn tcp_server(netns: &Netns, bind: impl Into<SocketAddr>) -> Server {
+    let bind = bind.into();
     let listen = move || {
         let listener =
             TcpListener::bind(bind).unwrap_or_else(|error| panic!("binding {bind}: {error}"));
@@ -215,13 +216,17 @@ pub struct Transfer {
 }
 
 fn connect(
-    server: SocketAddrV4,
+    server: SocketAddr,
     bind: Option<SocketAddrV4>,
     timeout: Duration,
 ) -> io::Result<TcpStream> {
-    match bind {
-        None => TcpStream::connect_timeout(&SocketAddr::V4(server), timeout),
-        Some(local) => {
+    match (bind, server) {
+        (None, _) => TcpStream::connect_timeout(&server, timeout),
+        (Some(_), SocketAddr::V6(_)) => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "binding before connecting is IPv4 only",
+        )),
+        (Some(local), SocketAddr::V4(server)) => {
             // std cannot bind before connecting; go through a raw socket.
             let socket = nix::sys::socket::socket(
                 nix::sys::socket::AddressFamily::Inet,
@@ -244,7 +249,7 @@ fn connect(
 
 /// Sends `payload` to a [`tcp_server`] and returns its report. Fails after `timeout`.
 pub fn tcp_transfer(
-    server: SocketAddrV4,
+    server: impl Into<SocketAddr>,
     id: &str,
     payload: &[u8],
     timeout: Duration,
@@ -255,14 +260,14 @@ pub fn tcp_transfer(
 /// Like [`tcp_transfer`], but writes `chunk` bytes at a time with `pause` in between, so the
 /// transfer spans events such as an agent restart.
 pub fn tcp_transfer_paced(
-    server: SocketAddrV4,
+    server: impl Into<SocketAddr>,
     id: &str,
     payload: &[u8],
     chunk: usize,
     pause: Duration,
     timeout: Duration,
 ) -> io::Result<Transfer> {
-    let mut stream = connect(server, None, timeout)?;
+    let mut stream = connect(server.into(), None, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     writeln!(stream, "sink {id}")?;
@@ -286,6 +291,17 @@ pub fn tcp_transfer_paced(
         bytes: bytes.parse().map_err(|_| invalid())?,
         hash: u64::from_str_radix(hash, 16).map_err(|_| invalid())?,
     })
+}
+
+/// The address a [`tcp_server`] at `server` sees a new connection from `client` come from:
+/// what masq (or nothing) made of the client's address.
+pub fn tcp_source(client: &Netns, server: impl Into<SocketAddr>, timeout: Duration) -> IpAddr {
+    let server = server.into();
+    client
+        .enter(|| tcp_transfer(server, "probe", b"probe", timeout))
+        .unwrap_or_else(|error| panic!("flow to {server} failed: {error}"))
+        .peer
+        .ip()
 }
 
 /// A UDP socket that keeps its source port across requests (one flow).
@@ -341,7 +357,7 @@ impl HeldConnection {
         bind: Option<SocketAddrV4>,
         timeout: Duration,
     ) -> io::Result<Self> {
-        let stream = connect(server, bind, timeout)?;
+        let stream = connect(SocketAddr::V4(server), bind, timeout)?;
         stream.set_read_timeout(Some(timeout))?;
         let mut writer = stream.try_clone()?;
         writeln!(writer, "hold {id}")?;
@@ -387,7 +403,8 @@ impl HeldConnection {
 }
 
 /// A UDP server answering each datagram with `<peer> <payload>`.
-pub fn udp_server(netns: &Netns, bind: SocketAddrV4) -> Server {
+pub fn udp_server(netns: &Netns, bind: impl Into<SocketAddr>) -> Server {
+    let bind = bind.into();
     let open = move || {
         let socket =
             UdpSocket::bind(bind).unwrap_or_else(|error| panic!("binding {bind}: {error}"));
@@ -410,11 +427,16 @@ pub fn udp_server(netns: &Netns, bind: SocketAddrV4) -> Server {
 /// Sends `payload` to a [`udp_server`] (retrying a few times) and returns the peer address the
 /// server saw and the echoed payload.
 pub fn udp_request(
-    server: SocketAddrV4,
+    server: impl Into<SocketAddr>,
     payload: &[u8],
     timeout: Duration,
 ) -> io::Result<(SocketAddr, Vec<u8>)> {
-    let socket = UdpSocket::bind("0.0.0.0:0")?;
+    let server = server.into();
+    let socket = UdpSocket::bind(if server.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    })?;
     socket.set_read_timeout(Some(timeout / 4))?;
     let mut buffer = vec![0u8; 65_536];
     for _ in 0..4 {

@@ -3,19 +3,22 @@
 use std::{
     collections::BTreeMap,
     fmt,
-    net::Ipv4Addr,
+    net::{Ipv4Addr, Ipv6Addr},
     path::{Path, PathBuf},
 };
 
 use masq_common::{
-    layout::{MAX_RESERVED_RANGES, MapMeta, Uplink},
+    layout::{
+        IPV6_DISABLED_ENTRIES, MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAX_RESERVED_RANGES,
+        MapMeta, Uplink,
+    },
     ports::PortRange,
     settings::Settings,
 };
 
 use super::{
     AgentError, AgentOptions, Backend,
-    status::{SharedStatus, UplinkStatus},
+    status::{SharedStatus, UplinkIpv6, UplinkStatus},
 };
 use crate::{
     config::cidr::Family,
@@ -23,10 +26,10 @@ use crate::{
         DatapathError,
         attach::{AttachMode, attach_uplink, detach_uplink},
         gc,
-        maps::DatapathMaps,
-        object::{Datapath, LoadOptions},
+        maps::{DatapathMaps, NomasqTrie as _},
+        object::{Datapath, LoadOptions, StagedMaps},
         pins::{PinDir, PinnedState, is_on_bpffs},
-        sync::{TrieView, settings, sync_nomasq},
+        sync::{TrieView, check_trie_capacity, settings, sync_nomasq},
     },
     iptables::apply::Iptables,
     node::{
@@ -59,6 +62,38 @@ struct WantedUplink {
     address: Ipv4Addr,
     /// Whether the address is one of the interface's own (a `--node-ip` may not be).
     address_is_local: bool,
+    /// What IPv6 traffic leaving by it is masqueraded to.
+    ipv6: UplinkIpv6,
+}
+
+impl WantedUplink {
+    /// The IPv6 address to record for the datapath, if IPv6 is translated on this uplink.
+    const fn ipv6_address(&self) -> Option<Ipv6Addr> {
+        match self.ipv6 {
+            UplinkIpv6::Address(address) => Some(address),
+            UplinkIpv6::NotTranslated | UplinkIpv6::NoAddress => None,
+        }
+    }
+
+    /// `record` with this uplink's IPv6 translation (or none).
+    fn with_ipv6(&self, record: Uplink) -> Uplink {
+        let address = self.ipv6_address();
+        Uplink {
+            has_v6: u8::from(address.is_some()),
+            snat_addr_v6: address.as_ref().map_or([0; 16], Ipv6Addr::octets),
+            ..record
+        }
+    }
+
+    /// Says, loudly, that IPv6 traffic leaving by this uplink passes untranslated.
+    fn warn_if_ipv6_missing(&self) {
+        if self.ipv6 == UplinkIpv6::NoAddress {
+            tracing::warn!(
+                interface = %self.name,
+                "the interface has no global IPv6 address to masquerade to (or it is tentative or deprecated): IPv6 traffic leaving by it keeps pod addresses until it gets one"
+            );
+        }
+    }
 }
 
 impl EbpfBackend {
@@ -81,11 +116,6 @@ impl EbpfBackend {
         pins.create()?;
         let lock = pins.lock()?;
         take_over_upstream_chain(options)?;
-        if options.enable_ipv6 {
-            tracing::warn!(
-                "the eBPF datapath masquerades IPv4 only; IPv6 needs --backend iptables"
-            );
-        }
         if pins.remove_staging()? {
             tracing::warn!(staging = %pins.staging().display(), "removed the maps of an install that was interrupted");
         }
@@ -98,13 +128,15 @@ impl EbpfBackend {
             pins.remove_maps()?;
             state = PinnedState::Empty;
         }
-        let (adopted, nat_max_entries, pinned_trie) = match state {
+        let (adopted, nat_max_entries, pinned) = match state {
             PinnedState::Empty | PinnedState::Leftovers(_) => {
                 (false, options.nat_max_entries, None)
             }
             PinnedState::Compatible {
                 nat_max_entries,
                 nomasq_max_entries,
+                nat_v6_max_entries,
+                nomasq_v6_max_entries,
             } => {
                 if nat_max_entries != options.nat_max_entries {
                     tracing::warn!(
@@ -113,7 +145,12 @@ impl EbpfBackend {
                         "keeping the pinned NAT table's capacity; resizing it needs `masq uninstall` (which drops live flows)"
                     );
                 }
-                (true, nat_max_entries, Some(nomasq_max_entries))
+                let capacities = PinnedCapacities {
+                    nomasq: nomasq_max_entries,
+                    nat_v6: nat_v6_max_entries,
+                    nomasq_v6: nomasq_v6_max_entries,
+                };
+                (true, nat_max_entries, Some(capacities))
             }
             PinnedState::Incompatible(detail) if options.replace_incompatible_state => {
                 tracing::warn!(%detail, "replacing incompatible pinned state as requested; live flows are lost");
@@ -129,19 +166,8 @@ impl EbpfBackend {
                 .into());
             }
         };
-        let mut datapath = match pinned_trie {
-            Some(pinned) if pinned != options.nomasq_max_entries => {
-                resize_trie(&pins, nat_max_entries, pinned, options)?
-            }
-            Some(_) => Datapath::load(&LoadOptions {
-                nat_max_entries,
-                nomasq_max_entries: options.nomasq_max_entries,
-                trie_pin_dir: None,
-                pin_dir: Some(pins.root().to_path_buf()),
-                debug_log: options.datapath_debug_log,
-                // IPv6 is not translated by the agent yet (see README "IPv6").
-                ipv6: false,
-            })?,
+        let mut datapath = match pinned {
+            Some(pinned) => adopt_maps(&pins, nat_max_entries, pinned, options)?,
             None => create_maps(&pins, nat_max_entries, options)?,
         };
         if options.datapath_debug_log {
@@ -150,7 +176,8 @@ impl EbpfBackend {
         let enabled = adopted && datapath.maps.settings()?.enabled();
         {
             let mut state = status.lock();
-            state.nat_capacity = nat_max_entries;
+            state.nat_capacity = datapath.maps.nat_v4_capacity();
+            state.nat_capacity_v6 = datapath.maps.nat_v6_capacity();
             state.adopted = adopted;
         }
         let names: Vec<&str> = wanted.iter().map(|uplink| uplink.name.as_str()).collect();
@@ -288,6 +315,13 @@ impl EbpfBackend {
                     .iter()
                     .find(|wanted| wanted.ifindex == ifindex)
                     .is_none_or(|wanted| wanted.address_is_local),
+                ipv6: if uplink.has_v6 != 0 {
+                    UplinkIpv6::Address(Ipv6Addr::from(uplink.snat_addr_v6))
+                } else if options.enable_ipv6 {
+                    UplinkIpv6::NoAddress
+                } else {
+                    UplinkIpv6::NotTranslated
+                },
             })
             .collect();
         status.lock().uplinks = uplinks;
@@ -322,16 +356,19 @@ impl EbpfBackend {
             previous.filter(|_| recorded_mode == Some(mode)),
         )?;
         record.snat_addr = wanted.address.octets();
+        let record = wanted.with_ipv6(record);
         // The entry turns translation on for the interface, so it comes after the programs.
         self.datapath.maps.set_uplink(wanted.ifindex, &record)?;
         self.attached.insert(wanted.ifindex, wanted.name.clone());
         for (hook, outcome) in outcomes {
-            tracing::info!(interface = %wanted.name, node_ip = %wanted.address, %mode, hook = hook.name(), ?outcome, "program attached");
+            tracing::info!(interface = %wanted.name, node_ip = %wanted.address, node_ipv6 = ?wanted.ipv6_address(), %mode, hook = hook.name(), ?outcome, "program attached");
         }
+        wanted.warn_if_ipv6_missing();
         Ok(())
     }
 
-    /// Updates the address of an interface this process attached to, when it changed (DHCP).
+    /// Updates the addresses of an interface this process attached to, when they changed
+    /// (DHCP, router advertisements, an operator's change).
     fn follow_address(
         &mut self,
         wanted: &WantedUplink,
@@ -340,14 +377,21 @@ impl EbpfBackend {
         let Some(previous) = previous else {
             return Ok(());
         };
-        if previous.snat_addr == wanted.address.octets() {
-            return Ok(());
-        }
-        tracing::warn!(interface = %wanted.name, old = %Ipv4Addr::from(previous.snat_addr), new = %wanted.address, "the interface's address changed; new flows use the new one");
-        let updated = Uplink {
+        let updated = wanted.with_ipv6(Uplink {
             snat_addr: wanted.address.octets(),
             ..*previous
-        };
+        });
+        if updated == *previous {
+            return Ok(());
+        }
+        if previous.snat_addr != updated.snat_addr {
+            tracing::warn!(interface = %wanted.name, old = %Ipv4Addr::from(previous.snat_addr), new = %wanted.address, "the interface's address changed; new flows use the new one");
+        }
+        if (previous.has_v6, previous.snat_addr_v6) != (updated.has_v6, updated.snat_addr_v6) {
+            let old = (previous.has_v6 != 0).then(|| Ipv6Addr::from(previous.snat_addr_v6));
+            tracing::warn!(interface = %wanted.name, ?old, new = ?wanted.ipv6_address(), "the interface's IPv6 address changed; new IPv6 flows use the new one");
+            wanted.warn_if_ipv6_missing();
+        }
         self.datapath.maps.set_uplink(wanted.ifindex, &updated)?;
         Ok(())
     }
@@ -369,27 +413,50 @@ impl Backend for EbpfBackend {
         options: &AgentOptions,
         trigger: &'static str,
     ) -> Result<usize, AgentError> {
-        let wanted = policy.nomasq_v4();
         let view = if trigger == "resync" {
             TrieView::Kernel
         } else {
             TrieView::LastSynced
         };
-        let report = sync_nomasq(&mut self.datapath.maps, &wanted, view)?;
-        if report.added + report.removed > 0 {
-            tracing::info!(
-                trigger,
-                added = report.added,
-                removed = report.removed,
-                unchanged = report.unchanged,
-                "non-masquerade trie synced"
-            );
+        let (wanted_v4, wanted_v6) = (policy.nomasq_v4(), policy.nomasq_v6());
+        // Both families fit before either is changed, so a config too big for one is rejected
+        // whole. (Without --enable-ipv6 the IPv6 trie is kept empty.)
+        check_trie_capacity(wanted_v6.len(), Ipv6Addr::capacity(&self.datapath.maps))
+            .map_err(DatapathError::from)?;
+        let maps = &mut self.datapath.maps;
+        let before_v4 = maps.nomasq_last_synced.clone();
+        let report_v4 = sync_nomasq(maps, &wanted_v4, view)?;
+        let report_v6 = match sync_nomasq(maps, &wanted_v6, view) {
+            Ok(report) => report,
+            Err(error) => {
+                // The IPv6 trie is back as it was; the IPv4 one goes back too, so the config
+                // is applied whole or not at all. Unknown before (the first sync): the next
+                // resync compares with what the kernel holds.
+                if let Some(before_v4) = before_v4
+                    && let Err(undo) = sync_nomasq(maps, &before_v4, TrieView::LastSynced)
+                {
+                    tracing::error!(%undo, "could not restore the IPv4 trie after the IPv6 one failed; the next resync repairs it");
+                }
+                return Err(error.into());
+            }
+        };
+        for (family, report) in [(Family::Ipv4, report_v4), (Family::Ipv6, report_v6)] {
+            if report.added + report.removed > 0 {
+                tracing::info!(
+                    trigger,
+                    %family,
+                    added = report.added,
+                    removed = report.removed,
+                    unchanged = report.unchanged,
+                    "non-masquerade trie synced"
+                );
+            }
         }
         if !self.enabled {
             self.enabled = true;
             self.write_settings(options)?;
         }
-        Ok(wanted.len())
+        Ok(wanted_v4.len() + wanted_v6.len())
     }
 
     fn left_in_place(&self) -> &'static str {
@@ -430,11 +497,11 @@ impl Backend for EbpfBackend {
             gc::monotonic_now_ns(),
         ) {
             Ok(report) => {
-                if report.expired + report.orphans > 0 {
+                if report.expired() + report.orphans() > 0 {
                     tracing::debug!(?report, "expired flows collected");
                 }
                 let mut state = status.lock();
-                state.gc_expired_total += u64::try_from(report.expired).unwrap_or(0);
+                state.gc_expired_total += u64::try_from(report.expired()).unwrap_or(0);
                 state.last_gc = report;
             }
             Err(error) => tracing::error!(%error, "flow garbage collection failed"),
@@ -575,10 +642,10 @@ fn create_maps(
     let built = Datapath::load(&LoadOptions {
         nat_max_entries,
         nomasq_max_entries: options.nomasq_max_entries,
-        trie_pin_dir: None,
+        staged: None,
         pin_dir: Some(staging),
         debug_log: options.datapath_debug_log,
-        ipv6: false,
+        ipv6: options.enable_ipv6,
     })
     .and_then(|mut datapath| {
         datapath.maps.set_meta(&MapMeta::current(nat_max_entries))?;
@@ -593,40 +660,73 @@ fn create_maps(
     })
 }
 
-/// Adopts the pinned maps with a trie of another capacity (`--nomasq-max-entries` changed).
-/// The new trie is built in the staging directory with the old one's entries, then renamed
-/// over it: the programs still attached keep the old trie until the new programs take over,
-/// and a kill at any instant leaves one complete trie pinned. A trie too small for what the
-/// old one holds is not built; the old capacity stays.
-fn resize_trie(
+/// The capacities of the adopted maps that an agent may want otherwise.
+#[derive(Clone, Copy, Debug)]
+struct PinnedCapacities {
+    nomasq: u32,
+    nat_v6: u32,
+    nomasq_v6: u32,
+}
+
+/// Adopts the pinned maps, replacing those whose capacity no longer fits the options: a trie
+/// of another `--nomasq-max-entries` (rebuilt with the old one's entries), and IPv6 maps an
+/// agent without `--enable-ipv6` created with room for nothing (empty, so nothing is lost). The
+/// replacements are built in the staging directory, then renamed over the old pins: the
+/// programs still attached keep the old maps until the new programs take over, and a kill at
+/// any instant leaves one complete map of each pinned. A trie too small for what the old one
+/// holds is not built; the old capacity stays.
+fn adopt_maps(
     pins: &PinDir,
     nat_max_entries: u32,
-    pinned: u32,
+    pinned: PinnedCapacities,
     options: &AgentOptions,
 ) -> Result<Datapath, AgentError> {
-    let adopt = |nomasq_max_entries, trie_pin_dir| {
+    let mut replaced = Vec::new();
+    let mut trie_entries = Vec::new();
+    if pinned.nomasq != options.nomasq_max_entries {
+        let old = DatapathMaps::from_pins(pins.root())?.nomasq_entries()?;
+        if old.len() > options.nomasq_max_entries as usize {
+            tracing::warn!(
+                pinned = pinned.nomasq,
+                requested = options.nomasq_max_entries,
+                entries = old.len(),
+                "the trie holds more entries than --nomasq-max-entries allows; keeping its capacity"
+            );
+        } else {
+            replaced.push(MAP_NOMASQ_V4);
+            trie_entries = old;
+        }
+    }
+    if options.enable_ipv6 {
+        for (name, capacity, wanted) in [
+            (MAP_NAT_V6, pinned.nat_v6, nat_max_entries),
+            (MAP_NOMASQ_V6, pinned.nomasq_v6, options.nomasq_max_entries),
+        ] {
+            if capacity <= IPV6_DISABLED_ENTRIES && wanted > capacity {
+                replaced.push(name);
+            }
+        }
+    }
+    let load = |staged| {
         Datapath::load(&LoadOptions {
             nat_max_entries,
-            nomasq_max_entries,
-            trie_pin_dir,
+            nomasq_max_entries: options.nomasq_max_entries,
+            staged,
             pin_dir: Some(pins.root().to_path_buf()),
             debug_log: options.datapath_debug_log,
-            ipv6: false,
+            ipv6: options.enable_ipv6,
         })
     };
-    let old = DatapathMaps::from_pins(pins.root())?.nomasq_entries()?;
-    if old.len() > options.nomasq_max_entries as usize {
-        tracing::warn!(
-            pinned,
-            requested = options.nomasq_max_entries,
-            entries = old.len(),
-            "the trie holds more entries than --nomasq-max-entries allows; keeping its capacity"
-        );
-        return Ok(adopt(pinned, None)?);
+    if replaced.is_empty() {
+        return Ok(load(None)?);
     }
     let staging = pins.create_staging()?;
-    let built = adopt(options.nomasq_max_entries, Some(staging)).and_then(|mut datapath| {
-        for (addr, prefix, kind) in &old {
+    let built = load(Some(StagedMaps {
+        dir: staging,
+        names: replaced.clone(),
+    }))
+    .and_then(|mut datapath| {
+        for (addr, prefix, kind) in &trie_entries {
             datapath
                 .maps
                 .nomasq_v4
@@ -635,26 +735,32 @@ fn resize_trie(
                     kind,
                     0,
                 )
-                .map_err(DatapathError::map(
-                    "inserting into",
-                    masq_common::layout::MAP_NOMASQ_V4,
-                ))?;
+                .map_err(DatapathError::map("inserting into", MAP_NOMASQ_V4))?;
         }
-        pins.publish_trie()?;
+        pins.publish_staged(&replaced)?;
         Ok(datapath)
     });
     match built {
         Ok(datapath) => {
-            tracing::info!(
-                from = pinned,
-                to = options.nomasq_max_entries,
-                "resized the non-masquerade trie; the new programs use it from the swap on"
-            );
+            if replaced.contains(&MAP_NOMASQ_V4) {
+                tracing::info!(
+                    from = pinned.nomasq,
+                    to = options.nomasq_max_entries,
+                    "resized the non-masquerade trie; the new programs use it from the swap on"
+                );
+            }
+            if replaced.contains(&MAP_NAT_V6) || replaced.contains(&MAP_NOMASQ_V6) {
+                tracing::info!(
+                    nat_max_entries,
+                    nomasq_max_entries = options.nomasq_max_entries,
+                    "sized the pinned IPv6 maps for translation (an agent without --enable-ipv6 created them empty)"
+                );
+            }
             Ok(datapath)
         }
         Err(error) => {
             if let Err(cleanup) = pins.remove_staging() {
-                tracing::warn!(%cleanup, "could not remove the staged trie; the next start will");
+                tracing::warn!(%cleanup, "could not remove the staged maps; the next start will");
             }
             Err(error.into())
         }
@@ -686,6 +792,7 @@ fn wanted_uplinks(
                 Some(WantedUplink {
                     address: interface.global_ipv4.first().copied()?,
                     address_is_local: true,
+                    ipv6: ipv6_of(options, &interface.name),
                     name: interface.name,
                     ifindex: interface.index,
                 })
@@ -727,6 +834,7 @@ fn wanted_uplinks(
                     );
                 }
                 chosen.push(WantedUplink {
+                    ipv6: ipv6_of(options, &interface.name),
                     name: interface.name,
                     ifindex: interface.index,
                     address,
@@ -740,6 +848,23 @@ fn wanted_uplinks(
         }
     }
     Ok(chosen)
+}
+
+/// How IPv6 traffic leaving by `interface` is to be translated: not at all without
+/// `--enable-ipv6`, else to the interface's global address, if it has one. A missing address
+/// does not stop the agent (IPv4 carries on): it is reported per uplink instead.
+fn ipv6_of(options: &AgentOptions, interface: &str) -> UplinkIpv6 {
+    if !options.enable_ipv6 {
+        return UplinkIpv6::NotTranslated;
+    }
+    match interfaces::snat_ipv6(interface) {
+        Ok(Some(address)) => UplinkIpv6::Address(address),
+        Ok(None) => UplinkIpv6::NoAddress,
+        Err(error) => {
+            tracing::warn!(%interface, %error, "could not read the interface's IPv6 addresses");
+            UplinkIpv6::NoAddress
+        }
+    }
 }
 
 /// Forwards aya-log records to tracing (through the `log` facade) on a background task.

@@ -38,7 +38,7 @@ use prometheus_client::{
 };
 use tokio::{net::TcpListener, task::JoinHandle};
 
-use super::status::{AgentStatus, SharedStatus};
+use super::status::{AgentStatus, SharedStatus, UplinkIpv6};
 use crate::datapath::maps::DatapathMaps;
 
 /// How long one connection may take, request and response together: a slow or stuck client
@@ -271,6 +271,8 @@ pub fn render(status: &AgentStatus, datapath: &DatapathReadings) -> String {
 pub struct DatapathReadings {
     /// Counter totals, or empty when the maps could not be read.
     pub counters: Vec<(Counter, u64)>,
+    /// The IPv6 counter totals, likewise.
+    pub counters_v6: Vec<(Counter, u64)>,
     /// Allocation histogram buckets.
     pub allocation: Vec<u64>,
     /// Why the maps could not be read.
@@ -282,6 +284,7 @@ fn read_datapath(pin_path: &Path) -> DatapathReadings {
         let maps = DatapathMaps::from_pins(pin_path)?;
         Ok(DatapathReadings {
             counters: maps.counter_totals()?,
+            counters_v6: maps.counter_totals_v6()?,
             allocation: maps.alloc_histogram()?,
             error: None,
         })
@@ -459,6 +462,20 @@ fn encode_agent(
             )
         })),
     )?;
+    family(
+        encoder,
+        "masq_uplink_ipv6_missing",
+        "Per uplink, with --enable-ipv6: 1 while the interface has no global IPv6 address to masquerade to (IPv6 traffic leaving by it keeps pod addresses), else 0.",
+        MetricType::Gauge,
+        gauges(status.uplinks.iter().filter_map(|uplink| {
+            let missing = match uplink.ipv6 {
+                UplinkIpv6::NotTranslated => return None,
+                UplinkIpv6::NoAddress => 1i64,
+                UplinkIpv6::Address(_) => 0,
+            };
+            Some(([("interface", uplink.interface.as_str())], missing))
+        })),
+    )?;
     gauge(
         encoder,
         "masq_upstream_chain_present",
@@ -474,33 +491,45 @@ fn encode_agent(
         )?;
     }
 
+    let by_family = [
+        ("ipv4", &datapath.counters),
+        ("ipv6", &datapath.counters_v6),
+    ];
     family(
         encoder,
         "masq_datapath_packets",
-        "Packets handled by the datapath, by outcome.",
+        "Packets handled by the datapath, by outcome and address family.",
         MetricType::Counter,
-        counters(
-            datapath
-                .counters
-                .iter()
-                .map(|&(counter, value)| ([("outcome", counter.name())], value)),
-        ),
+        counters(by_family.iter().flat_map(|&(family, totals)| {
+            totals.iter().map(move |&(counter, value)| {
+                ([("outcome", counter.name()), ("family", family)], value)
+            })
+        })),
     )?;
     family(
         encoder,
         "masq_datapath_drops",
-        "Packets the datapath dropped, by reason.",
+        "Packets the datapath dropped, by reason and address family.",
         MetricType::Counter,
-        counters(datapath.counters.iter().filter_map(|&(counter, value)| {
-            let name = counter.name();
-            let (direction, reason) = name
-                .strip_prefix("egress_drop_")
-                .map(|reason| ("egress", reason))
-                .or_else(|| {
-                    name.strip_prefix("ingress_drop_")
-                        .map(|reason| ("ingress", reason))
-                })?;
-            Some(([("direction", direction), ("reason", reason)], value))
+        counters(by_family.iter().flat_map(|&(family, totals)| {
+            totals.iter().filter_map(move |&(counter, value)| {
+                let name = counter.name();
+                let (direction, reason) = name
+                    .strip_prefix("egress_drop_")
+                    .map(|reason| ("egress", reason))
+                    .or_else(|| {
+                        name.strip_prefix("ingress_drop_")
+                            .map(|reason| ("ingress", reason))
+                    })?;
+                Some((
+                    [
+                        ("direction", direction),
+                        ("reason", reason),
+                        ("family", family),
+                    ],
+                    value,
+                ))
+            })
         })),
     )?;
     gauge(
@@ -545,23 +574,30 @@ fn encode_agent(
         )?;
     }
 
-    gauge(
+    let gc = [("ipv4", status.last_gc.ipv4), ("ipv6", status.last_gc.ipv6)];
+    family(
         encoder,
         "masq_nat_entries",
-        "NAT table entries (two per flow) at the last garbage collection.",
-        status.last_gc.entries,
+        "NAT table entries (two per flow) at the last garbage collection, by address family.",
+        MetricType::Gauge,
+        gauges(gc.map(|(family, report)| ([("family", family)], report.entries))),
     )?;
-    gauge(
+    family(
         encoder,
         "masq_nat_flows",
-        "Translated flows at the last garbage collection.",
-        status.last_gc.flows,
+        "Translated flows at the last garbage collection, by address family.",
+        MetricType::Gauge,
+        gauges(gc.map(|(family, report)| ([("family", family)], report.flows))),
     )?;
-    gauge(
+    family(
         encoder,
         "masq_nat_capacity_entries",
-        "Capacity of the NAT table.",
-        status.nat_capacity,
+        "Capacity of the NAT table, by address family (1 for IPv6 without --enable-ipv6).",
+        MetricType::Gauge,
+        gauges([
+            ([("family", "ipv4")], status.nat_capacity),
+            ([("family", "ipv6")], status.nat_capacity_v6),
+        ]),
     )?;
     counter(
         encoder,
@@ -787,6 +823,7 @@ mod tests {
                 node_ip: std::net::Ipv4Addr::new(192, 0, 2, 1),
                 attach_mode: "tcx",
                 address_is_local: false,
+                ipv6: UplinkIpv6::NoAddress,
             }],
             upstream_chain: Some("IP-MASQ-AGENT".to_owned()),
             config_origin: Some("defaults".to_owned()),
@@ -801,6 +838,7 @@ mod tests {
         };
         let readings = DatapathReadings {
             counters: Counter::ALL.iter().map(|&counter| (counter, 1)).collect(),
+            counters_v6: Counter::ALL.iter().map(|&counter| (counter, 1)).collect(),
             allocation: vec![1; masq_common::counters::ALLOC_HISTOGRAM_BUCKETS as usize],
             error: None,
         };
@@ -1004,6 +1042,7 @@ mod tests {
                 node_ip: std::net::Ipv4Addr::new(192, 0, 2, 1),
                 attach_mode: "tcx",
                 address_is_local: true,
+                ipv6: UplinkIpv6::NotTranslated,
             }],
             config_origin: Some("/etc/config/ip-masq-agent (file)".to_owned()),
             last_error: Some(crate::agent::status::ConfigFailure {
@@ -1017,6 +1056,7 @@ mod tests {
                 (Counter::EgressMasqueraded, 5),
                 (Counter::EgressDropNoPort, 2),
             ],
+            counters_v6: vec![(Counter::EgressMasqueraded, 7)],
             // Nine attempt buckets (3 flows at the first port, 1 at the second), 2 failures,
             // 5 attempts in all.
             allocation: vec![3, 1, 0, 0, 0, 0, 0, 0, 0, 2, 5],
@@ -1037,11 +1077,21 @@ mod tests {
         );
         assert!(page.contains("masq_upstream_chain_present 0\n"), "{page}");
         assert!(
-            page.contains("masq_datapath_packets_total{outcome=\"egress_masqueraded\"} 5\n"),
+            page.contains(
+                "masq_datapath_packets_total{outcome=\"egress_masqueraded\",family=\"ipv4\"} 5\n"
+            ),
             "{page}"
         );
         assert!(
-            page.contains("masq_datapath_drops_total{direction=\"egress\",reason=\"no_port\"} 2\n"),
+            page.contains(
+                "masq_datapath_packets_total{outcome=\"egress_masqueraded\",family=\"ipv6\"} 7\n"
+            ),
+            "{page}"
+        );
+        assert!(
+            page.contains(
+                "masq_datapath_drops_total{direction=\"egress\",reason=\"no_port\",family=\"ipv4\"} 2\n"
+            ),
             "{page}"
         );
         assert!(

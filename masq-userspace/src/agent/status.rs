@@ -1,12 +1,12 @@
 //! What the agent knows about itself, shared with the metrics and health endpoints.
 
 use std::{
-    net::Ipv4Addr,
+    net::{Ipv4Addr, Ipv6Addr},
     sync::{Arc, Mutex, MutexGuard},
     time::SystemTime,
 };
 
-use crate::datapath::gc::GcReport;
+use crate::datapath::gc::GcReports;
 
 /// A snapshot of the agent's state.
 #[derive(Clone, Debug, Default)]
@@ -23,7 +23,7 @@ pub struct AgentStatus {
     pub config_origin: Option<String>,
     /// Non-masquerade CIDRs in force, per family.
     pub cidrs_v4: usize,
-    /// IPv6 non-masquerade CIDRs in the config (the eBPF datapath translates IPv4 only).
+    /// IPv6 non-masquerade CIDRs in the config.
     pub cidrs_v6: usize,
     /// Entries in the datapath's non-masquerade trie.
     pub trie_entries: usize,
@@ -39,8 +39,10 @@ pub struct AgentStatus {
     pub last_failure: Option<SystemTime>,
     /// Capacity of the NAT table in entries.
     pub nat_capacity: u32,
+    /// Capacity of the IPv6 NAT table in entries (1 without `--enable-ipv6`).
+    pub nat_capacity_v6: u32,
     /// The last garbage collection.
-    pub last_gc: GcReport,
+    pub last_gc: GcReports,
     /// Flows removed by garbage collection since start.
     pub gc_expired_total: u64,
     /// When the agent started.
@@ -69,6 +71,21 @@ pub struct UplinkStatus {
     pub attach_mode: &'static str,
     /// Whether `node_ip` is an address of the interface (a `--node-ip` may not be).
     pub address_is_local: bool,
+    /// What IPv6 traffic leaving by it is masqueraded to.
+    pub ipv6: UplinkIpv6,
+}
+
+/// How an uplink treats IPv6.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UplinkIpv6 {
+    /// IPv6 is not translated anywhere (no `--enable-ipv6`).
+    #[default]
+    NotTranslated,
+    /// IPv6 should be translated, but the interface has no global IPv6 address to
+    /// masquerade to: IPv6 traffic leaving by it passes untranslated.
+    NoAddress,
+    /// Masqueraded to this address.
+    Address(Ipv6Addr),
 }
 
 /// The status behind a lock, cheap to clone.

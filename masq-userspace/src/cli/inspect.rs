@@ -3,7 +3,7 @@
 
 use std::{
     io::{self, Write as _},
-    net::{IpAddr, Ipv4Addr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     path::PathBuf,
     process::ExitCode,
 };
@@ -56,11 +56,11 @@ pub(crate) struct NatListArgs {
     pins: PinArgs,
     /// Only flows from this pod (or node) address.
     #[arg(long, value_name = "IP")]
-    pod: Option<Ipv4Addr>,
-    /// Only flows to this remote address, or address:port.
+    pod: Option<IpAddr>,
+    /// Only flows to this remote address, or address:port (`[address]:port` for IPv6).
     #[arg(long, value_name = "IP[:PORT]")]
     remote: Option<String>,
-    /// Only this protocol (tcp, udp, icmp, sctp, or a number).
+    /// Only this protocol (tcp, udp, icmp, icmpv6, sctp, or a number).
     #[arg(long, value_name = "PROTO")]
     protocol: Option<String>,
     /// Output format.
@@ -94,7 +94,11 @@ struct StatusJson {
     nat_flows: usize,
     nat_entries: usize,
     nat_capacity: u32,
+    nat_v6_flows: usize,
+    nat_v6_entries: usize,
+    nat_v6_capacity: u32,
     counters: Vec<(String, u64)>,
+    counters_v6: Vec<(String, u64)>,
 }
 
 #[derive(Serialize)]
@@ -102,6 +106,8 @@ struct UplinkJson {
     interface: String,
     ifindex: u32,
     node_ip: String,
+    /// The address IPv6 traffic is masqueraded to, when IPv6 is translated on the uplink.
+    node_ipv6: Option<String>,
     attach_mode: String,
     created_clsact: bool,
     hooks: Vec<HookJson>,
@@ -137,7 +143,24 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let settings: Settings = maps.settings()?;
     let meta: MapMeta = maps.meta()?;
     let entries = maps.nat_entries()?;
-    let trie = maps.nomasq_entries()?;
+    let entries_v6 = maps.nat_entries_of::<[u8; 16]>()?;
+    let trie_v4 = maps.trie_entries::<Ipv4Addr>()?;
+    let trie_v6 = maps.trie_entries::<Ipv6Addr>()?;
+    let cidr = |address: IpAddr, prefix: u8, kind: u32| {
+        let suffix = if kind == NOMASQ_KIND_LINK_LOCAL {
+            " (link-local)"
+        } else {
+            ""
+        };
+        format!("{address}/{prefix}{suffix}")
+    };
+    let nonzero = |totals: Vec<(masq_common::counters::Counter, u64)>| -> Vec<(String, u64)> {
+        totals
+            .into_iter()
+            .filter(|(_, value)| *value != 0)
+            .map(|(counter, value)| (counter.name().to_owned(), value))
+            .collect()
+    };
     let uplinks: Vec<UplinkJson> = maps
         .uplinks()?
         .into_iter()
@@ -145,6 +168,8 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             interface: uplink.name().to_owned(),
             ifindex,
             node_ip: Ipv4Addr::from(uplink.snat_addr).to_string(),
+            node_ipv6: (uplink.has_v6 != 0)
+                .then(|| Ipv6Addr::from(uplink.snat_addr_v6).to_string()),
             attach_mode: AttachMode::of(&uplink)
                 .map_or("unknown", AttachMode::name)
                 .to_owned(),
@@ -183,26 +208,23 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         snat_ports: port_list(settings.ranges()),
         reserved_ports: port_list(meta.reserved()),
         uplinks,
-        nomasq_cidrs: trie
+        nomasq_cidrs: trie_v4
             .iter()
-            .map(|(addr, prefix, kind)| {
-                let suffix = if *kind == NOMASQ_KIND_LINK_LOCAL {
-                    " (link-local)"
-                } else {
-                    ""
-                };
-                format!("{}/{prefix}{suffix}", Ipv4Addr::from(*addr))
-            })
+            .map(|&((addr, prefix), kind)| cidr(addr.into(), prefix, kind))
+            .chain(
+                trie_v6
+                    .iter()
+                    .map(|&((addr, prefix), kind)| cidr(addr.into(), prefix, kind)),
+            )
             .collect(),
         nat_flows: flows(&entries).len(),
         nat_entries: entries.len(),
         nat_capacity: capacity,
-        counters: maps
-            .counter_totals()?
-            .into_iter()
-            .filter(|(_, value)| *value != 0)
-            .map(|(counter, value)| (counter.name().to_owned(), value))
-            .collect(),
+        nat_v6_flows: flows(&entries_v6).len(),
+        nat_v6_entries: entries_v6.len(),
+        nat_v6_capacity: maps.nat_v6_capacity(),
+        counters: nonzero(maps.counter_totals()?),
+        counters_v6: nonzero(maps.counter_totals_v6()?),
     };
     let mut out = io::stdout().lock();
     if args.output == OutputFormat::Json {
@@ -240,9 +262,13 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         }
     )?;
     for uplink in &status.uplinks {
+        let ipv6 = uplink
+            .node_ipv6
+            .as_ref()
+            .map_or_else(String::new, |address| format!(" and {address}"));
         writeln!(
             out,
-            "uplink:       {} (index {}) masquerades to {}, attached with {}{}",
+            "uplink:       {} (index {}) masquerades to {}{ipv6}, attached with {}{}",
             uplink.interface,
             uplink.ifindex,
             uplink.node_ip,
@@ -291,9 +317,24 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         "nat table:    {} flows, {} of {} entries",
         status.nat_flows, status.nat_entries, status.nat_capacity
     )?;
-    writeln!(out, "counters:")?;
-    for (name, value) in &status.counters {
-        writeln!(out, "  {name:<32} {value}")?;
+    writeln!(
+        out,
+        "nat ipv6:     {} flows, {} of {} entries",
+        status.nat_v6_flows, status.nat_v6_entries, status.nat_v6_capacity
+    )?;
+    // A node that translates no IPv6 has no IPv6 counters worth a heading.
+    let ipv6_counters = (!status.counters_v6.is_empty()).then_some(&status.counters_v6);
+    for (title, counters) in [
+        ("counters:", Some(&status.counters)),
+        ("ipv6 counters:", ipv6_counters),
+    ]
+    .into_iter()
+    .filter_map(|(title, counters)| Some((title, counters?)))
+    {
+        writeln!(out, "{title}")?;
+        for (name, value) in counters {
+            writeln!(out, "  {name:<32} {value}")?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -312,18 +353,18 @@ struct FlowJson {
 
 fn matches(flow: &Flow, args: &NatListArgs) -> Result<bool, String> {
     if let Some(pod) = args.pod
-        && *flow.source.ip() != pod
+        && flow.source.ip() != pod
     {
         return Ok(false);
     }
     if let Some(remote) = &args.remote {
-        let wanted = match remote.parse::<std::net::SocketAddrV4>() {
+        let wanted = match remote.parse::<SocketAddr>() {
             Ok(endpoint) => endpoint == flow.remote,
             Err(_) => match remote.parse::<IpAddr>() {
-                Ok(IpAddr::V4(address)) => address == *flow.remote.ip(),
-                _ => {
+                Ok(address) => address == flow.remote.ip(),
+                Err(_) => {
                     return Err(format!(
-                        "--remote {remote:?} is not an IPv4 address or address:port"
+                        "--remote {remote:?} is not an IP address or address:port ([v6]:port)"
                     ));
                 }
             },
@@ -349,7 +390,9 @@ pub(crate) fn nat(command: &NatCommand) -> anyhow::Result<ExitCode> {
     };
     let now = monotonic_now_ns();
     let mut selected = Vec::new();
-    for flow in flows(&maps.nat_entries()?) {
+    let mut all = flows(&maps.nat_entries()?);
+    all.extend(flows(&maps.nat_entries_of::<[u8; 16]>()?));
+    for flow in all {
         match matches(&flow, args) {
             Ok(true) => selected.push(flow),
             Ok(false) => {}
@@ -376,27 +419,31 @@ pub(crate) fn nat(command: &NatCommand) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
         return Ok(ExitCode::SUCCESS);
     }
+    let sources: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            if row.node_flow {
+                format!("{} (node)", row.source)
+            } else {
+                row.source.clone()
+            }
+        })
+        .collect();
+    // Columns as wide as their widest endpoint: an IPv6 one is twice an IPv4 one.
+    let width = |column: &mut dyn Iterator<Item = usize>| column.max().unwrap_or(0).max(21);
+    let source_width = width(&mut sources.iter().map(String::len));
+    let remote_width = width(&mut rows.iter().map(|row| row.remote.len()));
+    let translated_width = width(&mut rows.iter().map(|row| row.translated.len()));
     writeln!(
         out,
-        "{:<5} {:<21} {:<21} {:<21} {:<11} {:>8} {:>8}",
+        "{:<6} {:<source_width$} {:<remote_width$} {:<translated_width$} {:<11} {:>8} {:>8}",
         "PROTO", "SOURCE", "REMOTE", "TRANSLATED", "STATE", "AGE", "IDLE"
     )?;
-    for row in &rows {
-        let source = if row.node_flow {
-            format!("{} (node)", row.source)
-        } else {
-            row.source.clone()
-        };
+    for (row, source) in rows.iter().zip(&sources) {
         writeln!(
             out,
-            "{:<5} {:<21} {:<21} {:<21} {:<11} {:>7}s {:>7}s",
-            row.protocol,
-            source,
-            row.remote,
-            row.translated,
-            row.state,
-            row.age_seconds,
-            row.idle_seconds
+            "{:<6} {source:<source_width$} {:<remote_width$} {:<translated_width$} {:<11} {:>7}s {:>7}s",
+            row.protocol, row.remote, row.translated, row.state, row.age_seconds, row.idle_seconds
         )?;
     }
     writeln!(out, "{} flows", rows.len())?;

@@ -1,27 +1,54 @@
 //! Reading the NAT table as flows: the two halves of each translation paired up.
 
-use std::{collections::HashMap, net::SocketAddrV4};
-
-use masq_common::nat::{
-    Direction, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, NatEntryV4, NatKeyV4, ORIGIN_HOST,
-    ORIGIN_INBOUND, proto,
+use std::{
+    collections::HashMap,
+    net::{IpAddr, SocketAddr},
 };
 
-/// One translated flow.
+use masq_common::nat::{
+    Address, Direction, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, FlowMarks, NatEntry, NatKey,
+    ORIGIN_HOST, ORIGIN_INBOUND, proto,
+};
+
+/// What a flow's half records, whatever its address family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Half {
+    /// `ORIGIN_*` of the flow.
+    pub origin: u8,
+    /// `FLOW_*` bits seen in this direction.
+    pub marks: FlowMarks,
+    /// When the flow was created (monotonic ns).
+    pub created_ns: u64,
+    /// Last packet in this direction (monotonic ns).
+    pub last_seen_ns: u64,
+}
+
+impl<A: Address> From<&NatEntry<A>> for Half {
+    fn from(entry: &NatEntry<A>) -> Self {
+        Self {
+            origin: entry.origin,
+            marks: entry.marks,
+            created_ns: entry.created_ns,
+            last_seen_ns: entry.last_seen_ns,
+        }
+    }
+}
+
+/// One translated flow, of either address family.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Flow {
     /// IP protocol number.
     pub protocol: u8,
     /// The original source (pod, or the node for tracked node flows). ICMP: the identifier as port.
-    pub source: SocketAddrV4,
+    pub source: SocketAddr,
     /// The remote endpoint.
-    pub remote: SocketAddrV4,
+    pub remote: SocketAddr,
     /// What the source was translated to.
-    pub translated: SocketAddrV4,
+    pub translated: SocketAddr,
     /// The egress half.
-    pub egress: NatEntryV4,
+    pub egress: Half,
     /// The ingress half, absent if it was evicted (the datapath recreates it on the next packet).
-    pub ingress: Option<NatEntryV4>,
+    pub ingress: Option<Half>,
 }
 
 impl Flow {
@@ -31,6 +58,7 @@ impl Flow {
             proto::TCP => "tcp".to_owned(),
             proto::UDP => "udp".to_owned(),
             proto::ICMP => "icmp".to_owned(),
+            proto::ICMPV6 => "icmpv6".to_owned(),
             proto::SCTP => "sctp".to_owned(),
             other => other.to_string(),
         }
@@ -87,19 +115,20 @@ impl Flow {
     }
 }
 
-/// Pairs the table's halves into flows, sorted by source then remote.
-pub fn flows(entries: &[(NatKeyV4, NatEntryV4)]) -> Vec<Flow> {
-    let table: HashMap<NatKeyV4, NatEntryV4> = entries.iter().copied().collect();
+/// Pairs a table's halves into flows, sorted by source then remote.
+pub fn flows<A: Address + Into<IpAddr>>(entries: &[(NatKey<A>, NatEntry<A>)]) -> Vec<Flow> {
+    let table: HashMap<NatKey<A>, NatEntry<A>> = entries.iter().copied().collect();
+    let endpoint = |addr: A, port| SocketAddr::new(addr.into(), port);
     let mut flows: Vec<Flow> = entries
         .iter()
         .filter(|(key, _)| key.direction() == Some(Direction::Egress))
         .map(|(key, entry)| Flow {
             protocol: key.protocol,
-            source: SocketAddrV4::new(key.src_addr.into(), key.src_port),
-            remote: SocketAddrV4::new(key.dst_addr.into(), key.dst_port),
-            translated: SocketAddrV4::new(entry.addr.into(), entry.port),
-            egress: *entry,
-            ingress: table.get(&key.peer(entry)).copied(),
+            source: endpoint(key.src_addr, key.src_port),
+            remote: endpoint(key.dst_addr, key.dst_port),
+            translated: endpoint(entry.addr, entry.port),
+            egress: Half::from(entry),
+            ingress: table.get(&key.peer(entry)).map(Half::from),
         })
         .collect();
     flows.sort_by_key(|flow| (flow.source, flow.remote, flow.protocol));
@@ -109,7 +138,7 @@ pub fn flows(entries: &[(NatKeyV4, NatEntryV4)]) -> Vec<Flow> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use masq_common::nat::{FlowMarks, ORIGIN_POD};
+    use masq_common::nat::{NatEntryV4, NatEntryV6, NatKeyV4, NatKeyV6, ORIGIN_POD};
 
     #[test]
     fn halves_pair_into_flows() {
@@ -142,5 +171,39 @@ mod tests {
         assert_eq!(flow.last_seen_ns(), 12);
         let orphan = super::flows(&table[..1]);
         assert_eq!(orphan[0].state(), "syn-sent");
+    }
+
+    #[test]
+    fn ipv6_halves_pair_into_flows() {
+        let v6 = |text: &str| {
+            text.parse::<std::net::Ipv6Addr>()
+                .expect("address")
+                .octets()
+        };
+        let key = NatKeyV6::new(
+            v6("2001:db8:244:1::5"),
+            v6("2001:db8:ff::1"),
+            7,
+            0,
+            proto::ICMPV6,
+            Direction::Egress,
+        );
+        let entry = NatEntryV6::new(
+            v6("2001:db8::1"),
+            3_000,
+            ORIGIN_POD,
+            FlowMarks::from_bits(0),
+            5,
+            9,
+        );
+        let mut reverse = key.peer_entry(&entry);
+        reverse.marks = FlowMarks::from_bits(FLOW_SEEN);
+        let flows = flows(&[(key, entry), (key.peer(&entry), reverse)]);
+        assert_eq!(flows.len(), 1);
+        let flow = &flows[0];
+        assert_eq!(flow.protocol_name(), "icmpv6");
+        assert_eq!(flow.source.to_string(), "[2001:db8:244:1::5]:7");
+        assert_eq!(flow.translated.to_string(), "[2001:db8::1]:3000");
+        assert_eq!(flow.state(), "replied");
     }
 }

@@ -8,14 +8,38 @@
 use std::collections::HashMap;
 
 use masq_common::{
-    layout::{MAP_FRAGS_V4, MAP_NAT_V4},
-    nat::{Direction, FRAG_LIFETIME_NS, FlowMarks, NatEntryV4, NatKeyV4, ORIGIN_INBOUND},
+    layout::MAP_FRAGS_V4,
+    nat::{Direction, FRAG_LIFETIME_NS, FlowMarks, NatEntry, NatKey, ORIGIN_INBOUND},
     timeouts::FlowTimeouts,
 };
 
-use super::{error::DatapathError, maps::DatapathMaps};
+use super::{
+    error::DatapathError,
+    maps::{DatapathMaps, NatTable},
+};
 
-/// What one collection found and did.
+/// What one collection found and did, per family.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GcReports {
+    /// The IPv4 table, and the IPv4 fragment decisions.
+    pub ipv4: GcReport,
+    /// The IPv6 table.
+    pub ipv6: GcReport,
+}
+
+impl GcReports {
+    /// Flows removed because they expired, in both families.
+    pub const fn expired(&self) -> usize {
+        self.ipv4.expired + self.ipv6.expired
+    }
+
+    /// Halves without a partner removed, in both families.
+    pub const fn orphans(&self) -> usize {
+        self.ipv4.orphans + self.ipv6.orphans
+    }
+}
+
+/// What one collection of one family's table found and did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GcReport {
     /// Flows (egress halves) in the table before collecting.
@@ -39,14 +63,30 @@ pub fn monotonic_now_ns() -> u64 {
     seconds.saturating_mul(1_000_000_000).saturating_add(nanos)
 }
 
-/// Removes expired flows and fragment decisions as of `now_ns`.
+/// Removes expired flows of both families and fragment decisions as of `now_ns`.
 pub fn collect(
     maps: &mut DatapathMaps,
     timeouts: &FlowTimeouts,
     now_ns: u64,
-) -> Result<GcReport, DatapathError> {
-    let entries = maps.nat_entries()?;
-    let table: HashMap<NatKeyV4, NatEntryV4> = entries.iter().copied().collect();
+) -> Result<GcReports, DatapathError> {
+    let mut ipv4 = collect_table::<[u8; 4]>(maps, timeouts, now_ns)?;
+    ipv4.fragments = collect_fragments(maps, now_ns)?;
+    let ipv6 = collect_table::<[u8; 16]>(maps, timeouts, now_ns)?;
+    Ok(GcReports { ipv4, ipv6 })
+}
+
+/// Removes the expired flows of one family's NAT table.
+pub fn collect_table<A: NatTable>(
+    maps: &mut DatapathMaps,
+    timeouts: &FlowTimeouts,
+    now_ns: u64,
+) -> Result<GcReport, DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    let entries = maps.nat_entries_of::<A>()?;
+    let table: HashMap<NatKey<A>, NatEntry<A>> = entries.iter().copied().collect();
     let mut report = GcReport {
         entries: table.len(),
         ..GcReport::default()
@@ -94,7 +134,12 @@ pub fn collect(
             }
         }
     }
+    Ok(report)
+}
 
+/// Removes the IPv4 fragment decisions older than a fragment may live; returns how many.
+fn collect_fragments(maps: &mut DatapathMaps, now_ns: u64) -> Result<usize, DatapathError> {
+    let mut removed = 0;
     let stale_fragments: Vec<_> = maps
         .frags_v4
         .iter()
@@ -104,11 +149,11 @@ pub fn collect(
         .collect();
     for key in stale_fragments {
         match maps.frags_v4.remove(&key) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => report.fragments += 1,
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => removed += 1,
             Err(error) => return Err(DatapathError::map("removing from", MAP_FRAGS_V4)(error)),
         }
     }
-    Ok(report)
+    Ok(removed)
 }
 
 /// The other half a half without one is judged against. An inbound UDP flow has no other half by
@@ -116,11 +161,15 @@ pub fn collect(
 /// torn down (a conflict, a failed insert): it is judged as never answered, so it goes after
 /// the short unanswered timeouts instead of holding its port for an established TCP flow's 5
 /// days.
-fn alone(entry: &NatEntryV4) -> NatEntryV4 {
+fn alone<A: NatTable>(entry: &NatEntry<A>) -> NatEntry<A>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
     if entry.origin == ORIGIN_INBOUND {
         return *entry;
     }
-    NatEntryV4 {
+    NatEntry {
         marks: FlowMarks::default(),
         last_seen_ns: 0,
         ..*entry
@@ -128,13 +177,17 @@ fn alone(entry: &NatEntryV4) -> NatEntryV4 {
 }
 
 /// Re-reads the entries of a flow and checks it is still expired.
-fn still_expired(
+fn still_expired<A: NatTable>(
     maps: &DatapathMaps,
-    key: &NatKeyV4,
+    key: &NatKey<A>,
     timeouts: &FlowTimeouts,
     now_ns: u64,
-    peer_key: Option<&NatKeyV4>,
-) -> Result<bool, DatapathError> {
+    peer_key: Option<&NatKey<A>>,
+) -> Result<bool, DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
     let Some(entry) = get(maps, key)? else {
         return Ok(false);
     };
@@ -145,18 +198,29 @@ fn still_expired(
     Ok(timeouts.expired(key.protocol, &entry, &peer, now_ns))
 }
 
-fn get(maps: &DatapathMaps, key: &NatKeyV4) -> Result<Option<NatEntryV4>, DatapathError> {
-    match maps.nat_v4.get(key, 0) {
+fn get<A: NatTable>(
+    maps: &DatapathMaps,
+    key: &NatKey<A>,
+) -> Result<Option<NatEntry<A>>, DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    match A::table(maps).get(key, 0) {
         Ok(entry) => Ok(Some(entry)),
         Err(aya::maps::MapError::KeyNotFound) => Ok(None),
-        Err(error) => Err(DatapathError::map("reading", MAP_NAT_V4)(error)),
+        Err(error) => Err(DatapathError::map("reading", A::MAP_NAME)(error)),
     }
 }
 
-fn remove(maps: &mut DatapathMaps, key: &NatKeyV4) -> Result<(), DatapathError> {
-    match maps.nat_v4.remove(key) {
+fn remove<A: NatTable>(maps: &mut DatapathMaps, key: &NatKey<A>) -> Result<(), DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    match A::table_mut(maps).remove(key) {
         Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-        Err(error) => Err(DatapathError::map("removing from", MAP_NAT_V4)(error)),
+        Err(error) => Err(DatapathError::map("removing from", A::MAP_NAME)(error)),
     }
 }
 
@@ -166,28 +230,55 @@ mod tests {
 
     use super::*;
 
-    fn half(origin: u8, marks: u8) -> NatEntryV4 {
-        NatEntryV4::new(
-            [192, 0, 2, 1],
-            2_000,
-            origin,
-            FlowMarks::from_bits(marks),
-            0,
-            0,
-        )
+    fn half<A: NatTable>(address: A, origin: u8, marks: u8) -> NatEntry<A>
+    where
+        NatKey<A>: aya::Pod,
+        NatEntry<A>: aya::Pod,
+    {
+        NatEntry::new(address, 2_000, origin, FlowMarks::from_bits(marks), 0, 0)
+    }
+
+    const fn after(seconds: u64) -> u64 {
+        seconds * 1_000_000_000
     }
 
     /// Issue 9: an egress half left without its reply half (its TCP flow marked as seen) was
-    /// held as established, 5 days.
-    #[test]
-    fn a_half_left_alone_goes_after_the_unanswered_timeout() {
+    /// held as established, 5 days. Both families are judged alike.
+    fn a_half_left_alone_goes_after_the_unanswered_timeout<A: NatTable>(address: A)
+    where
+        NatKey<A>: aya::Pod,
+        NatEntry<A>: aya::Pod,
+    {
         let timeouts = FlowTimeouts::LINUX_DEFAULTS;
-        let orphan = half(ORIGIN_POD, FLOW_SEEN);
-        let after = |seconds: u64| seconds * 1_000_000_000;
+        let orphan = half(address, ORIGIN_POD, FLOW_SEEN);
         assert!(!timeouts.expired(proto::TCP, &orphan, &alone(&orphan), after(119)));
         assert!(timeouts.expired(proto::TCP, &orphan, &alone(&orphan), after(121)));
         // An inbound UDP flow is one entry by design, and keeps what it saw.
-        let inbound = half(ORIGIN_INBOUND, FLOW_SEEN);
+        let inbound = half(address, ORIGIN_INBOUND, FLOW_SEEN);
         assert_eq!(alone(&inbound), inbound);
+    }
+
+    #[test]
+    fn an_ipv4_half_left_alone_goes_after_the_unanswered_timeout() {
+        a_half_left_alone_goes_after_the_unanswered_timeout([192, 0, 2, 1]);
+    }
+
+    #[test]
+    fn an_ipv6_half_left_alone_goes_after_the_unanswered_timeout() {
+        let address = "2001:db8::1"
+            .parse::<std::net::Ipv6Addr>()
+            .expect("address");
+        a_half_left_alone_goes_after_the_unanswered_timeout(address.octets());
+    }
+
+    #[test]
+    fn an_icmpv6_echo_lives_as_long_as_an_icmp_echo() {
+        let timeouts = FlowTimeouts::LINUX_DEFAULTS;
+        let v6 = half([0x20; 16], ORIGIN_POD, FLOW_SEEN);
+        let v4 = half([192, 0, 2, 1], ORIGIN_POD, FLOW_SEEN);
+        assert_eq!(
+            timeouts.idle_limit(proto::ICMPV6, &v6, &v6),
+            timeouts.idle_limit(proto::ICMP, &v4, &v4)
+        );
     }
 }

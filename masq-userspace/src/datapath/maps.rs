@@ -1,6 +1,11 @@
 //! Typed handles on the datapath maps, whether freshly loaded or adopted from pins.
 
-use std::path::Path;
+use std::{
+    collections::BTreeMap,
+    net::{Ipv4Addr, Ipv6Addr},
+    os::fd::{AsFd as _, BorrowedFd, OwnedFd},
+    path::Path,
+};
 
 use aya::{
     Ebpf,
@@ -13,7 +18,10 @@ use masq_common::{
         MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS,
         MapMeta, UPLINK_INDEX_SLOTS, Uplink, UplinkSlot,
     },
-    nat::{FragEntryV4, FragKeyV4, NatEntryV4, NatEntryV6, NatKeyV4, NatKeyV6},
+    nat::{
+        Address, FragEntryV4, FragKeyV4, NatEntry, NatEntryV4, NatEntryV6, NatKey, NatKeyV4,
+        NatKeyV6,
+    },
     settings::Settings,
 };
 
@@ -45,14 +53,131 @@ pub struct DatapathMaps {
     pub nat_v6: HashMap<MapData, NatKeyV6, NatEntryV6>,
     /// Per-CPU IPv6 packet counters.
     pub counters_v6: PerCpuArray<MapData, u64>,
-    /// The NAT table's own descriptor, for batch reads (aya's typed map does not lend its).
-    nat_fd: std::os::fd::OwnedFd,
+    /// The NAT tables' own descriptors, for batch reads (aya's typed map does not lend its).
+    nat_fd: OwnedFd,
+    nat_v6_fd: OwnedFd,
     nat_capacity: u32,
+    nat_v6_capacity: u32,
     nomasq_capacity: u32,
-    /// What the last successful trie sync wrote (see `sync::TrieView`); `None` when unknown.
-    pub(crate) nomasq_last_synced:
-        Option<std::collections::BTreeMap<(std::net::Ipv4Addr, u8), u32>>,
+    nomasq_v6_capacity: u32,
+    /// What the last successful IPv4 trie sync wrote (see `sync::TrieView`); `None` when
+    /// unknown.
+    pub(crate) nomasq_last_synced: Option<BTreeMap<(Ipv4Addr, u8), u32>>,
+    /// The same for the IPv6 trie.
+    pub(crate) nomasq_v6_last_synced: Option<BTreeMap<(Ipv6Addr, u8), u32>>,
 }
+
+/// A NAT table's entries, both halves of every flow.
+pub type NatSnapshot<A> = Vec<(NatKey<A>, NatEntry<A>)>;
+
+/// A non-masquerade trie's entries as ((address, prefix length), `NOMASQ_KIND_*`).
+pub type TrieEntries<A> = Vec<((A, u8), u32)>;
+
+/// An address family's NAT table, so that reading and collecting it is written once for both
+/// families. Implemented for the addresses as the tables store them.
+pub trait NatTable: Address
+where
+    NatKey<Self>: aya::Pod,
+    NatEntry<Self>: aya::Pod,
+{
+    /// The table's map name.
+    const MAP_NAME: &'static str;
+    /// The family's table.
+    fn table(maps: &DatapathMaps) -> &HashMap<MapData, NatKey<Self>, NatEntry<Self>>;
+    /// The family's table, for deleting.
+    fn table_mut(maps: &mut DatapathMaps) -> &mut HashMap<MapData, NatKey<Self>, NatEntry<Self>>;
+    /// The table's descriptor, for batch reads.
+    fn table_fd(maps: &DatapathMaps) -> BorrowedFd<'_>;
+}
+
+/// Implements [`NatTable`] for one family's address: its table, and the table's descriptor.
+macro_rules! nat_table {
+    ($address:ty, $map_name:expr, $table:ident, $fd:ident) => {
+        impl NatTable for $address {
+            const MAP_NAME: &'static str = $map_name;
+            fn table(maps: &DatapathMaps) -> &HashMap<MapData, NatKey<Self>, NatEntry<Self>> {
+                &maps.$table
+            }
+            fn table_mut(
+                maps: &mut DatapathMaps,
+            ) -> &mut HashMap<MapData, NatKey<Self>, NatEntry<Self>> {
+                &mut maps.$table
+            }
+            fn table_fd(maps: &DatapathMaps) -> BorrowedFd<'_> {
+                maps.$fd.as_fd()
+            }
+        }
+    };
+}
+
+nat_table!([u8; 4], MAP_NAT_V4, nat_v4, nat_fd);
+nat_table!([u8; 16], MAP_NAT_V6, nat_v6, nat_v6_fd);
+
+/// An address family's non-masquerade trie, so that syncing and reading it is written once
+/// for both families.
+pub trait NomasqTrie: Copy + Ord + std::fmt::Display + 'static {
+    /// The trie's key data: the address in network byte order.
+    type Octets: aya::Pod;
+    /// The trie's map name.
+    const MAP_NAME: &'static str;
+    /// The address as the trie stores it.
+    fn octets(self) -> Self::Octets;
+    /// The address the trie stores as `octets`.
+    fn from_octets(octets: Self::Octets) -> Self;
+    /// The family's trie.
+    fn trie(maps: &DatapathMaps) -> &LpmTrie<MapData, Self::Octets, u32>;
+    /// The family's trie, for writing.
+    fn trie_mut(maps: &mut DatapathMaps) -> &mut LpmTrie<MapData, Self::Octets, u32>;
+    /// Its capacity as the kernel reports it.
+    fn capacity(maps: &DatapathMaps) -> u32;
+    /// What the last successful sync wrote.
+    fn last_synced(maps: &mut DatapathMaps) -> &mut Option<BTreeMap<(Self, u8), u32>>;
+}
+
+/// Implements [`NomasqTrie`] for one family's address: its trie, capacity and last sync.
+macro_rules! nomasq_trie {
+    ($address:ty, $octets:ty, $map_name:expr, $trie:ident, $capacity:ident, $last:ident) => {
+        impl NomasqTrie for $address {
+            type Octets = $octets;
+            const MAP_NAME: &'static str = $map_name;
+            fn octets(self) -> $octets {
+                Self::octets(&self)
+            }
+            fn from_octets(octets: $octets) -> Self {
+                Self::from(octets)
+            }
+            fn trie(maps: &DatapathMaps) -> &LpmTrie<MapData, $octets, u32> {
+                &maps.$trie
+            }
+            fn trie_mut(maps: &mut DatapathMaps) -> &mut LpmTrie<MapData, $octets, u32> {
+                &mut maps.$trie
+            }
+            fn capacity(maps: &DatapathMaps) -> u32 {
+                maps.$capacity
+            }
+            fn last_synced(maps: &mut DatapathMaps) -> &mut Option<BTreeMap<(Self, u8), u32>> {
+                &mut maps.$last
+            }
+        }
+    };
+}
+
+nomasq_trie!(
+    Ipv4Addr,
+    [u8; 4],
+    MAP_NOMASQ_V4,
+    nomasq_v4,
+    nomasq_capacity,
+    nomasq_last_synced
+);
+nomasq_trie!(
+    Ipv6Addr,
+    [u8; 16],
+    MAP_NOMASQ_V6,
+    nomasq_v6,
+    nomasq_v6_capacity,
+    nomasq_v6_last_synced
+);
 
 impl std::fmt::Debug for DatapathMaps {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -72,6 +197,40 @@ where
     T: TryFrom<Map, Error = MapError>,
 {
     T::try_from(map).map_err(DatapathError::map("opening", name))
+}
+
+/// A NAT table's capacity as the kernel reports it, and a descriptor of its own.
+fn nat_table_info(map: &Map, name: &'static str) -> Result<(u32, OwnedFd), DatapathError> {
+    match map {
+        Map::LruHashMap(data) | Map::HashMap(data) => Ok((
+            data.info()
+                .map_err(DatapathError::map("inspecting", name))?
+                .max_entries(),
+            data.fd().as_fd().try_clone_to_owned().map_err(|io_error| {
+                DatapathError::map("opening", name)(MapError::SyscallError(
+                    aya::sys::SyscallError {
+                        call: "dup",
+                        io_error,
+                    },
+                ))
+            })?,
+        )),
+        _ => Err(DatapathError::map("opening", name)(
+            MapError::InvalidMapType { map_type: 0 },
+        )),
+    }
+}
+
+/// The capacity of a trie as the kernel reports it (0 for a map of another type, which
+/// opening it as a trie then refuses).
+fn trie_capacity(map: &Map, name: &'static str) -> Result<u32, DatapathError> {
+    match map {
+        Map::LpmTrie(data) => Ok(data
+            .info()
+            .map_err(DatapathError::map("inspecting", name))?
+            .max_entries()),
+        _ => Ok(0),
+    }
 }
 
 fn from_pin(dir: &Path, name: &'static str) -> Result<Map, DatapathError> {
@@ -98,36 +257,13 @@ impl DatapathMaps {
         mut get: impl FnMut(&'static str) -> Result<Map, DatapathError>,
     ) -> Result<Self, DatapathError> {
         let nat = get(MAP_NAT_V4)?;
-        let (nat_capacity, nat_fd) = match &nat {
-            Map::LruHashMap(data) | Map::HashMap(data) => (
-                data.info()
-                    .map_err(DatapathError::map("inspecting", MAP_NAT_V4))?
-                    .max_entries(),
-                std::os::fd::AsFd::as_fd(data.fd())
-                    .try_clone_to_owned()
-                    .map_err(|io_error| {
-                        DatapathError::map("opening", MAP_NAT_V4)(MapError::SyscallError(
-                            aya::sys::SyscallError {
-                                call: "dup",
-                                io_error,
-                            },
-                        ))
-                    })?,
-            ),
-            _ => {
-                return Err(DatapathError::map("opening", MAP_NAT_V4)(
-                    MapError::InvalidMapType { map_type: 0 },
-                ));
-            }
-        };
+        let (nat_capacity, nat_fd) = nat_table_info(&nat, MAP_NAT_V4)?;
+        let nat_v6 = get(MAP_NAT_V6)?;
+        let (nat_v6_capacity, nat_v6_fd) = nat_table_info(&nat_v6, MAP_NAT_V6)?;
         let nomasq = get(MAP_NOMASQ_V4)?;
-        let nomasq_capacity = match &nomasq {
-            Map::LpmTrie(data) => data
-                .info()
-                .map_err(DatapathError::map("inspecting", MAP_NOMASQ_V4))?
-                .max_entries(),
-            _ => 0,
-        };
+        let nomasq_capacity = trie_capacity(&nomasq, MAP_NOMASQ_V4)?;
+        let nomasq_v6 = get(MAP_NOMASQ_V6)?;
+        let nomasq_v6_capacity = trie_capacity(&nomasq_v6, MAP_NOMASQ_V6)?;
         Ok(Self {
             meta: typed(get(MAP_META)?, MAP_META)?,
             settings: typed(get(MAP_SETTINGS)?, MAP_SETTINGS)?,
@@ -141,10 +277,14 @@ impl DatapathMaps {
             frags_v4: typed(get(MAP_FRAGS_V4)?, MAP_FRAGS_V4)?,
             counters: typed(get(MAP_COUNTERS)?, MAP_COUNTERS)?,
             alloc_retries: typed(get(MAP_ALLOC_RETRIES)?, MAP_ALLOC_RETRIES)?,
-            nomasq_v6: typed(get(MAP_NOMASQ_V6)?, MAP_NOMASQ_V6)?,
-            nat_v6: typed(get(MAP_NAT_V6)?, MAP_NAT_V6)?,
+            nomasq_v6: typed(nomasq_v6, MAP_NOMASQ_V6)?,
+            nomasq_v6_capacity,
+            nat_v6: typed(nat_v6, MAP_NAT_V6)?,
+            nat_v6_fd,
+            nat_v6_capacity,
             counters_v6: typed(get(MAP_COUNTERS_V6)?, MAP_COUNTERS_V6)?,
             nomasq_last_synced: None,
+            nomasq_v6_last_synced: None,
         })
     }
 
@@ -227,11 +367,25 @@ impl DatapathMaps {
         self.nat_capacity
     }
 
+    /// Capacity of the IPv6 NAT table as the kernel reports it (1 when created without
+    /// IPv6).
+    pub const fn nat_v6_capacity(&self) -> u32 {
+        self.nat_v6_capacity
+    }
+
     /// Every counter summed over all CPUs, in index order.
     pub fn counter_totals(&self) -> Result<Vec<(Counter, u64)>, DatapathError> {
         Counter::ALL
             .iter()
             .map(|&counter| Ok((counter, self.counter(counter)?)))
+            .collect()
+    }
+
+    /// Every IPv6 counter summed over all CPUs, in index order.
+    pub fn counter_totals_v6(&self) -> Result<Vec<(Counter, u64)>, DatapathError> {
+        Counter::ALL
+            .iter()
+            .map(|&counter| Ok((counter, self.counter_v6(counter)?)))
             .collect()
     }
 
@@ -270,19 +424,36 @@ impl DatapathMaps {
     /// A snapshot of the NAT table, read in batches. Entries created or deleted during the read
     /// may be missed.
     pub fn nat_entries(&self) -> Result<Vec<(NatKeyV4, NatEntryV4)>, DatapathError> {
-        use std::os::fd::AsFd as _;
-        super::batch::lookup_all(self.nat_fd.as_fd())
-            .map_err(DatapathError::map("reading", MAP_NAT_V4))
+        self.nat_entries_of::<[u8; 4]>()
     }
 
-    /// The non-masquerade trie's entries as (address, prefix length, kind).
+    /// A snapshot of a family's NAT table, read in batches (see [`Self::nat_entries`]).
+    pub fn nat_entries_of<A: NatTable>(&self) -> Result<NatSnapshot<A>, DatapathError>
+    where
+        NatKey<A>: aya::Pod,
+        NatEntry<A>: aya::Pod,
+    {
+        super::batch::lookup_all(A::table_fd(self))
+            .map_err(DatapathError::map("reading", A::MAP_NAME))
+    }
+
+    /// The IPv4 non-masquerade trie's entries as (address, prefix length, kind).
     pub fn nomasq_entries(&self) -> Result<Vec<([u8; 4], u8, u32)>, DatapathError> {
+        Ok(self
+            .trie_entries::<Ipv4Addr>()?
+            .into_iter()
+            .map(|((addr, prefix), kind)| (addr.octets(), prefix, kind))
+            .collect())
+    }
+
+    /// A family's non-masquerade trie entries as ((address, prefix length), kind).
+    pub fn trie_entries<A: NomasqTrie>(&self) -> Result<TrieEntries<A>, DatapathError> {
         let mut entries = Vec::new();
-        for item in self.nomasq_v4.iter() {
-            let (key, kind): (Key<[u8; 4]>, u32) =
-                item.map_err(DatapathError::map("walking", MAP_NOMASQ_V4))?;
+        for item in A::trie(self).iter() {
+            let (key, kind): (Key<A::Octets>, u32) =
+                item.map_err(DatapathError::map("walking", A::MAP_NAME))?;
             let prefix = u8::try_from(key.prefix_len()).unwrap_or(u8::MAX);
-            entries.push((key.data(), prefix, kind));
+            entries.push(((A::from_octets(key.data()), prefix), kind));
         }
         Ok(entries)
     }

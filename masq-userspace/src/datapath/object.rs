@@ -30,9 +30,10 @@ pub struct LoadOptions {
     pub nat_max_entries: u32,
     /// Capacity of the non-masquerade trie in entries.
     pub nomasq_max_entries: u32,
-    /// Where the trie is pinned when not with the other maps (a resized trie is built in the
-    /// staging directory and then renamed over the old one).
-    pub trie_pin_dir: Option<PathBuf>,
+    /// Maps pinned in another directory than the others: replacements (a resized trie, IPv6
+    /// maps sized for translation) are built in the staging directory, then renamed over the
+    /// old pins.
+    pub staged: Option<StagedMaps>,
     /// Directory whose pinned maps are reused, and where new maps are pinned. `None` creates
     /// private maps that vanish with the process (tests, benchmarks).
     pub pin_dir: Option<PathBuf>,
@@ -49,12 +50,22 @@ impl Default for LoadOptions {
         Self {
             nat_max_entries: NAT_V4_DEFAULT_MAX_ENTRIES,
             nomasq_max_entries: NOMASQ_V4_MAX_ENTRIES,
-            trie_pin_dir: None,
+            staged: None,
             pin_dir: None,
             debug_log: false,
             ipv6: false,
         }
     }
+}
+
+/// Maps created afresh in a directory of their own, to be renamed over their pinned
+/// predecessors once complete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StagedMaps {
+    /// Where they are pinned.
+    pub dir: PathBuf,
+    /// Which maps.
+    pub names: Vec<&'static str>,
 }
 
 /// aya-log's runtime level global in the eBPF object.
@@ -103,8 +114,8 @@ impl Datapath {
         loader.override_global(LOG_LEVEL_GLOBAL, &log_level, true);
         if let Some(dir) = &options.pin_dir {
             for name in ALL_MAPS {
-                let dir = match &options.trie_pin_dir {
-                    Some(trie_dir) if name == MAP_NOMASQ_V4 => trie_dir,
+                let dir = match &options.staged {
+                    Some(staged) if staged.names.contains(&name) => &staged.dir,
                     _ => dir,
                 };
                 loader.map_pin_path(name, dir.join(name));

@@ -67,6 +67,11 @@ pub enum PinnedState {
         nat_max_entries: u32,
         /// Capacity the non-masquerade trie was created with.
         nomasq_max_entries: u32,
+        /// Capacity the IPv6 NAT table was created with (`IPV6_DISABLED_ENTRIES` by an agent
+        /// without `--enable-ipv6`).
+        nat_v6_max_entries: u32,
+        /// Capacity the IPv6 non-masquerade trie was created with.
+        nomasq_v6_max_entries: u32,
     },
     /// Pins this version must not adopt, and why.
     Incompatible(String),
@@ -284,8 +289,8 @@ impl PinDir {
                 missing.join(", ")
             )));
         }
-        let mut nat_max_entries = 0;
-        let mut nomasq_max_entries = 0;
+        let (mut nat_max_entries, mut nomasq_max_entries) = (0, 0);
+        let (mut nat_v6_max_entries, mut nomasq_v6_max_entries) = (0, 0);
         for expected in expected_maps() {
             let path = self.map(expected.name);
             let info = MapInfo::from_pin(&path)
@@ -322,6 +327,8 @@ impl PinDir {
             match expected.name {
                 MAP_NAT_V4 => nat_max_entries = info.max_entries(),
                 MAP_NOMASQ_V4 => nomasq_max_entries = info.max_entries(),
+                MAP_NAT_V6 => nat_v6_max_entries = info.max_entries(),
+                MAP_NOMASQ_V6 => nomasq_v6_max_entries = info.max_entries(),
                 _ => {}
             }
         }
@@ -335,6 +342,8 @@ impl PinDir {
         Ok(PinnedState::Compatible {
             nat_max_entries,
             nomasq_max_entries,
+            nat_v6_max_entries,
+            nomasq_v6_max_entries,
         })
     }
 
@@ -411,11 +420,6 @@ impl PinDir {
         Ok(true)
     }
 
-    /// Replaces the pinned trie by the one staged beside it (a rename: atomic).
-    pub fn publish_trie(&self) -> Result<(), DatapathError> {
-        self.publish_staged(&[MAP_NOMASQ_V4])
-    }
-
     /// Moves a complete map set from the staging directory into the pin directory, the layout
     /// record last: a kill at any instant leaves either no record (leftovers the next start
     /// removes) or a complete set it adopts.
@@ -429,9 +433,9 @@ impl PinDir {
         self.publish_staged(&order)
     }
 
-    /// Renames the staged maps `names`, in order, into the pin directory, then removes the
-    /// staging directory.
-    fn publish_staged(&self, names: &[&str]) -> Result<(), DatapathError> {
+    /// Renames the staged maps `names`, in order, into the pin directory (each rename replaces
+    /// a pin atomically), then removes the staging directory.
+    pub fn publish_staged(&self, names: &[&str]) -> Result<(), DatapathError> {
         let staging = self.staging();
         for name in names {
             let from = staging.join(name);

@@ -1,15 +1,17 @@
 //! Bringing the datapath maps in line with the policy and the agent's settings.
 
-use std::{cmp::Ordering, collections::BTreeMap, net::Ipv4Addr};
+use std::{cmp::Ordering, collections::BTreeMap};
 
 use aya::maps::lpm_trie::Key;
 use masq_common::{
-    layout::MAP_NOMASQ_V4,
     ports::PortRange,
     settings::{MAX_PORT_RANGES, SETTING_ENABLED, SETTING_RANDOM_FULLY, Settings},
 };
 
-use super::{error::DatapathError, maps::DatapathMaps};
+use super::{
+    error::DatapathError,
+    maps::{DatapathMaps, NomasqTrie},
+};
 
 /// What a trie sync changed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,27 +56,23 @@ pub fn check_trie_capacity(needed: usize, capacity: u32) -> Result<(), TrieCapac
     Ok(())
 }
 
-/// Makes the non-masquerade trie hold exactly `desired`, or, if the kernel refuses a change
+/// Makes a family's non-masquerade trie hold exactly `desired`, or, if the kernel refuses a change
 /// half-way, exactly what it held before: a config is applied whole or not at all.
 ///
 /// New and changed entries are written before stale ones are deleted, so a destination that is
 /// exempt under both the old and the new config is exempt at every instant of the change: no
 /// packet is masqueraded by mistake while the trie is in flux. Only when old and new together
 /// exceed the trie's capacity are the stale entries deleted before the last additions.
-pub fn sync_nomasq(
+pub fn sync_nomasq<A: NomasqTrie>(
     maps: &mut DatapathMaps,
-    desired: &BTreeMap<(Ipv4Addr, u8), u32>,
+    desired: &BTreeMap<(A, u8), u32>,
     view: TrieView,
 ) -> Result<TrieSync, DatapathError> {
-    let capacity = maps.nomasq_v4_capacity();
+    let capacity = A::capacity(maps);
     check_trie_capacity(desired.len(), capacity)?;
-    let current = match (view, maps.nomasq_last_synced.take()) {
+    let current: BTreeMap<(A, u8), u32> = match (view, A::last_synced(maps).take()) {
         (TrieView::LastSynced, Some(last)) => last,
-        _ => maps
-            .nomasq_entries()?
-            .into_iter()
-            .map(|(addr, prefix, kind)| ((Ipv4Addr::from(addr), prefix), kind))
-            .collect(),
+        _ => maps.trie_entries::<A>()?.into_iter().collect(),
     };
     // Both maps are sorted: one walk over the two finds what to write and what to delete, so
     // a small change to a large list costs no lookups per entry.
@@ -123,7 +121,7 @@ pub fn sync_nomasq(
             "the old and new non-masquerade entries together exceed the trie: stale entries are removed before the last additions"
         );
     }
-    let mut journal = Journal::default();
+    let mut journal = Journal { undo: Vec::new() };
     let applied = (|| {
         for &(key, kind) in &early {
             journal.write(maps, key, kind, current.get(&key).copied())?;
@@ -144,7 +142,7 @@ pub fn sync_nomasq(
                 synced.remove(key);
             }
             synced.extend(changes);
-            maps.nomasq_last_synced = Some(synced);
+            *A::last_synced(maps) = Some(synced);
             Ok(report)
         }
         // The undo may fail too: the next sync reads what the kernel holds.
@@ -156,27 +154,26 @@ pub fn sync_nomasq(
 }
 
 /// The trie changes made so far, to be undone if a later one fails.
-#[derive(Default)]
-struct Journal {
+struct Journal<A> {
     /// (entry, its value before the change, if it had one).
-    undo: Vec<((Ipv4Addr, u8), Option<u32>)>,
+    undo: Vec<((A, u8), Option<u32>)>,
 }
 
-fn trie_key((addr, prefix): (Ipv4Addr, u8)) -> Key<[u8; 4]> {
+fn trie_key<A: NomasqTrie>((addr, prefix): (A, u8)) -> Key<A::Octets> {
     Key::new(u32::from(prefix), addr.octets())
 }
 
-impl Journal {
+impl<A: NomasqTrie> Journal<A> {
     fn write(
         &mut self,
         maps: &mut DatapathMaps,
-        key: (Ipv4Addr, u8),
+        key: (A, u8),
         kind: u32,
         before: Option<u32>,
     ) -> Result<(), DatapathError> {
-        maps.nomasq_v4
+        A::trie_mut(maps)
             .insert(&trie_key(key), kind, 0)
-            .map_err(DatapathError::map("inserting into", MAP_NOMASQ_V4))?;
+            .map_err(DatapathError::map("inserting into", A::MAP_NAME))?;
         self.undo.push((key, before));
         Ok(())
     }
@@ -184,12 +181,12 @@ impl Journal {
     fn remove(
         &mut self,
         maps: &mut DatapathMaps,
-        key: (Ipv4Addr, u8),
+        key: (A, u8),
         before: Option<u32>,
     ) -> Result<(), DatapathError> {
-        maps.nomasq_v4
+        A::trie_mut(maps)
             .remove(&trie_key(key))
-            .map_err(DatapathError::map("removing from", MAP_NOMASQ_V4))?;
+            .map_err(DatapathError::map("removing from", A::MAP_NAME))?;
         self.undo.push((key, before));
         Ok(())
     }
@@ -197,9 +194,10 @@ impl Journal {
     /// Puts every changed entry back as it was, newest change first.
     fn undo(self, maps: &mut DatapathMaps) {
         for (key, before) in self.undo.into_iter().rev() {
+            let trie = A::trie_mut(maps);
             let restored = match before {
-                Some(kind) => maps.nomasq_v4.insert(&trie_key(key), kind, 0),
-                None => maps.nomasq_v4.remove(&trie_key(key)),
+                Some(kind) => trie.insert(&trie_key(key), kind, 0),
+                None => trie.remove(&trie_key(key)),
             };
             if let Err(error) = restored {
                 tracing::error!(cidr = %format!("{}/{}", key.0, key.1), %error, "could not undo a trie change; the next resync repairs it");

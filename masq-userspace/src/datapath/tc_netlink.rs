@@ -473,6 +473,19 @@ impl TcMsg {
     }
 }
 
+/// The start of a netlink request: an `nlmsghdr` whose length is left at 0 for the caller to
+/// fill in once the message is complete. The port id stays 0 so the kernel fills in the one it
+/// assigned to the socket.
+pub(crate) fn netlink_header(message_type: u16, flags: u16, seq: u32) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(64);
+    buf.extend_from_slice(&0_u32.to_ne_bytes());
+    buf.extend_from_slice(&message_type.to_ne_bytes());
+    buf.extend_from_slice(&flags.to_ne_bytes());
+    buf.extend_from_slice(&seq.to_ne_bytes());
+    buf.extend_from_slice(&0_u32.to_ne_bytes());
+    buf
+}
+
 /// A request being built: `nlmsghdr`, `tcmsg`, attributes.
 #[derive(Debug)]
 struct Request {
@@ -481,14 +494,8 @@ struct Request {
 
 impl Request {
     fn new(message_type: u16, flags: u16, tcmsg: TcMsg) -> Self {
-        let mut buf = Vec::with_capacity(64);
-        // Length and sequence number are filled in by `finish`; the port id stays 0 so the
-        // kernel fills in the one it assigned to the socket.
-        buf.extend_from_slice(&0_u32.to_ne_bytes());
-        buf.extend_from_slice(&message_type.to_ne_bytes());
-        buf.extend_from_slice(&flags.to_ne_bytes());
-        buf.extend_from_slice(&0_u32.to_ne_bytes());
-        buf.extend_from_slice(&0_u32.to_ne_bytes());
+        // Length and sequence number are filled in by `finish`.
+        let mut buf = netlink_header(message_type, flags, 0);
         tcmsg.encode_into(&mut buf);
         Self { buf }
     }

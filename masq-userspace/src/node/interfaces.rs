@@ -8,7 +8,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs, io,
-    net::Ipv4Addr,
+    net::{Ipv4Addr, Ipv6Addr},
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
 };
 
@@ -321,21 +321,209 @@ pub fn interface_index(interface: &str) -> Result<u32, InterfaceError> {
 /// The primary IPv4 address of `interface` (the first the kernel lists).
 pub fn primary_ipv4(interface: &str) -> Result<Ipv4Addr, InterfaceError> {
     interface_index(interface)?;
-    getifaddrs()
-        .map_err(InterfaceError::Addresses)?
-        .filter(|address| address.interface_name == interface)
-        .find_map(|address| {
-            address.address.and_then(|sockaddr| {
-                sockaddr
-                    .as_sockaddr_in()
-                    .map(nix::sys::socket::SockaddrIn::ip)
-            })
-        })
-        .ok_or_else(|| InterfaceError::NoAddress(interface.to_owned()))
+    addresses_of(interface, |sockaddr| {
+        sockaddr
+            .as_sockaddr_in()
+            .map(nix::sys::socket::SockaddrIn::ip)
+    })?
+    .into_iter()
+    .next()
+    .ok_or_else(|| InterfaceError::NoAddress(interface.to_owned()))
 }
 
-/// A netlink socket subscribed to link, IPv4 address and IPv4 route changes: the events that
-/// can change which interfaces carry traffic out of the node, or the address of one.
+/// The addresses of `interface` that `family` picks out, in the order the kernel lists them.
+fn addresses_of<A>(
+    interface: &str,
+    family: impl Fn(&nix::sys::socket::SockaddrStorage) -> Option<A>,
+) -> Result<Vec<A>, InterfaceError> {
+    Ok(getifaddrs()
+        .map_err(InterfaceError::Addresses)?
+        .filter(|address| address.interface_name == interface)
+        .filter_map(|address| address.address.as_ref().and_then(&family))
+        .collect())
+}
+
+/// One IPv6 address of an interface as `/proc/net/if_inet6` lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv6AddressState {
+    /// The address.
+    pub address: Ipv6Addr,
+    /// The kernel's scope: `RT_SCOPE_UNIVERSE` (0) for a global address.
+    pub scope: u8,
+    /// The low byte of its `IFA_F_*` flags.
+    pub flags: u8,
+}
+
+impl Ipv6AddressState {
+    /// Whether the kernel would use it as a source towards another network: global, past
+    /// duplicate address detection and not deprecated (an address past its preferred lifetime,
+    /// or one the operator marked `preferred_lft 0`, is not chosen for new connections).
+    pub const fn usable_as_source(&self) -> bool {
+        const RT_SCOPE_UNIVERSE: u8 = 0;
+        const IFA_F_DADFAILED: u8 = 0x08;
+        const IFA_F_DEPRECATED: u8 = 0x20;
+        const IFA_F_TENTATIVE: u8 = 0x40;
+        self.scope == RT_SCOPE_UNIVERSE
+            && self.flags & (IFA_F_DADFAILED | IFA_F_DEPRECATED | IFA_F_TENTATIVE) == 0
+    }
+}
+
+/// Parses `/proc/net/if_inet6`: `address ifindex prefix_len scope flags name`, hex fields.
+fn ipv6_addresses_in(table: &str, interface: &str) -> Vec<Ipv6AddressState> {
+    table
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(5) != Some(&interface) {
+                return None;
+            }
+            let address = u128::from_str_radix(fields.first()?, 16).ok()?;
+            Some(Ipv6AddressState {
+                address: Ipv6Addr::from(address),
+                scope: u8::from_str_radix(fields.get(3)?, 16).ok()?,
+                flags: u8::from_str_radix(fields.get(4)?, 16).ok()?,
+            })
+        })
+        .collect()
+}
+
+/// The address IPv6 traffic leaving by an interface is masqueraded to when the kernel routes no
+/// global destination by it: the first usable global address in the interface's own order
+/// (`listed`, newest first, the order in which the kernel's source selection breaks ties),
+/// else the lowest usable one. `None` when it has none.
+pub fn choose_snat_ipv6(listed: &[Ipv6Addr], states: &[Ipv6AddressState]) -> Option<Ipv6Addr> {
+    let usable: BTreeSet<Ipv6Addr> = states
+        .iter()
+        .filter(|state| state.usable_as_source())
+        .map(|state| state.address)
+        .collect();
+    listed
+        .iter()
+        .copied()
+        .find(|address| usable.contains(address))
+        .or_else(|| usable.first().copied())
+}
+
+/// The global IPv6 address masqueraded IPv6 traffic leaving by `interface` gets, if it has one
+/// the kernel would use as a source: the kernel's own choice for a global destination by that
+/// interface (`ip -6 route get 2000::1 oif IFACE`) when it routes one there, else see
+/// [`choose_snat_ipv6`].
+pub fn snat_ipv6(interface: &str) -> Result<Option<Ipv6Addr>, InterfaceError> {
+    // No IPv6 on the node (disabled in the kernel) reads as no address.
+    let table = fs::read_to_string("/proc/self/net/if_inet6").unwrap_or_default();
+    let states = ipv6_addresses_in(&table, interface);
+    if states.is_empty() {
+        return Ok(None);
+    }
+    let usable = |address: &Ipv6Addr| {
+        states
+            .iter()
+            .any(|state| state.address == *address && state.usable_as_source())
+    };
+    let kernel_choice = interface_index(interface)
+        .ok()
+        .and_then(|ifindex| kernel_ipv6_source(ifindex, GLOBAL_PROBE).ok().flatten());
+    if let Some(source) = kernel_choice.filter(usable) {
+        return Ok(Some(source));
+    }
+    let listed = addresses_of(interface, |sockaddr| {
+        sockaddr
+            .as_sockaddr_in6()
+            .map(nix::sys::socket::SockaddrIn6::ip)
+    })?;
+    Ok(choose_snat_ipv6(&listed, &states))
+}
+
+/// A global unicast destination (2000::/3) to ask the kernel's source choice for: no packet is
+/// sent to it.
+const GLOBAL_PROBE: Ipv6Addr = Ipv6Addr::new(0x2000, 0, 0, 0, 0, 0, 0, 1);
+
+/// The source address the kernel picks for `destination` leaving by interface `ifindex`
+/// (`RTM_GETROUTE` with `RTA_OIF`, answered with `RTA_PREFSRC`); `None` when it has no route
+/// there. Needs no capability.
+fn kernel_ipv6_source(ifindex: u32, destination: Ipv6Addr) -> io::Result<Option<Ipv6Addr>> {
+    use nix::sys::socket::{
+        AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, send,
+        setsockopt, socket, sockopt,
+    };
+    const RTM_GETROUTE: u16 = 26;
+    const NLM_F_REQUEST: u16 = 0x01;
+    const RTA_DST: u16 = 1;
+    const RTA_OIF: u16 = 4;
+    let socket = socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkRoute,
+    )?;
+    bind(socket.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
+    setsockopt(
+        &socket,
+        sockopt::ReceiveTimeout,
+        &nix::sys::time::TimeVal::new(1, 0),
+    )?;
+    let mut request = crate::datapath::tc_netlink::netlink_header(RTM_GETROUTE, NLM_F_REQUEST, 1);
+    // rtmsg: family, dst_len (a host route), then zeroes (src_len, tos, table, protocol,
+    // scope, type, flags).
+    request.extend_from_slice(&[libc::AF_INET6 as u8, 128, 0, 0, 0, 0, 0, 0]);
+    request.extend_from_slice(&0_u32.to_ne_bytes());
+    for (kind, value) in [
+        (RTA_DST, destination.octets().to_vec()),
+        (RTA_OIF, ifindex.to_ne_bytes().to_vec()),
+    ] {
+        let length = u16::try_from(4 + value.len()).map_err(io::Error::other)?;
+        request.extend_from_slice(&length.to_ne_bytes());
+        request.extend_from_slice(&kind.to_ne_bytes());
+        request.extend_from_slice(&value);
+    }
+    let length = u32::try_from(request.len()).map_err(io::Error::other)?;
+    request[..4].copy_from_slice(&length.to_ne_bytes());
+    send(socket.as_raw_fd(), &request, MsgFlags::empty())?;
+    let mut reply = vec![0_u8; 4096];
+    let read = recv(socket.as_raw_fd(), &mut reply, MsgFlags::empty())?;
+    Ok(reply.get(..read).and_then(preferred_source_in))
+}
+
+/// `RTA_PREFSRC` of the `RTM_NEWROUTE` answer in `reply`; `None` for an error answer (no route)
+/// or a route without one.
+fn preferred_source_in(reply: &[u8]) -> Option<Ipv6Addr> {
+    const RTM_NEWROUTE: u16 = 24;
+    const RTA_PREFSRC: u16 = 7;
+    const NLMSG_HEADER: usize = 16;
+    const RTMSG: usize = 12;
+    let u16_at = |offset: usize| {
+        reply
+            .get(offset..offset + 2)
+            .and_then(|bytes| bytes.try_into().ok())
+            .map(u16::from_ne_bytes)
+    };
+    let message_length = reply
+        .get(..4)
+        .and_then(|bytes| bytes.try_into().ok())
+        .map(u32::from_ne_bytes)
+        .and_then(|length| usize::try_from(length).ok())?;
+    if u16_at(4)? != RTM_NEWROUTE {
+        return None;
+    }
+    let end = message_length.min(reply.len());
+    let mut offset = NLMSG_HEADER + RTMSG;
+    while offset + 4 <= end {
+        let length = usize::from(u16_at(offset)?);
+        if length < 4 {
+            return None;
+        }
+        if u16_at(offset + 2)? == RTA_PREFSRC {
+            let octets: [u8; 16] = reply.get(offset + 4..offset + 20)?.try_into().ok()?;
+            return Some(Ipv6Addr::from(octets));
+        }
+        // Attributes are padded to four bytes.
+        offset += length.div_ceil(4) * 4;
+    }
+    None
+}
+
+/// A netlink socket subscribed to link, IPv4 address, IPv4 route and IPv6 address changes: the
+/// events that can change which interfaces carry traffic out of the node, or an address of one.
 pub struct InterfaceWatch {
     socket: AsyncFd<OwnedFd>,
 }
@@ -354,6 +542,9 @@ impl InterfaceWatch {
         const RTMGRP_LINK: u32 = 0x1;
         const RTMGRP_IPV4_IFADDR: u32 = 0x10;
         const RTMGRP_IPV4_ROUTE: u32 = 0x40;
+        // IPv6 addresses come, go, finish duplicate address detection and are deprecated: each
+        // can change the address IPv6 traffic is masqueraded to.
+        const RTMGRP_IPV6_IFADDR: u32 = 0x100;
         // SAFETY: socket(2) with constant arguments; the result is checked before it is owned.
         let fd = unsafe {
             libc::socket(
@@ -370,7 +561,8 @@ impl InterfaceWatch {
         // SAFETY: sockaddr_nl is plain old data; all zeroes is a valid value.
         let mut address: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         address.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        address.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE;
+        address.nl_groups =
+            RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_IFADDR;
         // SAFETY: `address` is a valid sockaddr_nl of the size given, alive across the call.
         let bound = unsafe {
             libc::bind(
@@ -508,6 +700,80 @@ eth0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n";
         assert_eq!(lo.name, "lo");
         assert!(lo.global_ipv4.is_empty(), "127/8 is not global: {lo:?}");
         assert!(!lo.physical);
+    }
+
+    const IF_INET6: &str = "\
+20010db8000000000000000000000001 02 40 00 80   up0
+20010db8000000000000000000000002 02 40 00 c0   up0
+20010db8000000000000000000000003 02 40 00 20   up0
+fe800000000000000000000000000001 02 40 20 80   up0
+20010db8000000000000000000000004 02 40 00 08   up0
+20010db8000000000000000000000005 02 40 00 80   up0
+20010db8000000000000000000000009 03 40 00 80   up1
+00000000000000000000000000000001 01 80 10 80      lo
+";
+
+    fn v6(text: &str) -> Ipv6Addr {
+        text.parse().expect("IPv6 address")
+    }
+
+    #[test]
+    fn the_ipv6_source_is_global_settled_and_not_deprecated() {
+        let states = ipv6_addresses_in(IF_INET6, "up0");
+        assert_eq!(states.len(), 6, "{states:?}");
+        let usable: Vec<Ipv6Addr> = states
+            .iter()
+            .filter(|state| state.usable_as_source())
+            .map(|state| state.address)
+            .collect();
+        // ::2 is tentative, ::3 deprecated, fe80::1 link-local, ::4 failed DAD.
+        assert_eq!(usable, [v6("2001:db8::1"), v6("2001:db8::5")]);
+        // The interface's own order decides among the usable ones...
+        assert_eq!(
+            choose_snat_ipv6(
+                &[v6("2001:db8::2"), v6("2001:db8::5"), v6("2001:db8::1")],
+                &states
+            ),
+            Some(v6("2001:db8::5"))
+        );
+        // ...and without it, the lowest.
+        assert_eq!(choose_snat_ipv6(&[], &states), Some(v6("2001:db8::1")));
+        let lo = ipv6_addresses_in(IF_INET6, "lo");
+        assert_eq!(choose_snat_ipv6(&[Ipv6Addr::LOCALHOST], &lo), None);
+        assert_eq!(
+            choose_snat_ipv6(&[], &ipv6_addresses_in(IF_INET6, "eth9")),
+            None
+        );
+    }
+
+    /// An `RTM_NEWROUTE` answer as the kernel writes it: header, rtmsg, RTA_TABLE, RTA_DST,
+    /// RTA_OIF, RTA_PREFSRC.
+    #[test]
+    fn the_kernel_route_answer_names_the_source() {
+        let mut reply = Vec::new();
+        let attribute = |reply: &mut Vec<u8>, kind: u16, value: &[u8]| {
+            let length = u16::try_from(4 + value.len()).expect("short attribute");
+            reply.extend_from_slice(&length.to_ne_bytes());
+            reply.extend_from_slice(&kind.to_ne_bytes());
+            reply.extend_from_slice(value);
+            reply.resize(reply.len().div_ceil(4) * 4, 0);
+        };
+        reply.extend_from_slice(&0_u32.to_ne_bytes());
+        reply.extend_from_slice(&24_u16.to_ne_bytes());
+        reply.extend_from_slice(&[0; 10]);
+        reply.extend_from_slice(&[10, 128, 0, 0, 254, 0, 0, 1, 0, 0, 0, 0]);
+        attribute(&mut reply, 15, &254_u32.to_ne_bytes());
+        attribute(&mut reply, 1, &v6("2000::1").octets());
+        attribute(&mut reply, 4, &2_u32.to_ne_bytes());
+        attribute(&mut reply, 7, &v6("2001:db8::7").octets());
+        let length = u32::try_from(reply.len()).expect("short reply");
+        reply[..4].copy_from_slice(&length.to_ne_bytes());
+        assert_eq!(preferred_source_in(&reply), Some(v6("2001:db8::7")));
+        // An error answer (NLMSG_ERROR: no route by that interface).
+        let mut error = reply.clone();
+        error[4..6].copy_from_slice(&2_u16.to_ne_bytes());
+        assert_eq!(preferred_source_in(&error), None);
+        assert_eq!(preferred_source_in(&reply[..20]), None);
     }
 
     #[test]

@@ -227,7 +227,7 @@ pub(crate) fn measure(settings: &FootprintSettings, cores: Cores) -> Result<Foot
         let agent = path.agent.as_ref().context("no agent")?;
         let emptied = wait_until("the flows to expire", Duration::from_secs(90), || {
             agent
-                .metric("masq_nat_entries")
+                .metric("masq_nat_entries{family=\"ipv4\"}")
                 .is_some_and(|value| value < 100.0)
         })?;
         // The pass that removed them ended before the gauge could say so.
