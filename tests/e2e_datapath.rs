@@ -17,7 +17,9 @@ use masq_testbed::{
     sandbox::{
         AttachMode, CLUSTER_PEER_IP, NODE_IP, OUTSIDE_IP, Offload, Sandbox, SandboxOptions, pod_ip,
     },
-    traffic::{HeldConnection, fnv1a, ping, tcp_server, tcp_transfer, udp_request, udp_server},
+    traffic::{
+        HeldConnection, fnv1a, payload, ping, tcp_server, tcp_transfer, udp_request, udp_server,
+    },
 };
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -40,12 +42,6 @@ fn cluster(prefix: &str, options: SandboxOptions, agent_args: &[&str]) -> Cluste
 
 fn outside(port: u16) -> SocketAddrV4 {
     SocketAddrV4::new(OUTSIDE_IP, port)
-}
-
-fn payload(size: usize, seed: u8) -> Vec<u8> {
-    (0..size)
-        .map(|index| (index as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
 }
 
 fn counter(agent: &Agent, outcome: &str) -> f64 {

@@ -16,7 +16,10 @@ use masq_testbed::{
         AttachMode, EXEMPTABLE_IPV6, NODE_IP, NODE_IPV6, OUTSIDE_IP, OUTSIDE_IPV6, Sandbox,
         SandboxOptions, UPLINK, pod_ipv6,
     },
-    traffic::{HeldConnection, Server, ping, tcp_server, tcp_source, udp_request, udp_server},
+    traffic::{
+        HeldConnection, Server, fnv1a, payload, ping, tcp_server, tcp_source, tcp_transfer,
+        udp_request, udp_server,
+    },
     wait_for,
 };
 
@@ -313,4 +316,93 @@ fn enabling_ipv6_on_adopted_pins_sizes_the_ipv6_maps() {
 
 fn agent_capacity(agent: &Agent, family: &str) -> Option<f64> {
     agent.metric(&format!("masq_nat_capacity_entries{{family=\"{family}\"}}"))
+}
+
+/// Path MTU discovery over IPv6, where routers never fragment: the router's link to the outside
+/// host carries 1280 bytes, the pod sends 1500-byte segments, and the router's Packet Too Big
+/// goes to the node's address. Unless masq hands it to the pod, the transfer stalls.
+#[test]
+fn path_mtu_discovery_over_ipv6_reaches_the_pod() {
+    let sandbox = Sandbox::new(
+        "v6pmtu",
+        SandboxOptions {
+            outside_mtu: 1280,
+            ..SandboxOptions::in_mode(AttachMode::Tcx)
+        },
+    );
+    sandbox.add_ipv6();
+    let _servers = servers(&sandbox);
+    let absent = absent_config(&sandbox);
+    let agent = Agent::start(&sandbox, &["--config", &absent, "--enable-ipv6"]);
+    let data = payload(1 << 20, 7);
+    let server = SocketAddr::new(OUTSIDE_IPV6.into(), TCP_PORT);
+    let transfer = sandbox
+        .pod(1)
+        .enter(|| tcp_transfer(server, "pmtu6", &data, Duration::from_secs(20)))
+        .unwrap_or_else(|error| {
+            panic!("transfer across the smaller MTU: {error}\n{}", agent.log())
+        });
+    assert_eq!((transfer.bytes, transfer.hash), (data.len(), fnv1a(&data)));
+    assert_eq!(transfer.peer.ip(), IpAddr::V6(NODE_IPV6));
+    let translated =
+        "masq_datapath_packets_total{outcome=\"ingress_icmp_error_translated\",family=\"ipv6\"}";
+    assert!(
+        agent.metric(translated) >= Some(1.0),
+        "no Packet Too Big was translated for the pod"
+    );
+    assert!(
+        sandbox.checksum_errors().is_empty(),
+        "{:?}",
+        sandbox.checksum_errors()
+    );
+}
+
+/// An IPv6 connection keeps its translation across an agent restart: its next segment is
+/// translated as before (a lost mapping would send it with the pod's address, and the remote
+/// would reset it), and new flows are masqueraded as before.
+#[test]
+fn an_ipv6_flow_survives_an_agent_restart() {
+    let (sandbox, _servers) = dual_stack("v6restart", AttachMode::Tcx);
+    let absent = absent_config(&sandbox);
+    let mut agent = Agent::start(&sandbox, &["--config", &absent, "--enable-ipv6"]);
+    let server = SocketAddr::new(OUTSIDE_IPV6.into(), TCP_PORT);
+    let mut held = sandbox
+        .pod(1)
+        .enter(|| HeldConnection::open(server, "held6", None, TIMEOUT))
+        .unwrap_or_else(|error| panic!("connecting to {server}: {error}"));
+    assert_eq!(held.peer.ip(), IpAddr::V6(NODE_IPV6));
+    held.echo("before")
+        .unwrap_or_else(|error| panic!("echo before the restart: {error}"));
+    agent.restart();
+    held.echo("after")
+        .unwrap_or_else(|error| panic!("the IPv6 flow broke across the restart: {error}"));
+    assert_eq!(
+        tcp_arrives_from(&sandbox, OUTSIDE_IPV6.into()),
+        IpAddr::V6(NODE_IPV6)
+    );
+}
+
+/// A ConfigMap update that adds an IPv6 non-masquerade CIDR applies to new flows within
+/// moments, and its removal too, as for IPv4.
+#[test]
+fn an_ipv6_cidr_swapped_into_the_config_applies_to_new_flows() {
+    let (sandbox, _servers) = dual_stack("v6swap", AttachMode::Tcx);
+    let mut volume = ConfigMapVolume::new(&format!("{}-cm", sandbox.tag));
+    let write = |volume: &mut ConfigMapVolume, cidrs: &str| {
+        volume.update(&[("ip-masq-agent", &format!("nonMasqueradeCIDRs: [{cidrs}]\n"))]);
+    };
+    write(&mut volume, "10.0.0.0/8");
+    let path = volume.key("ip-masq-agent").to_string_lossy().into_owned();
+    let _agent = Agent::start(&sandbox, &["--config", &path, "--enable-ipv6"]);
+    let arrives = || tcp_arrives_from(&sandbox, EXEMPTABLE_IPV6.into());
+    assert_eq!(arrives(), IpAddr::V6(NODE_IPV6));
+
+    write(&mut volume, "10.0.0.0/8, 2001:db8:ee::/64");
+    wait_for("the IPv6 CIDR to apply", Duration::from_secs(5), || {
+        arrives() == IpAddr::V6(pod_ipv6(1))
+    });
+    write(&mut volume, "10.0.0.0/8");
+    wait_for("the IPv6 CIDR to go", Duration::from_secs(5), || {
+        arrives() == IpAddr::V6(NODE_IPV6)
+    });
 }

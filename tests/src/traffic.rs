@@ -48,6 +48,13 @@ impl Drop for Server {
 }
 
 /// FNV-1a over `data`: a cheap integrity check for transfers.
+/// `size` bytes of a pattern that depends on `seed`, for transfers whose content is checked.
+pub fn payload(size: usize, seed: u8) -> Vec<u8> {
+    (0..size)
+        .map(|index| (index as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
 pub fn fnv1a(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
         (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
@@ -352,12 +359,12 @@ pub struct HeldConnection {
 impl HeldConnection {
     /// Opens a connection (optionally from `bind`) and reads the server's greeting.
     pub fn open(
-        server: SocketAddrV4,
+        server: impl Into<SocketAddr>,
         id: &str,
         bind: Option<SocketAddrV4>,
         timeout: Duration,
     ) -> io::Result<Self> {
-        let stream = connect(SocketAddr::V4(server), bind, timeout)?;
+        let stream = connect(server.into(), bind, timeout)?;
         stream.set_read_timeout(Some(timeout))?;
         let mut writer = stream.try_clone()?;
         writeln!(writer, "hold {id}")?;
