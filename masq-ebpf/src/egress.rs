@@ -23,9 +23,7 @@ use crate::{
     allocator,
     counters::{count, count_in},
     family::{Family, V6},
-    frag,
-    maps::{self, PROGS},
-    nat,
+    frag, maps, nat,
     packet::{self, EarlyOutcomes, Frame6, Ip, Kind},
     rewrite::{self, End},
     verdict::Verdict,
@@ -34,16 +32,10 @@ use crate::{
 /// Entry point of `masq_egress`: IPv4 here, IPv6 in `masq_egress6`, which it tail-calls.
 #[inline(always)]
 pub(crate) fn classify(ctx: &TcContext) -> i32 {
-    if packet::is_ipv6(ctx) {
-        // SAFETY: the context is the program's own; on success the call does not return.
-        unsafe { PROGS.tail_call(ctx, PROG_SLOT_EGRESS_V6) };
-        // An older agent's program array, without the IPv6 programs: untouched, as before.
-        count(Counter::EgressNotIpv4);
-        return Verdict::Pass.tc_action();
-    }
     let outcomes = EarlyOutcomes {
         not_ipv4: Counter::EgressNotIpv4,
         malformed: Counter::EgressMalformed,
+        ipv6_program: Some(PROG_SLOT_EGRESS_V6),
     };
     let Some(ip) = packet::classifiable(ctx, &outcomes) else {
         return Verdict::Pass.tc_action();
@@ -83,11 +75,11 @@ pub(crate) fn icmp_error_v6(ctx: &TcContext) -> i32 {
         count_in::<V6>(Counter::EgressMalformed);
         return Verdict::Pass.tc_action();
     };
-    let Some(from_node) = maps::is_uplink_v6(ctx, &ip.src) else {
+    let Some(node_ip) = maps::snat_addr::<V6>(ctx) else {
         count_in::<V6>(Counter::EgressNotConfigured);
         return Verdict::Pass.tc_action();
     };
-    crate::icmp::egress::<V6>(ctx, from_node, &ip).tc_action()
+    crate::icmp::egress(ctx, node_ip, &ip).tc_action()
 }
 
 /// `node_ip` is the address of the interface the packet leaves by: what it is masqueraded to.

@@ -225,6 +225,7 @@ impl Family for [u8; 4] {
         let outcomes = EarlyOutcomes {
             not_ipv4: Counter::EgressNotIpv4,
             malformed: Counter::EgressMalformed,
+            ipv6_program: None,
         };
         packet::classifiable(ctx, &outcomes)
     }
@@ -242,7 +243,7 @@ impl Family for [u8; 4] {
 
     #[inline(always)]
     fn egress_icmp_error(ctx: &TcContext, node_ip: Self, ip: &Ip<Self>) -> Verdict {
-        icmp::egress(ctx, ip.src == node_ip, ip)
+        icmp::egress(ctx, node_ip, ip)
     }
 
     #[inline(always)]

@@ -66,16 +66,6 @@ struct Quote {
     ip_check_off: Option<usize>,
 }
 
-/// A quote's translation: where its fields are, and what they become. One argument rather than
-/// five, for [`rewrite_quote`] is a BPF-to-BPF call (at most five arguments).
-struct QuoteRewrite<A> {
-    quote: Quote,
-    protocol: u8,
-    old_addr: A,
-    new_addr: A,
-    new_port: u16,
-}
-
 /// What became of an error whose quote was read.
 enum Quoted<A> {
     /// The quote belongs to a translated flow: the error was translated to this address.
@@ -87,11 +77,9 @@ enum Quoted<A> {
     Unknown,
 }
 
-/// An error leaving through the uplink.
+/// An error leaving through the uplink whose address is `node_ip`.
 #[inline(always)]
-/// `from_node`: the error comes from the node's own address (computed by the caller, so the
-/// address does not stay live across the translation: the IPv6 program's stack is tight).
-pub(crate) fn egress<A: Family>(ctx: &TcContext, from_node: bool, ip: &Ip<A>) -> Verdict {
+pub(crate) fn egress<A: Family>(ctx: &TcContext, node_ip: A, ip: &Ip<A>) -> Verdict {
     match translate(ctx, ip, Direction::Egress) {
         Ok(Quoted::Translated(addr)) => {
             frag::remember(ip, Direction::Egress, Some(addr));
@@ -102,7 +90,7 @@ pub(crate) fn egress<A: Family>(ctx: &TcContext, from_node: bool, ip: &Ip<A>) ->
             count_in::<A>(Counter::EgressInboundReply);
             Verdict::Pass
         }
-        Ok(Quoted::Unknown) if from_node => {
+        Ok(Quoted::Unknown) if ip.src == node_ip => {
             count_in::<A>(Counter::EgressHostPassed);
             Verdict::Pass
         }
@@ -240,17 +228,7 @@ fn translate<A: Family>(
         return Ok(Quoted::Inbound);
     }
 
-    rewrite_quote(
-        ctx,
-        ip,
-        &QuoteRewrite {
-            quote,
-            protocol,
-            old_addr,
-            new_addr: addr,
-            new_port: port,
-        },
-    )?;
+    rewrite_quote(ctx, ip, protocol, &quote, old_addr, addr, port)?;
     let end = match direction {
         Direction::Egress => End::Source,
         Direction::Ingress => End::Destination,
@@ -277,15 +255,12 @@ fn load_port(ctx: &TcContext, quoted_l4: usize, offset: Option<usize>) -> Result
 fn rewrite_quote<A: Family>(
     ctx: &TcContext,
     ip: &Ip<A>,
-    rewrite: &QuoteRewrite<A>,
+    protocol: u8,
+    quote: &Quote,
+    old_addr: A,
+    new_addr: A,
+    new_port: u16,
 ) -> Result<(), ()> {
-    let QuoteRewrite {
-        ref quote,
-        protocol,
-        old_addr,
-        new_addr,
-        new_port,
-    } = *rewrite;
     let icmp_check_off = ip.l4_off + 2;
     let mut icmp_check = u16::from_be_bytes(ctx.load::<[u8; 2]>(icmp_check_off).map_err(|_| ())?);
     icmp_check = A::replace_in_checksum(icmp_check, old_addr, new_addr);

@@ -13,11 +13,9 @@ use masq_common::{
 };
 
 use crate::{
-    counters::{count, count_in},
+    counters::count_in,
     family::{Family, V6},
-    frag,
-    maps::{self, PROGS},
-    nat,
+    frag, maps, nat,
     packet::{self, EarlyOutcomes, Frame6, Ip, Kind},
     rewrite::{self, End},
     sockets,
@@ -27,16 +25,10 @@ use crate::{
 /// Entry point of `masq_ingress`: IPv4 here, IPv6 in `masq_ingress6`, which it tail-calls.
 #[inline(always)]
 pub(crate) fn classify(ctx: &TcContext) -> i32 {
-    if packet::is_ipv6(ctx) {
-        // SAFETY: the context is the program's own; on success the call does not return.
-        unsafe { PROGS.tail_call(ctx, PROG_SLOT_INGRESS_V6) };
-        // An older agent's program array, without the IPv6 programs: untouched, as before.
-        count(Counter::IngressNotIpv4);
-        return Verdict::Pass.tc_action();
-    }
     let outcomes = EarlyOutcomes {
         not_ipv4: Counter::IngressNotIpv4,
         malformed: Counter::IngressMalformed,
+        ipv6_program: Some(PROG_SLOT_INGRESS_V6),
     };
     let Some(ip) = packet::classifiable(ctx, &outcomes) else {
         return Verdict::Pass.tc_action();

@@ -131,30 +131,6 @@ pub(crate) fn settings() -> Option<&'static Settings> {
     SETTINGS.get(0).filter(|settings| settings.enabled())
 }
 
-/// Whether `addr` is the IPv6 address of the packet's uplink; `None` when masq does not
-/// translate IPv6 there. Compared in place, as two 64-bit words: a copy of the address would
-/// be taken apart byte by byte onto the stack, which the ICMPv6 error program cannot spare.
-#[inline(always)]
-pub(crate) fn is_uplink_v6(ctx: &TcContext, addr: &V6) -> Option<bool> {
-    let same = |uplink: &[u8; 16]| {
-        // SAFETY: both point at 16 readable bytes; unaligned reads need no alignment.
-        unsafe {
-            core::ptr::read_unaligned(uplink.as_ptr().cast::<u128>())
-                == core::ptr::read_unaligned(addr.0.as_ptr().cast::<u128>())
-        }
-    };
-    // SAFETY: as in `snat_addr`.
-    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    if ifindex < UPLINK_INDEX_SLOTS {
-        let slot = UPLINK_SLOTS.get(ifindex)?;
-        return (slot.present != 0 && slot.has_v6 != 0).then(|| same(&slot.snat_addr_v6));
-    }
-    let uplink = UPLINKS.get_ptr(ifindex)?;
-    // SAFETY: as in `snat_addr`.
-    let uplink = unsafe { &*uplink };
-    (uplink.has_v6 != 0).then(|| same(&uplink.snat_addr_v6))
-}
-
 /// The address of family `A` masqueraded traffic on the packet's device gets, or `None` when
 /// masq does not translate that family on that device.
 #[inline(always)]

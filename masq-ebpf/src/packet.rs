@@ -15,6 +15,7 @@ use masq_common::{
 use crate::{
     counters::count,
     family::{Family, V6},
+    maps::PROGS,
 };
 
 /// Length of the Ethernet header; the uplink is an Ethernet device.
@@ -183,6 +184,8 @@ impl<A> Ip<A> {
 
 /// What the Ethernet frame holds.
 pub(crate) enum Frame {
+    /// IPv6: for the IPv6 programs.
+    Ipv6,
     NotIpv4,
     Malformed,
     Ipv4(Ipv4),
@@ -194,6 +197,9 @@ pub(crate) fn parse(ctx: &TcContext) -> Frame {
     let Some(ethertype) = read::<[u8; 2]>(ctx, 12) else {
         return Frame::Malformed;
     };
+    if ethertype == ETH_P_IPV6 {
+        return Frame::Ipv6;
+    }
     if ethertype != ETH_P_IP {
         return Frame::NotIpv4;
     }
@@ -254,12 +260,6 @@ pub(crate) struct Ipv6Header {
     pub(crate) hop_limit: u8,
     pub(crate) src: [u8; 16],
     pub(crate) dst: [u8; 16],
-}
-
-/// Whether the frame is an IPv6 packet (by its EtherType; [`parse_ipv6`] checks the rest).
-#[inline(always)]
-pub(crate) fn is_ipv6(ctx: &TcContext) -> bool {
-    read::<[u8; 2]>(ctx, 12) == Some(ETH_P_IPV6)
 }
 
 /// What an IPv6 frame holds.
@@ -349,6 +349,8 @@ pub(crate) fn parse_ipv6(ctx: &TcContext) -> Frame6 {
 pub(crate) struct EarlyOutcomes {
     pub(crate) not_ipv4: Counter,
     pub(crate) malformed: Counter,
+    /// The `MAP_PROGS` slot IPv6 frames are handed to, if any.
+    pub(crate) ipv6_program: Option<u32>,
 }
 
 /// Parses the frame, counting and returning `None` for frames the classifiers have nothing to
@@ -358,6 +360,16 @@ pub(crate) struct EarlyOutcomes {
 pub(crate) fn classifiable(ctx: &TcContext, outcomes: &EarlyOutcomes) -> Option<Ipv4> {
     match parse(ctx) {
         Frame::Ipv4(ip) => Some(ip),
+        Frame::Ipv6 => {
+            if let Some(slot) = outcomes.ipv6_program {
+                // SAFETY: the context is the program's own; on success the call does not
+                // return.
+                unsafe { PROGS.tail_call(ctx, slot) };
+            }
+            // An older agent's program array, without the IPv6 programs: untouched, as before.
+            count(outcomes.not_ipv4);
+            None
+        }
         Frame::NotIpv4 => {
             count(outcomes.not_ipv4);
             None
