@@ -252,7 +252,9 @@ fn go_compat_answer(routine: &str, input: &[u8], arg: u32) -> Result<String, Opt
         "strconv.ParseFloat" => no_text(parse_float(text).map(|f| f.to_bits().to_string())),
         "strconv.FormatFloat" => Ok(format_g(number(text), arg == 32)),
         "json.Marshal(float64)" => Ok(format_json_float(number(text))),
-        "time.ParseDuration" => GoDuration::parse(text).map(|d| d.0.to_string()).map_err(Some),
+        "time.ParseDuration" => GoDuration::parse(text)
+            .map(|d| d.0.to_string())
+            .map_err(Some),
         "time.Duration.String" => Ok(GoDuration(text.parse().expect("nanoseconds")).to_string()),
         "net.ParseCIDR" => no_text(parse_cidr(text).map(|cidr| {
             let (network, aligned) = (cidr.network_string(), cidr.is_aligned());

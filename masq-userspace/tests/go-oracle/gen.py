@@ -142,6 +142,26 @@ FORMER_TESTS = {
     "nonMasqueradeCIDRs: [!!timestamp 2001-12-14T21:59:43]\n": [],
     "nonMasqueradeCIDRs:\n  - !!binary |\n    aGVs\n    bG8=\n": [],
     "nonMasqueradeCIDRs: [!!binary aGk]\n": [],
+    # go_compat::yaml::tests::the_simple_shape_reads_as_the_full_reader_does: documents of the
+    # fast path's shape and near misses; go_compat::yaml::to_json checks in debug builds that
+    # the fast path, where it takes a document, reads it as the full reader does
+    "cidrLimit: 2\nnonMasqueradeCIDRs: [10.0.0.0/8, 1.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs:\n- 10.0.0.0/8\n\nmasqLinkLocal: on\n": [],
+    "a:\n    - x\n    - 0x1F\nb: [ y ,z]\na: []": [],
+    "y: .inf\n1: 2\n": [],
+    "null: x\n": [],
+    "a: [x,]\n": [],
+    "a:\n  - x\n   - y\n": [],
+    "a:\n  - x\n  y\n": [],
+    "a: [x]]\n": [],
+    "a: x # comment\n": [],
+    "a:\tx\n": [],
+    "a: x\r\n": [],
+    "- x\n": [],
+    "a:\n": [],
+    "---\na: x\n": [],
+    "a: fc00::/7\n": [],
+    "": [],
     # encoding/json folds the Kelvin sign to k when it matches keys to fields
     '{"masqLin\u212aLocal": true}': [],
     # net.ParseCIDR takes any number of leading zeros in the prefix (found by routines.jsonl)
