@@ -9,7 +9,8 @@
 // It reads gen.py's lines on stdin and writes the corpus on stdout, one JSON object a line:
 //
 //	{"id": ..., "doc": base64, "ipv6": bool, "reserved": bool,
-//	 "yaml_json": text YAMLToJSON produced (absent for JSON input or when it failed),
+//	 "yaml_json": text YAMLToJSON produced (absent for JSON input, when it failed, or when it
+//	 differs from run to run),
 //	 "ok": the accepted config (normalized, see accepted) | "err": the error text}
 //
 // Lines with a "routine" field instead ask one Go function about one input (routines.jsonl):
@@ -92,6 +93,18 @@ func toJSON(data []byte) (out []byte, fromYAML bool, err error) {
 	return out, true, err
 }
 
+// varies tells whether YAMLToJSON's output changes from run to run: it does where two YAML
+// keys become the same JSON key (1 and "1"), which one wins follows Go's map order. Large
+// documents (the nesting and alias limits) are not asked again: they have no such keys.
+func varies(data, first []byte) bool {
+	for i := 0; i < 100 && len(data) < 10000; i++ {
+		if again, _ := yaml.YAMLToJSON(data); !bytes.Equal(again, first) {
+			return true
+		}
+	}
+	return false
+}
+
 func (c *MasqConfig) validate(enableIPv6 bool) error {
 	if n := len(c.NonMasqueradeCIDRs); n > c.CidrLimit {
 		return fmt.Errorf("the daemon can only accept up to %d CIDRs (excluding link-local), but got %d CIDRs (excluding link local)", c.CidrLimit, n)
@@ -153,7 +166,7 @@ func run(doc []byte, enableIPv6, reserved bool, rec *record) {
 		fail(err)
 		return
 	}
-	if fromYAML {
+	if fromYAML && !varies(doc, converted) {
 		text := string(converted)
 		rec.YAMLJSON = &text
 	}
