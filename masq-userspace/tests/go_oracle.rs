@@ -1,7 +1,8 @@
 //! Replays the Go oracle corpus (`tests/go-oracle/corpus.jsonl`) through masq's config loader:
 //! every document must be accepted with the same config, or rejected with the same message, as
 //! upstream's Go pipeline does it, unless `tests/go-oracle/known-differences.txt` lists it with
-//! a reason. See `tests/go-oracle/regenerate.sh` for how the corpus is made.
+//! a reason. `tests/go-oracle/routines.jsonl` asks single Go functions what go-compat's
+//! counterparts must answer. See `tests/go-oracle/regenerate.sh` for how both are made.
 
 #![expect(
     clippy::expect_used,
@@ -10,6 +11,11 @@
 
 use std::{collections::BTreeMap, fmt::Write as _, fs, path::Path};
 
+use go_compat::{
+    json::{JsonValue, parse, quote_string},
+    net::parse_cidr,
+    strconv::{atoi, format_g, format_json_float, parse_float, parse_int, parse_uint, quote},
+};
 use masq::config::{
     GoDuration,
     source::{ConfigError, ConfigSource, EffectiveConfig, ReadOptions, load},
@@ -35,6 +41,8 @@ enum Allowed {
     Wording,
     /// masq decides differently (a gap documented with its reason).
     Decision,
+    /// The outcome is Go's, the JSON masq converts the YAML to is not.
+    Conversion,
 }
 
 fn corpus_dir() -> &'static Path {
@@ -95,6 +103,7 @@ fn read_allowed() -> BTreeMap<String, (Allowed, String)> {
             let kind = match fields.next() {
                 Some("wording") => Allowed::Wording,
                 Some("decision") => Allowed::Decision,
+                Some("conversion") => Allowed::Conversion,
                 other => panic!("unknown kind {other:?} in {line}"),
             };
             let reason = fields.next().unwrap_or_default().trim().to_owned();
@@ -117,11 +126,26 @@ fn normalized(config: &EffectiveConfig) -> Value {
         "masqLinkLocal": config.raw.masq_link_local,
         "masqLinkLocalIPv6": config.raw.masq_link_local_ipv6,
         "resyncInterval": config.raw.resync_interval.to_string(),
+        "logged": config.raw.to_go_json(),
     })
+}
+
+/// Runs `work` with room for documents nested 10,000 deep (Go grows its stacks for them).
+fn on_big_stack<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    let thread = std::thread::Builder::new().stack_size(256 << 20);
+    thread
+        .spawn(work)
+        .expect("thread")
+        .join()
+        .expect("no panic")
 }
 
 #[test]
 fn masq_reads_every_corpus_document_as_go_does() {
+    on_big_stack(read_every_corpus_document_as_go_does);
+}
+
+fn read_every_corpus_document_as_go_does() {
     let cases = read_corpus();
     let allowed = read_allowed();
     assert!(cases.len() > 1000, "the corpus is suspiciously small");
@@ -139,6 +163,13 @@ fn masq_reads_every_corpus_document_as_go_does() {
             enable_ipv6: case.ipv6,
             resync_interval: GoDuration::from_secs(60),
         };
+        // The JSON document sigs.k8s.io/yaml makes of a YAML file, as json.Marshal writes it
+        // (where masq's conversion fails, the outcomes differ unless Go failed alike).
+        let mut converted = String::new();
+        if let (Some(_), Ok(value)) = (&case.yaml_json, go_compat::yaml::to_json(&case.doc)) {
+            marshal(&value, &mut converted);
+        }
+        let conversion_differs = !converted.is_empty() && case.yaml_json != Some(converted);
         let masq = load(&ConfigSource::File(path.clone()), &options);
         // README, "Differences from ip-masq-agent": a file holding no document is rejected
         // rather than meaning the defaults.
@@ -151,17 +182,18 @@ fn masq_reads_every_corpus_document_as_go_does() {
             .map(|config| normalized(&config))
             .map_err(|e| e.to_string());
         let differs = masq != case.go;
-        match (allowed.get(&case.id), differs) {
-            (None, false) => {}
-            (Some((Allowed::Wording, _)), true) if masq.is_err() && case.go.is_err() => {}
-            (Some((Allowed::Decision, _)), true) => {}
-            (Some(_), false) => stale.push(case.id.clone()),
-            (listed, true) => {
+        match (allowed.get(&case.id), differs, conversion_differs) {
+            (None, false, false) => {}
+            (Some((Allowed::Wording, _)), true, false) if masq.is_err() && case.go.is_err() => {}
+            (Some((Allowed::Decision, _)), true, _)
+            | (Some((Allowed::Conversion, _)), false, true) => {}
+            (Some(_), false, false) => stale.push(case.id.clone()),
+            (listed, ..) => {
                 if let Some(dump) = dump.as_mut() {
-                    let kind = if masq.is_err() && case.go.is_err() {
-                        "wording"
-                    } else {
-                        "decision"
+                    let kind = match (differs, masq.is_err() && case.go.is_err()) {
+                        (false, _) => "conversion",
+                        (true, true) => "wording",
+                        (true, false) => "decision",
                     };
                     let line = json!({"id": case.id, "kind": kind, "doc": String::from_utf8_lossy(&case.doc),
                         "go": format!("{:?}", case.go), "masq": format!("{masq:?}")});
@@ -171,7 +203,7 @@ fn masq_reads_every_corpus_document_as_go_does() {
                 if mismatches <= 40 {
                     let _ = writeln!(
                         report,
-                        "{} (ipv6 {}, reserved {}{}): {:?}\n  go:   {:?}\n  masq: {:?}",
+                        "{} (ipv6 {}, reserved {}{}): {:?}\n  go:   {:?}\n  masq: {:?}{}",
                         case.id,
                         case.ipv6,
                         case.reserved,
@@ -181,7 +213,12 @@ fn masq_reads_every_corpus_document_as_go_does() {
                             .take(160)
                             .collect::<String>(),
                         case.go,
-                        masq
+                        masq,
+                        if conversion_differs {
+                            format!("\n  YAMLToJSON differs from Go's {:?}", case.yaml_json)
+                        } else {
+                            String::new()
+                        }
                     );
                 }
             }
@@ -200,5 +237,137 @@ fn masq_reads_every_corpus_document_as_go_does() {
          listed in known-differences.txt but now read as Go does (remove them): {stale:?}\n\
          listed but not in the corpus: {unknown:?}",
         cases.len()
+    );
+}
+
+/// `json.Marshal` of a decoded JSON value: compact, object keys sorted.
+fn marshal(value: &JsonValue, out: &mut String) {
+    let mut list = |(open, close), items: Vec<(Option<&String>, &JsonValue)>| {
+        out.push(open);
+        for (at, (key, item)) in items.into_iter().enumerate() {
+            out.push_str(if at == 0 { "" } else { "," });
+            if let Some(key) = key {
+                let _ = write!(out, "{}:", quote_string(key));
+            }
+            marshal(item, out);
+        }
+        out.push(close);
+    };
+    match value {
+        JsonValue::Array(items) => list(('[', ']'), items.iter().map(|i| (None, i)).collect()),
+        JsonValue::Object(members) => {
+            let mut members: Vec<_> = members.iter().map(|(k, v)| (Some(k), v)).collect();
+            members.sort_by_key(|(key, _)| *key);
+            list(('{', '}'), members);
+        }
+        scalar => {
+            let mut token = String::new();
+            tokens(scalar, &mut token);
+            out.push_str(token.trim_end());
+        }
+    }
+}
+
+/// A JSON value as main.go writes it from Go's token stream: each token and a space.
+fn tokens(value: &JsonValue, out: &mut String) {
+    match value {
+        JsonValue::Null => out.push_str("null"),
+        JsonValue::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        JsonValue::Number(n) => out.push_str(n),
+        JsonValue::String(s) => out.push_str(&quote_string(s)),
+        JsonValue::Array(items) => {
+            out.push_str("[ ");
+            items.iter().for_each(|item| tokens(item, out));
+            out.push(']');
+        }
+        JsonValue::Object(members) => {
+            out.push_str("{ ");
+            for (key, item) in members {
+                out.push_str(&quote_string(key));
+                out.push(' ');
+                tokens(item, out);
+            }
+            out.push('}');
+        }
+    }
+    out.push(' ');
+}
+
+/// go-compat's answer to one routines.jsonl record: `Err(None)` where go-compat reports an
+/// error without Go's text (the caller words it).
+fn go_compat_answer(routine: &str, input: &[u8], arg: u32) -> Result<String, Option<String>> {
+    let text = match routine {
+        "json.Unmarshal" => "",
+        _ => std::str::from_utf8(input).expect("text input"),
+    };
+    let number = |text: &str| text.parse::<f64>().expect("float input");
+    let no_text = |answer: Option<String>| answer.ok_or(None);
+    match routine {
+        "strconv.Quote" => Ok(quote(text)),
+        "strconv.Atoi" => atoi(text).map(|n| n.to_string()).map_err(Some),
+        "strconv.ParseInt" => no_text(parse_int(text, arg).map(|n| n.to_string())),
+        "strconv.ParseUint" => no_text(parse_uint(text, arg).map(|n| n.to_string())),
+        "strconv.ParseFloat" => no_text(parse_float(text).map(|f| f.to_bits().to_string())),
+        "strconv.FormatFloat" => Ok(format_g(number(text), arg == 32)),
+        "json.Marshal(float64)" => Ok(format_json_float(number(text))),
+        "time.ParseDuration" => GoDuration::parse(text)
+            .map(|d| d.0.to_string())
+            .map_err(Some),
+        "time.Duration.String" => Ok(GoDuration(text.parse().expect("nanoseconds")).to_string()),
+        "net.ParseCIDR" => no_text(parse_cidr(text).map(|cidr| {
+            let (network, aligned) = (cidr.network_string(), cidr.is_aligned());
+            let mut out = format!("{} {network} {aligned}", cidr.ip_string());
+            if aligned {
+                // What masq matches: Go's network, in the family upstream files the CIDR under.
+                let _ = write!(out, " ipv4={}", cidr.network().addr().is_ipv4());
+                if cidr.network().to_string() != network {
+                    let _ = write!(out, " (matches {})", cidr.network());
+                }
+            }
+            out
+        })),
+        "json.Unmarshal" => parse(input)
+            .map(|value| {
+                let mut out = String::new();
+                tokens(&value, &mut out);
+                out
+            })
+            .map_err(|error| Some(error.to_string())),
+        other => panic!("unknown routine {other}"),
+    }
+}
+
+#[test]
+fn go_compat_routines_answer_as_go_does() {
+    let text = fs::read_to_string(corpus_dir().join("routines.jsonl")).expect("routines.jsonl");
+    let failures = on_big_stack(move || {
+        let mut failures = Vec::new();
+        for line in text.lines() {
+            let record: Value = serde_json::from_str(line).expect("routine line is JSON");
+            let field = |key: &str| record.get(key).and_then(Value::as_str);
+            let routine = field("routine").expect("routine");
+            let input = field("b64").map_or_else(
+                || field("input").unwrap_or_default().as_bytes().to_vec(),
+                base64_decode,
+            );
+            let arg = record.get("arg").and_then(Value::as_u64).unwrap_or(0);
+            let masq = go_compat_answer(routine, &input, u32::try_from(arg).expect("arg"));
+            let agrees = match (&masq, field("out"), field("err")) {
+                (Ok(answer), Some(out), None) => answer == out,
+                (Err(None), None, Some(_)) => true,
+                (Err(Some(answer)), None, Some(err)) => answer == err,
+                _ => false,
+            };
+            if !agrees {
+                failures.push(format!("{line}\n  go-compat: {masq:?}"));
+            }
+        }
+        failures
+    });
+    assert!(
+        failures.is_empty(),
+        "{} routine answers differ from Go's:\n{}",
+        failures.len(),
+        failures.join("\n")
     );
 }

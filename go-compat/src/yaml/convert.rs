@@ -794,20 +794,3 @@ fn convert(value: GoVal, unsupported: &mut Option<&'static str>) -> Result<JsonV
         }
     })
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn yaml_scalar_forms_match_go() {
-        assert!(is_yaml_style_float("-1.5e+3"));
-        assert!(!is_yaml_style_float("1e"));
-        assert!(is_timestamp("2001-12-14t21:59:43.10-05:00"));
-        assert!(is_timestamp("2004-02-29"));
-        assert!(!is_timestamp("2001-02-29"));
-        assert!(!is_timestamp("2001-12-14T21:59:43"));
-        assert_eq!(go_base64_decode("aGVs\nbG8="), Some(b"hello".to_vec()));
-        assert_eq!(go_base64_decode("aGk"), None);
-    }
-}

@@ -116,33 +116,3 @@ impl MasqConfig {
         json
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn go_json_form_matches_upstream_log() {
-        assert_eq!(
-            MasqConfig::defaults(false).to_go_json(),
-            r#"{"nonMasqueradeCIDRs":["10.0.0.0/8","172.16.0.0/12","192.168.0.0/16"],"cidrLimit":64,"masqLinkLocal":false,"masqLinkLocalIPv6":false,"resyncInterval":"1m0s"}"#
-        );
-        let nil = MasqConfig {
-            non_masquerade_cidrs: None,
-            ..MasqConfig::defaults(false)
-        };
-        assert!(
-            nil.to_go_json()
-                .starts_with(r#"{"nonMasqueradeCIDRs":null,"#)
-        );
-        let empty = MasqConfig {
-            non_masquerade_cidrs: Some(Vec::new()),
-            ..MasqConfig::defaults(false)
-        };
-        assert!(
-            empty
-                .to_go_json()
-                .starts_with(r#"{"nonMasqueradeCIDRs":[],"#)
-        );
-    }
-}

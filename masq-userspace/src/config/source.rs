@@ -537,38 +537,29 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("absent");
         let config = load(&ConfigSource::File(path.clone()), &OPTIONS).expect("defaults");
-        assert_eq!(config.origin, ConfigOrigin::MissingFile(path));
+        assert_eq!(config.origin, ConfigOrigin::MissingFile(path.clone()));
         assert_eq!(texts(&config), DEFAULT_NON_MASQUERADE_CIDRS);
         let reserved = ReadOptions {
             nomasq_all_reserved_ranges: true,
             ..OPTIONS
         };
-        let dir_path = dir.path().join("absent");
-        assert_eq!(
-            load(&ConfigSource::File(dir_path), &reserved)
-                .expect("defaults")
-                .cidrs
-                .len(),
-            11
-        );
+        let config = load(&ConfigSource::File(path), &reserved).expect("defaults");
+        assert_eq!(config.cidrs.len(), 11);
     }
 
     #[test]
     fn files_holding_no_document_are_refused() {
-        // Go reads them as the defaults; the corpus (tests/go-oracle) checks masq refuses them.
+        // Go reads them as the defaults; the corpus (tests/go-oracle) checks that masq refuses
+        // every such file, this the words it refuses them with.
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("ip-masq-agent");
-        for blank in ["", "\n  \n", "# only a comment\n", "---\n"] {
-            fs::write(&path, blank).expect("write");
-            let error = load(&ConfigSource::File(path.clone()), &OPTIONS)
-                .map(|_| ())
-                .map_err(|error| error.to_string())
-                .expect_err("an empty file is rejected");
-            assert!(
-                error.contains("is empty; keeping the config in force"),
-                "{error}"
-            );
-        }
+        fs::write(&path, "# only a comment\n").expect("write");
+        let error = load(&ConfigSource::File(path), &OPTIONS).map(|_| ());
+        let error = error.map_err(|error| error.to_string());
+        assert!(
+            matches!(&error, Err(text) if text.contains("is empty; keeping the config in force")),
+            "{error:?}"
+        );
     }
 
     #[test]

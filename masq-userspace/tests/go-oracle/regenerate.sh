@@ -1,6 +1,8 @@
 #!/bin/sh
 # Regenerates corpus.jsonl: gen.py writes the documents, main.go records what upstream's Go
 # pipeline (go-yaml v2, sigs.k8s.io/yaml, encoding/json, net.ParseCIDR) says about each.
+# Likewise routines.jsonl: single Go functions (strconv, time, net, encoding/json) on inputs
+# no config file carries.
 #
 # Needs Go and the Go libraries from Debian, no module proxy:
 #   apt-get install golang-go golang-k8s-sigs-yaml-dev golang-gopkg-yaml.v2-dev
@@ -14,6 +16,8 @@ mkdir -p "$build/src/go-oracle"
 cp "$here/main.go" "$build/src/go-oracle/"
 GOPATH="$build:/usr/share/gocode" GO111MODULE=off GOFLAGS= GOCACHE="$build/cache" \
     go build -o "$build/go-oracle" go-oracle
-python3 "$here/gen.py" | "$build/go-oracle" > "$here/corpus.jsonl.new"
-mv "$here/corpus.jsonl.new" "$here/corpus.jsonl"
-echo "$(wc -l < "$here/corpus.jsonl") cases written to $here/corpus.jsonl"
+for kind in corpus routines; do
+    python3 "$here/gen.py" $kind | "$build/go-oracle" > "$here/$kind.jsonl.new"
+    mv "$here/$kind.jsonl.new" "$here/$kind.jsonl"
+    echo "$(wc -l < "$here/$kind.jsonl") cases written to $here/$kind.jsonl"
+done
