@@ -16,9 +16,8 @@ use masq_testbed::{
 
 use crate::{
     config::cidr,
-    frames::{Link, SINK, ports, udp},
+    frames::{Frame, Link, SINK, ports, udp},
     paths::trie_capacity,
-    tx::Frame,
 };
 
 /// One path's time in nanoseconds, with few and with many CIDRs in the trie.
@@ -49,7 +48,7 @@ fn link() -> Link {
     Link {
         source: [2, 0, 0, 0, 0, 1],
         gateway: [2, 0, 0, 0, 0, 2],
-        pod: POD,
+        pod: POD.into(),
     }
 }
 
@@ -174,7 +173,7 @@ fn mirror_mapping_v6(harness: &mut Harness) -> Result<()> {
 pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
     let mut harness = Harness::sized(settings.nat_entries, trie_capacity(settings.many_cidrs));
     let link = link();
-    let established = udp(&link, SINK, 0);
+    let established = udp(&link, SINK.into(), 0);
     run(harness.datapath.egress()?, &established, 1)?;
     let translated = harness
         .egress_mappings()
@@ -189,7 +188,7 @@ pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
     )
     .payload(b"masq bench reply!!")
     .frame();
-    let exempt = udp(&link, Ipv4Addr::new(10, 1, 2, 3), 1);
+    let exempt = udp(&link, Ipv4Addr::new(10, 1, 2, 3).into(), 1);
     let non_ip = masq_testbed::pktgen::arp_frame();
     // IPv6: the same established flow and exempt destination, in the IPv6 programs.
     harness.set_uplink_v6(Some(NODE_V6.parse()?));
@@ -203,7 +202,7 @@ pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
     let mut next_id = 1_000_000u64;
     let mut fresh = |count: u64| -> Vec<Frame> {
         let frames = (next_id..next_id + count)
-            .map(|id| udp(&link, SINK, id))
+            .map(|id| udp(&link, SINK.into(), id))
             .collect();
         next_id += count;
         frames
@@ -242,7 +241,7 @@ pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
     // Now fill it up: a new flow is refused (repeatable: nothing is written).
     let egress = harness.datapath.egress()?;
     let refused_before = harness.counter(Counter::EgressDropTableFull);
-    let mut full = udp(&link, SINK, 0);
+    let mut full = udp(&link, SINK.into(), 0);
     while harness.counter(Counter::EgressDropTableFull) == refused_before {
         full = fresh(1).first().copied().context("no frame")?;
         run(egress, &full, 1)?;
