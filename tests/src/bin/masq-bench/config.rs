@@ -96,7 +96,11 @@ impl Config {
         }
         let mut cidrs = cidrs(family, count);
         if changed && let Some(last) = cidrs.last_mut() {
-            *last = "100.127.255.255/32".to_owned();
+            *last = match family {
+                Family::V4 => "100.127.255.255/32",
+                Family::V6 => "2001:db8:1ff::ffff/128",
+            }
+            .to_owned();
         }
         fs::write(path, file_text(&cidrs))
             .with_context(|| format!("writing {}", path.display()))?;

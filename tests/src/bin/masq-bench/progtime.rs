@@ -86,6 +86,8 @@ pub(crate) const ESTABLISHED_REPEATED: &str =
 pub(crate) const EXEMPT: &str = "egress, exempt destination (lookup miss, trie)";
 pub(crate) const NOT_IPV4: &str = "egress, not IP (parse, pass)";
 pub(crate) const NEW_FLOW: &str = "egress, new flow into a nearly full table";
+pub(crate) const ESTABLISHED_V6_REPEATED: &str =
+    "egress, IPv6 established flow, repeated (tail call, lookup, rewrite)";
 
 /// One row of the table: which field of [`Times`] it shows.
 type Field = fn(&Times) -> f64;
@@ -260,10 +262,7 @@ pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
         ("ingress, reply of a flow (lookup, rewrite)", |t| t.reply),
         (EXEMPT, |t| t.exempt),
         (NOT_IPV4, |t| t.non_ip),
-        (
-            "egress, IPv6 established flow, repeated (tail call, lookup, rewrite)",
-            |t| t.established_v6_repeated,
-        ),
+        (ESTABLISHED_V6_REPEATED, |t| t.established_v6_repeated),
         (
             "egress, IPv6 exempt destination (tail call, lookup miss, trie)",
             |t| t.exempt_v6,
