@@ -401,6 +401,9 @@ fn connect_failures(figures: &[&Figures], out: &mut String) {
 
 /// One section per test, a row per CIDR count: the IPv4 traffic.
 fn traffic_sections(figures: &[&Figures], cores: Cores, out: &mut String) {
+    if figures.is_empty() {
+        return;
+    }
     let counts = cidr_counts(figures);
     for test in Test::ALL {
         let _ = writeln!(out, "## {}\n", test.title());
