@@ -23,6 +23,7 @@ use masq_testbed::{agent::masq_binary, netns::Netns};
 
 use crate::{
     config::{Config, MAX_CIDRS, cidr},
+    frames::Family,
     paths::trie_capacity,
 };
 
@@ -96,11 +97,17 @@ pub(crate) fn restore(netns: &Netns, program: &str, input: &str) -> Result<Durat
     Ok(elapsed)
 }
 
-/// The restore input the agent's iptables backend writes for `config`.
-pub(crate) fn render(config: &Config) -> Result<String> {
+/// The restore input the agent's iptables backend writes for `config`, for `family`'s table
+/// (IPv6: as with `--enable-ipv6`).
+pub(crate) fn render(config: &Config, family: Family) -> Result<String> {
+    let ipv6: &[&str] = match family {
+        Family::V4 => &[],
+        Family::V6 => &["--enable-ipv6", "--family", "ipv6"],
+    };
     let output = std::process::Command::new(masq_binary())
         .arg("render-iptables")
         .args(config.args())
+        .args(ipv6)
         .output()
         .context("running masq render-iptables")?;
     if !output.status.success() {
@@ -128,12 +135,12 @@ pub(crate) fn measure(cidrs: usize) -> Result<ApplyTimes> {
     }
     let dir = std::env::temp_dir();
     let tag = masq_testbed::netns::unique_tag("bnapply");
-    let full = Config::write(&dir.join(format!("{tag}-full")), cidrs, false)?;
-    let changed = Config::write(&dir.join(format!("{tag}-changed")), cidrs, true)?;
+    let full = Config::write(&dir.join(format!("{tag}-full")), Family::V4, cidrs, false)?;
+    let changed = Config::write(&dir.join(format!("{tag}-changed")), Family::V4, cidrs, true)?;
     let mut datapath = datapath(cidrs)?;
     let masq_load = masq_apply(&mut datapath.maps, &full)?;
     let masq_change = masq_apply(&mut datapath.maps, &changed)?;
-    let (full_rules, changed_rules) = (render(&full)?, render(&changed)?);
+    let (full_rules, changed_rules) = (render(&full, Family::V4)?, render(&changed, Family::V4)?);
     let mut iptables = [None, None];
     for (program, times) in ["iptables-nft-restore", "iptables-legacy-restore"]
         .into_iter()

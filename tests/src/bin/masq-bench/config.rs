@@ -1,5 +1,6 @@
 //! The configs the bench writes: N non-masquerade CIDRs, none of which holds the destination of
-//! the masqueraded traffic.
+//! the masqueraded traffic. The IPv6 section's configs list upstream's three IPv4 defaults and
+//! N IPv6 CIDRs, as a dual-stack node's would.
 //!
 //! masq reads at most 1 MiB per file (what a ConfigMap holds), and directory mode takes at most
 //! 64 CIDRs per file (as Azure's agent): about 60,000 /32s in YAML's compact flow style is the
@@ -8,10 +9,11 @@
 use std::{
     fmt::Write as _,
     fs,
-    net::Ipv4Addr,
+    net::{Ipv4Addr, Ipv6Addr},
     path::{Path, PathBuf},
 };
 
+use crate::frames::Family;
 use anyhow::{Context as _, Result, bail};
 use masq::config::{
     GoDuration,
@@ -38,6 +40,31 @@ pub(crate) fn cidr(index: usize) -> String {
     }
 }
 
+/// The `index`th IPv6 CIDR: three /48s (the first, 2001:db8:a::/48, holds
+/// [`crate::frames::EXEMPT_SINK_V6`]), then /128s in 2001:db8:100::/48.
+pub(crate) fn cidr_v6(index: usize) -> String {
+    match index {
+        0..3 => format!("2001:db8:{:x}::/48", 0xa + index),
+        _ => {
+            let offset = u128::try_from(index).unwrap_or(u128::MAX);
+            format!(
+                "{}/128",
+                Ipv6Addr::from_bits(
+                    Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 0).to_bits() + offset
+                )
+            )
+        }
+    }
+}
+
+/// The CIDRs of a config of `family` with `count` CIDRs of that family.
+fn cidrs(family: Family, count: usize) -> Vec<String> {
+    match family {
+        Family::V4 => (0..count).map(cidr).collect(),
+        Family::V6 => (0..3).map(cidr).chain((0..count).map(cidr_v6)).collect(),
+    }
+}
+
 /// One config file listing `cidrs`, in flow style (`[a, b]`), the most compact YAML.
 fn file_text(cidrs: &[String]) -> String {
     let mut text = format!("cidrLimit: {}\nnonMasqueradeCIDRs: [", cidrs.len().max(64));
@@ -56,15 +83,24 @@ pub(crate) struct Config {
 }
 
 impl Config {
-    /// `count` CIDRs at `path`; with `changed`, the last CIDR is replaced by another: a
-    /// one-CIDR change.
-    pub(crate) fn write(path: &Path, count: usize, changed: bool) -> Result<Self> {
-        if count > MAX_CIDRS {
-            bail!("{count} CIDRs do not fit one config (at most {MAX_CIDRS} here)");
+    /// `count` CIDRs of `family` at `path`; with `changed`, the last CIDR is replaced by
+    /// another: a one-CIDR change.
+    pub(crate) fn write(path: &Path, family: Family, count: usize, changed: bool) -> Result<Self> {
+        // IPv6 CIDRs take up to twice the room.
+        let most = match family {
+            Family::V4 => MAX_CIDRS,
+            Family::V6 => MAX_CIDRS / 2,
+        };
+        if count > most {
+            bail!("{count} CIDRs do not fit one config (at most {most} here)");
         }
-        let mut cidrs: Vec<String> = (0..count).map(cidr).collect();
+        let mut cidrs = cidrs(family, count);
         if changed && let Some(last) = cidrs.last_mut() {
-            *last = "100.127.255.255/32".to_owned();
+            *last = match family {
+                Family::V4 => "100.127.255.255/32",
+                Family::V6 => "2001:db8:1ff::ffff/128",
+            }
+            .to_owned();
         }
         fs::write(path, file_text(&cidrs))
             .with_context(|| format!("writing {}", path.display()))?;
@@ -76,7 +112,7 @@ impl Config {
     /// Replaces the config by one of `count` CIDRs the way the kubelet updates a mounted
     /// ConfigMap: written aside, then renamed into place.
     pub(crate) fn replace(&self, count: usize) -> Result<()> {
-        let staged = Self::write(&self.path.with_extension("next"), count, false)?;
+        let staged = Self::write(&self.path.with_extension("next"), Family::V4, count, false)?;
         fs::rename(&staged.path, &self.path).context("renaming the new config into place")
     }
 

@@ -18,6 +18,7 @@ use masq_testbed::agent::METRICS_ADDR;
 
 use crate::{
     cpu::{process_time, resident_bytes},
+    frames::Family,
     paths::{BenchPath, Cores, Mode},
     udp::{MasqFill, on_core},
 };
@@ -190,7 +191,7 @@ fn wait_until(
 }
 
 pub(crate) fn measure(settings: &FootprintSettings, cores: Cores) -> Result<Footprint> {
-    let mut path = BenchPath::new(Mode::Masq, 3, settings.nat_entries, cores)?;
+    let mut path = BenchPath::new(Mode::Masq, Family::V4, 3, settings.nat_entries, cores)?;
     let agent = path.agent.as_ref().context("no agent")?;
     let pid = agent.pid().context("the agent is not running")?;
     let monitor = Monitor::start(&path, pid);

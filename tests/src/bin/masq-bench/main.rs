@@ -37,6 +37,7 @@ use clap::Parser;
 
 use crate::{
     footprint::FootprintSettings,
+    frames::Family,
     paths::{BenchPath, Cores, Mode},
     progtime::ProgramSettings,
     report::{Figures, Results, Run},
@@ -84,6 +85,9 @@ struct Args {
     /// Only these modes (nft, legacy, masq), for a partial run while developing.
     #[arg(long, value_delimiter = ',')]
     modes: Vec<String>,
+    /// Only the traffic of these families (ipv4, ipv6), for a partial run while developing.
+    #[arg(long, value_delimiter = ',')]
+    families: Vec<String>,
     /// Skip the program, config apply and footprint parts.
     #[arg(long)]
     traffic_only: bool,
@@ -102,6 +106,8 @@ struct Args {
 #[derive(Clone, Debug)]
 struct Plan {
     cidr_counts: Vec<usize>,
+    /// The CIDR counts of the IPv6 traffic (IPv6 CIDRs, beside the three IPv4 defaults).
+    ipv6_cidr_counts: Vec<usize>,
     /// iptables is measured up to this many CIDRs.
     iptables_max_cidrs: usize,
     udp: UdpSettings,
@@ -128,6 +134,7 @@ impl Plan {
         if quick {
             return Self {
                 cidr_counts: vec![3],
+                ipv6_cidr_counts: vec![3],
                 iptables_max_cidrs: 3,
                 udp: UdpSettings {
                     window: Duration::from_millis(20),
@@ -162,6 +169,7 @@ impl Plan {
         }
         Self {
             cidr_counts: vec![3, 1_000, 10_000, config::MAX_CIDRS],
+            ipv6_cidr_counts: vec![3],
             iptables_max_cidrs: 10_000,
             udp: UdpSettings {
                 window: Duration::from_millis(100),
@@ -191,6 +199,14 @@ impl Plan {
                 expire: true,
             },
             profile: Duration::from_secs(4),
+        }
+    }
+
+    /// The CIDR counts `family`'s traffic is measured at.
+    fn cidr_counts(&self, family: Family) -> &[usize] {
+        match family {
+            Family::V4 => &self.cidr_counts,
+            Family::V6 => &self.ipv6_cidr_counts,
         }
     }
 }
@@ -273,7 +289,8 @@ fn machine(args: &Args, cores: usize) -> Run {
     }
 }
 
-/// Every traffic test of `mode` at `cidrs` CIDRs against the reference.
+/// Every traffic test of `mode` at `cidrs` CIDRs against the reference, in the reference's
+/// family.
 fn traffic(
     reference: &BenchPath,
     mode: Mode,
@@ -281,18 +298,23 @@ fn traffic(
     plan: &Plan,
     cores: Cores,
 ) -> Result<Figures> {
-    let mut test = BenchPath::new(mode, cidrs, plan.nat_entries, cores)?;
+    let family = reference.family;
+    let mut test = BenchPath::new(mode, family, cidrs, plan.nat_entries, cores)?;
+    let progress = |test: &str, comparison: &interleave::Comparison| {
+        progress(family, mode, cidrs, test, comparison);
+    };
     let established = udp::established(reference, &test, &plan.udp, cores)?;
-    progress(mode, cidrs, "established", &established);
+    progress("established", &established);
     let (connect, connect_failures) =
         tcp::connect_close(reference, &test, plan.connect_pairs, plan.connect_window)?;
-    progress(mode, cidrs, "connect+close", &connect);
+    progress("connect+close", &connect);
     let stream = tcp::stream(reference, &test, plan.stream_pairs, plan.stream_seconds)?;
-    progress(mode, cidrs, "one TCP stream", &stream);
+    progress("one TCP stream", &stream);
     // Last: it leaves the table full.
     let new_flows = udp::new_flows(reference, &mut test, &plan.udp, cores)?;
-    progress(mode, cidrs, "new flows", &new_flows.comparison);
+    progress("new flows", &new_flows.comparison);
     Ok(Figures {
+        family,
         mode,
         cidrs,
         established,
@@ -303,12 +325,19 @@ fn traffic(
     })
 }
 
-fn progress(mode: Mode, cidrs: usize, test: &str, comparison: &interleave::Comparison) {
+fn progress(
+    family: Family,
+    mode: Mode,
+    cidrs: usize,
+    test: &str,
+    comparison: &interleave::Comparison,
+) {
     eprintln!(
-        "bench: {:>4}s {:<16} {cidrs:>6} CIDRs  {test:<14} ratio {:.2}  ({:.0}/s against {:.0}/s)",
+        "bench: {:>4}s {} {:<16} {cidrs:>6} CIDRs  {test:<14} ratio {:.2}  ({:.0}/s against {:.0}/s)",
         STARTED
             .get()
             .map_or(0, |started| started.elapsed().as_secs()),
+        family.name(),
         mode.name(),
         comparison.ratio(),
         comparison.test.rate(),
@@ -336,7 +365,8 @@ fn check(results: &Results) -> Result<()> {
         ] {
             if comparison.reference.units == 0 || comparison.test.units == 0 {
                 bail!(
-                    "{} at {} CIDRs: the {name} test moved nothing through one of the paths",
+                    "{} {} at {} CIDRs: the {name} test moved nothing through one of the paths",
+                    figures.family.name(),
                     figures.mode.name(),
                     figures.cidrs
                 );
@@ -396,29 +426,39 @@ fn main() -> Result<()> {
         print_program_times(&progtime::measure(&plan.program)?);
         return Ok(());
     }
-    let reference = BenchPath::new(Mode::NoNat, 3, plan.nat_entries, cores)?;
     let mut figures = Vec::new();
-    for &cidrs in &plan.cidr_counts {
-        for mode in Mode::COMPARED {
-            let chosen = (args.cidrs.is_empty() || args.cidrs.contains(&cidrs))
-                && (args.modes.is_empty()
-                    || args
-                        .modes
-                        .iter()
-                        .any(|name| mode.name().ends_with(name.as_str())));
-            if !chosen || (mode != Mode::Masq && cidrs > plan.iptables_max_cidrs) {
-                continue;
+    for family in Family::ALL {
+        if !(args.families.is_empty()
+            || args
+                .families
+                .iter()
+                .any(|name| family.name().eq_ignore_ascii_case(name)))
+        {
+            continue;
+        }
+        // Each family's reference forwards that family: an IPv6 one is dual-stack, as its
+        // paths under test are.
+        let reference = BenchPath::new(Mode::NoNat, family, 3, plan.nat_entries, cores)?;
+        for &cidrs in plan.cidr_counts(family) {
+            for mode in Mode::COMPARED {
+                let chosen = (args.cidrs.is_empty() || args.cidrs.contains(&cidrs))
+                    && (args.modes.is_empty()
+                        || args
+                            .modes
+                            .iter()
+                            .any(|name| mode.name().ends_with(name.as_str())));
+                if !chosen || (mode != Mode::Masq && cidrs > plan.iptables_max_cidrs) {
+                    continue;
+                }
+                if interrupted() {
+                    bail!("interrupted");
+                }
+                figures.push(traffic(&reference, mode, cidrs, &plan, cores).with_context(
+                    || format!("{} {} at {cidrs} CIDRs", family.name(), mode.name()),
+                )?);
             }
-            if interrupted() {
-                bail!("interrupted");
-            }
-            figures.push(
-                traffic(&reference, mode, cidrs, &plan, cores)
-                    .with_context(|| format!("{} at {cidrs} CIDRs", mode.name()))?,
-            );
         }
     }
-    drop(reference);
 
     let (program, apply, footprint, profiles) = if args.traffic_only {
         Default::default()

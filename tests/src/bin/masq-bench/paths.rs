@@ -2,19 +2,25 @@
 //! node forwarding with no NAT, with upstream's iptables chain (nf_tables or legacy), or with
 //! masq, and the plumbing that lets the generator saturate the node without being the limit.
 
-use std::{collections::BTreeSet, fs, net::Ipv4Addr, process::Command, time::Duration};
+use std::{
+    collections::BTreeSet,
+    fs,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    process::Command,
+    time::Duration,
+};
 
 use anyhow::{Context as _, Result, bail};
 use masq::datapath::maps::DatapathMaps;
 use masq_testbed::{
     agent::Agent,
     netns::Netns,
-    sandbox::{Sandbox, SandboxOptions, UPLINK, pod_ip},
+    sandbox::{Sandbox, SandboxOptions, UPLINK},
 };
 
 use crate::{
     config::Config,
-    frames::{EXEMPT_SINK, Link, SINK},
+    frames::{Family, Link},
     tx::{PacketTx, RxCounter},
 };
 
@@ -54,6 +60,16 @@ pub(crate) const GC_INTERVAL: &str = "10s";
 
 /// A neighbour of the node's uplink that no host answers for: where the sinks' traffic goes.
 const NOWHERE: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 253);
+/// [`NOWHERE`] on the uplink's IPv6 network.
+const NOWHERE_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0xfd);
+
+/// [`NOWHERE`] of `family`.
+fn nowhere(family: Family) -> IpAddr {
+    match family {
+        Family::V4 => NOWHERE.into(),
+        Family::V6 => NOWHERE_V6.into(),
+    }
+}
 
 /// The two cores the UDP measurements use: the generator's, and the one the path under test
 /// runs on (the NAPI thread of the pod's veth and the softirq work after it).
@@ -130,20 +146,24 @@ pub(crate) fn trie_capacity(cidrs: usize) -> u32 {
         .max(masq_common::layout::NOMASQ_V4_MAX_ENTRIES)
 }
 
-/// Upstream's chain for `config` in `node`'s legacy (x_tables) tables, as the agent's iptables
-/// backend writes it: the chain, the POSTROUTING jump, then the rules through
-/// `iptables-restore --noflush` of what `masq render-iptables` prints.
-fn apply_legacy(node: &Netns, config: &Config) -> Result<()> {
+/// Upstream's chain for `config` in `node`'s legacy (x_tables) tables of `family`, as the
+/// agent's iptables backend writes it: the chain, the POSTROUTING jump, then the rules through
+/// `iptables-restore --noflush` (`ip6tables-restore`) of what `masq render-iptables` prints.
+fn apply_legacy(node: &Netns, config: &Config, family: Family) -> Result<()> {
+    let program = match family {
+        Family::V4 => "iptables-legacy",
+        Family::V6 => "ip6tables-legacy",
+    };
     let chain = masq::iptables::render::DEFAULT_CHAIN;
-    node.exec("iptables-legacy", &["-w", "-t", "nat", "-N", chain]);
+    node.exec(program, &["-w", "-t", "nat", "-N", chain]);
     let jump = masq::iptables::render::postrouting_jump_args(chain);
     let mut args = vec!["-w", "-t", "nat", "-A", "POSTROUTING"];
     args.extend(jump.iter().map(String::as_str));
-    node.exec("iptables-legacy", &args);
+    node.exec(program, &args);
     crate::apply::restore(
         node,
-        "iptables-legacy-restore",
-        &crate::apply::render(config)?,
+        &format!("{program}-restore"),
+        &crate::apply::render(config, family)?,
     )?;
     Ok(())
 }
@@ -152,6 +172,8 @@ fn apply_legacy(node: &Netns, config: &Config) -> Result<()> {
 #[derive(Debug)]
 pub(crate) struct BenchPath {
     pub(crate) mode: Mode,
+    /// The family of the traffic measured (an IPv6 path's sandbox is dual-stack).
+    pub(crate) family: Family,
     /// Entries masq's NAT table holds (`--nat-max-entries`).
     pub(crate) nat_entries: u32,
     pub(crate) tx: PacketTx,
@@ -167,27 +189,43 @@ pub(crate) struct BenchPath {
 }
 
 impl BenchPath {
-    /// A fresh sandbox in `mode` with `cidrs` non-masquerade CIDRs, ready for the generator.
-    pub(crate) fn new(mode: Mode, cidrs: usize, nat_entries: u32, cores: Cores) -> Result<Self> {
+    /// A fresh sandbox in `mode` with `cidrs` non-masquerade CIDRs of `family`, ready for the
+    /// generator to send traffic of that family. For IPv6 the sandbox is dual-stack and the
+    /// agent runs with `--enable-ipv6`.
+    pub(crate) fn new(
+        mode: Mode,
+        family: Family,
+        cidrs: usize,
+        nat_entries: u32,
+        cores: Cores,
+    ) -> Result<Self> {
         let sandbox = Sandbox::new("bn", SandboxOptions::default());
-        let mut path_threads = prepare_for_generator(&sandbox, cores)?;
+        if family == Family::V6 {
+            sandbox.add_ipv6();
+        }
+        let mut path_threads = prepare_for_generator(&sandbox, cores, family)?;
         path_threads.extend(ksoftirqd(cores.path));
         let config = Config::write(
             &std::env::temp_dir().join(format!("{}-config", sandbox.tag)),
+            family,
             cidrs,
             false,
         )?;
         let [source_flag, source] = config.args();
+        let mut args = vec![source_flag.as_str(), source.as_str()];
+        if family == Family::V6 {
+            args.push("--enable-ipv6");
+        }
         let agent = match mode {
             Mode::NoNat => None,
-            Mode::Nft => Some(Agent::start(
-                &sandbox,
-                &[&source_flag, &source, "--backend", "iptables"],
-            )),
+            Mode::Nft => {
+                args.extend(["--backend", "iptables"]);
+                Some(Agent::start(&sandbox, &args))
+            }
             // The DaemonSet grants no CAP_NET_RAW, which iptables-legacy needs (its rules go
             // through a raw socket): the chain the agent would write is applied as root.
             Mode::Legacy => {
-                apply_legacy(&sandbox.node, &config)?;
+                apply_legacy(&sandbox.node, &config, family)?;
                 None
             }
             Mode::Masq => {
@@ -196,27 +234,33 @@ impl BenchPath {
                 Some(Agent::start(
                     &sandbox,
                     &[
-                        &source_flag,
-                        &source,
-                        "--nat-max-entries",
-                        &entries,
-                        "--nomasq-max-entries",
-                        &trie,
-                        // The agent's default: the tests' 1 s would have the collector walk
-                        // the whole table every second, on the cores being measured.
-                        "--gc-interval",
-                        GC_INTERVAL,
-                    ],
+                        args.as_slice(),
+                        &[
+                            "--nat-max-entries",
+                            &entries,
+                            "--nomasq-max-entries",
+                            &trie,
+                            // The agent's default: the tests' 1 s would have the collector
+                            // walk the whole table every second, on the cores being measured.
+                            "--gc-interval",
+                            GC_INTERVAL,
+                        ],
+                    ]
+                    .concat(),
                 ))
             }
         };
+        if family == Family::V6 {
+            wait_for_link_local(&sandbox)?;
+        }
         let link = Link {
             source: mac(sandbox.pod(1), "eth0")?,
             gateway: mac(&sandbox.node, "vpod1")?,
-            pod: pod_ip(1),
+            pod: family.pod(1),
         };
         Ok(Self {
             mode,
+            family,
             nat_entries,
             tx: PacketTx::open(sandbox.pod(1), "eth0")?,
             sink: RxCounter::open(&sandbox.router, "eth0")?,
@@ -279,7 +323,7 @@ impl BenchPath {
 /// Makes pod 1 a traffic source the path cannot blame: its veth's receiving side on the node
 /// runs in a NAPI thread pinned to the path's core, so the generator's core only queues frames;
 /// and the traffic ends as soon as it has left the node.
-fn prepare_for_generator(sandbox: &Sandbox, cores: Cores) -> Result<Vec<i32>> {
+fn prepare_for_generator(sandbox: &Sandbox, cores: Cores, family: Family) -> Result<Vec<i32>> {
     // veth hands a sender's packets to the peer's NAPI ring only when the sender does no TSO
     // (or the peer aggregates forwarded UDP, which would change what is measured).
     sandbox
@@ -309,10 +353,11 @@ fn prepare_for_generator(sandbox: &Sandbox, cores: Cores) -> Result<Vec<i32>> {
     // where IP input starts. The node does all its usual work (routing, the NAT under test,
     // transmission), and the sink adds as little as possible to every path alike: a route to
     // nowhere (blackhole) would cost the router a route allocation per packet.
+    let nowhere = nowhere(family).to_string();
     sandbox.node.ip(&[
         "neigh",
         "add",
-        &NOWHERE.to_string(),
+        &nowhere,
         "lladdr",
         "02:00:00:00:00:fe",
         "dev",
@@ -320,16 +365,40 @@ fn prepare_for_generator(sandbox: &Sandbox, cores: Cores) -> Result<Vec<i32>> {
         "nud",
         "permanent",
     ]);
-    for sink in [SINK, EXEMPT_SINK] {
-        sandbox.node.ip(&[
-            "route",
-            "add",
-            &format!("{sink}/32"),
-            "via",
-            &NOWHERE.to_string(),
-        ]);
+    for sink in [family.sink(), family.exempt_sink()] {
+        sandbox
+            .node
+            .ip(&["route", "add", &sink.to_string(), "via", &nowhere]);
     }
     Ok(threads)
+}
+
+/// Waits until no address of the sandbox is tentative. The link-local addresses every interface
+/// gets when it comes up go through duplicate address detection (about 2 s), and until then the
+/// hops cannot resolve each other over IPv6: a TCP test's first connections would wait for SYN
+/// retransmissions, which is not what is measured.
+fn wait_for_link_local(sandbox: &Sandbox) -> Result<()> {
+    let namespaces: Vec<&Netns> = sandbox
+        .pods
+        .iter()
+        .chain([&sandbox.node, &sandbox.router, &sandbox.outside])
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let tentative = namespaces.iter().any(|netns| {
+            !netns
+                .ip(&["-6", "addr", "show", "tentative"])
+                .stdout
+                .is_empty()
+        });
+        if !tentative {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("IPv6 addresses of the sandbox are still tentative after 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The MAC address of `device` in `netns`.

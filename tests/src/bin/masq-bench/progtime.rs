@@ -16,9 +16,8 @@ use masq_testbed::{
 
 use crate::{
     config::cidr,
-    frames::{Link, SINK, ports, udp},
+    frames::{Frame, Link, SINK, ports, udp},
     paths::trie_capacity,
-    tx::Frame,
 };
 
 /// One path's time in nanoseconds, with few and with many CIDRs in the trie.
@@ -49,7 +48,7 @@ fn link() -> Link {
     Link {
         source: [2, 0, 0, 0, 0, 1],
         gateway: [2, 0, 0, 0, 0, 2],
-        pod: POD,
+        pod: POD.into(),
     }
 }
 
@@ -87,6 +86,8 @@ pub(crate) const ESTABLISHED_REPEATED: &str =
 pub(crate) const EXEMPT: &str = "egress, exempt destination (lookup miss, trie)";
 pub(crate) const NOT_IPV4: &str = "egress, not IP (parse, pass)";
 pub(crate) const NEW_FLOW: &str = "egress, new flow into a nearly full table";
+pub(crate) const ESTABLISHED_V6_REPEATED: &str =
+    "egress, IPv6 established flow, repeated (tail call, lookup, rewrite)";
 
 /// One row of the table: which field of [`Times`] it shows.
 type Field = fn(&Times) -> f64;
@@ -174,7 +175,7 @@ fn mirror_mapping_v6(harness: &mut Harness) -> Result<()> {
 pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
     let mut harness = Harness::sized(settings.nat_entries, trie_capacity(settings.many_cidrs));
     let link = link();
-    let established = udp(&link, SINK, 0);
+    let established = udp(&link, SINK.into(), 0);
     run(harness.datapath.egress()?, &established, 1)?;
     let translated = harness
         .egress_mappings()
@@ -189,7 +190,7 @@ pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
     )
     .payload(b"masq bench reply!!")
     .frame();
-    let exempt = udp(&link, Ipv4Addr::new(10, 1, 2, 3), 1);
+    let exempt = udp(&link, Ipv4Addr::new(10, 1, 2, 3).into(), 1);
     let non_ip = masq_testbed::pktgen::arp_frame();
     // IPv6: the same established flow and exempt destination, in the IPv6 programs.
     harness.set_uplink_v6(Some(NODE_V6.parse()?));
@@ -203,7 +204,7 @@ pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
     let mut next_id = 1_000_000u64;
     let mut fresh = |count: u64| -> Vec<Frame> {
         let frames = (next_id..next_id + count)
-            .map(|id| udp(&link, SINK, id))
+            .map(|id| udp(&link, SINK.into(), id))
             .collect();
         next_id += count;
         frames
@@ -242,7 +243,7 @@ pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
     // Now fill it up: a new flow is refused (repeatable: nothing is written).
     let egress = harness.datapath.egress()?;
     let refused_before = harness.counter(Counter::EgressDropTableFull);
-    let mut full = udp(&link, SINK, 0);
+    let mut full = udp(&link, SINK.into(), 0);
     while harness.counter(Counter::EgressDropTableFull) == refused_before {
         full = fresh(1).first().copied().context("no frame")?;
         run(egress, &full, 1)?;
@@ -261,10 +262,7 @@ pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
         ("ingress, reply of a flow (lookup, rewrite)", |t| t.reply),
         (EXEMPT, |t| t.exempt),
         (NOT_IPV4, |t| t.non_ip),
-        (
-            "egress, IPv6 established flow, repeated (tail call, lookup, rewrite)",
-            |t| t.established_v6_repeated,
-        ),
+        (ESTABLISHED_V6_REPEATED, |t| t.established_v6_repeated),
         (
             "egress, IPv6 exempt destination (tail call, lookup miss, trie)",
             |t| t.exempt_v6,

@@ -8,15 +8,17 @@ use plotters::prelude::*;
 use crate::{
     apply::ApplyTimes,
     footprint::Footprint,
+    frames::Family,
     interleave::{Comparison, Totals},
     paths::{Cores, Mode},
     progtime::ProgramTime,
     udp::NewFlows,
 };
 
-/// Everything measured for one mode at one CIDR count.
+/// Everything measured for one mode at one CIDR count, in one family.
 #[derive(Clone, Debug)]
 pub(crate) struct Figures {
+    pub(crate) family: Family,
     pub(crate) mode: Mode,
     pub(crate) cidrs: usize,
     pub(crate) established: Comparison,
@@ -54,6 +56,16 @@ pub(crate) struct Results {
     pub(crate) apply: Vec<ApplyTimes>,
     pub(crate) footprint: Footprint,
     pub(crate) profiles: crate::profile::Profiles,
+}
+
+impl Results {
+    /// The traffic figures of `family`.
+    fn of(&self, family: Family) -> Vec<&Figures> {
+        self.figures
+            .iter()
+            .filter(|figures| figures.family == family)
+            .collect()
+    }
 }
 
 /// The four traffic tests, in report order.
@@ -126,25 +138,24 @@ fn budget(reference_ns: f64, target: f64) -> f64 {
     reference_ns * (1.0 / target - 1.0)
 }
 
+/// The time of `path` in `BPF_PROG_TEST_RUN` with few CIDRs (NaN when not measured).
+fn program_time(results: &Results, path: &str) -> f64 {
+    results
+        .program
+        .iter()
+        .find(|time| time.path == path)
+        .map_or(f64::NAN, |time| time.few)
+}
+
 /// What the packet targets leave room for on this machine, against what masq spends, from
 /// this run's figures: the evidence where a target is out of reach.
 fn bounds(results: &Results, out: &mut String) {
-    let program = |path: &str| {
-        results
-            .program
-            .iter()
-            .find(|time| time.path == path)
-            .map_or(f64::NAN, |time| time.few)
-    };
-    let Some(masq) = results
-        .figures
-        .iter()
-        .find(|figures| figures.mode == Mode::Masq)
-    else {
+    let program = |path: &str| program_time(results, path);
+    let ipv4 = results.of(Family::V4);
+    let Some(masq) = ipv4.iter().find(|figures| figures.mode == Mode::Masq) else {
         return;
     };
-    let conntrack = results
-        .figures
+    let conntrack = ipv4
         .iter()
         .find(|figures| figures.mode != Mode::Masq && figures.cidrs == masq.cidrs);
     let _ = writeln!(out, "\n## What bounds the packet targets\n");
@@ -281,26 +292,182 @@ fn ratio_cell(test: Test, comparison: &Comparison) -> String {
     )
 }
 
-fn cidr_counts(results: &Results) -> Vec<usize> {
-    let mut counts: Vec<usize> = results
-        .figures
-        .iter()
-        .map(|figures| figures.cidrs)
-        .collect();
+fn cidr_counts(figures: &[&Figures]) -> Vec<usize> {
+    let mut counts: Vec<usize> = figures.iter().map(|figures| figures.cidrs).collect();
     counts.sort_unstable();
     counts.dedup();
     counts
 }
 
-fn find(results: &Results, mode: Mode, cidrs: usize) -> Option<&Figures> {
-    results
-        .figures
+fn find<'a>(figures: &[&'a Figures], mode: Mode, cidrs: usize) -> Option<&'a Figures> {
+    figures
         .iter()
         .find(|figures| figures.mode == mode && figures.cidrs == cidrs)
+        .copied()
 }
 
 fn millis(duration: Duration) -> String {
     format!("{:.1} ms", duration.as_secs_f64() * 1e3)
+}
+
+/// The no NAT cell and the compared modes' cells of `test` at `cidrs`, each followed by `|`.
+fn mode_cells(test: Test, figures: &[&Figures], cidrs: usize) -> String {
+    let reference = Mode::COMPARED
+        .iter()
+        .find_map(|&mode| find(figures, mode, cidrs))
+        .map(|figures| test.rate(&test.of(figures).reference))
+        .unwrap_or_default();
+    let mut cells = format!(" 1.00 ({reference}) |");
+    for mode in Mode::COMPARED {
+        let cell = find(figures, mode, cidrs).map_or_else(
+            || "not run".to_owned(),
+            |figures| ratio_cell(test, test.of(figures)),
+        );
+        let _ = write!(cells, " {cell} |");
+    }
+    cells
+}
+
+const RATIO_LEGEND: &str = "Ratio to no NAT (1.00 = free), the extra cost per unit, and the \
+     lowest and highest ratio of the window pairs; the no NAT column gives its rate (and CPU \
+     time per packet).\n";
+
+/// What limited each figure of `tests`, one row per figures and test (a test column when
+/// there are several).
+fn limits_table(tests: &[Test], figures: &[&Figures], cores: Cores, out: &mut String) {
+    let (head, rule) = if tests.len() > 1 {
+        ("| test ", "|---")
+    } else {
+        ("", "")
+    };
+    let _ = writeln!(out, "\nWhat limited each figure:\n");
+    let _ = writeln!(
+        out,
+        "{head}| mode | CIDRs | no NAT windows | measured windows |"
+    );
+    let _ = writeln!(out, "{rule}|---|---:|---|---|");
+    for &test in tests {
+        for figures in figures {
+            let comparison = test.of(figures);
+            let title = if tests.len() > 1 {
+                format!("| {} ", test.title())
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                out,
+                "{title}| {} | {} | {} | {} |",
+                figures.mode.name(),
+                figures.cidrs,
+                limit(&comparison.reference, cores),
+                limit(&comparison.test, cores)
+            );
+        }
+    }
+}
+
+/// The NAT tables of the new-flow test during its measured windows.
+fn fill_table(figures: &[&Figures], out: &mut String) {
+    let _ = writeln!(out, "\nThe tables during the measured windows:\n");
+    let _ = writeln!(
+        out,
+        "| mode | CIDRs | capacity (flows) | fill | new flows per window | refused (table full) |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---|---:|---:|");
+    for figures in figures {
+        let flows = &figures.new_flows;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.1}%-{:.1}% | {} | {} |",
+            figures.mode.name(),
+            figures.cidrs,
+            flows.capacity,
+            100.0 * flows.fill.0,
+            100.0 * flows.fill.1,
+            flows.window_flows,
+            flows.refused_full
+        );
+    }
+}
+
+/// The connect+close test's failed connections.
+fn connect_failures(figures: &[&Figures], out: &mut String) {
+    let failures: u64 = figures.iter().map(|figures| figures.connect_failures).sum();
+    let _ = writeln!(
+        out,
+        "\nConnections that failed or timed out (1 s): {failures}."
+    );
+}
+
+/// One section per test, a row per CIDR count: the IPv4 traffic.
+fn traffic_sections(figures: &[&Figures], cores: Cores, out: &mut String) {
+    if figures.is_empty() {
+        return;
+    }
+    let counts = cidr_counts(figures);
+    for test in Test::ALL {
+        let _ = writeln!(out, "## {}\n", test.title());
+        let _ = writeln!(out, "{RATIO_LEGEND}");
+        let _ = writeln!(
+            out,
+            "| CIDRs | no NAT | {} |",
+            Mode::COMPARED.map(Mode::name).join(" | ")
+        );
+        let _ = writeln!(out, "|---:|---|---|---|---|");
+        for &cidrs in &counts {
+            let _ = writeln!(out, "| {cidrs} |{}", mode_cells(test, figures, cidrs));
+        }
+        limits_table(&[test], figures, cores, out);
+        match test {
+            Test::NewFlows => fill_table(figures, out),
+            Test::Connect => connect_failures(figures, out),
+            Test::Established | Test::Stream => {}
+        }
+        out.push('\n');
+    }
+}
+
+/// The IPv6 traffic: every test in one table, a row per test and CIDR count.
+fn ipv6_section(results: &Results, out: &mut String) {
+    let figures = &results.of(Family::V6);
+    if figures.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "## IPv6\n");
+    out.push_str(IPV6_METHOD);
+    let _ = writeln!(out, "\n{RATIO_LEGEND}");
+    let _ = writeln!(
+        out,
+        "| test | IPv6 CIDRs | no NAT | {} |",
+        Mode::COMPARED.map(Mode::name).join(" | ")
+    );
+    let _ = writeln!(out, "|---|---:|---|---|---|---|");
+    for test in Test::ALL {
+        for cidrs in cidr_counts(figures) {
+            let _ = writeln!(
+                out,
+                "| {} | {cidrs} |{}",
+                test.title(),
+                mode_cells(test, figures, cidrs)
+            );
+        }
+    }
+    let (v4, v6) = (
+        program_time(results, crate::progtime::ESTABLISHED_REPEATED),
+        program_time(results, crate::progtime::ESTABLISHED_V6_REPEATED),
+    );
+    if v4.is_finite() && v6.is_finite() {
+        let _ = writeln!(
+            out,
+            "\nmasq's egress programs alone take {v6:.0} ns for an established IPv6 packet (a tail \
+             call into the IPv6 program, the lookup and the rewrite) against \
+             {v4:.0} ns for IPv4 (`BPF_PROG_TEST_RUN`, repeated, warm caches; see below)."
+        );
+    }
+    limits_table(&Test::ALL, figures, results.cores, out);
+    fill_table(figures, out);
+    connect_failures(figures, out);
+    out.push('\n');
 }
 
 /// The Markdown report.
@@ -331,90 +498,8 @@ pub(crate) fn markdown(results: &Results, plot_name: &str) -> String {
         "\n![ratio to no NAT against CIDR count]({plot_name})\n"
     );
 
-    let counts = cidr_counts(results);
-    for test in Test::ALL {
-        let _ = writeln!(out, "## {}\n", test.title());
-        let _ = writeln!(
-            out,
-            "Ratio to no NAT (1.00 = free), the extra cost per unit, and the lowest and highest \
-             ratio of the window pairs; the no NAT column gives its rate (and CPU time per \
-             packet).\n"
-        );
-        let _ = writeln!(
-            out,
-            "| CIDRs | no NAT | {} |",
-            Mode::COMPARED.map(Mode::name).join(" | ")
-        );
-        let _ = writeln!(out, "|---:|---|---|---|---|");
-        for &cidrs in &counts {
-            let mut row = format!("| {cidrs} |");
-            let reference = Mode::COMPARED
-                .iter()
-                .find_map(|&mode| find(results, mode, cidrs))
-                .map(|figures| test.rate(&test.of(figures).reference))
-                .unwrap_or_default();
-            let _ = write!(row, " 1.00 ({reference}) |");
-            for mode in Mode::COMPARED {
-                let cell = find(results, mode, cidrs).map_or_else(
-                    || "not run".to_owned(),
-                    |figures| ratio_cell(test, test.of(figures)),
-                );
-                let _ = write!(row, " {cell} |");
-            }
-            let _ = writeln!(out, "{row}");
-        }
-        let _ = writeln!(out, "\nWhat limited each figure:\n");
-        let _ = writeln!(out, "| mode | CIDRs | no NAT windows | measured windows |");
-        let _ = writeln!(out, "|---|---:|---|---|");
-        for figures in &results.figures {
-            let comparison = test.of(figures);
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} |",
-                figures.mode.name(),
-                figures.cidrs,
-                limit(&comparison.reference, results.cores),
-                limit(&comparison.test, results.cores)
-            );
-        }
-        match test {
-            Test::NewFlows => {
-                let _ = writeln!(out, "\nThe tables during the measured windows:\n");
-                let _ = writeln!(
-                    out,
-                    "| mode | CIDRs | capacity (flows) | fill | new flows per window | refused (table full) |"
-                );
-                let _ = writeln!(out, "|---|---:|---:|---|---:|---:|");
-                for figures in &results.figures {
-                    let flows = &figures.new_flows;
-                    let _ = writeln!(
-                        out,
-                        "| {} | {} | {} | {:.1}%-{:.1}% | {} | {} |",
-                        figures.mode.name(),
-                        figures.cidrs,
-                        flows.capacity,
-                        100.0 * flows.fill.0,
-                        100.0 * flows.fill.1,
-                        flows.window_flows,
-                        flows.refused_full
-                    );
-                }
-            }
-            Test::Connect => {
-                let failures: u64 = results
-                    .figures
-                    .iter()
-                    .map(|figures| figures.connect_failures)
-                    .sum();
-                let _ = writeln!(
-                    out,
-                    "\nConnections that failed or timed out (1 s): {failures}."
-                );
-            }
-            Test::Established | Test::Stream => {}
-        }
-        out.push('\n');
-    }
+    traffic_sections(&results.of(Family::V4), results.cores, &mut out);
+    ipv6_section(results, &mut out);
 
     let _ = writeln!(
         out,
@@ -531,14 +616,15 @@ Each mode runs in a fresh sandbox of network namespaces (pods, a node, a router;
 `tests/src/sandbox.rs`); a second sandbox that only forwards (no NAT, no conntrack) is the
 reference. The reference and the path under test are measured **in alternating windows of the
 same run** (100 ms for packets, 200 ms for connections, 1 s iperf3 runs; pairs in ABBA order),
-so whatever else the machine does affects both alike.
+so whatever else the machine does affects both alike. The sections per test are IPv4; the
+[IPv6](#ipv6) section has the same tests over IPv6, measured the same way.
 
 * **Ratio.** For connections and the stream: the path's rate over the reference's in the same
   windows. For the generator's packets: no NAT's CPU time per packet over the path's, counting
   the time of the kernel threads that run the path (see below): the packet rate ratio of a
   core that does nothing else, which other work on a busy machine cannot skew. On a quiet
   machine it equals the rate ratio, which is shown next to it.
-* **Generator.** Prebuilt 60-byte UDP frames (64 bytes on a wire) sent with `sendmmsg` on an
+* **Generator.** Prebuilt 60-byte UDP/IPv4 frames (64 bytes on a wire) sent with `sendmmsg` on an
   `AF_PACKET` socket (qdisc bypassed) by a thread pinned to one core. The pod's veth delivers
   them to a NAPI thread pinned to the other core, where the whole path runs (the node's
   forwarding and NAT, the transmission to the router). When the path is slower than the
@@ -572,6 +658,26 @@ so whatever else the machine does affects both alike.
   ConfigMap holds); iptables is run up to 10,000, where a new flow already walks 10,000 rules.
 ";
 
+const IPV6_METHOD: &str = "\
+The same four tests over IPv6, each against a no NAT reference of its own that forwards IPv6,
+in alternating windows as above. Every sandbox is dual-stack (pods, node, router and outside
+host get addresses in 2001:db8::/32, and the node forwards IPv6).
+
+* **Generator**: 62-byte frames (Ethernet, IPv6 and UDP headers, no payload: the smallest
+  UDP/IPv6 frame, 66 bytes on a wire), to a host behind the node's uplink that does not exist,
+  as for IPv4.
+* **iptables**: upstream's ip6tables chain, as `masq render-iptables --family ipv6` writes it
+  (`fe80::/10` and each IPv6 CIDR RETURN, then `MASQUERADE --random-fully`), applied by the
+  agent's iptables backend with `--enable-ipv6` (nf_tables) or with `ip6tables-legacy-restore`.
+  **masq** runs with `--enable-ipv6`: IPv6 frames go through its IPv6 programs and NAT table.
+* **Config**: upstream's three IPv4 defaults and the IPv6 CIDRs counted in the table
+  (2001:db8:a::/48, 2001:db8:b::/48, 2001:db8:c::/48, then /128s), none of which holds the
+  masqueraded destination; conntrack's table is filled with flows to a host in the first.
+* **New flows, table full**: masq's IPv6 NAT table (`--nat-max-entries` sizes it as the IPv4
+  one) and conntrack (`nf_conntrack_max`, shared by both families) filled as for IPv4.
+* **TCP**: connections and the iperf3 stream go to the outside host's IPv6 address.
+";
+
 const COLORS: [RGBColor; 4] = [
     RGBColor(120, 120, 120),
     RGBColor(31, 119, 180),
@@ -582,19 +688,20 @@ const COLORS: [RGBColor; 4] = [
 /// Where Debian's fonts-dejavu-core puts its sans-serif font (`cargo xtask bench` installs it).
 const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
-/// The plot: one panel per test, the ratio to no NAT against the CIDR count, one line per mode.
+/// The plot: one panel per test, the ratio to no NAT against the CIDR count, one line per mode
+/// (IPv4: the IPv6 section has one CIDR count).
 pub(crate) fn plot(results: &Results, path: &Path) -> Result<()> {
+    let figures = results.of(Family::V4);
     let font = std::fs::read(FONT)
         .with_context(|| format!("reading {FONT} (apt-get install fonts-dejavu-core)"))?;
     // plotters keeps registered fonts for the life of the process.
     let font: &'static [u8] = Box::leak(font.into_boxed_slice());
     plotters::style::register_font("sans-serif", FontStyle::Normal, font)
         .map_err(|_| anyhow::anyhow!("{FONT} is not a usable font"))?;
-    let counts = cidr_counts(results);
+    let counts = cidr_counts(&figures);
     let max_count = counts.last().copied().unwrap_or(3).max(10) as f64 * 3.0;
     // Room above 1.0 for a mode that beats the reference within noise.
-    let top = results
-        .figures
+    let top = figures
         .iter()
         .flat_map(|figures| Test::ALL.map(|test| test.of(figures).ratio()))
         .filter(|ratio| ratio.is_finite())
@@ -604,7 +711,7 @@ pub(crate) fn plot(results: &Results, path: &Path) -> Result<()> {
     root.fill(&WHITE)?;
     let (title, body) = root.split_vertically(80);
     title.draw(&Text::new(
-        "masq against iptables MASQUERADE: rate relative to no NAT (1.0 = free)",
+        "masq against iptables MASQUERADE (IPv4): rate relative to no NAT (1.0 = free)",
         (20, 12),
         ("sans-serif", 26),
     ))?;
@@ -635,7 +742,7 @@ pub(crate) fn plot(results: &Results, path: &Path) -> Result<()> {
             let points: Vec<(f64, f64)> = if mode == Mode::NoNat {
                 counts.iter().map(|&count| (count as f64, 1.0)).collect()
             } else {
-                points(results, test, mode)
+                points(&figures, test, mode)
             };
             let style = ShapeStyle::from(&color).stroke_width(3);
             chart.draw_series(LineSeries::new(points.clone(), style))?;
@@ -650,9 +757,8 @@ pub(crate) fn plot(results: &Results, path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn points(results: &Results, test: Test, mode: Mode) -> Vec<(f64, f64)> {
-    results
-        .figures
+fn points(figures: &[&Figures], test: Test, mode: Mode) -> Vec<(f64, f64)> {
+    figures
         .iter()
         .filter(|figures| figures.mode == mode)
         .map(|figures| (figures.cidrs as f64, test.of(figures).ratio()))

@@ -2,7 +2,7 @@
 //! stream (iperf3). Both run on every core, as a node's pods would.
 
 use std::{
-    net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream},
+    net::{SocketAddr, TcpListener, TcpStream},
     os::fd::AsRawFd as _,
     process::{Child, Stdio},
     sync::{
@@ -13,15 +13,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
-use masq_testbed::sandbox::OUTSIDE_IP;
-
 use crate::{
     cpu::CpuTimes,
     interleave::{Comparison, Side, Window, alternate},
     paths::BenchPath,
     tx::set_option,
 };
+use anyhow::{Context as _, Result, bail};
 
 /// The outside host's port for connect-and-close.
 const CRR_PORT: u16 = 7000;
@@ -57,7 +55,7 @@ impl CrrLoad {
         gate: &Arc<AtomicUsize>,
         stop: &Arc<AtomicBool>,
     ) -> Result<Self> {
-        let address = SocketAddrV4::new(OUTSIDE_IP, CRR_PORT);
+        let address = SocketAddr::new(path.family.outside(), CRR_PORT);
         let listener = path
             .sandbox
             .outside
@@ -94,8 +92,7 @@ impl CrrLoad {
                         thread::sleep(Duration::from_micros(500));
                         continue;
                     }
-                    let target = SocketAddr::V4(address);
-                    match TcpStream::connect_timeout(&target, Duration::from_secs(1)) {
+                    match TcpStream::connect_timeout(&address, Duration::from_secs(1)) {
                         Ok(stream) => {
                             reset(stream);
                             connections.fetch_add(1, Ordering::Relaxed);
@@ -197,7 +194,12 @@ fn iperf_run(path: &BenchPath, seconds: u32) -> Result<Window> {
         .sandbox
         .pod(2)
         .command("iperf3")
-        .args(["-c", &OUTSIDE_IP.to_string(), "-p", &IPERF_PORT.to_string()])
+        .args([
+            "-c",
+            &path.family.outside().to_string(),
+            "-p",
+            &IPERF_PORT.to_string(),
+        ])
         .args(["-t", &seconds.to_string(), "-J"])
         .output()
         .context("running iperf3")?;

@@ -19,11 +19,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use masq_testbed::netns::Netns;
 
-/// Length of every generated frame: Ethernet, IPv4 and UDP headers and an 18-byte payload,
-/// the smallest Ethernet frame (64 bytes on a wire with its FCS).
-pub(crate) const FRAME_LEN: usize = 60;
-/// One prebuilt frame.
-pub(crate) type Frame = [u8; FRAME_LEN];
+use crate::frames::Frame;
 
 /// Frames per `sendmmsg` call: enough to amortize the system call, few enough to stop on time.
 const BATCH: usize = 64;
@@ -137,7 +133,7 @@ impl PacketTx {
             for slot in 0..count {
                 iovecs[slot] = libc::iovec {
                     iov_base: frames[next + slot].as_ptr().cast_mut().cast(),
-                    iov_len: FRAME_LEN,
+                    iov_len: frames[next + slot].len(),
                 };
                 messages[slot].msg_hdr.msg_iov = &raw mut iovecs[slot];
                 messages[slot].msg_hdr.msg_iovlen = 1;

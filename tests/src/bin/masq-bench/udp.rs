@@ -1,22 +1,24 @@
 //! Small UDP packets from the generator: established flows, and new flows into a full table.
 
 use std::{
-    fs, thread,
+    fs,
+    net::IpAddr,
+    thread,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
+use masq::datapath::maps::{DatapathMaps, NatTable};
 use masq_common::{
     counters::Counter,
-    nat::{Direction, NatKeyV4, proto},
+    nat::{Direction, NatEntry, NatKey, proto},
 };
 
 use crate::{
     cpu::{CpuTimes, thread_time},
-    frames::{EXEMPT_SINK, Link, SINK, ports, udp_flows},
+    frames::{Family, Frame, Link, ports, udp_flows},
     interleave::{Comparison, Side, Window, alternate},
     paths::{BenchPath, Cores, Mode, pin},
-    tx::Frame,
 };
 
 /// After a window, the time the last queued frames get to leave the path, so they are not
@@ -90,6 +92,11 @@ pub(crate) fn window(
     })
 }
 
+/// The frames of flows `ids` from `path`'s pod to its family's sink (masqueraded).
+fn sink_flows(path: &BenchPath, ids: std::ops::Range<u64>) -> Vec<Frame> {
+    udp_flows(&path.link, path.family.sink(), ids)
+}
+
 /// Sends every frame once and lets the path settle: creates the state of established flows.
 fn warm(path: &BenchPath, frames: &[Frame]) -> Result<()> {
     for _ in 0..3 {
@@ -108,8 +115,8 @@ pub(crate) fn established(
     cores: Cores,
 ) -> Result<Comparison> {
     let ids = || ESTABLISHED_IDS..ESTABLISHED_IDS + settings.established_flows;
-    let reference_frames = udp_flows(&reference.link, SINK, ids());
-    let test_frames = udp_flows(&test.link, SINK, ids());
+    let reference_frames = sink_flows(reference, ids());
+    let test_frames = sink_flows(test, ids());
     on_core(cores.generator, || {
         warm(reference, &reference_frames)?;
         warm(test, &test_frames)?;
@@ -152,15 +159,38 @@ trait Table {
     fn flows(&self) -> Result<u64>;
 }
 
-/// masq's table: entries come in pairs, one per direction of a flow.
+/// masq's table of one family: entries come in pairs, one per direction of a flow.
 struct MasqTable<'a> {
-    maps: &'a masq::datapath::maps::DatapathMaps,
+    maps: &'a DatapathMaps,
+    family: Family,
+}
+
+/// Entries in `A`'s NAT table.
+fn masq_entries<A: NatTable>(maps: &DatapathMaps) -> u64
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    A::table(maps).keys().filter(Result::is_ok).count() as u64
 }
 
 impl Table for MasqTable<'_> {
     fn flows(&self) -> Result<u64> {
-        Ok(self.maps.nat_v4.keys().filter(Result::is_ok).count() as u64 / 2)
+        let entries = match self.family {
+            Family::V4 => masq_entries::<[u8; 4]>(self.maps),
+            Family::V6 => masq_entries::<[u8; 16]>(self.maps),
+        };
+        Ok(entries / 2)
     }
+}
+
+/// masq's count of new flows `family`'s full table refused.
+fn refused_full(maps: &DatapathMaps, family: Family) -> Result<u64> {
+    let counter = Counter::EgressDropTableFull;
+    Ok(match family {
+        Family::V4 => maps.counter(counter)?,
+        Family::V6 => maps.counter_v6(counter)?,
+    })
 }
 
 struct Conntrack<'a> {
@@ -176,38 +206,50 @@ impl Table for Conntrack<'_> {
 /// New flows per second while filling a table: below what every path creates, so that a pass
 /// creates nearly all it sends and the fill takes seconds, well inside UDP's 30 s lifetime.
 const FILL_RATE: f64 = 80_000.0;
+/// The longest a fill may take, when a busy machine slows the path down (flows that expire
+/// meanwhile are made up for).
+const FILL_TIME: Duration = Duration::from_secs(60);
 
 /// Sends new flows to `destination` until the table holds `target` flows. Each pass sends, at
 /// [`FILL_RATE`], as many fresh flows (ids from `next_id` on) as are still missing, so a table
 /// that does not evict is never overfilled, and flows that expire meanwhile are made up for.
+/// A pass whose frames the path refused (other work took its core) does not count against the
+/// ten passes a fill may take; [`FILL_TIME`] bounds them all.
 fn fill(
     path: &BenchPath,
     table: &dyn Table,
-    destination: std::net::Ipv4Addr,
+    destination: IpAddr,
     next_id: &mut u64,
     target: u64,
 ) -> Result<u64> {
+    let started = Instant::now();
+    let deadline = started + FILL_TIME;
+    let mut clean_passes = 0;
+    let (mut passes, mut offered, mut refused) = (0, 0, 0);
     let mut flows = table.flows()?;
-    for _ in 0..10 {
-        if flows >= target || crate::interrupted() {
-            break;
-        }
+    while flows < target && clean_passes < 10 && Instant::now() < deadline && !crate::interrupted()
+    {
         let missing = target - flows;
         let frames = udp_flows(&path.link, destination, *next_id..*next_id + missing);
         *next_id += missing;
-        path.tx.send_paced(
-            &frames,
-            false,
-            Instant::now() + Duration::from_secs(60),
-            Some(FILL_RATE),
-        )?;
+        let sent = path
+            .tx
+            .send_paced(&frames, false, deadline, Some(FILL_RATE))?;
+        if sent.rejected == 0 {
+            clean_passes += 1;
+        }
+        passes += 1;
+        offered += sent.accepted + sent.rejected;
+        refused += sent.rejected;
         thread::sleep(DRAIN);
         flows = table.flows()?;
     }
     if flows < target * 99 / 100 {
         bail!(
-            "{}: the table holds {flows} flows after filling, not {target}",
-            path.mode.name()
+            "{}: the table holds {flows} flows after filling, not {target} ({passes} passes in \
+             {:.1} s offered {offered} new flows, the path refused {refused}: is the machine busy?)",
+            path.mode.name(),
+            started.elapsed().as_secs_f64()
         );
     }
     Ok(flows)
@@ -224,34 +266,58 @@ impl MasqFill {
     pub(crate) fn to_capacity(path: &BenchPath) -> Result<Self> {
         let maps = path.masq_maps()?;
         let capacity = u64::from(path.nat_entries / 2);
-        let table = MasqTable { maps: &maps };
-        let flows = fill(path, &table, SINK, &mut { PREFILL_IDS }, capacity)?;
+        let table = MasqTable {
+            maps: &maps,
+            family: path.family,
+        };
+        let flows = fill(
+            path,
+            &table,
+            path.family.sink(),
+            &mut { PREFILL_IDS },
+            capacity,
+        )?;
         Ok(Self { entries: 2 * flows })
     }
 }
 
-/// Removes from masq's table the flows `ids` created, as the garbage collector frees expired
-/// flows on a busy node; returns how many there were.
+/// Removes from masq's table the flows `ids` created from the pod at `link` to `sink`, as the
+/// garbage collector frees expired flows on a busy node; returns how many there were.
 fn forget_masq_flows(
-    maps: &mut masq::datapath::maps::DatapathMaps,
+    maps: &mut DatapathMaps,
     link: &Link,
+    sink: IpAddr,
     ids: std::ops::Range<u64>,
 ) -> u64 {
+    match (link.pod, sink) {
+        (IpAddr::V4(pod), IpAddr::V4(sink)) => forget(maps, pod.octets(), sink.octets(), ids),
+        (IpAddr::V6(pod), IpAddr::V6(sink)) => forget(maps, pod.octets(), sink.octets(), ids),
+        _ => 0,
+    }
+}
+
+/// [`forget_masq_flows`] in `A`'s table.
+fn forget<A: NatTable>(maps: &mut DatapathMaps, pod: A, sink: A, ids: std::ops::Range<u64>) -> u64
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    let table = A::table_mut(maps);
     let mut removed = 0;
     for id in ids {
         let (source, destination) = ports(id);
-        let key = NatKeyV4::new(
-            link.pod.octets(),
-            SINK.octets(),
+        let key = NatKey::new(
+            pod,
+            sink,
             source,
             destination,
             proto::UDP,
             Direction::Egress,
         );
-        if let Ok(entry) = maps.nat_v4.get(&key, 0) {
+        if let Ok(entry) = table.get(&key, 0) {
             let peer = key.peer(&entry);
-            let _ = maps.nat_v4.remove(&peer);
-            let _ = maps.nat_v4.remove(&key);
+            let _ = table.remove(&peer);
+            let _ = table.remove(&key);
             removed += 1;
         }
     }
@@ -287,7 +353,8 @@ pub(crate) fn new_flows(
         Mode::NoNat => bail!("the reference has no table"),
     };
     let window_flows = (target / 8).clamp(64, 65_536);
-    let reference_frames = udp_flows(&reference.link, SINK, WINDOW_IDS..WINDOW_IDS + window_flows);
+    let reference_frames = sink_flows(reference, WINDOW_IDS..WINDOW_IDS + window_flows);
+    let (family, sink) = (test.family, test.family.sink());
     let mut maps = match test.mode {
         Mode::Masq => Some(test.masq_maps()?),
         _ => None,
@@ -311,35 +378,36 @@ pub(crate) fn new_flows(
                 let mut prefill_ids = PREFILL_IDS;
                 fill(
                     test_ref,
-                    &MasqTable { maps },
-                    SINK,
+                    &MasqTable { maps, family },
+                    sink,
                     &mut prefill_ids,
                     capacity - window_flows,
                 )?;
                 let ids = take_ids();
-                let trial = udp_flows(&test_ref.link, SINK, ids.clone());
+                let trial = sink_flows(test_ref, ids.clone());
                 window(test_ref, &trial, false, Duration::from_secs(1))?;
-                let created = forget_masq_flows(maps, &test_ref.link, ids);
+                let created = forget_masq_flows(maps, &test_ref.link, sink, ids);
                 let room = (2 * created + 64).min(window_flows);
                 base = fill(
                     test_ref,
-                    &MasqTable { maps },
-                    SINK,
+                    &MasqTable { maps, family },
+                    sink,
                     &mut prefill_ids,
                     capacity - room,
                 )?;
-                refused_before = maps.counter(Counter::EgressDropTableFull)?;
+                refused_before = refused_full(maps, family)?;
             }
             None => {
                 let table = Conntrack { path: test_ref };
-                base = fill(test_ref, &table, EXEMPT_SINK, &mut { PREFILL_IDS }, target)?;
+                let exempt = family.exempt_sink();
+                base = fill(test_ref, &table, exempt, &mut { PREFILL_IDS }, target)?;
             }
         }
         // The measuring closure reads the current window's frames while the one between windows
         // replaces them: both go through a RefCell.
         let current = std::cell::RefCell::new({
             let ids = take_ids();
-            let frames = udp_flows(&test_ref.link, SINK, ids.clone());
+            let frames = sink_flows(test_ref, ids.clone());
             (ids, frames)
         });
         let mut lowest = base;
@@ -356,21 +424,21 @@ pub(crate) fn new_flows(
                     let ids = current.borrow().0.clone();
                     match maps.as_mut() {
                         Some(maps) => {
-                            let created = forget_masq_flows(maps, &test_ref.link, ids);
+                            let created = forget_masq_flows(maps, &test_ref.link, sink, ids);
                             most_created = most_created.max(created);
                         }
                         // conntrack stays full by itself; what matters is that it does.
                         None => lowest = lowest.min(Conntrack { path: test_ref }.flows()?),
                     }
                     let ids = take_ids();
-                    let frames = udp_flows(&test_ref.link, SINK, ids.clone());
+                    let frames = sink_flows(test_ref, ids.clone());
                     *current.borrow_mut() = (ids, frames);
                 }
                 Ok(())
             },
         )?;
         let refused_full = match maps.as_ref() {
-            Some(maps) => maps.counter(Counter::EgressDropTableFull)? - refused_before,
+            Some(maps) => refused_full(maps, family)? - refused_before,
             None => 0,
         };
         Ok(NewFlows {
@@ -395,13 +463,9 @@ pub(crate) fn soak(
     cores: Cores,
     length: Duration,
 ) -> Result<()> {
-    let path = BenchPath::new(mode, cidrs, nat_entries, cores)?;
-    let established = udp_flows(&path.link, SINK, ESTABLISHED_IDS..ESTABLISHED_IDS + 256);
-    let fresh = udp_flows(
-        &path.link,
-        SINK,
-        WINDOW_IDS..WINDOW_IDS + u64::from(nat_entries / 2),
-    );
+    let path = BenchPath::new(mode, Family::V4, cidrs, nat_entries, cores)?;
+    let established = sink_flows(&path, ESTABLISHED_IDS..ESTABLISHED_IDS + 256);
+    let fresh = sink_flows(&path, WINDOW_IDS..WINDOW_IDS + u64::from(nat_entries / 2));
     on_core(cores.generator, || {
         warm(&path, &established)?;
         eprintln!(
@@ -434,8 +498,8 @@ pub(crate) fn profile_masq(
     cores: Cores,
     length: Duration,
 ) -> Result<crate::profile::Profiles> {
-    let path = BenchPath::new(Mode::Masq, 3, nat_entries, cores)?;
-    let established = udp_flows(&path.link, SINK, ESTABLISHED_IDS..ESTABLISHED_IDS + 256);
+    let path = BenchPath::new(Mode::Masq, Family::V4, 3, nat_entries, cores)?;
+    let established = sink_flows(&path, ESTABLISHED_IDS..ESTABLISHED_IDS + 256);
     let mut maps = path.masq_maps()?;
     on_core(cores.generator, || {
         warm(&path, &established)?;
@@ -449,8 +513,11 @@ pub(crate) fn profile_masq(
         let mut prefill_ids = PREFILL_IDS;
         fill(
             &path,
-            &MasqTable { maps: &maps },
-            SINK,
+            &MasqTable {
+                maps: &maps,
+                family: path.family,
+            },
+            path.family.sink(),
             &mut prefill_ids,
             capacity - window_flows,
         )?;
@@ -460,9 +527,9 @@ pub(crate) fn profile_masq(
             while started.elapsed() < length && !crate::interrupted() {
                 let ids = next_id..next_id + window_flows;
                 next_id += window_flows;
-                let frames = udp_flows(&path.link, SINK, ids.clone());
+                let frames = sink_flows(&path, ids.clone());
                 window(&path, &frames, false, length)?;
-                forget_masq_flows(&mut maps, &path.link, ids);
+                forget_masq_flows(&mut maps, &path.link, path.family.sink(), ids);
             }
             Ok(())
         })?;
