@@ -3,10 +3,14 @@
 
 use std::net::Ipv6Addr;
 
-use masq_common::{counters::Counter, layout::NOMASQ_KIND_CIDR, nat::Direction};
+use masq_common::{
+    counters::Counter,
+    layout::{ATTACH_TCX, NOMASQ_KIND_CIDR, Uplink},
+    nat::Direction,
+};
 use masq_testbed::{
     harness::{Action, Harness},
-    pktgen::{TCP_ACK, TCP_SYN},
+    pktgen::{Packet, TCP_ACK, TCP_SYN},
     pktgen6::{
         DESTINATION_OPTIONS, FRAGMENT, HOP_BY_HOP, ICMPV6_DEST_UNREACH,
         ICMPV6_NEIGHBOUR_SOLICITATION, ICMPV6_PACKET_TOO_BIG, Ipv6View, Packet6, addr6,
@@ -169,6 +173,63 @@ fn an_uplink_without_an_ipv6_address_translates_no_ipv6() {
     assert_eq!((run.action, &run.frame), (Action::Pass, &frame));
     assert_eq!(harness.counter_v6(Counter::EgressNotConfigured), 1);
     assert!(harness.nat_v6().is_empty());
+}
+
+/// The device `BPF_PROG_TEST_RUN` runs frames on (loopback), which the harness makes the uplink.
+const TEST_RUN_IFINDEX: u32 = 1;
+
+#[test]
+fn an_uplink_without_ipv4_masquerades_ipv6_and_drops_ipv4_it_cannot_masquerade() {
+    let mut harness = harness();
+    // An IPv6-only node's uplink, as the agent records it: no IPv4 address.
+    let mut uplink = Uplink::new(
+        [0; 4],
+        ATTACH_TCX,
+        Uplink::encode_name("lo").unwrap_or_default(),
+    );
+    uplink.no_v4 = 1;
+    uplink.has_v6 = 1;
+    uplink.snat_addr_v6 = node().octets();
+    harness
+        .datapath
+        .maps
+        .set_uplink(TEST_RUN_IFINDEX, &uplink)
+        .unwrap_or_else(|error| panic!("{error}"));
+
+    // IPv4 that MASQUERADE would translate has no address to get: dropped, counted, and no
+    // mapping is made.
+    for frame in [
+        Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN).frame(),
+        Packet::udp("10.244.1.5:5353", "203.0.113.10:53").frame(),
+        Packet::icmp_echo_request("10.244.1.5", "203.0.113.10", 7).frame(),
+    ] {
+        assert_eq!(harness.egress(&frame).action, Action::Drop);
+    }
+    assert_eq!(harness.counter(Counter::EgressDropNoAddress), 3);
+    assert!(harness.nat().is_empty(), "{:?}", harness.nat());
+
+    // What MASQUERADE leaves alone passes untouched: exempt destinations, and the node's own
+    // packets from no address (a DHCP client's).
+    for frame in [
+        Packet::tcp("10.244.1.5:40001", "10.1.2.3:443", TCP_SYN).frame(),
+        Packet::udp("0.0.0.0:68", "255.255.255.255:67").frame(),
+    ] {
+        let run = harness.egress(&frame);
+        assert_eq!((run.action, &run.frame), (Action::Pass, &frame));
+    }
+    assert_eq!(harness.counter(Counter::EgressExemptCidr), 1);
+    assert_eq!(harness.counter(Counter::EgressHostPassed), 1);
+    // Arriving IPv4 is nobody's reply: it passes.
+    let frame = Packet::tcp("203.0.113.10:443", "192.0.2.1:1500", TCP_SYN | TCP_ACK).frame();
+    let run = harness.ingress(&frame);
+    assert_eq!((run.action, &run.frame), (Action::Pass, &frame));
+    assert_eq!(harness.counter(Counter::IngressPassed), 1);
+
+    // IPv6 is masqueraded as on any uplink.
+    let syn = Packet6::tcp(POD, 40_005, REMOTE, 443, TCP_SYN);
+    egress_translated(&harness, &syn);
+    assert_eq!(harness.counter_v6(Counter::EgressNewMapping), 1);
+    assert_eq!(harness.counter_v6(Counter::EgressDropNoAddress), 0);
 }
 
 /// The IPv6 packet quoted by an ICMPv6 error (after the 4 unused/MTU bytes), as a view.

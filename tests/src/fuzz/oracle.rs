@@ -99,6 +99,8 @@ pub const DROPS: &[Counter] = &[
     Counter::IngressDropNoMapping,
     Counter::EgressDropRewriteFailed,
     Counter::IngressDropRewriteFailed,
+    // A packet to be masqueraded on an uplink without IPv4 (never in the fuzzer's uplinks).
+    Counter::EgressDropNoAddress,
 ];
 
 /// Counters of events that happen besides a packet's outcome (an evicted half rebuilt, a
