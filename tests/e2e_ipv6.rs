@@ -406,3 +406,98 @@ fn an_ipv6_cidr_swapped_into_the_config_applies_to_new_flows() {
         arrives() == IpAddr::V6(NODE_IPV6)
     });
 }
+
+/// An IPv6-only node (EKS IPv6, kind with `ipFamily: ipv6`): its uplink has a global IPv6
+/// address and the IPv6 default route, and no IPv4 address at all. With `--enable-ipv6` masq
+/// finds that uplink by itself and masquerades IPv6 there, and IPv4 that would need the
+/// missing address is dropped and counted, as MASQUERADE drops it. Without the flag the agent
+/// refuses to start, saying what is missing.
+#[test]
+fn an_ipv6_only_node_is_found_by_its_ipv6_route_and_masquerades_ipv6() {
+    let (sandbox, _servers) = dual_stack("v6only", AttachMode::Tcx);
+    sandbox.remove_node_ipv4();
+    let (_volume, config) = config(&sandbox);
+
+    let probe = Agent::unstarted(&sandbox);
+    let pin_path = probe.pin_path().to_string_lossy().into_owned();
+    let refused = probe.masq_command(&[
+        "agent",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--pin-path",
+        &pin_path,
+        "--config",
+        &config,
+    ]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "started without an uplink");
+    assert!(
+        stderr.contains("no interface carries traffic out of the node")
+            && stderr.contains("--enable-ipv6"),
+        "{stderr}"
+    );
+    assert!(!probe.pin_path().exists(), "the refused start left pins");
+
+    // No --interface: the agent chooses.
+    let agent = Agent::start_on(&sandbox, &[], &["--config", &config, "--enable-ipv6"]);
+    let uplinks = agent.status()["uplinks"].clone();
+    assert_eq!(uplinks.as_array().map(Vec::len), Some(1), "{uplinks}");
+    assert_eq!(uplinks[0]["interface"].as_str(), Some(UPLINK), "{uplinks}");
+    assert!(uplinks[0]["node_ip"].is_null(), "{uplinks}");
+    assert_eq!(
+        uplinks[0]["node_ipv6"].as_str(),
+        Some(NODE_IPV6.to_string().as_str()),
+        "{uplinks}"
+    );
+    assert_eq!(
+        agent.metric(&format!(
+            "masq_uplink_info{{interface=\"{UPLINK}\",node_ip=\"\",attach_mode=\"tcx\"}}"
+        )),
+        Some(1.0)
+    );
+
+    let node_v6 = IpAddr::V6(NODE_IPV6);
+    assert_eq!(tcp_arrives_from(&sandbox, OUTSIDE_IPV6.into()), node_v6);
+    assert_eq!(udp_arrives_from(&sandbox, OUTSIDE_IPV6.into()), node_v6);
+    assert!(
+        ping(sandbox.pod(1), &OUTSIDE_IPV6.to_string(), 3),
+        "ping6 from the pod to the outside host failed:\n{}",
+        agent.log()
+    );
+
+    // IPv4 routed out of the uplink anyway (a route and neighbour by hand: the node has no
+    // IPv4 address to resolve one with) has no address to be masqueraded to.
+    let router_mac = sandbox.router.exec("cat", &["/sys/class/net/eth0/address"]);
+    let router_mac = String::from_utf8_lossy(&router_mac.stdout)
+        .trim()
+        .to_owned();
+    sandbox
+        .node
+        .ip(&["route", "add", "198.51.100.0/24", "dev", UPLINK]);
+    sandbox.node.ip(&[
+        "neigh",
+        "replace",
+        &OUTSIDE_IP.to_string(),
+        "lladdr",
+        &router_mac,
+        "dev",
+        UPLINK,
+        "nud",
+        "permanent",
+    ]);
+    sandbox.pod(1).enter(|| {
+        let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        for _ in 0..3 {
+            socket
+                .send_to(b"v4", SocketAddrV4::new(OUTSIDE_IP, UDP_PORT))
+                .unwrap();
+        }
+    });
+    let dropped = "masq_datapath_packets_total{outcome=\"egress_drop_no_address\",family=\"ipv4\"}";
+    wait_for(
+        "IPv4 without an address to masquerade to to be dropped and counted",
+        TIMEOUT,
+        || agent.metric(dropped) >= Some(3.0),
+    );
+    assert_eq!(sandbox.checksum_errors(), Vec::new());
+}

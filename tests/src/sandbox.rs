@@ -468,3 +468,13 @@ impl Sandbox {
         errors
     }
 }
+
+impl Sandbox {
+    /// Takes the node's IPv4 address off its uplink, after [`Sandbox::add_ipv6`]: the node of an
+    /// IPv6-only cluster (EKS IPv6, kind with `ipFamily: ipv6`), whose uplink has only a global
+    /// IPv6 address and an IPv6 default route. The IPv4 default route goes with the address.
+    pub fn remove_node_ipv4(&self) {
+        self.node
+            .ip(&["addr", "del", &format!("{NODE_IP}/24"), "dev", UPLINK]);
+    }
+}

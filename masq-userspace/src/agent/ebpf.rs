@@ -837,7 +837,9 @@ fn wanted_uplinks(
             {
                 Some(address) => Ok(Some(address)),
                 // An IPv6-only uplink: IPv6 is masqueraded, IPv4 to be masqueraded dropped.
-                None if options.enable_ipv6 => Ok(None),
+                // Its IPv6 address may still be tentative: it is followed once it settles.
+                None if options.enable_ipv6 && interface.global_ipv6 => Ok(None),
+                None if options.enable_ipv6 => Err(InterfaceError::NoAddressAtAll(name.clone())),
                 None => Err(InterfaceError::NoAddress(name.clone())),
             }
         } else {

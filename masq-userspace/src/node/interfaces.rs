@@ -36,6 +36,12 @@ pub enum InterfaceError {
     /// The interface has no IPv4 address.
     #[error("interface {0} has no IPv4 address to masquerade to; pass --node-ip")]
     NoAddress(String),
+    /// The interface has neither an IPv4 address nor a global IPv6 one (with `--enable-ipv6`).
+    #[error(
+        "interface {0} has neither an IPv4 address nor a global IPv6 address to masquerade to; \
+         pass --node-ip for IPv4"
+    )]
+    NoAddressAtAll(String),
     /// Listing addresses failed.
     #[error("listing interface addresses: {0}")]
     Addresses(#[source] nix::Error),
