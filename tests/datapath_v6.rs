@@ -1,7 +1,7 @@
 //! The IPv6 datapath through `BPF_PROG_TEST_RUN`: crafted frames in, every translated frame's
 //! checksum verified from scratch. Needs root (loads the programs); fails loudly without it.
 
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use masq_common::{
     counters::Counter,
@@ -9,7 +9,8 @@ use masq_common::{
     nat::Direction,
 };
 use masq_testbed::{
-    harness::{Action, Harness},
+    check::Ipv4View,
+    harness::{Action, Harness, node_ip},
     pktgen::{Packet, TCP_ACK, TCP_SYN},
     pktgen6::{
         DESTINATION_OPTIONS, FRAGMENT, HOP_BY_HOP, ICMPV6_DEST_UNREACH,
@@ -343,4 +344,135 @@ fn fragments_follow_their_first_fragment_both_ways() {
         harness.counters()
     );
     assert_eq!(harness.counter_v6(Counter::IngressFragmentTranslated), 1);
+}
+
+/// One address family's TCP frames and outcomes, for a test that runs over both.
+struct FamilyFrames {
+    name: &'static str,
+    /// A segment from the pod's port `port` to the remote's 443.
+    from_pod: fn(u16, u8) -> Vec<u8>,
+    /// A segment from the remote's 443 to the node's port `port`.
+    to_node: fn(u16, u8) -> Vec<u8>,
+    /// `((source, port), (destination, port))` of a frame, its checksums verified.
+    ends: fn(&[u8]) -> ((IpAddr, u16), (IpAddr, u16)),
+    /// The node's address in this family.
+    node: IpAddr,
+    /// The pod's address in this family.
+    pod: IpAddr,
+    /// The family's counter.
+    counter: fn(&Harness, Counter) -> u64,
+    /// Entries in the family's NAT table.
+    entries: fn(&Harness) -> usize,
+}
+
+const IPV4: FamilyFrames = FamilyFrames {
+    name: "IPv4",
+    from_pod: |port, flags| {
+        Packet::tcp(&format!("10.244.1.5:{port}"), "203.0.113.10:443", flags).frame()
+    },
+    to_node: |port, flags| {
+        Packet::tcp("203.0.113.10:443", &format!("{}:{port}", node_ip()), flags).frame()
+    },
+    ends: |frame| {
+        let view = Ipv4View::of_frame(frame);
+        view.assert_checksums("IPv4");
+        (
+            (view.src.into(), view.src_port()),
+            (view.dst.into(), view.dst_port()),
+        )
+    },
+    node: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+    pod: IpAddr::V4(Ipv4Addr::new(10, 244, 1, 5)),
+    counter: Harness::counter,
+    entries: |harness| harness.nat().len(),
+};
+
+const IPV6: FamilyFrames = FamilyFrames {
+    name: "IPv6",
+    from_pod: |port, flags| Packet6::tcp(POD, port, REMOTE, 443, flags).frame(),
+    to_node: |port, flags| Packet6::tcp(REMOTE, 443, NODE, port, flags).frame(),
+    ends: |frame| {
+        let view = Ipv6View::of_frame(frame);
+        view.assert_checksum("IPv6");
+        let (src_port, dst_port) = view.ports();
+        ((view.src.into(), src_port), (view.dst.into(), dst_port))
+    },
+    node: IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1)),
+    pod: IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0xab, 0, 0, 0, 0, 5)),
+    counter: Harness::counter_v6,
+    entries: |harness| harness.nat_v6().len(),
+};
+
+/// A NAT table at capacity refuses a new flow (dropped, counted) and evicts nothing: every live
+/// flow keeps its port, both ways, as conntrack never evicts an assured flow to make room.
+fn a_full_nat_table_refuses_new_flows_and_keeps_live_ones(family: &FamilyFrames) {
+    const CAPACITY: u32 = 16;
+    let mut harness = Harness::sized(CAPACITY, 64);
+    harness.set_uplink_v6(Some(node()));
+    let name = family.name;
+    let mut live = Vec::new();
+    for port in 40_000.. {
+        let run = harness.egress(&(family.from_pod)(port, TCP_SYN));
+        if run.action == Action::Drop {
+            break;
+        }
+        assert_eq!(run.action, Action::Pass, "{name}");
+        let ((src, translated), _) = (family.ends)(&run.frame);
+        assert_eq!(src, family.node, "{name}: left with the pod's address");
+        live.push((port, translated));
+        assert!(
+            live.len() <= CAPACITY as usize,
+            "{name}: the table never filled"
+        );
+    }
+    // Two entries a flow: the table is full, not merely busy.
+    assert_eq!(live.len(), CAPACITY as usize / 2, "{name}");
+    assert_eq!((family.entries)(&harness), CAPACITY as usize, "{name}");
+    assert_eq!(
+        (family.counter)(&harness, Counter::EgressDropTableFull),
+        1,
+        "{name}"
+    );
+    // Refused again, and again nothing is evicted for it.
+    let refused = harness.egress(&(family.from_pod)(50_000, TCP_SYN));
+    assert_eq!(refused.action, Action::Drop, "{name}");
+    assert_eq!(
+        (family.counter)(&harness, Counter::EgressDropTableFull),
+        2,
+        "{name}"
+    );
+
+    for &(port, translated) in &live {
+        let run = harness.egress(&(family.from_pod)(port, TCP_ACK));
+        assert_eq!(run.action, Action::Pass, "{name}: live flow {port} dropped");
+        let ((src, src_port), _) = (family.ends)(&run.frame);
+        assert_eq!(
+            (src, src_port),
+            (family.node, translated),
+            "{name}: flow {port} re-mapped"
+        );
+        let back = harness.ingress(&(family.to_node)(translated, TCP_ACK));
+        assert_eq!(
+            back.action,
+            Action::Pass,
+            "{name}: reply of flow {port} dropped"
+        );
+        let (_, (dst, dst_port)) = (family.ends)(&back.frame);
+        assert_eq!(
+            (dst, dst_port),
+            (family.pod, port),
+            "{name}: reply of flow {port}"
+        );
+    }
+    assert_eq!((family.entries)(&harness), CAPACITY as usize, "{name}");
+}
+
+#[test]
+fn a_full_ipv6_nat_table_refuses_new_flows_and_keeps_live_ones() {
+    a_full_nat_table_refuses_new_flows_and_keeps_live_ones(&IPV6);
+}
+
+#[test]
+fn a_full_ipv4_nat_table_refuses_new_flows_and_keeps_live_ones() {
+    a_full_nat_table_refuses_new_flows_and_keeps_live_ones(&IPV4);
 }
