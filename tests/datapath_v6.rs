@@ -346,6 +346,9 @@ fn fragments_follow_their_first_fragment_both_ways() {
     assert_eq!(harness.counter_v6(Counter::IngressFragmentTranslated), 1);
 }
 
+/// An address and a port.
+type End = (IpAddr, u16);
+
 /// One address family's TCP frames and outcomes, for a test that runs over both.
 struct FamilyFrames {
     name: &'static str,
@@ -354,7 +357,7 @@ struct FamilyFrames {
     /// A segment from the remote's 443 to the node's port `port`.
     to_node: fn(u16, u8) -> Vec<u8>,
     /// `((source, port), (destination, port))` of a frame, its checksums verified.
-    ends: fn(&[u8]) -> ((IpAddr, u16), (IpAddr, u16)),
+    ends: fn(&[u8]) -> (End, End),
     /// The node's address in this family.
     node: IpAddr,
     /// The pod's address in this family.

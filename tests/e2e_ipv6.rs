@@ -511,8 +511,9 @@ struct UdpFlow6 {
 impl UdpFlow6 {
     /// Opens the socket; call from inside the client's namespace.
     fn open(server: SocketAddr) -> Self {
-        let socket = std::net::UdpSocket::bind("[::]:0").unwrap();
-        socket.set_read_timeout(Some(TIMEOUT / 4)).unwrap();
+        let socket = std::net::UdpSocket::bind("[::]:0")
+            .and_then(|socket| socket.set_read_timeout(Some(TIMEOUT / 4)).map(|()| socket))
+            .unwrap_or_else(|error| panic!("opening a UDP socket: {error}"));
         Self { socket, server }
     }
 
