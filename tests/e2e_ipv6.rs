@@ -499,6 +499,20 @@ fn an_ipv6_only_node_is_found_by_its_ipv6_route_and_masquerades_ipv6() {
         TIMEOUT,
         || agent.metric(dropped) >= Some(3.0),
     );
+
+    // The uplink gets an IPv4 address after all, and loses it again: followed both ways.
+    let node_ip = || agent.status()["uplinks"][0]["node_ip"].clone();
+    sandbox
+        .node
+        .ip(&["addr", "add", &format!("{NODE_IP}/24"), "dev", UPLINK]);
+    wait_for("the new IPv4 address to be followed", TIMEOUT, || {
+        node_ip().as_str() == Some(NODE_IP.to_string().as_str())
+    });
+    sandbox.remove_node_ipv4();
+    wait_for("the IPv4 address's loss to be followed", TIMEOUT, || {
+        node_ip().is_null()
+    });
+    assert_eq!(tcp_arrives_from(&sandbox, OUTSIDE_IPV6.into()), node_v6);
     assert_eq!(sandbox.checksum_errors(), Vec::new());
 }
 
