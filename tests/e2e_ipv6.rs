@@ -513,6 +513,13 @@ fn an_ipv6_only_node_is_found_by_its_ipv6_route_and_masquerades_ipv6() {
         node_ip().is_null()
     });
     assert_eq!(tcp_arrives_from(&sandbox, OUTSIDE_IPV6.into()), node_v6);
+
+    // Named rather than found, the uplink without IPv4 is taken too.
+    let mut agent = agent;
+    agent.kill();
+    let agent = Agent::start_on(&sandbox, &[UPLINK], &["--config", &config, "--enable-ipv6"]);
+    assert!(agent.status()["uplinks"][0]["node_ip"].is_null());
+    assert_eq!(udp_arrives_from(&sandbox, OUTSIDE_IPV6.into()), node_v6);
     assert_eq!(sandbox.checksum_errors(), Vec::new());
 }
 

@@ -311,7 +311,7 @@ fn bad_interface_choices_are_refused_with_a_clear_error_and_change_nothing() {
     };
     let reserved_before = reserved();
 
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &["--interface", "nosuch0"],
             "interface nosuch0 does not exist",
@@ -319,6 +319,11 @@ fn bad_interface_choices_are_refused_with_a_clear_error_and_change_nothing() {
         (
             &["--interface", "noaddr0"],
             "interface noaddr0 has no IPv4 address",
+        ),
+        // With --enable-ipv6 an interface may lack IPv4 (an IPv6-only node's), not both.
+        (
+            &["--interface", "noaddr0", "--enable-ipv6"],
+            "interface noaddr0 has neither an IPv4 address nor a global IPv6 address",
         ),
         (
             &["--interface", "l3tun0"],
