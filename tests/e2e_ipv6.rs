@@ -75,6 +75,18 @@ fn udp_arrives_from(sandbox: &Sandbox, destination: IpAddr) -> IpAddr {
         .ip()
 }
 
+/// TCP, UDP and ping from pod 1 to the outside host's IPv6 address leave with the node's.
+fn assert_ipv6_masqueraded(sandbox: &Sandbox, agent: &Agent) {
+    let node_v6 = IpAddr::V6(NODE_IPV6);
+    assert_eq!(tcp_arrives_from(sandbox, OUTSIDE_IPV6.into()), node_v6);
+    assert_eq!(udp_arrives_from(sandbox, OUTSIDE_IPV6.into()), node_v6);
+    assert!(
+        ping(sandbox.pod(1), &OUTSIDE_IPV6.to_string(), 3),
+        "ping6 from the pod to the outside host failed:\n{}",
+        agent.log()
+    );
+}
+
 /// A ConfigMap volume exempting 10.0.0.0/8 and 2001:db8:ee::/64 (where [`EXEMPTABLE_IPV6`]
 /// is), and the path of its key; the volume is removed when dropped.
 fn config(sandbox: &Sandbox) -> (ConfigMapVolume, String) {
@@ -119,14 +131,7 @@ fn a_dual_stack_node_masquerades_both_families(attach_mode) {
     let (_volume, config) = config(&sandbox);
     let agent = Agent::start(&sandbox, &["--config", &config, "--enable-ipv6"]);
 
-    let node_v6 = IpAddr::V6(NODE_IPV6);
-    assert_eq!(tcp_arrives_from(&sandbox, OUTSIDE_IPV6.into()), node_v6);
-    assert_eq!(udp_arrives_from(&sandbox, OUTSIDE_IPV6.into()), node_v6);
-    assert!(
-        ping(sandbox.pod(1), &OUTSIDE_IPV6.to_string(), 3),
-        "ping6 from the pod to the outside host failed:\n{}",
-        agent.log()
-    );
+    assert_ipv6_masqueraded(&sandbox, &agent);
     assert!(
         icmpv6_translations(&agent).contains(&NODE_IPV6.to_string()),
         "the echo was not masqueraded to the node's address: {:?}",
@@ -457,13 +462,7 @@ fn an_ipv6_only_node_is_found_by_its_ipv6_route_and_masquerades_ipv6() {
     );
 
     let node_v6 = IpAddr::V6(NODE_IPV6);
-    assert_eq!(tcp_arrives_from(&sandbox, OUTSIDE_IPV6.into()), node_v6);
-    assert_eq!(udp_arrives_from(&sandbox, OUTSIDE_IPV6.into()), node_v6);
-    assert!(
-        ping(sandbox.pod(1), &OUTSIDE_IPV6.to_string(), 3),
-        "ping6 from the pod to the outside host failed:\n{}",
-        agent.log()
-    );
+    assert_ipv6_masqueraded(&sandbox, &agent);
 
     // IPv4 routed out of the uplink anyway (a route and neighbour by hand: the node has no
     // IPv4 address to resolve one with) has no address to be masqueraded to.

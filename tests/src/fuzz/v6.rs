@@ -257,26 +257,28 @@ fn from(rng: &mut Rng, flow: Flow, opening: bool) -> Vec<u8> {
     .frame()
 }
 
-/// A reply to `flow`'s mapping (or, when the model has not seen it translated, to the pod).
-fn reply(rng: &mut Rng, model: &Model6, flow: Flow) -> Vec<u8> {
+/// `flow` as it left the node: from the port the model saw it mapped to (a random one when
+/// the model has not seen it translated).
+fn as_translated(rng: &mut Rng, model: &Model6, flow: Flow) -> Flow {
     let (protocol, _, _, remote, remote_port) = flow;
     let port = model
         .by_original
         .get(&flow)
         .copied()
         .unwrap_or_else(|| rng.u16());
-    from(rng, (protocol, remote, remote_port, NODE_V6, port), false)
+    (protocol, NODE_V6, port, remote, remote_port)
+}
+
+/// A reply to `flow` as it left the node.
+fn reply(rng: &mut Rng, model: &Model6, flow: Flow) -> Vec<u8> {
+    let (protocol, node, port, remote, remote_port) = as_translated(rng, model, flow);
+    from(rng, (protocol, remote, remote_port, node, port), false)
 }
 
 /// A router's Packet Too Big about `flow` as it left the node, quoting as much as fits.
 fn too_big(rng: &mut Rng, model: &Model6, flow: Flow) -> Vec<u8> {
-    let (protocol, _, _, remote, remote_port) = flow;
-    let port = model
-        .by_original
-        .get(&flow)
-        .copied()
-        .unwrap_or_else(|| rng.u16());
-    let sent = from(rng, (protocol, NODE_V6, port, remote, remote_port), false);
+    let left = as_translated(rng, model, flow);
+    let sent = from(rng, left, false);
     let mut body = 1280u32.to_be_bytes().to_vec();
     body.extend_from_slice(&sent[ETH_HLEN..]);
     let mut transport = vec![ICMPV6_PACKET_TOO_BIG, 0, 0, 0];
