@@ -208,6 +208,22 @@ fn an_uplink_without_ipv4_masquerades_ipv6_and_drops_ipv4_it_cannot_masquerade()
     }
     assert_eq!(harness.counter(Counter::EgressDropNoAddress), 3);
     assert!(harness.nat().is_empty(), "{:?}", harness.nat());
+    // A fragmented datagram: its later fragments are dropped with the first, and one whose
+    // first fragment was not seen is dropped by the policy (never sent from 0.0.0.0).
+    for (id, first) in [(0x4242, true), (0x4343, false)] {
+        if first {
+            let first = Packet::udp("10.244.1.5:5353", "203.0.113.10:53")
+                .payload(&[3; 64])
+                .ip_id(id)
+                .first_fragment();
+            assert_eq!(harness.egress(&first.frame()).action, Action::Drop);
+        }
+        let later = Packet::udp("10.244.1.5:0", "203.0.113.10:0")
+            .ip_id(id)
+            .later_fragment(9, false, &[4; 40]);
+        assert_eq!(harness.egress(&later.frame()).action, Action::Drop);
+    }
+    assert_eq!(harness.counter(Counter::EgressDropNoAddress), 6);
 
     // What MASQUERADE leaves alone passes untouched: exempt destinations, and the node's own
     // packets from no address (a DHCP client's).

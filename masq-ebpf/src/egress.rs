@@ -165,8 +165,11 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
                 count_in::<A>(Counter::EgressExemptCidr);
                 return Verdict::Pass;
             }
-            // Nothing to masquerade to: MASQUERADE drops such a packet too.
+            // Nothing to masquerade to: MASQUERADE drops such a packet too. Its later
+            // fragments follow it: remembered as "translated" to the unspecified address,
+            // which `frag::egress` drops.
             None if A::unaddressed(node_ip) => {
+                frag::remember(ip, Direction::Egress, Some(node_ip));
                 count_in::<A>(Counter::EgressDropNoAddress);
                 return Verdict::Drop;
             }
