@@ -5,7 +5,8 @@
 //! * `random_frames`: `MASQ_FUZZ_FRAMES` frames (default 5000) from seed `MASQ_FUZZ_SEED`
 //!   (default fixed, so `cargo xtask test` is deterministic up to the datapath's own random
 //!   ports; decimal or 0x-hex). `MASQ_FUZZ_SURVEY=1` collects every class of violation instead
-//!   of stopping at the first, for triage.
+//!   of stopping at the first, for triage. Most uplink epochs translate IPv6 as well, and a
+//!   quarter of their frames are IPv6 (`masq_testbed::fuzz::v6`).
 //! * `truncations_at_every_length`: representative frames cut at every length, with their IPv4
 //!   total length left lying and made consistent.
 
@@ -122,6 +123,7 @@ fn one_port(fuzzer: &mut Fuzzer) {
         ranges: vec![PortRange::new(20_000, 20_000)],
         random_fully: true,
         uplink: true,
+        ipv6: false,
     });
 }
 
@@ -353,7 +355,8 @@ fn random_frames() {
     let stats = &fuzzer.stats;
     eprintln!(
         "seed {seed:#x}: {} frames ({} refused by BPF_PROG_TEST_RUN, {} translated, {} dropped) \
-         in {} epochs, {:.0} frames/s\nexcused by known bugs: {:?}\noutcomes: {:?}",
+         in {} epochs, {:.0} frames/s\nexcused by known bugs: {:?}\noutcomes: {:?}\nof which \
+         IPv6 by an uplink translating it: {:?}",
         stats.frames,
         stats.refused,
         stats.translated,
@@ -361,7 +364,8 @@ fn random_frames() {
         stats.epochs,
         fuzzer.rate(),
         stats.excused,
-        stats.outcomes
+        stats.outcomes,
+        stats.ipv6_outcomes
     );
     // A run long enough to meet every configuration must reach the paths it is meant to
     // exercise, or it proves little.
@@ -385,6 +389,23 @@ fn random_frames() {
         assert!(
             stats.outcomes.iter().any(|(seen, _)| *seen == counter),
             "no frame reached {} in {} frames (seed {seed:#x})",
+            counter.name(),
+            stats.frames
+        );
+    }
+    // IPv6 through a translating uplink: new mappings, their reuse, replies and Packet Too Big
+    // restored, exemptions.
+    for counter in [
+        Counter::EgressNewMapping,
+        Counter::EgressMasqueraded,
+        Counter::IngressReverseNat,
+        Counter::IngressIcmpErrorTranslated,
+        Counter::EgressExemptCidr,
+        Counter::EgressExemptLinkLocal,
+    ] {
+        assert!(
+            stats.ipv6_outcomes.iter().any(|(seen, _)| *seen == counter),
+            "no IPv6 frame reached {} in {} frames (seed {seed:#x})",
             counter.name(),
             stats.frames
         );

@@ -1,12 +1,17 @@
 //! The IPv6 datapath through `BPF_PROG_TEST_RUN`: crafted frames in, every translated frame's
 //! checksum verified from scratch. Needs root (loads the programs); fails loudly without it.
 
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use masq_common::{counters::Counter, layout::NOMASQ_KIND_CIDR, nat::Direction};
+use masq_common::{
+    counters::Counter,
+    layout::{ATTACH_TCX, NOMASQ_KIND_CIDR, Uplink},
+    nat::Direction,
+};
 use masq_testbed::{
-    harness::{Action, Harness},
-    pktgen::{TCP_ACK, TCP_SYN},
+    check::Ipv4View,
+    harness::{Action, Harness, node_ip},
+    pktgen::{Packet, TCP_ACK, TCP_SYN},
     pktgen6::{
         DESTINATION_OPTIONS, FRAGMENT, HOP_BY_HOP, ICMPV6_DEST_UNREACH,
         ICMPV6_NEIGHBOUR_SOLICITATION, ICMPV6_PACKET_TOO_BIG, Ipv6View, Packet6, addr6,
@@ -171,6 +176,79 @@ fn an_uplink_without_an_ipv6_address_translates_no_ipv6() {
     assert!(harness.nat_v6().is_empty());
 }
 
+/// The device `BPF_PROG_TEST_RUN` runs frames on (loopback), which the harness makes the uplink.
+const TEST_RUN_IFINDEX: u32 = 1;
+
+#[test]
+fn an_uplink_without_ipv4_masquerades_ipv6_and_drops_ipv4_it_cannot_masquerade() {
+    let mut harness = harness();
+    // An IPv6-only node's uplink, as the agent records it: no IPv4 address.
+    let mut uplink = Uplink::new(
+        [0; 4],
+        ATTACH_TCX,
+        Uplink::encode_name("lo").unwrap_or_default(),
+    );
+    uplink.no_v4 = 1;
+    uplink.has_v6 = 1;
+    uplink.snat_addr_v6 = node().octets();
+    harness
+        .datapath
+        .maps
+        .set_uplink(TEST_RUN_IFINDEX, &uplink)
+        .unwrap_or_else(|error| panic!("{error}"));
+
+    // IPv4 that MASQUERADE would translate has no address to get: dropped, counted, and no
+    // mapping is made.
+    for frame in [
+        Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN).frame(),
+        Packet::udp("10.244.1.5:5353", "203.0.113.10:53").frame(),
+        Packet::icmp_echo_request("10.244.1.5", "203.0.113.10", 7).frame(),
+    ] {
+        assert_eq!(harness.egress(&frame).action, Action::Drop);
+    }
+    assert_eq!(harness.counter(Counter::EgressDropNoAddress), 3);
+    assert!(harness.nat().is_empty(), "{:?}", harness.nat());
+    // A fragmented datagram: its later fragments are dropped with the first, and one whose
+    // first fragment was not seen is dropped by the policy (never sent from 0.0.0.0).
+    for (id, first) in [(0x4242, true), (0x4343, false)] {
+        if first {
+            let first = Packet::udp("10.244.1.5:5353", "203.0.113.10:53")
+                .payload(&[3; 64])
+                .ip_id(id)
+                .first_fragment();
+            assert_eq!(harness.egress(&first.frame()).action, Action::Drop);
+        }
+        let later = Packet::udp("10.244.1.5:0", "203.0.113.10:0")
+            .ip_id(id)
+            .later_fragment(9, false, &[4; 40]);
+        assert_eq!(harness.egress(&later.frame()).action, Action::Drop);
+    }
+    assert_eq!(harness.counter(Counter::EgressDropNoAddress), 6);
+
+    // What MASQUERADE leaves alone passes untouched: exempt destinations, and the node's own
+    // packets from no address (a DHCP client's).
+    for frame in [
+        Packet::tcp("10.244.1.5:40001", "10.1.2.3:443", TCP_SYN).frame(),
+        Packet::udp("0.0.0.0:68", "255.255.255.255:67").frame(),
+    ] {
+        let run = harness.egress(&frame);
+        assert_eq!((run.action, &run.frame), (Action::Pass, &frame));
+    }
+    assert_eq!(harness.counter(Counter::EgressExemptCidr), 1);
+    assert_eq!(harness.counter(Counter::EgressHostPassed), 1);
+    // Arriving IPv4 is nobody's reply: it passes.
+    let frame = Packet::tcp("203.0.113.10:443", "192.0.2.1:1500", TCP_SYN | TCP_ACK).frame();
+    let run = harness.ingress(&frame);
+    assert_eq!((run.action, &run.frame), (Action::Pass, &frame));
+    assert_eq!(harness.counter(Counter::IngressPassed), 1);
+
+    // IPv6 is masqueraded as on any uplink.
+    let syn = Packet6::tcp(POD, 40_005, REMOTE, 443, TCP_SYN);
+    egress_translated(&harness, &syn);
+    assert_eq!(harness.counter_v6(Counter::EgressNewMapping), 1);
+    assert_eq!(harness.counter_v6(Counter::EgressDropNoAddress), 0);
+}
+
 /// The IPv6 packet quoted by an ICMPv6 error (after the 4 unused/MTU bytes), as a view.
 fn quoted(error: &Ipv6View) -> Ipv6View {
     Ipv6View::of_frame(&masq_testbed::pktgen::ethernet(0x86dd, &error.payload[8..]))
@@ -282,4 +360,138 @@ fn fragments_follow_their_first_fragment_both_ways() {
         harness.counters()
     );
     assert_eq!(harness.counter_v6(Counter::IngressFragmentTranslated), 1);
+}
+
+/// An address and a port.
+type End = (IpAddr, u16);
+
+/// One address family's TCP frames and outcomes, for a test that runs over both.
+struct FamilyFrames {
+    name: &'static str,
+    /// A segment from the pod's port `port` to the remote's 443.
+    from_pod: fn(u16, u8) -> Vec<u8>,
+    /// A segment from the remote's 443 to the node's port `port`.
+    to_node: fn(u16, u8) -> Vec<u8>,
+    /// `((source, port), (destination, port))` of a frame, its checksums verified.
+    ends: fn(&[u8]) -> (End, End),
+    /// The node's address in this family.
+    node: IpAddr,
+    /// The pod's address in this family.
+    pod: IpAddr,
+    /// The family's counter.
+    counter: fn(&Harness, Counter) -> u64,
+    /// Entries in the family's NAT table.
+    entries: fn(&Harness) -> usize,
+}
+
+const IPV4: FamilyFrames = FamilyFrames {
+    name: "IPv4",
+    from_pod: |port, flags| {
+        Packet::tcp(&format!("10.244.1.5:{port}"), "203.0.113.10:443", flags).frame()
+    },
+    to_node: |port, flags| {
+        Packet::tcp("203.0.113.10:443", &format!("{}:{port}", node_ip()), flags).frame()
+    },
+    ends: |frame| {
+        let view = Ipv4View::of_frame(frame);
+        view.assert_checksums("IPv4");
+        (
+            (view.src.into(), view.src_port()),
+            (view.dst.into(), view.dst_port()),
+        )
+    },
+    node: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+    pod: IpAddr::V4(Ipv4Addr::new(10, 244, 1, 5)),
+    counter: Harness::counter,
+    entries: |harness| harness.nat().len(),
+};
+
+const IPV6: FamilyFrames = FamilyFrames {
+    name: "IPv6",
+    from_pod: |port, flags| Packet6::tcp(POD, port, REMOTE, 443, flags).frame(),
+    to_node: |port, flags| Packet6::tcp(REMOTE, 443, NODE, port, flags).frame(),
+    ends: |frame| {
+        let view = Ipv6View::of_frame(frame);
+        view.assert_checksum("IPv6");
+        let (src_port, dst_port) = view.ports();
+        ((view.src.into(), src_port), (view.dst.into(), dst_port))
+    },
+    node: IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1)),
+    pod: IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0xab, 0, 0, 0, 0, 5)),
+    counter: Harness::counter_v6,
+    entries: |harness| harness.nat_v6().len(),
+};
+
+/// A NAT table at capacity refuses a new flow (dropped, counted) and evicts nothing: every live
+/// flow keeps its port, both ways, as conntrack never evicts an assured flow to make room.
+fn a_full_nat_table_refuses_new_flows_and_keeps_live_ones(family: &FamilyFrames) {
+    const CAPACITY: u32 = 16;
+    let mut harness = Harness::sized(CAPACITY, 64);
+    harness.set_uplink_v6(Some(node()));
+    let name = family.name;
+    let mut live = Vec::new();
+    for port in 40_000.. {
+        let run = harness.egress(&(family.from_pod)(port, TCP_SYN));
+        if run.action == Action::Drop {
+            break;
+        }
+        assert_eq!(run.action, Action::Pass, "{name}");
+        let ((src, translated), _) = (family.ends)(&run.frame);
+        assert_eq!(src, family.node, "{name}: left with the pod's address");
+        live.push((port, translated));
+        assert!(
+            live.len() <= CAPACITY as usize,
+            "{name}: the table never filled"
+        );
+    }
+    // Two entries a flow: the table is full, not merely busy.
+    assert_eq!(live.len(), CAPACITY as usize / 2, "{name}");
+    assert_eq!((family.entries)(&harness), CAPACITY as usize, "{name}");
+    assert_eq!(
+        (family.counter)(&harness, Counter::EgressDropTableFull),
+        1,
+        "{name}"
+    );
+    // Refused again, and again nothing is evicted for it.
+    let refused = harness.egress(&(family.from_pod)(50_000, TCP_SYN));
+    assert_eq!(refused.action, Action::Drop, "{name}");
+    assert_eq!(
+        (family.counter)(&harness, Counter::EgressDropTableFull),
+        2,
+        "{name}"
+    );
+
+    for &(port, translated) in &live {
+        let run = harness.egress(&(family.from_pod)(port, TCP_ACK));
+        assert_eq!(run.action, Action::Pass, "{name}: live flow {port} dropped");
+        let ((src, src_port), _) = (family.ends)(&run.frame);
+        assert_eq!(
+            (src, src_port),
+            (family.node, translated),
+            "{name}: flow {port} re-mapped"
+        );
+        let back = harness.ingress(&(family.to_node)(translated, TCP_ACK));
+        assert_eq!(
+            back.action,
+            Action::Pass,
+            "{name}: reply of flow {port} dropped"
+        );
+        let (_, (dst, dst_port)) = (family.ends)(&back.frame);
+        assert_eq!(
+            (dst, dst_port),
+            (family.pod, port),
+            "{name}: reply of flow {port}"
+        );
+    }
+    assert_eq!((family.entries)(&harness), CAPACITY as usize, "{name}");
+}
+
+#[test]
+fn a_full_ipv6_nat_table_refuses_new_flows_and_keeps_live_ones() {
+    a_full_nat_table_refuses_new_flows_and_keeps_live_ones(&IPV6);
+}
+
+#[test]
+fn a_full_ipv4_nat_table_refuses_new_flows_and_keeps_live_ones() {
+    a_full_nat_table_refuses_new_flows_and_keeps_live_ones(&IPV4);
 }

@@ -75,6 +75,18 @@ fn udp_arrives_from(sandbox: &Sandbox, destination: IpAddr) -> IpAddr {
         .ip()
 }
 
+/// TCP, UDP and ping from pod 1 to the outside host's IPv6 address leave with the node's.
+fn assert_ipv6_masqueraded(sandbox: &Sandbox, agent: &Agent) {
+    let node_v6 = IpAddr::V6(NODE_IPV6);
+    assert_eq!(tcp_arrives_from(sandbox, OUTSIDE_IPV6.into()), node_v6);
+    assert_eq!(udp_arrives_from(sandbox, OUTSIDE_IPV6.into()), node_v6);
+    assert!(
+        ping(sandbox.pod(1), &OUTSIDE_IPV6.to_string(), 3),
+        "ping6 from the pod to the outside host failed:\n{}",
+        agent.log()
+    );
+}
+
 /// A ConfigMap volume exempting 10.0.0.0/8 and 2001:db8:ee::/64 (where [`EXEMPTABLE_IPV6`]
 /// is), and the path of its key; the volume is removed when dropped.
 fn config(sandbox: &Sandbox) -> (ConfigMapVolume, String) {
@@ -119,14 +131,7 @@ fn a_dual_stack_node_masquerades_both_families(attach_mode) {
     let (_volume, config) = config(&sandbox);
     let agent = Agent::start(&sandbox, &["--config", &config, "--enable-ipv6"]);
 
-    let node_v6 = IpAddr::V6(NODE_IPV6);
-    assert_eq!(tcp_arrives_from(&sandbox, OUTSIDE_IPV6.into()), node_v6);
-    assert_eq!(udp_arrives_from(&sandbox, OUTSIDE_IPV6.into()), node_v6);
-    assert!(
-        ping(sandbox.pod(1), &OUTSIDE_IPV6.to_string(), 3),
-        "ping6 from the pod to the outside host failed:\n{}",
-        agent.log()
-    );
+    assert_ipv6_masqueraded(&sandbox, &agent);
     assert!(
         icmpv6_translations(&agent).contains(&NODE_IPV6.to_string()),
         "the echo was not masqueraded to the node's address: {:?}",
@@ -405,4 +410,221 @@ fn an_ipv6_cidr_swapped_into_the_config_applies_to_new_flows() {
     wait_for("the IPv6 CIDR to go", Duration::from_secs(5), || {
         arrives() == IpAddr::V6(NODE_IPV6)
     });
+}
+
+/// An IPv6-only node (EKS IPv6, kind with `ipFamily: ipv6`): its uplink has a global IPv6
+/// address and the IPv6 default route, and no IPv4 address at all. With `--enable-ipv6` masq
+/// finds that uplink by itself and masquerades IPv6 there, and IPv4 that would need the
+/// missing address is dropped and counted, as MASQUERADE drops it. Without the flag the agent
+/// refuses to start, saying what is missing.
+#[test]
+fn an_ipv6_only_node_is_found_by_its_ipv6_route_and_masquerades_ipv6() {
+    let (sandbox, _servers) = dual_stack("v6only", AttachMode::Tcx);
+    sandbox.remove_node_ipv4();
+    let (_volume, config) = config(&sandbox);
+
+    let probe = Agent::unstarted(&sandbox);
+    let pin_path = probe.pin_path().to_string_lossy().into_owned();
+    let refused = probe.masq_command(&[
+        "agent",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--pin-path",
+        &pin_path,
+        "--config",
+        &config,
+    ]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "started without an uplink");
+    assert!(
+        stderr.contains("no interface carries traffic out of the node")
+            && stderr.contains("--enable-ipv6"),
+        "{stderr}"
+    );
+    assert!(!probe.pin_path().exists(), "the refused start left pins");
+
+    // No --interface: the agent chooses.
+    let agent = Agent::start_on(&sandbox, &[], &["--config", &config, "--enable-ipv6"]);
+    let uplinks = agent.status()["uplinks"].clone();
+    assert_eq!(uplinks.as_array().map(Vec::len), Some(1), "{uplinks}");
+    assert_eq!(uplinks[0]["interface"].as_str(), Some(UPLINK), "{uplinks}");
+    assert!(uplinks[0]["node_ip"].is_null(), "{uplinks}");
+    assert_eq!(
+        uplinks[0]["node_ipv6"].as_str(),
+        Some(NODE_IPV6.to_string().as_str()),
+        "{uplinks}"
+    );
+    assert_eq!(
+        agent.metric(&format!(
+            "masq_uplink_info{{interface=\"{UPLINK}\",node_ip=\"\",attach_mode=\"tcx\"}}"
+        )),
+        Some(1.0)
+    );
+
+    let node_v6 = IpAddr::V6(NODE_IPV6);
+    assert_ipv6_masqueraded(&sandbox, &agent);
+
+    // IPv4 routed out of the uplink anyway (a route and neighbour by hand: the node has no
+    // IPv4 address to resolve one with) has no address to be masqueraded to.
+    let router_mac = sandbox.router.exec("cat", &["/sys/class/net/eth0/address"]);
+    let router_mac = String::from_utf8_lossy(&router_mac.stdout)
+        .trim()
+        .to_owned();
+    sandbox
+        .node
+        .ip(&["route", "add", "198.51.100.0/24", "dev", UPLINK]);
+    sandbox.node.ip(&[
+        "neigh",
+        "replace",
+        &OUTSIDE_IP.to_string(),
+        "lladdr",
+        &router_mac,
+        "dev",
+        UPLINK,
+        "nud",
+        "permanent",
+    ]);
+    sandbox.pod(1).enter(|| {
+        let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        for _ in 0..3 {
+            socket
+                .send_to(b"v4", SocketAddrV4::new(OUTSIDE_IP, UDP_PORT))
+                .unwrap();
+        }
+    });
+    let dropped = "masq_datapath_packets_total{outcome=\"egress_drop_no_address\",family=\"ipv4\"}";
+    wait_for(
+        "IPv4 without an address to masquerade to to be dropped and counted",
+        TIMEOUT,
+        || agent.metric(dropped) >= Some(3.0),
+    );
+
+    // The uplink gets an IPv4 address after all, and loses it again: followed both ways.
+    let node_ip = || agent.status()["uplinks"][0]["node_ip"].clone();
+    sandbox
+        .node
+        .ip(&["addr", "add", &format!("{NODE_IP}/24"), "dev", UPLINK]);
+    wait_for("the new IPv4 address to be followed", TIMEOUT, || {
+        node_ip().as_str() == Some(NODE_IP.to_string().as_str())
+    });
+    sandbox.remove_node_ipv4();
+    wait_for("the IPv4 address's loss to be followed", TIMEOUT, || {
+        node_ip().is_null()
+    });
+    assert_eq!(tcp_arrives_from(&sandbox, OUTSIDE_IPV6.into()), node_v6);
+
+    // Named rather than found, the uplink without IPv4 is taken too.
+    let mut agent = agent;
+    agent.kill();
+    let agent = Agent::start_on(&sandbox, &[UPLINK], &["--config", &config, "--enable-ipv6"]);
+    assert!(agent.status()["uplinks"][0]["node_ip"].is_null());
+    assert_eq!(udp_arrives_from(&sandbox, OUTSIDE_IPV6.into()), node_v6);
+    assert_eq!(sandbox.checksum_errors(), Vec::new());
+}
+
+/// A UDP socket kept open towards one IPv6 [`udp_server`]: one flow, as long as it is used.
+struct UdpFlow6 {
+    socket: std::net::UdpSocket,
+    server: SocketAddr,
+}
+
+impl UdpFlow6 {
+    /// Opens the socket; call from inside the client's namespace.
+    fn open(server: SocketAddr) -> Self {
+        let socket = std::net::UdpSocket::bind("[::]:0")
+            .and_then(|socket| socket.set_read_timeout(Some(TIMEOUT / 4)).map(|()| socket))
+            .unwrap_or_else(|error| panic!("opening a UDP socket: {error}"));
+        Self { socket, server }
+    }
+
+    /// One request and its answer (retried a few times): the peer the server saw.
+    fn request(&self, payload: &[u8]) -> Option<SocketAddr> {
+        let mut buffer = vec![0u8; 2048];
+        (0..4).find_map(|_| {
+            self.socket.send_to(payload, self.server).ok()?;
+            let (read, _) = self.socket.recv_from(&mut buffer).ok()?;
+            let reply = std::str::from_utf8(&buffer[..read]).ok()?;
+            reply.split(' ').next()?.parse().ok()
+        })
+    }
+}
+
+/// As the IPv4 table's test (`e2e_nat.rs`): an IPv6 NAT table at capacity refuses new flows,
+/// counted, and every live IPv6 flow, TCP or UDP, keeps working with the port it had.
+#[test]
+fn a_full_ipv6_nat_table_refuses_new_flows_and_never_breaks_a_live_one() {
+    let (sandbox, _servers) = dual_stack("v6full", AttachMode::Tcx);
+    let absent = absent_config(&sandbox);
+    // 256 entries: 128 flows. 50 TCP and 50 UDP live flows take 200.
+    let agent = Agent::start(
+        &sandbox,
+        &[
+            "--config",
+            &absent,
+            "--enable-ipv6",
+            "--nat-max-entries",
+            "256",
+        ],
+    );
+    let tcp = SocketAddr::from((OUTSIDE_IPV6, TCP_PORT));
+    let udp = SocketAddr::from((OUTSIDE_IPV6, UDP_PORT));
+    let (mut held, udp_flows) = sandbox.pod(1).enter(|| {
+        let held: Vec<HeldConnection> = (0..50)
+            .map(|index| HeldConnection::open(tcp, &format!("live{index}"), None, TIMEOUT).unwrap())
+            .collect();
+        let flows: Vec<(UdpFlow6, SocketAddr)> = (0..50)
+            .map(|index| {
+                let flow = UdpFlow6::open(udp);
+                let peer = flow
+                    .request(b"first")
+                    .unwrap_or_else(|| panic!("UDP flow {index} got no answer"));
+                (flow, peer)
+            })
+            .collect();
+        (held, flows)
+    });
+    assert!(
+        held.iter()
+            .all(|connection| connection.peer.ip() == IpAddr::V6(NODE_IPV6))
+    );
+    assert!(
+        udp_flows
+            .iter()
+            .all(|(_, peer)| peer.ip() == IpAddr::V6(NODE_IPV6))
+    );
+
+    // New-flow pressure: 300 new UDP flows at once, far more than the table has room for.
+    sandbox.pod(2).enter(|| {
+        for index in 0..300u32 {
+            let socket = std::net::UdpSocket::bind("[::]:0").unwrap();
+            socket
+                .send_to(format!("new{index}").as_bytes(), udp)
+                .unwrap();
+        }
+    });
+    let refused = "masq_datapath_packets_total{outcome=\"egress_drop_table_full\",family=\"ipv6\"}";
+    wait_for("the IPv6 table to refuse new flows", TIMEOUT, || {
+        agent.metric(refused) > Some(0.0)
+    });
+
+    // Every live flow, busy or idle, still works with the port it had.
+    for (index, connection) in held.iter_mut().enumerate() {
+        connection
+            .echo(&format!("after pressure {index}"))
+            .unwrap_or_else(|error| panic!("live IPv6 TCP flow {index} broke: {error}"));
+    }
+    sandbox.pod(1).enter(|| {
+        for (index, (flow, peer)) in udp_flows.iter().enumerate() {
+            assert_eq!(
+                flow.request(b"after pressure"),
+                Some(*peer),
+                "live IPv6 UDP flow {index} was re-mapped or broke"
+            );
+        }
+    });
+    let entries = agent.status()["nat_v6_entries"]
+        .as_u64()
+        .unwrap_or(u64::MAX);
+    assert!(entries <= 256, "{entries} entries in a 256-entry table");
+    assert_eq!(sandbox.checksum_errors(), Vec::new());
 }

@@ -10,7 +10,7 @@
 
 use std::{
     fs,
-    net::{IpAddr, Ipv4Addr, SocketAddrV4},
+    net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4},
     time::Duration,
 };
 
@@ -18,10 +18,11 @@ use masq_testbed::{
     agent::Agent,
     in_both_attach_modes,
     sandbox::{
-        AttachMode, NODE_IP, OUTSIDE_IP, SECOND_NODE_IP, SECOND_OUTSIDE_IP, SECOND_UPLINK, Sandbox,
-        SandboxOptions, UPLINK, route_second_network,
+        AttachMode, NODE_IP, NODE_IPV6, OUTSIDE_IP, OUTSIDE_IPV6, SECOND_NODE_IP, SECOND_NODE_IPV6,
+        SECOND_OUTSIDE_IP, SECOND_OUTSIDE_IPV6, SECOND_UPLINK, Sandbox, SandboxOptions, UPLINK,
+        route_second_network,
     },
-    traffic::{tcp_server, tcp_source, tcp_transfer},
+    traffic::{tcp_server, tcp_source, tcp_transfer, udp_request, udp_server},
     wait_for,
 };
 
@@ -152,6 +153,82 @@ fn every_uplink_masquerades_with_its_own_address_and_follows_changes(attach_mode
 }
 }
 
+/// With `--enable-ipv6`, each of two dual-stack uplinks masquerades IPv6 to its own global
+/// address as well as IPv4 to its own IPv4 address. The second uplink's index is past the
+/// uplink slots, so its IPv6 address is found in the hash.
+#[test]
+fn every_uplink_masquerades_ipv6_with_its_own_address_too() {
+    let sandbox = Sandbox::new(
+        "nic6",
+        SandboxOptions {
+            second_uplink: true,
+            ..SandboxOptions::default()
+        },
+    );
+    sandbox.add_ipv6();
+    sandbox.add_second_uplink_ipv6();
+    let second = sandbox.second_outside.as_ref().expect("second uplink");
+    let _servers = [
+        tcp_server(&sandbox.outside, any(8080)),
+        tcp_server(second, any(8080)),
+        tcp_server(&sandbox.outside, SocketAddr::from((OUTSIDE_IPV6, 8080))),
+        tcp_server(second, SocketAddr::from((SECOND_OUTSIDE_IPV6, 8080))),
+        udp_server(&sandbox.outside, SocketAddr::from((OUTSIDE_IPV6, 5353))),
+        udp_server(second, SocketAddr::from((SECOND_OUTSIDE_IPV6, 5353))),
+    ];
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let agent = Agent::start_on(&sandbox, &[], &["--config", &absent, "--enable-ipv6"]);
+    let status = agent.status();
+    let ipv6_of = |name: &str| {
+        status["uplinks"]
+            .as_array()
+            .and_then(|uplinks| uplinks.iter().find(|uplink| uplink["interface"] == name))
+            .and_then(|uplink| uplink["node_ipv6"].as_str())
+            .map(str::to_owned)
+    };
+    assert_eq!(ipv6_of(UPLINK), Some(NODE_IPV6.to_string()), "{status}");
+    assert_eq!(
+        ipv6_of(SECOND_UPLINK),
+        Some(SECOND_NODE_IPV6.to_string()),
+        "{status}"
+    );
+
+    for pod in [1, 2] {
+        let from = |destination: IpAddr| {
+            tcp_source(
+                sandbox.pod(pod),
+                SocketAddr::new(destination, 8080),
+                TIMEOUT,
+            )
+        };
+        let udp_from = |destination: IpAddr| {
+            sandbox
+                .pod(pod)
+                .enter(|| udp_request(SocketAddr::new(destination, 5353), b"probe", TIMEOUT))
+                .expect("UDP over IPv6")
+                .0
+                .ip()
+        };
+        assert_eq!(from(OUTSIDE_IPV6.into()), IpAddr::V6(NODE_IPV6));
+        assert_eq!(
+            from(SECOND_OUTSIDE_IPV6.into()),
+            IpAddr::V6(SECOND_NODE_IPV6),
+            "IPv6 leaving by the second uplink must get its address"
+        );
+        assert_eq!(udp_from(OUTSIDE_IPV6.into()), IpAddr::V6(NODE_IPV6));
+        assert_eq!(
+            udp_from(SECOND_OUTSIDE_IPV6.into()),
+            IpAddr::V6(SECOND_NODE_IPV6)
+        );
+        assert_eq!(arrives_from(&sandbox, pod, OUTSIDE_IP), IpAddr::V4(NODE_IP));
+        assert_eq!(
+            arrives_from(&sandbox, pod, SECOND_OUTSIDE_IP),
+            IpAddr::V4(SECOND_NODE_IP)
+        );
+    }
+    assert_eq!(sandbox.checksum_errors(), Vec::new());
+}
+
 #[test]
 fn named_interfaces_are_the_only_ones_translated_on() {
     let sandbox = Sandbox::new(
@@ -234,7 +311,7 @@ fn bad_interface_choices_are_refused_with_a_clear_error_and_change_nothing() {
     };
     let reserved_before = reserved();
 
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &["--interface", "nosuch0"],
             "interface nosuch0 does not exist",
@@ -242,6 +319,11 @@ fn bad_interface_choices_are_refused_with_a_clear_error_and_change_nothing() {
         (
             &["--interface", "noaddr0"],
             "interface noaddr0 has no IPv4 address",
+        ),
+        // With --enable-ipv6 an interface may lack IPv4 (an IPv6-only node's), not both.
+        (
+            &["--interface", "noaddr0", "--enable-ipv6"],
+            "interface noaddr0 has neither an IPv4 address nor a global IPv6 address",
         ),
         (
             &["--interface", "l3tun0"],

@@ -71,6 +71,9 @@ counters! {
     EgressDropNoAllocator = "egress_drop_no_allocator",
     /// Egress packets dropped because rewriting them failed half-way.
     EgressDropRewriteFailed = "egress_drop_rewrite_failed",
+    /// Egress IPv4 packets that would be masqueraded, dropped because the uplink they leave by
+    /// has no IPv4 address (an IPv6-only uplink), as MASQUERADE drops them.
+    EgressDropNoAddress = "egress_drop_no_address",
     /// Egress IPv4 packets of a kind that is not translated (e.g. ICMP informational types).
     EgressUnsupported = "egress_unsupported",
     /// Egress frames that are not IPv4 (IPv6, ARP, ...), left alone.

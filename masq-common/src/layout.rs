@@ -191,9 +191,10 @@ pub const IFNAME_SIZE: usize = 16;
 
 /// Value of the uplinks map: one interface traffic leaves the node by, keyed by its index.
 ///
-/// The programs read only `snat_addr`; the rest is the agent's record of how it attached, so a
-/// restarted agent, `masq status` and `masq uninstall` know exactly what masq added to the
-/// interface and nothing else.
+/// Written by the agent. The programs read only the addresses (`snat_addr`, `no_v4`, `has_v6`,
+/// `snat_addr_v6`); the rest is the agent's record of how it attached, so a restarted agent,
+/// `masq status` and `masq uninstall` know exactly what masq added to the interface and nothing
+/// else.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Uplink {
@@ -206,8 +207,11 @@ pub struct Uplink {
     pub created_clsact: u8,
     /// 1 when IPv6 is translated on this interface, to `snat_addr_v6`.
     pub has_v6: u8,
-    /// Keeps the layout free of implicit padding; always zero.
-    pub pad: u8,
+    /// 1 when the interface has no IPv4 address (an IPv6-only uplink): `snat_addr` is zero and
+    /// IPv4 traffic that would be masqueraded leaving by it is dropped and counted
+    /// (`egress_drop_no_address`), as MASQUERADE drops it. 0, what older records hold in this
+    /// byte, means `snat_addr` is the address.
+    pub no_v4: u8,
     /// The interface's name when masq attached, NUL-padded.
     pub ifname: [u8; IFNAME_SIZE],
     /// The global IPv6 address masqueraded IPv6 traffic leaving by this interface gets.
@@ -228,8 +232,10 @@ pub struct UplinkSlot {
     pub present: u8,
     /// 1 when IPv6 is translated on this uplink, to `snat_addr_v6`.
     pub has_v6: u8,
+    /// As [`Uplink::no_v4`]: 1 when the uplink has no IPv4 address to masquerade to.
+    pub no_v4: u8,
     /// Keeps the layout free of implicit padding; always zero.
-    pub pad: [u8; 2],
+    pub pad: u8,
     /// The global IPv6 address masqueraded IPv6 traffic leaving by this uplink gets.
     pub snat_addr_v6: [u8; 16],
 }
@@ -241,7 +247,8 @@ impl UplinkSlot {
             snat_addr: uplink.snat_addr,
             present: 1,
             has_v6: uplink.has_v6,
-            pad: [0; 2],
+            no_v4: uplink.no_v4,
+            pad: 0,
             snat_addr_v6: uplink.snat_addr_v6,
         }
     }
@@ -256,7 +263,7 @@ impl Uplink {
             attach_mode,
             created_clsact: 0,
             has_v6: 0,
-            pad: 0,
+            no_v4: 0,
             ifname,
             snat_addr_v6: [0; 16],
         }

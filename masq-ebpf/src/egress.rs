@@ -148,7 +148,9 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
         // The node's flows outside the SNAT range cannot clash with a mapping. Its flows of
         // protocols without ports are tracked: their tuple is the remote address alone, and
         // the node's own (a tunnel endpoint) must never be handed to a pod.
-        if has_port && !settings.port_in_range(src_port) {
+        // On an uplink without an address of the family, the node's packets from the
+        // unspecified address (a DHCP client's) are left alone, as MASQUERADE leaves them.
+        if (has_port && !settings.port_in_range(src_port)) || A::unaddressed(node_ip) {
             count_in::<A>(Counter::EgressHostPassed);
             return Verdict::Pass;
         }
@@ -162,6 +164,14 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
             Some(_) => {
                 count_in::<A>(Counter::EgressExemptCidr);
                 return Verdict::Pass;
+            }
+            // Nothing to masquerade to: MASQUERADE drops such a packet too. Its later
+            // fragments follow it: remembered as "translated" to the unspecified address,
+            // which `frag::egress` drops.
+            None if A::unaddressed(node_ip) => {
+                frag::remember(ip, Direction::Egress, Some(node_ip));
+                count_in::<A>(Counter::EgressDropNoAddress);
+                return Verdict::Drop;
             }
             None => ORIGIN_POD,
         }

@@ -98,6 +98,9 @@ pub(crate) trait Family: Address + 'static {
     fn of_slot(slot: &UplinkSlot) -> Option<Self>;
     /// As [`Family::of_slot`], from the uplink's full record.
     fn of_uplink(uplink: &Uplink) -> Option<Self>;
+    /// Whether `node_ip`, what [`Family::of_slot`] gave, stands for an uplink without an
+    /// address of this family (the unspecified address): nothing can be masqueraded to it.
+    fn unaddressed(node_ip: Self) -> bool;
     /// How the datapath treats ICMP type `icmp` of this family.
     fn icmp_kind(icmp: u8) -> IcmpKind;
     /// Traffic of the link's own machinery, never translated whatever the config says: for
@@ -185,14 +188,30 @@ impl Family for [u8; 4] {
         )
     }
 
+    // An uplink without IPv4 (`no_v4`) is still an uplink for IPv4: its packets are classified
+    // as everywhere else (exempt destinations and the node's own traffic pass), and those that
+    // would be masqueraded are dropped, as MASQUERADE drops them with no address to give.
     #[inline(always)]
     fn of_slot(slot: &UplinkSlot) -> Option<Self> {
-        (slot.present != 0).then_some(slot.snat_addr)
+        (slot.present != 0).then_some(if slot.no_v4 != 0 {
+            [0; 4]
+        } else {
+            slot.snat_addr
+        })
     }
 
     #[inline(always)]
     fn of_uplink(uplink: &Uplink) -> Option<Self> {
-        Some(uplink.snat_addr)
+        Some(if uplink.no_v4 != 0 {
+            [0; 4]
+        } else {
+            uplink.snat_addr
+        })
+    }
+
+    #[inline(always)]
+    fn unaddressed(node_ip: Self) -> bool {
+        node_ip == [0; 4]
     }
 
     #[inline(always)]
@@ -342,6 +361,13 @@ impl Family for V6 {
     #[inline(always)]
     fn of_uplink(uplink: &Uplink) -> Option<Self> {
         (uplink.has_v6 != 0).then_some(Self(uplink.snat_addr_v6))
+    }
+
+    #[inline(always)]
+    fn unaddressed(_node_ip: Self) -> bool {
+        // An uplink without a global IPv6 address does not translate IPv6 at all (`of_slot`
+        // gives `None`): its IPv6 leaves untranslated, counted, and the agent warns.
+        false
     }
 
     #[inline(always)]

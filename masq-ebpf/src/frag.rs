@@ -95,6 +95,12 @@ pub(crate) fn egress<A: Family>(ctx: &TcContext, node_ip: A, ip: &Ip<A>) -> Verd
             None => node_ip,
         },
     };
+    // Masqueraded by an uplink without an address of the family: dropped as its first
+    // fragment was (or would have been).
+    if A::unaddressed(translate_to) {
+        count_in::<A>(Counter::EgressDropNoAddress);
+        return Verdict::Drop;
+    }
     if rewrite::address(ctx, ip, End::Source, translate_to).is_err() {
         count_in::<A>(Counter::EgressDropRewriteFailed);
         return Verdict::Drop;

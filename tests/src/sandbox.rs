@@ -468,3 +468,74 @@ impl Sandbox {
         errors
     }
 }
+
+impl Sandbox {
+    /// Takes the node's IPv4 address off its uplink, after [`Sandbox::add_ipv6`]: the node of an
+    /// IPv6-only cluster (EKS IPv6, kind with `ipFamily: ipv6`), whose uplink has only a global
+    /// IPv6 address and an IPv6 default route. The IPv4 default route goes with the address.
+    pub fn remove_node_ipv4(&self) {
+        self.node
+            .ip(&["addr", "del", &format!("{NODE_IP}/24"), "dev", UPLINK]);
+    }
+}
+
+/// The second uplink's global IPv6 address, with [`Sandbox::add_second_uplink_ipv6`].
+pub const SECOND_NODE_IPV6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 1);
+/// The gateway behind the second uplink, over IPv6.
+pub const SECOND_GATEWAY_IPV6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x7e);
+/// The host behind the second uplink's gateway, over IPv6 (routed via
+/// [`SECOND_GATEWAY_IPV6`]).
+pub const SECOND_OUTSIDE_IPV6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0x80, 0, 0, 0, 0xc8);
+
+impl Sandbox {
+    /// After [`Sandbox::add_ipv6`], makes the second uplink dual-stack too: `up1` gets
+    /// [`SECOND_NODE_IPV6`], the namespace behind it is the gateway [`SECOND_GATEWAY_IPV6`] and
+    /// the host [`SECOND_OUTSIDE_IPV6`], which the node reaches by a route via that gateway, as
+    /// in IPv4. Addresses skip duplicate address detection and router advertisements are
+    /// ignored, as in [`Sandbox::add_ipv6`].
+    pub fn add_second_uplink_ipv6(&self) {
+        let Some(second) = &self.second_outside else {
+            panic!("the sandbox has no second uplink (SandboxOptions::second_uplink)");
+        };
+        for scope in ["all", "default"] {
+            second.sysctl(&format!("net.ipv6.conf.{scope}.accept_ra"), "0");
+            second.sysctl(&format!("net.ipv6.conf.{scope}.disable_ipv6"), "0");
+        }
+        self.node.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{SECOND_NODE_IPV6}/64"),
+            "dev",
+            SECOND_UPLINK,
+            "nodad",
+        ]);
+        second.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{SECOND_GATEWAY_IPV6}/64"),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        second.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{SECOND_OUTSIDE_IPV6}/128"),
+            "dev",
+            "lo",
+        ]);
+        self.node.ip(&[
+            "-6",
+            "route",
+            "replace",
+            "2001:db8:2:80::/64",
+            "via",
+            &SECOND_GATEWAY_IPV6.to_string(),
+            "dev",
+            SECOND_UPLINK,
+        ]);
+    }
+}

@@ -59,7 +59,9 @@ pub(super) struct EbpfBackend {
 struct WantedUplink {
     name: String,
     ifindex: u32,
-    address: Ipv4Addr,
+    /// What IPv4 traffic leaving by it is masqueraded to; `None` on an uplink without IPv4 (an
+    /// IPv6-only node's, with `--enable-ipv6`), where it is dropped as MASQUERADE drops it.
+    address: Option<Ipv4Addr>,
     /// Whether the address is one of the interface's own (a `--node-ip` may not be).
     address_is_local: bool,
     /// What IPv6 traffic leaving by it is masqueraded to.
@@ -75,13 +77,25 @@ impl WantedUplink {
         }
     }
 
-    /// `record` with this uplink's IPv6 translation (or none).
-    fn with_ipv6(&self, record: Uplink) -> Uplink {
+    /// `record` with this uplink's addresses: IPv4 (or none) and IPv6 (or none).
+    fn with_addresses(&self, record: Uplink) -> Uplink {
         let address = self.ipv6_address();
         Uplink {
+            snat_addr: self.address.as_ref().map_or([0; 4], Ipv4Addr::octets),
+            no_v4: u8::from(self.address.is_none()),
             has_v6: u8::from(address.is_some()),
             snat_addr_v6: address.as_ref().map_or([0; 16], Ipv6Addr::octets),
             ..record
+        }
+    }
+
+    /// Says that IPv4 traffic to be masqueraded leaving by this uplink is dropped.
+    fn warn_if_ipv4_missing(&self) {
+        if self.address.is_none() {
+            tracing::warn!(
+                interface = %self.name,
+                "the interface has no IPv4 address: IPv4 traffic from pods that would be masqueraded leaving by it is dropped (counted as egress_drop_no_address), as MASQUERADE drops it, until it gets one"
+            );
         }
     }
 
@@ -309,7 +323,7 @@ impl EbpfBackend {
             .filter(|(ifindex, _)| self.attached.contains_key(ifindex))
             .map(|(ifindex, uplink)| UplinkStatus {
                 interface: uplink.name().to_owned(),
-                node_ip: Ipv4Addr::from(uplink.snat_addr),
+                node_ip: (uplink.no_v4 == 0).then(|| Ipv4Addr::from(uplink.snat_addr)),
                 attach_mode: AttachMode::of(&uplink).map_or("?", AttachMode::name),
                 address_is_local: wanted
                     .iter()
@@ -347,7 +361,7 @@ impl EbpfBackend {
             tracing::warn!(interface = %wanted.name, from = %recorded, to = %mode, "switching attach mode; packets in between pass untranslated");
             detach_uplink(&self.pins, wanted.ifindex, previous)?;
         }
-        let (mut record, outcomes) = attach_uplink(
+        let (record, outcomes) = attach_uplink(
             &mut self.datapath,
             &self.pins,
             &wanted.name,
@@ -355,14 +369,14 @@ impl EbpfBackend {
             mode,
             previous.filter(|_| recorded_mode == Some(mode)),
         )?;
-        record.snat_addr = wanted.address.octets();
-        let record = wanted.with_ipv6(record);
+        let record = wanted.with_addresses(record);
         // The entry turns translation on for the interface, so it comes after the programs.
         self.datapath.maps.set_uplink(wanted.ifindex, &record)?;
         self.attached.insert(wanted.ifindex, wanted.name.clone());
         for (hook, outcome) in outcomes {
-            tracing::info!(interface = %wanted.name, node_ip = %wanted.address, node_ipv6 = ?wanted.ipv6_address(), %mode, hook = hook.name(), ?outcome, "program attached");
+            tracing::info!(interface = %wanted.name, node_ip = ?wanted.address, node_ipv6 = ?wanted.ipv6_address(), %mode, hook = hook.name(), ?outcome, "program attached");
         }
+        wanted.warn_if_ipv4_missing();
         wanted.warn_if_ipv6_missing();
         Ok(())
     }
@@ -377,15 +391,14 @@ impl EbpfBackend {
         let Some(previous) = previous else {
             return Ok(());
         };
-        let updated = wanted.with_ipv6(Uplink {
-            snat_addr: wanted.address.octets(),
-            ..*previous
-        });
+        let updated = wanted.with_addresses(*previous);
         if updated == *previous {
             return Ok(());
         }
-        if previous.snat_addr != updated.snat_addr {
-            tracing::warn!(interface = %wanted.name, old = %Ipv4Addr::from(previous.snat_addr), new = %wanted.address, "the interface's address changed; new flows use the new one");
+        if (previous.no_v4, previous.snat_addr) != (updated.no_v4, updated.snat_addr) {
+            let old = (previous.no_v4 == 0).then(|| Ipv4Addr::from(previous.snat_addr));
+            tracing::warn!(interface = %wanted.name, ?old, new = ?wanted.address, "the interface's address changed; new flows use the new one");
+            wanted.warn_if_ipv4_missing();
         }
         if (previous.has_v6, previous.snat_addr_v6) != (updated.has_v6, updated.snat_addr_v6) {
             let old = (previous.has_v6 != 0).then(|| Ipv6Addr::from(previous.snat_addr_v6));
@@ -785,21 +798,25 @@ fn wanted_uplinks(
 ) -> Result<Vec<WantedUplink>, AgentError> {
     if options.interfaces.is_empty() {
         let present = interfaces::interfaces()?;
-        let gateways = interfaces::gateway_interfaces()?;
+        let gateways = interfaces::Gateways::read(options.enable_ipv6)?;
+        // A candidate without IPv4 is one by its IPv6 routes or NIC, which only count with
+        // --enable-ipv6.
         let chosen: Vec<WantedUplink> = interfaces::uplink_candidates(&present, &gateways)
             .into_iter()
-            .filter_map(|interface| {
-                Some(WantedUplink {
-                    address: interface.global_ipv4.first().copied()?,
-                    address_is_local: true,
-                    ipv6: ipv6_of(options, &interface.name),
-                    name: interface.name,
-                    ifindex: interface.index,
-                })
+            .map(|interface| WantedUplink {
+                address: interface.global_ipv4.first().copied(),
+                address_is_local: true,
+                ipv6: ipv6_of(options, &interface.name),
+                name: interface.name,
+                ifindex: interface.index,
             })
             .collect();
         if chosen.is_empty() && strictness == Strictness::Startup {
-            return Err(AgentError::NoUplink);
+            return Err(if options.enable_ipv6 {
+                AgentError::NoUplinkDualStack
+            } else {
+                AgentError::NoUplink
+            });
         }
         return Ok(chosen);
     }
@@ -814,10 +831,17 @@ fn wanted_uplinks(
             Err(error) => return Err(error.into()),
         };
         let problem = if interface.link_type == interfaces::ARPHRD_ETHER {
-            options
+            match options
                 .node_ip
                 .or_else(|| interface.global_ipv4.first().copied())
-                .ok_or_else(|| InterfaceError::NoAddress(name.clone()))
+            {
+                Some(address) => Ok(Some(address)),
+                // An IPv6-only uplink: IPv6 is masqueraded, IPv4 to be masqueraded dropped.
+                // Its IPv6 address may still be tentative: it is followed once it settles.
+                None if options.enable_ipv6 && interface.global_ipv6 => Ok(None),
+                None if options.enable_ipv6 => Err(InterfaceError::NoAddressAtAll(name.clone())),
+                None => Err(InterfaceError::NoAddress(name.clone())),
+            }
         } else {
             Err(InterfaceError::NotEthernet {
                 name: name.clone(),
@@ -826,10 +850,11 @@ fn wanted_uplinks(
         };
         match problem {
             Ok(address) => {
-                let address_is_local = interface.global_ipv4.contains(&address);
+                let address_is_local =
+                    address.is_none_or(|address| interface.global_ipv4.contains(&address));
                 if !address_is_local && strictness == Strictness::Startup {
                     tracing::warn!(
-                        interface = %name, node_ip = %address,
+                        interface = %name, node_ip = ?address,
                         "--node-ip is not an address of the interface: replies reach the node only if the network routes it here"
                     );
                 }

@@ -426,7 +426,12 @@ fn encode_agent(
     let node_ips: Vec<String> = status
         .uplinks
         .iter()
-        .map(|uplink| uplink.node_ip.to_string())
+        // An uplink without IPv4 (an IPv6-only node's) has an empty address.
+        .map(|uplink| {
+            uplink
+                .node_ip
+                .map_or_else(String::new, |address| address.to_string())
+        })
         .collect();
     family(
         encoder,
@@ -820,7 +825,7 @@ mod tests {
             ready: true,
             uplinks: vec![crate::agent::status::UplinkStatus {
                 interface: "up0".to_owned(),
-                node_ip: std::net::Ipv4Addr::new(192, 0, 2, 1),
+                node_ip: Some(std::net::Ipv4Addr::new(192, 0, 2, 1)),
                 attach_mode: "tcx",
                 address_is_local: false,
                 ipv6: UplinkIpv6::NoAddress,
@@ -1039,7 +1044,7 @@ mod tests {
             ready: true,
             uplinks: vec![crate::agent::status::UplinkStatus {
                 interface: "up0".to_owned(),
-                node_ip: std::net::Ipv4Addr::new(192, 0, 2, 1),
+                node_ip: Some(std::net::Ipv4Addr::new(192, 0, 2, 1)),
                 attach_mode: "tcx",
                 address_is_local: true,
                 ipv6: UplinkIpv6::NotTranslated,

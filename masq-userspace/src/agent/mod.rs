@@ -158,9 +158,17 @@ pub enum AgentError {
     /// No interface to translate on.
     #[error(
         "no interface carries traffic out of the node (none is up with a global IPv4 address and \
-         a route via a gateway, or backed by a NIC); name one with --interface"
+         a route via a gateway, or backed by a NIC); name one with --interface (an IPv6-only node \
+         needs --enable-ipv6)"
     )]
     NoUplink,
+    /// No interface to translate on, IPv6 included.
+    #[error(
+        "no interface carries traffic out of the node (none is up with a global IPv4 or IPv6 \
+         address and a route of that family via a gateway, or backed by a NIC); name one with \
+         --interface"
+    )]
+    NoUplinkDualStack,
     /// The metrics endpoint could not be served.
     #[error("serving metrics on {addr}: {source}")]
     Metrics {

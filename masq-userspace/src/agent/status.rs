@@ -65,8 +65,9 @@ pub struct ConfigFailure {
 pub struct UplinkStatus {
     /// The interface.
     pub interface: String,
-    /// The address traffic leaving by it is masqueraded to.
-    pub node_ip: Ipv4Addr,
+    /// The address IPv4 traffic leaving by it is masqueraded to; `None` when the interface has
+    /// no IPv4 address (an IPv6-only uplink: IPv4 to be masqueraded is dropped).
+    pub node_ip: Option<Ipv4Addr>,
     /// `tcx` or `tc`.
     pub attach_mode: &'static str,
     /// Whether `node_ip` is an address of the interface (a `--node-ip` may not be).

@@ -81,9 +81,11 @@ pub(crate) struct AgentArgs {
     take_over_iptables: bool,
 
     /// An interface to translate on; repeat for several. Each masquerades to its own address, as
-    /// MASQUERADE does [default: every interface traffic leaves the node by: up, Ethernet, with
-    /// a global IPv4 address, and backed by a NIC or routing towards a gateway; followed as
-    /// interfaces and addresses come and go].
+    /// MASQUERADE does; with --enable-ipv6 it may have no IPv4 address (IPv4 to be masqueraded
+    /// leaving by it is then dropped) [default: every interface traffic leaves the node by: up,
+    /// Ethernet, with a global address, and backed by a NIC or routing towards a gateway in that
+    /// address's family (IPv6 with --enable-ipv6 only); followed as interfaces, addresses and
+    /// routes come and go].
     #[arg(long = "interface", value_name = "IFACE")]
     interfaces: Vec<String>,
 

@@ -105,7 +105,9 @@ struct StatusJson {
 struct UplinkJson {
     interface: String,
     ifindex: u32,
-    node_ip: String,
+    /// The address IPv4 traffic is masqueraded to; `None` on an uplink without IPv4, where IPv4
+    /// that would be masqueraded is dropped.
+    node_ip: Option<String>,
     /// The address IPv6 traffic is masqueraded to, when IPv6 is translated on the uplink.
     node_ipv6: Option<String>,
     attach_mode: String,
@@ -167,7 +169,7 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         .map(|(ifindex, uplink)| UplinkJson {
             interface: uplink.name().to_owned(),
             ifindex,
-            node_ip: Ipv4Addr::from(uplink.snat_addr).to_string(),
+            node_ip: (uplink.no_v4 == 0).then(|| Ipv4Addr::from(uplink.snat_addr).to_string()),
             node_ipv6: (uplink.has_v6 != 0)
                 .then(|| Ipv6Addr::from(uplink.snat_addr_v6).to_string()),
             attach_mode: AttachMode::of(&uplink)
@@ -262,16 +264,19 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         }
     )?;
     for uplink in &status.uplinks {
-        let ipv6 = uplink
-            .node_ipv6
-            .as_ref()
-            .map_or_else(String::new, |address| format!(" and {address}"));
+        let addresses = match (&uplink.node_ip, &uplink.node_ipv6) {
+            (Some(ipv4), Some(ipv6)) => format!("{ipv4} and {ipv6}"),
+            (Some(ipv4), None) => ipv4.clone(),
+            (None, Some(ipv6)) => {
+                format!("{ipv6} (no IPv4 address: IPv4 to masquerade is dropped)")
+            }
+            (None, None) => "nothing (no IPv4 or IPv6 address)".to_owned(),
+        };
         writeln!(
             out,
-            "uplink:       {} (index {}) masquerades to {}{ipv6}, attached with {}{}",
+            "uplink:       {} (index {}) masquerades to {addresses}, attached with {}{}",
             uplink.interface,
             uplink.ifindex,
-            uplink.node_ip,
             uplink.attach_mode,
             if uplink.created_clsact {
                 " (clsact qdisc created by masq)"

@@ -27,12 +27,21 @@ pub enum InterfaceError {
     /// The routing table could not be read.
     #[error("reading /proc/net/route: {0}")]
     RouteTable(#[source] io::Error),
+    /// The IPv6 routing table could not be read.
+    #[error("reading /proc/net/ipv6_route: {0}")]
+    RouteTableV6(#[source] io::Error),
     /// The interface does not exist.
     #[error("interface {0} does not exist")]
     NoSuchInterface(String),
     /// The interface has no IPv4 address.
     #[error("interface {0} has no IPv4 address to masquerade to; pass --node-ip")]
     NoAddress(String),
+    /// The interface has neither an IPv4 address nor a global IPv6 one (with `--enable-ipv6`).
+    #[error(
+        "interface {0} has neither an IPv4 address nor a global IPv6 address to masquerade to; \
+         pass --node-ip for IPv4"
+    )]
+    NoAddressAtAll(String),
     /// Listing addresses failed.
     #[error("listing interface addresses: {0}")]
     Addresses(#[source] nix::Error),
@@ -78,6 +87,9 @@ pub struct NetInterface {
     pub physical: bool,
     /// Its IPv4 addresses usable as a source towards other hosts, primary first.
     pub global_ipv4: Vec<Ipv4Addr>,
+    /// Whether it has an IPv6 address of global scope (not loopback, link-local, multicast or
+    /// unspecified), whatever its state: what makes it an IPv6 uplink candidate.
+    pub global_ipv6: bool,
 }
 
 /// Whether an address can be a source towards other hosts (what MASQUERADE would pick).
@@ -89,21 +101,37 @@ fn is_global(address: Ipv4Addr) -> bool {
         || address.is_broadcast())
 }
 
+/// Whether an IPv6 address has global scope: a source towards other networks.
+fn is_global_v6(address: Ipv6Addr) -> bool {
+    !(address.is_loopback()
+        || address.is_unspecified()
+        || address.is_multicast()
+        || address.is_unicast_link_local())
+}
+
 /// Every interface of the namespace, in index order.
 pub fn interfaces() -> Result<Vec<NetInterface>, InterfaceError> {
-    let mut found: BTreeMap<String, (InterfaceFlags, Vec<Ipv4Addr>)> = BTreeMap::new();
+    let mut found: BTreeMap<String, (InterfaceFlags, Vec<Ipv4Addr>, bool)> = BTreeMap::new();
     for address in getifaddrs().map_err(InterfaceError::Addresses)? {
         let entry = found
             .entry(address.interface_name.clone())
-            .or_insert_with(|| (address.flags, Vec::new()));
+            .or_insert_with(|| (address.flags, Vec::new(), false));
         entry.0 |= address.flags;
-        if let Some(ipv4) = address.address.and_then(|sockaddr| {
-            sockaddr
-                .as_sockaddr_in()
-                .map(nix::sys::socket::SockaddrIn::ip)
-        }) && is_global(ipv4)
+        let Some(sockaddr) = address.address else {
+            continue;
+        };
+        if let Some(ipv4) = sockaddr
+            .as_sockaddr_in()
+            .map(nix::sys::socket::SockaddrIn::ip)
+            && is_global(ipv4)
         {
             entry.1.push(ipv4);
+        }
+        if sockaddr
+            .as_sockaddr_in6()
+            .is_some_and(|ipv6| is_global_v6(ipv6.ip()))
+        {
+            entry.2 = true;
         }
     }
     let socket = control_socket().map_err(|source| InterfaceError::Inspect {
@@ -111,7 +139,7 @@ pub fn interfaces() -> Result<Vec<NetInterface>, InterfaceError> {
         source,
     })?;
     let mut interfaces = Vec::new();
-    for (name, (flags, global_ipv4)) in found {
+    for (name, (flags, global_ipv4, global_ipv6)) in found {
         // An interface that vanished since the listing is simply not there any more.
         let Ok(index) = if_nametoindex(name.as_str()) else {
             continue;
@@ -125,6 +153,7 @@ pub fn interfaces() -> Result<Vec<NetInterface>, InterfaceError> {
             index,
             name,
             global_ipv4,
+            global_ipv6,
         });
     }
     interfaces.sort_by_key(|interface| interface.index);
@@ -147,6 +176,65 @@ pub fn gateway_interfaces() -> Result<BTreeSet<String>, InterfaceError> {
     Ok(gateway_interfaces_in(&table))
 }
 
+/// As [`gateway_interfaces`], for IPv6 routes (`/proc/net/ipv6_route`). A node without IPv6
+/// (disabled in the kernel) has none.
+pub fn gateway_interfaces_v6() -> Result<BTreeSet<String>, InterfaceError> {
+    match fs::read_to_string("/proc/self/net/ipv6_route") {
+        Ok(table) => Ok(gateway_interfaces_v6_in(&table)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(BTreeSet::new()),
+        Err(error) => Err(InterfaceError::RouteTableV6(error)),
+    }
+}
+
+/// Parses `/proc/net/ipv6_route`: `destination prefix_len source prefix_len next_hop metric
+/// refcnt use flags device`, hex fields without a header line. Every table is listed, so the
+/// local table's routes (to the node's own addresses, flag `RTF_LOCAL`) and rejecting routes
+/// (an unreachable default on `lo`, flag `RTF_REJECT`) are told apart by their flags.
+fn gateway_interfaces_v6_in(table: &str) -> BTreeSet<String> {
+    const RTF_UP: u32 = 0x1;
+    const RTF_GATEWAY: u32 = 0x2;
+    const RTF_REJECT: u32 = 0x200;
+    const RTF_LOCAL: u32 = 0x8000_0000;
+    const ANY: &str = "00000000000000000000000000000000";
+    table
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let interface = fields.get(9)?;
+            let flags = u32::from_str_radix(fields.get(8)?, 16).ok()?;
+            let default = fields.first() == Some(&ANY) && fields.get(1) == Some(&"00");
+            (flags & RTF_UP != 0
+                && flags & (RTF_REJECT | RTF_LOCAL) == 0
+                && (flags & RTF_GATEWAY != 0 || default))
+                .then(|| (*interface).to_owned())
+        })
+        .collect()
+}
+
+/// The interfaces of the node's gateway routes, per family: see [`gateway_interfaces`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Gateways {
+    /// Interfaces of IPv4 routes towards a gateway (the default route included).
+    pub ipv4: BTreeSet<String>,
+    /// Interfaces of IPv6 routes towards a gateway (the default route included); empty when
+    /// IPv6 is not translated, so IPv6 routes then choose nothing.
+    pub ipv6: BTreeSet<String>,
+}
+
+impl Gateways {
+    /// Reads both routing tables (the IPv6 one only when `ipv6`: IPv6 is translated).
+    pub fn read(ipv6: bool) -> Result<Self, InterfaceError> {
+        Ok(Self {
+            ipv4: gateway_interfaces()?,
+            ipv6: if ipv6 {
+                gateway_interfaces_v6()?
+            } else {
+                BTreeSet::new()
+            },
+        })
+    }
+}
+
 fn gateway_interfaces_in(table: &str) -> BTreeSet<String> {
     const RTF_UP: u32 = 0x1;
     const RTF_GATEWAY: u32 = 0x2;
@@ -165,21 +253,23 @@ fn gateway_interfaces_in(table: &str) -> BTreeSet<String> {
 }
 
 /// The interfaces masq translates on when none are named: up, Ethernet, with an address other
-/// hosts can answer to, and either backed by hardware or carrying routes towards a gateway.
-/// That takes every NIC and the interface of the default route, and leaves out pod veths and
-/// pod bridges (no hardware, only routes to directly attached pods) and loopback.
-pub fn uplink_candidates(
-    interfaces: &[NetInterface],
-    gateway_interfaces: &BTreeSet<String>,
-) -> Vec<NetInterface> {
+/// hosts can answer to, and either backed by hardware or carrying routes towards a gateway, in
+/// the same family. That takes every NIC and the interface of the default route, and leaves out
+/// pod veths and pod bridges (no hardware, only routes to directly attached pods) and loopback.
+/// An interface with a global IPv6 address and IPv6 gateway routes (`gateways.ipv6`, read only
+/// with `--enable-ipv6`) is an uplink without any IPv4 address: the uplink of an IPv6-only node.
+pub fn uplink_candidates(interfaces: &[NetInterface], gateways: &Gateways) -> Vec<NetInterface> {
     interfaces
         .iter()
         .filter(|interface| {
+            let ipv4 = !interface.global_ipv4.is_empty()
+                && (interface.physical || gateways.ipv4.contains(&interface.name));
+            let ipv6 = interface.global_ipv6
+                && (interface.physical || gateways.ipv6.contains(&interface.name));
             interface.up
                 && !interface.loopback
                 && interface.link_type == ARPHRD_ETHER
-                && !interface.global_ipv4.is_empty()
-                && (interface.physical || gateway_interfaces.contains(&interface.name))
+                && (ipv4 || ipv6)
         })
         .cloned()
         .collect()
@@ -522,7 +612,7 @@ fn preferred_source_in(reply: &[u8]) -> Option<Ipv6Addr> {
     None
 }
 
-/// A netlink socket subscribed to link, IPv4 address, IPv4 route and IPv6 address changes: the
+/// A netlink socket subscribed to link, address and route changes of both families: the
 /// events that can change which interfaces carry traffic out of the node, or an address of one.
 pub struct InterfaceWatch {
     socket: AsyncFd<OwnedFd>,
@@ -543,8 +633,10 @@ impl InterfaceWatch {
         const RTMGRP_IPV4_IFADDR: u32 = 0x10;
         const RTMGRP_IPV4_ROUTE: u32 = 0x40;
         // IPv6 addresses come, go, finish duplicate address detection and are deprecated: each
-        // can change the address IPv6 traffic is masqueraded to.
+        // can change the address IPv6 traffic is masqueraded to. IPv6 routes make the uplinks
+        // of an IPv6-only node.
         const RTMGRP_IPV6_IFADDR: u32 = 0x100;
+        const RTMGRP_IPV6_ROUTE: u32 = 0x400;
         // SAFETY: socket(2) with constant arguments; the result is checked before it is owned.
         let fd = unsafe {
             libc::socket(
@@ -561,8 +653,11 @@ impl InterfaceWatch {
         // SAFETY: sockaddr_nl is plain old data; all zeroes is a valid value.
         let mut address: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         address.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        address.nl_groups =
-            RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_IFADDR;
+        address.nl_groups = RTMGRP_LINK
+            | RTMGRP_IPV4_IFADDR
+            | RTMGRP_IPV4_ROUTE
+            | RTMGRP_IPV6_IFADDR
+            | RTMGRP_IPV6_ROUTE;
         // SAFETY: `address` is a valid sockaddr_nl of the size given, alive across the call.
         let bound = unsafe {
             libc::bind(
@@ -661,7 +756,64 @@ eth0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n";
             link_type: ARPHRD_ETHER,
             physical,
             global_ipv4: addresses.to_vec(),
+            global_ipv6: false,
         }
+    }
+
+    /// This machine's table, with a gateway route and a dev-only default added: every table is
+    /// listed, the local table's routes and the unreachable default on `lo` too.
+    const IPV6_ROUTE: &str = "\
+fd000000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth0
+fe800000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000002 00000000 00000001     eth0
+00000000000000000000000000000000 00 00000000000000000000000000000000 00 fd000000000000000000000000000001 00000400 00000003 00000000 00000003     eth0
+20010db8000900000000000000000000 30 00000000000000000000000000000000 00 20010db8000000000000000000000001 00000400 00000001 00000000 00000003      up1
+00000000000000000000000000000000 00 00000000000000000000000000000000 00 00000000000000000000000000000000 00000800 00000001 00000000 00000001      up2
+00000000000000000000000000000001 80 00000000000000000000000000000000 00 00000000000000000000000000000000 00000000 00000002 00000000 80200001       lo
+fd000000000000000000000000000002 80 00000000000000000000000000000000 00 00000000000000000000000000000000 00000000 00000004 00000000 80200001     eth0
+20010db8000000000000000000000002 80 00000000000000000000000000000000 00 00000000000000000000000000000000 00000000 00000004 00000000 80200001    vpod1
+ff000000000000000000000000000000 08 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000003 00000000 00000001     eth0
+00000000000000000000000000000000 00 00000000000000000000000000000000 00 00000000000000000000000000000000 ffffffff 00000001 00000000 00200200       lo
+20010db800ab00000000000000000005 80 00000000000000000000000000000000 00 00000000000000000000000000000000 00000400 00000001 00000000 00000001    vpod1
+";
+
+    #[test]
+    fn ipv6_gateway_routes_and_default_routes_mark_uplinks() {
+        // eth0: the default route via a gateway; up1: a route via a gateway; up2: a default
+        // route without one. Not lo's unreachable default, not vpod1's local and host routes.
+        assert_eq!(
+            gateway_interfaces_v6_in(IPV6_ROUTE)
+                .into_iter()
+                .collect::<Vec<_>>(),
+            ["eth0", "up1", "up2"]
+        );
+        assert!(gateway_interfaces_v6_in("").is_empty());
+        assert!(gateway_interfaces_v6_in("garbage\n00 00\n").is_empty());
+    }
+
+    #[test]
+    fn an_ipv6_only_interface_is_an_uplink_only_with_ipv6_routes() {
+        let mut ipv6_only = candidate("eth0", false, &[]);
+        ipv6_only.global_ipv6 = true;
+        let mut pod_bridge = candidate("cni0", false, &[]);
+        pod_bridge.global_ipv6 = true;
+        let mut nic = candidate("ens5", true, &[]);
+        nic.global_ipv6 = true;
+        let all = [ipv6_only, pod_bridge, nic, candidate("eth1", false, &[])];
+        let names = |gateways: &Gateways| -> Vec<String> {
+            uplink_candidates(&all, gateways)
+                .into_iter()
+                .map(|interface| interface.name)
+                .collect()
+        };
+        let mut gateways = Gateways {
+            ipv4: ["eth0".to_owned(), "eth1".to_owned()].into(),
+            ipv6: BTreeSet::new(),
+        };
+        // An IPv4 route does not make an interface without IPv4 an uplink; a NIC with a global
+        // IPv6 address is one.
+        assert_eq!(names(&gateways), ["ens5"]);
+        gateways.ipv6 = gateway_interfaces_v6_in(IPV6_ROUTE);
+        assert_eq!(names(&gateways), ["eth0", "ens5"]);
     }
 
     #[test]
@@ -683,7 +835,11 @@ eth0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n";
             down,
             lo,
         ];
-        let chosen: Vec<String> = uplink_candidates(&all, &routed)
+        let gateways = Gateways {
+            ipv4: routed,
+            ipv6: ["eth1".to_owned()].into(),
+        };
+        let chosen: Vec<String> = uplink_candidates(&all, &gateways)
             .into_iter()
             .map(|interface| interface.name)
             .collect();

@@ -21,6 +21,7 @@ pub mod generate;
 pub mod model;
 pub mod oracle;
 pub mod rng;
+pub mod v6;
 pub mod wire;
 
 use std::{collections::VecDeque, net::Ipv4Addr, time::Instant};
@@ -81,6 +82,9 @@ pub struct Config {
     pub random_fully: bool,
     /// Whether the test device is an uplink; when it is not, nothing may be translated.
     pub uplink: bool,
+    /// Whether the uplink translates IPv6 too (to [`v6::NODE_V6`]); IPv6 frames are then
+    /// generated and checked by [`v6`].
+    pub ipv6: bool,
 }
 
 impl Config {
@@ -90,6 +94,7 @@ impl Config {
             ranges: vec![PortRange::new(1024, 29_999)],
             random_fully: true,
             uplink: true,
+            ipv6: false,
         }
     }
 
@@ -119,6 +124,9 @@ impl Config {
             ranges,
             random_fully,
             uplink: true,
+            // Most uplink epochs translate IPv6 as well; the others check that IPv6 is left
+            // alone where it is not translated.
+            ipv6: rng.chance(70),
         }
     }
 }
@@ -156,6 +164,9 @@ pub struct Stats {
     pub excused: Vec<(&'static str, u64)>,
     /// How often each outcome was counted.
     pub outcomes: Vec<(Counter, u64)>,
+    /// How often each outcome was counted for IPv6 frames by an uplink translating IPv6 (also
+    /// in `outcomes`).
+    pub ipv6_outcomes: Vec<(Counter, u64)>,
     /// Sum of the `*_drop_*` counters, read from the datapath at the end.
     pub drop_counters: u64,
     /// Sum of every outcome counter, read from the datapath at the end.
@@ -198,6 +209,8 @@ impl Fuzzer {
         require_root();
         let options = LoadOptions {
             nat_max_entries: 65_536,
+            // IPv6 maps of full size: most epochs translate IPv6 too.
+            ipv6: true,
             ..LoadOptions::default()
         };
         let datapath = Datapath::load(&options)
@@ -207,6 +220,8 @@ impl Fuzzer {
             harness.add_nomasq(cidr, NOMASQ_KIND_CIDR);
         }
         harness.add_nomasq("169.254.0.0/16", NOMASQ_KIND_LINK_LOCAL);
+        harness.add_nomasq_v6(v6::EXEMPT_V6_CIDR, NOMASQ_KIND_CIDR);
+        harness.add_nomasq_v6("fe80::/10", NOMASQ_KIND_LINK_LOCAL);
         let mut fuzzer = Self {
             harness,
             rng: Rng::new(seed),
@@ -239,9 +254,17 @@ impl Fuzzer {
                 .remove(&key)
                 .unwrap_or_else(|error| panic!("emptying the fragment table: {error}"));
         }
+        let keys: Vec<_> = maps.nat_v6.keys().filter_map(Result::ok).collect();
+        for key in keys {
+            maps.nat_v6
+                .remove(&key)
+                .unwrap_or_else(|error| panic!("emptying the IPv6 NAT table: {error}"));
+        }
         self.harness.configure(&config.ranges, config.random_fully);
         if !config.uplink {
             self.harness.set_uplink(None);
+        } else if config.ipv6 {
+            self.harness.set_uplink_v6(Some(v6::NODE_V6));
         }
         self.model = Model::default();
         self.generator.clear();
@@ -261,13 +284,21 @@ impl Fuzzer {
                 self.start_epoch(config);
             }
             left_in_epoch -= 1;
-            let (direction, frame) = self.generator.next(&mut self.rng, &self.model);
+            let (direction, frame) = if self.config.ipv6 && self.rng.chance(25) {
+                v6::frame(&mut self.rng, &self.model.v6)
+            } else {
+                self.generator.next(&mut self.rng, &self.model)
+            };
             self.send(direction, &frame);
         }
     }
 
     fn uplink(&self) -> Option<[u8; 4]> {
         self.config.uplink.then(|| node_ip().octets())
+    }
+
+    fn uplink_v6(&self) -> Option<[u8; 16]> {
+        (self.config.uplink && self.config.ipv6).then(|| v6::NODE_V6.octets())
     }
 
     /// Every outcome counter, both families' counts together (IPv6 frames count in the IPv6
@@ -337,6 +368,7 @@ impl Fuzzer {
             output: &output,
             moved: &moved,
             uplink: self.uplink(),
+            uplink_v6: self.uplink_v6(),
             ranges: &self.config.ranges,
         };
         let (counter, violations) = oracle::check(&observation, &self.model);
@@ -379,7 +411,14 @@ impl Fuzzer {
             (!dropped).then_some(output.as_slice()),
             counter,
         );
-        self.account(dropped, frame != output.as_slice(), counter, &excused_by);
+        let ipv6 = self.uplink_v6().is_some() && wire::is_ipv6_frame(frame);
+        self.account(
+            dropped,
+            frame != output.as_slice(),
+            counter,
+            ipv6,
+            &excused_by,
+        );
         let sent = Sent {
             code,
             output,
@@ -453,6 +492,7 @@ impl Fuzzer {
         dropped: bool,
         changed: bool,
         counter: Option<Counter>,
+        ipv6: bool,
         excused_by: &[&'static str],
     ) {
         let stats = &mut self.stats;
@@ -460,13 +500,15 @@ impl Fuzzer {
         stats.drops += u64::from(dropped);
         stats.translated += u64::from(!dropped && changed);
         if let Some(counter) = counter {
-            match stats
-                .outcomes
-                .iter_mut()
-                .find(|(known, _)| *known == counter)
-            {
-                Some((_, count)) => *count += 1,
-                None => stats.outcomes.push((counter, 1)),
+            let tallies = [
+                Some(&mut stats.outcomes),
+                ipv6.then_some(&mut stats.ipv6_outcomes),
+            ];
+            for outcomes in tallies.into_iter().flatten() {
+                match outcomes.iter_mut().find(|(known, _)| *known == counter) {
+                    Some((_, count)) => *count += 1,
+                    None => outcomes.push((counter, 1)),
+                }
             }
         }
         for &name in excused_by {

@@ -151,6 +151,8 @@ pub struct Model {
     pub inbound: Vec<Tuple>,
     pub egress_datagrams: HashMap<DatagramKey, FirstFragment>,
     pub ingress_datagrams: HashMap<DatagramKey, FirstFragment>,
+    /// The IPv6 mappings, when the uplink translates IPv6.
+    pub v6: super::v6::Model6,
 }
 
 impl Model {
@@ -169,6 +171,10 @@ impl Model {
         output: Option<&[u8]>,
         counter: Option<Counter>,
     ) {
+        if super::wire::is_ipv6_frame(input) {
+            self.v6.learn(direction, input, output, counter);
+            return;
+        }
         let Some(ip) = Ip::of_frame(input) else {
             return;
         };

@@ -99,6 +99,8 @@ pub const DROPS: &[Counter] = &[
     Counter::IngressDropNoMapping,
     Counter::EgressDropRewriteFailed,
     Counter::IngressDropRewriteFailed,
+    // A packet to be masqueraded on an uplink without IPv4 (never in the fuzzer's uplinks).
+    Counter::EgressDropNoAddress,
 ];
 
 /// Counters of events that happen besides a packet's outcome (an evicted half rebuilt, a
@@ -180,6 +182,8 @@ pub struct Observation<'a> {
     pub moved: &'a [(Counter, u64)],
     /// The uplink's address, `None` when the test device is not an uplink.
     pub uplink: Option<[u8; 4]>,
+    /// The uplink's IPv6 address, when it translates IPv6 (`has_v6`).
+    pub uplink_v6: Option<[u8; 16]>,
     pub ranges: &'a [PortRange],
 }
 
@@ -220,6 +224,20 @@ pub fn check(observation: &Observation<'_>, model: &Model) -> (Option<Counter>, 
             Kind::Length,
             format!("{} bytes in, {} out", input.len(), output.len()),
         );
+        return (counter, violations);
+    }
+    if observation.uplink_v6.is_some() && is_ipv6_frame(input) {
+        if let Some(counter) = counter {
+            super::v6::check(
+                observation.direction,
+                input,
+                (code == PASS).then_some(output),
+                counter,
+                observation.ranges,
+                &model.v6,
+                &mut violate,
+            );
+        }
         return (counter, violations);
     }
     if code == DROP {
@@ -357,8 +375,10 @@ fn classification(
         Counter::EgressNotIpv4 | Counter::IngressNotIpv4 => {
             is_ipv4_frame(input) || is_ipv6_frame(input)
         }
-        // The fuzzer's uplink translates no IPv6: the IPv6 programs leave every IPv6 frame
-        // as it is, as unconfigured, malformed or (too many extension headers) unsupported.
+        // An uplink that translates IPv6: the IPv6 checks (`v6`) classify it.
+        _ if is_ipv6_frame(input) && observation.uplink_v6.is_some() => false,
+        // An uplink that translates no IPv6: the IPv6 programs leave every IPv6 frame as it
+        // is, as unconfigured, malformed or (too many extension headers) unsupported.
         _ if is_ipv6_frame(input) => !matches!(
             counter,
             Counter::EgressNotConfigured
@@ -1019,6 +1039,7 @@ mod tests {
             output,
             moved,
             uplink: Some(NODE),
+            uplink_v6: None,
             ranges: &RANGE,
         };
         check(&observation, model)
@@ -1169,6 +1190,7 @@ mod tests {
             output: &input,
             moved: &[(Counter::EgressExemptCidr, 1)],
             uplink: Some(NODE),
+            uplink_v6: None,
             ranges: &RANGE,
         };
         assert_eq!(check(&observation, &model).1[0].kind, Kind::Action);

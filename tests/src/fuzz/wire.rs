@@ -11,6 +11,7 @@ const ETHERTYPE_IPV4: [u8; 2] = [0x08, 0x00];
 /// IP protocol numbers the fuzzer crafts.
 pub mod proto {
     pub const ICMP: u8 = 1;
+    pub const ICMPV6: u8 = 58;
     pub const TCP: u8 = 6;
     pub const UDP: u8 = 17;
     pub const DCCP: u8 = 33;

@@ -1,0 +1,565 @@
+//! IPv6 through an uplink that translates it (`has_v6`): the frames (pod flows, replies to the
+//! mappings they made, Packet Too Big about them, exempt and link-scoped traffic, unsolicited
+//! packets, all sometimes cut, lied about or corrupted) and the oracle's IPv6 checks. Only the
+//! translated end's address and port (the ICMPv6 echo identifier), the transport checksum and
+//! an error's quote may change; a checksum that verified still verifies; egress leaves with the
+//! uplink's IPv6 address and a port of the range; a flow keeps its mapping; replies and errors
+//! about a mapping get the pod's end back; a mapped flow is never missed.
+
+use std::{collections::HashMap, net::Ipv6Addr};
+
+use masq_common::{counters::Counter, nat::Direction, ports::PortRange};
+
+use super::{
+    oracle::{Kind, Region, Sum, TRANSLATING},
+    rng::Rng,
+    wire::{ETH_HLEN, be16, proto},
+};
+use crate::pktgen6::{ICMPV6_ECHO_REPLY, ICMPV6_ECHO_REQUEST, ICMPV6_PACKET_TOO_BIG, Packet6};
+
+/// The uplink's IPv6 address in IPv6 epochs.
+pub const NODE_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1);
+/// Pods, in the non-masquerade 2001:db8:ab::/48 the fuzzer configures.
+pub const PODS_V6: [Ipv6Addr; 2] = [
+    Ipv6Addr::new(0x2001, 0xdb8, 0xab, 0, 0, 0, 0, 5),
+    Ipv6Addr::new(0x2001, 0xdb8, 0xab, 1, 0, 0, 0, 7),
+];
+/// The non-masquerade IPv6 CIDR the fuzzer configures (the pods' network).
+pub const EXEMPT_V6_CIDR: &str = "2001:db8:ab::/48";
+const REMOTES_V6: [Ipv6Addr; 2] = [
+    Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 1),
+    Ipv6Addr::new(0x2001, 0xdb8, 0xfe, 0, 0, 0, 0, 2),
+];
+const ROUTER_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 1);
+const LOCAL_PORTS: [u16; 5] = [40_000, 40_001, 5353, 20_000, 25_000];
+const REMOTE_PORTS: [u16; 3] = [443, 53, 80];
+const TCP_FLAGS: [u8; 6] = [0x02, 0x10, 0x18, 0x12, 0x11, 0x04];
+const IPV6_HLEN: usize = 40;
+/// Where the transport header starts in the frames generated here (no extension headers).
+const L4: usize = ETH_HLEN + IPV6_HLEN;
+const SRC: usize = ETH_HLEN + 8;
+const DST: usize = ETH_HLEN + 24;
+
+/// A flow as the model keys it: protocol, then the sender's end and the other (an echo's
+/// identifier is the pod's end's port, the remote's is 0: the request's first, the reply's
+/// second).
+type Flow = (u8, Ipv6Addr, u16, Ipv6Addr, u16);
+
+/// What the fuzzer learnt of the IPv6 mappings in an epoch.
+#[derive(Debug, Default)]
+pub struct Model6 {
+    /// By the flow as a pod sent it, the port it leaves with.
+    by_original: HashMap<Flow, u16>,
+    /// By the reply's flow (remote end, then the node's), the pod's end.
+    by_reply: HashMap<Flow, (Ipv6Addr, u16)>,
+    /// The flows as sent, oldest first, for replies.
+    originals: Vec<Flow>,
+}
+
+/// The parts of an IPv6 frame the checks read, as far as the frame holds them.
+#[derive(Clone, Copy, Debug)]
+struct Parsed {
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    next: u8,
+    /// Where the packet ends by its payload length, if the frame holds all of it.
+    end: Option<usize>,
+}
+
+fn address(frame: &[u8], at: usize) -> Option<Ipv6Addr> {
+    let octets: [u8; 16] = frame.get(at..at + 16)?.try_into().ok()?;
+    Some(Ipv6Addr::from(octets))
+}
+
+fn parse(frame: &[u8]) -> Option<Parsed> {
+    if frame.get(12..14) != Some(&[0x86, 0xdd]) || frame.get(ETH_HLEN)? >> 4 != 6 {
+        return None;
+    }
+    let end = L4 + usize::from(be16(frame, ETH_HLEN + 4)?);
+    Some(Parsed {
+        src: address(frame, SRC)?,
+        dst: address(frame, DST)?,
+        next: *frame.get(ETH_HLEN + 6)?,
+        end: (end <= frame.len()).then_some(end),
+    })
+}
+
+/// The transport checksum of `transport` over the IPv6 pseudo-header: 0 when it verifies.
+fn verifies(src: Ipv6Addr, dst: Ipv6Addr, next: u8, transport: &[u8]) -> bool {
+    crate::pktgen6::checksum6(src, dst, next, transport) == 0
+}
+
+/// Offsets, from the transport header, of the translated end's port (an echo's identifier) and
+/// of the checksum, for the protocols translated with a port.
+fn port_and_checksum(next: u8, frame: &[u8], direction: Direction) -> Option<(usize, usize)> {
+    let port = |egress, ingress| match direction {
+        Direction::Egress => egress,
+        Direction::Ingress => ingress,
+    };
+    match next {
+        proto::TCP => Some((port(0, 2), 16)),
+        proto::UDP => Some((port(0, 2), 6)),
+        proto::ICMPV6 => match *frame.get(L4)? {
+            ICMPV6_ECHO_REQUEST | ICMPV6_ECHO_REPLY => Some((4, 2)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The flow of a TCP, UDP or echo packet, from the sender's point of view.
+fn flow_of(frame: &[u8]) -> Option<Flow> {
+    let parsed = parse(frame)?;
+    match parsed.next {
+        proto::TCP | proto::UDP => Some((
+            parsed.next,
+            parsed.src,
+            be16(frame, L4)?,
+            parsed.dst,
+            be16(frame, L4 + 2)?,
+        )),
+        proto::ICMPV6 => {
+            let id = be16(frame, L4 + 4)?;
+            match *frame.get(L4)? {
+                ICMPV6_ECHO_REQUEST => Some((parsed.next, parsed.src, id, parsed.dst, 0)),
+                ICMPV6_ECHO_REPLY => Some((parsed.next, parsed.src, 0, parsed.dst, id)),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+impl Model6 {
+    /// Learns the mapping an egress translation made or used.
+    pub fn learn(
+        &mut self,
+        direction: Direction,
+        input: &[u8],
+        output: Option<&[u8]>,
+        counter: Option<Counter>,
+    ) {
+        if direction != Direction::Egress
+            || !matches!(
+                counter,
+                Some(Counter::EgressNewMapping | Counter::EgressMasqueraded)
+            )
+        {
+            return;
+        }
+        let (Some(original), Some(left)) = (flow_of(input), output.and_then(flow_of)) else {
+            return;
+        };
+        let (protocol, pod, pod_port, remote, remote_port) = original;
+        let port = left.2;
+        if self.by_original.insert(original, port).is_none() {
+            self.originals.push(original);
+        }
+        self.by_reply.insert(
+            (protocol, remote, remote_port, NODE_V6, port),
+            (pod, pod_port),
+        );
+    }
+}
+
+/// Crafts an IPv6 frame, mostly about the flows the model knows.
+pub fn frame(rng: &mut Rng, model: &Model6) -> (Direction, Vec<u8>) {
+    let known = (!model.originals.is_empty()).then(|| rng.pick(&model.originals));
+    let (direction, mut frame) = match (rng.weighted(&[30, 20, 25, 8, 8, 9]), known) {
+        (1, Some(flow)) => (Direction::Egress, from(rng, flow, false)),
+        (2, Some(flow)) => (Direction::Ingress, reply(rng, model, flow)),
+        (5, Some(flow)) => (Direction::Ingress, too_big(rng, model, flow)),
+        (3, _) => (Direction::Egress, exempt(rng)),
+        (4, _) => {
+            let flow = (
+                rng.pick(&[proto::TCP, proto::UDP]),
+                rng.pick(&REMOTES_V6),
+                rng.pick(&REMOTE_PORTS),
+                NODE_V6,
+                rng.pick(&LOCAL_PORTS),
+            );
+            (Direction::Ingress, from(rng, flow, false))
+        }
+        _ => {
+            let protocol = rng.pick(&[proto::TCP, proto::UDP, proto::ICMPV6]);
+            let flow = (
+                protocol,
+                rng.pick(&PODS_V6),
+                rng.pick(&LOCAL_PORTS),
+                rng.pick(&REMOTES_V6),
+                if protocol == proto::ICMPV6 {
+                    0
+                } else {
+                    rng.pick(&REMOTE_PORTS)
+                },
+            );
+            (Direction::Egress, from(rng, flow, true))
+        }
+    };
+    if rng.chance(20) {
+        mutate(rng, &mut frame);
+    }
+    (direction, frame)
+}
+
+/// A packet of `flow` from its first end: TCP (a SYN when `opening`, else any flags), UDP, or an
+/// echo request (an echo reply when sent to the node).
+fn from(rng: &mut Rng, flow: Flow, opening: bool) -> Vec<u8> {
+    let (protocol, src, src_port, dst, dst_port) = flow;
+    let len = rng.below(24);
+    let payload = rng.bytes(len);
+    let (transport, checksum_at) = match protocol {
+        proto::TCP => {
+            let flags = if opening && rng.chance(60) {
+                0x02
+            } else {
+                rng.pick(&TCP_FLAGS)
+            };
+            let mut header = Vec::new();
+            header.extend_from_slice(&src_port.to_be_bytes());
+            header.extend_from_slice(&dst_port.to_be_bytes());
+            header.extend_from_slice(&rng.u32().to_be_bytes());
+            header.extend_from_slice(&rng.u32().to_be_bytes());
+            header.extend_from_slice(&[5 << 4, flags, 0xff, 0xff, 0, 0, 0, 0]);
+            (header, 16)
+        }
+        proto::UDP => {
+            let mut header = Vec::new();
+            header.extend_from_slice(&src_port.to_be_bytes());
+            header.extend_from_slice(&dst_port.to_be_bytes());
+            let len = u16::try_from(8 + payload.len()).unwrap_or(u16::MAX);
+            header.extend_from_slice(&len.to_be_bytes());
+            header.extend_from_slice(&[0, 0]);
+            (header, 6)
+        }
+        _ => {
+            let (kind, id) = if dst == NODE_V6 {
+                (ICMPV6_ECHO_REPLY, dst_port)
+            } else {
+                (ICMPV6_ECHO_REQUEST, src_port)
+            };
+            let mut header = vec![kind, 0, 0, 0];
+            header.extend_from_slice(&id.to_be_bytes());
+            header.extend_from_slice(&rng.u16().to_be_bytes());
+            (header, 2)
+        }
+    };
+    let mut transport = transport;
+    transport.extend_from_slice(&payload);
+    Packet6 {
+        src,
+        dst,
+        protocol,
+        extensions: Vec::new(),
+        transport,
+        checksum_at: Some(checksum_at),
+    }
+    .frame()
+}
+
+/// `flow` as it left the node: from the port the model saw it mapped to (a random one when
+/// the model has not seen it translated).
+fn as_translated(rng: &mut Rng, model: &Model6, flow: Flow) -> Flow {
+    let (protocol, _, _, remote, remote_port) = flow;
+    let port = model
+        .by_original
+        .get(&flow)
+        .copied()
+        .unwrap_or_else(|| rng.u16());
+    (protocol, NODE_V6, port, remote, remote_port)
+}
+
+/// A reply to `flow` as it left the node.
+fn reply(rng: &mut Rng, model: &Model6, flow: Flow) -> Vec<u8> {
+    let (protocol, node, port, remote, remote_port) = as_translated(rng, model, flow);
+    from(rng, (protocol, remote, remote_port, node, port), false)
+}
+
+/// A router's Packet Too Big about `flow` as it left the node, quoting as much as fits.
+fn too_big(rng: &mut Rng, model: &Model6, flow: Flow) -> Vec<u8> {
+    let left = as_translated(rng, model, flow);
+    let sent = from(rng, left, false);
+    let mut body = 1280u32.to_be_bytes().to_vec();
+    body.extend_from_slice(&sent[ETH_HLEN..]);
+    let mut transport = vec![ICMPV6_PACKET_TOO_BIG, 0, 0, 0];
+    transport.extend_from_slice(&body);
+    Packet6 {
+        src: ROUTER_V6,
+        dst: NODE_V6,
+        protocol: proto::ICMPV6,
+        extensions: Vec::new(),
+        transport,
+        checksum_at: Some(2),
+    }
+    .frame()
+}
+
+/// Egress that stays as it is: to the exempt pods' network, from a link-local address, to
+/// multicast.
+fn exempt(rng: &mut Rng) -> Vec<u8> {
+    let (src, dst) = match rng.below(3) {
+        0 => (rng.pick(&PODS_V6), rng.pick(&PODS_V6)),
+        1 => (
+            Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 5),
+            rng.pick(&REMOTES_V6),
+        ),
+        _ => (
+            rng.pick(&PODS_V6),
+            Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0xfb),
+        ),
+    };
+    let flow = (
+        proto::UDP,
+        src,
+        rng.pick(&LOCAL_PORTS),
+        dst,
+        rng.pick(&REMOTE_PORTS),
+    );
+    from(rng, flow, true)
+}
+
+/// Cuts, lies about the payload length, corrupts the transport, or adds a trailer. The fixed
+/// header's next-header byte stays, so what the packet carries is known.
+fn mutate(rng: &mut Rng, frame: &mut Vec<u8>) {
+    match rng.below(4) {
+        0 => frame.truncate(rng.between(ETH_HLEN, frame.len())),
+        1 => {
+            let lie = rng.u16().to_be_bytes();
+            frame[ETH_HLEN + 4..ETH_HLEN + 6].copy_from_slice(&lie);
+        }
+        2 => {
+            let at = rng.between(L4, frame.len() - 1);
+            frame[at] ^= rng.u8() | 1;
+        }
+        _ => {
+            let len = rng.between(1, 32);
+            let trailer = rng.bytes(len);
+            frame.extend_from_slice(&trailer);
+        }
+    }
+}
+
+/// Checks an IPv6 frame's run when the uplink translates IPv6 to [`NODE_V6`].
+pub fn check(
+    direction: Direction,
+    input: &[u8],
+    output: Option<&[u8]>,
+    counter: Counter,
+    ranges: &[PortRange],
+    model: &Model6,
+    violate: &mut impl FnMut(Kind, String),
+) {
+    if matches!(
+        counter,
+        Counter::EgressNotConfigured
+            | Counter::IngressNotConfigured
+            | Counter::EgressNotIpv4
+            | Counter::IngressNotIpv4
+    ) {
+        violate(
+            Kind::Classification,
+            format!(
+                "an IPv6 frame counted as {} while the uplink translates IPv6",
+                counter.name()
+            ),
+        );
+    }
+    let Some(parsed) = parse(input) else {
+        return;
+    };
+    // A consistent packet whose checksum verifies: nothing excuses leaving its flow's mapping
+    // unused, or breaking its checksum.
+    let intact = parsed.end.is_some_and(|end| {
+        port_and_checksum(parsed.next, input, direction).is_some()
+            && input.len() >= L4 + 8
+            && verifies(parsed.src, parsed.dst, parsed.next, &input[L4..end])
+    }) && (parsed.next != proto::TCP || parsed.end.is_some_and(|end| end >= L4 + 20));
+    let flow = flow_of(input);
+    if intact && let Some(flow) = flow {
+        let mapped = match direction {
+            Direction::Egress => model.by_original.contains_key(&flow),
+            Direction::Ingress => model.by_reply.contains_key(&flow),
+        };
+        let translated = matches!(
+            counter,
+            Counter::EgressMasqueraded | Counter::EgressNewMapping | Counter::IngressReverseNat
+        );
+        if mapped && !translated {
+            violate(
+                Kind::Missed,
+                format!("{flow:?} has a mapping, yet counted as {}", counter.name()),
+            );
+        }
+    }
+    let Some(output) = output else {
+        return;
+    };
+    if output == input {
+        return;
+    }
+    if !TRANSLATING.contains(&counter) {
+        violate(
+            Kind::ChangedWhenUntouched,
+            format!("counted as {} but rewritten", counter.name()),
+        );
+    }
+    // What may change: the translated end's address, and for the protocols translated with a
+    // port, that port and the checksum, and an error's quote and checksum.
+    let translated_address = match direction {
+        Direction::Egress => SRC,
+        Direction::Ingress => DST,
+    };
+    let mut allowed = vec![false; input.len()];
+    for flag in &mut allowed[translated_address..translated_address + 16] {
+        *flag = true;
+    }
+    let end = parsed.end.unwrap_or(input.len());
+    let ports = port_and_checksum(parsed.next, input, direction);
+    if let Some((port, checksum)) = ports {
+        for at in [L4 + port, L4 + port + 1, L4 + checksum, L4 + checksum + 1] {
+            if let Some(flag) = allowed.get_mut(at) {
+                *flag = true;
+            }
+        }
+    }
+    let error = parsed.next == proto::ICMPV6 && input.get(L4).is_some_and(|&kind| kind < 128);
+    if error {
+        for flag in allowed.iter_mut().take(end).skip(L4 + 2) {
+            *flag = true;
+        }
+    }
+    let changed: Vec<usize> = (0..input.len())
+        .filter(|&at| input[at] != output[at])
+        .collect();
+    let outside: Vec<String> = changed
+        .iter()
+        .filter(|&&at| !allowed[at])
+        .map(|&at| format!("{at}: {:02x}->{:02x}", input[at], output[at]))
+        .collect();
+    if !outside.is_empty() {
+        let region = if changed.iter().any(|&at| !allowed[at] && at < ETH_HLEN) {
+            Region::Ethernet
+        } else if changed.iter().any(|&at| !allowed[at] && at < L4) {
+            Region::IpHeader
+        } else if changed.iter().any(|&at| !allowed[at] && at >= end) {
+            Region::BeyondTotalLength
+        } else {
+            Region::Transport
+        };
+        violate(
+            Kind::Outside(region),
+            format!("IPv6 bytes at offsets {}", outside.join(", ")),
+        );
+    }
+    let Some(after) = parse(output) else {
+        return;
+    };
+    match direction {
+        Direction::Egress if after.src != parsed.src && after.src != NODE_V6 => violate(
+            Kind::Address,
+            format!(
+                "IPv6 source rewritten to {}, not the uplink's {NODE_V6}",
+                after.src
+            ),
+        ),
+        Direction::Ingress
+            if after.dst != parsed.dst
+                && !model.by_reply.values().any(|(pod, _)| *pod == after.dst) =>
+        {
+            violate(
+                Kind::Mapping,
+                format!(
+                    "IPv6 destination rewritten to {}, which no mapping seen restores to",
+                    after.dst
+                ),
+            );
+        }
+        _ => {}
+    }
+    if let Some(end) = parsed.end
+        && input.len() >= L4 + 8
+        && verifies(parsed.src, parsed.dst, parsed.next, &input[L4..end])
+        && !verifies(after.src, after.dst, after.next, &output[L4..end])
+    {
+        violate(
+            Kind::Checksum(Sum::OuterTransport),
+            "an IPv6 transport checksum verified before translation, not after".to_owned(),
+        );
+    }
+    let (Some(flow), Some(left)) = (flow, flow_of(output)) else {
+        if error {
+            quote(input, output, model, violate);
+        }
+        return;
+    };
+    match direction {
+        Direction::Egress if left.2 != flow.2 || counter == Counter::EgressNewMapping => {
+            if !ranges.iter().any(|range| range.contains(left.2)) {
+                violate(
+                    Kind::PortRange,
+                    format!("IPv6 port rewritten to {}, outside the SNAT range", left.2),
+                );
+            }
+            let known = model.by_original.get(&flow);
+            // A SYN may start a closing TCP flow over, with a new port.
+            let restarted = counter == Counter::EgressNewMapping;
+            if let Some(&port) = known
+                && port != left.2
+                && !restarted
+            {
+                violate(
+                    Kind::Mapping,
+                    format!("{flow:?} mapped to port {port}, left with {}", left.2),
+                );
+            }
+            if let Some(&(pod, pod_port)) = model
+                .by_reply
+                .get(&(flow.0, flow.3, flow.4, NODE_V6, left.2))
+                && (pod, pod_port) != (flow.1, flow.2)
+            {
+                violate(
+                    Kind::Mapping,
+                    format!(
+                        "{flow:?} given port {}, which [{pod}]:{pod_port} holds towards that remote",
+                        left.2
+                    ),
+                );
+            }
+        }
+        Direction::Ingress => {
+            let expected = model.by_reply.get(&flow);
+            if expected != Some(&(left.3, left.4)) {
+                violate(
+                    Kind::Mapping,
+                    format!(
+                        "reply {flow:?} restored to [{}]:{}, the model says {expected:?}",
+                        left.3, left.4
+                    ),
+                );
+            }
+        }
+        Direction::Egress => {}
+    }
+}
+
+/// An ingress ICMPv6 error translated: its quote must name the pod's end of a known mapping.
+fn quote(input: &[u8], output: &[u8], model: &Model6, violate: &mut impl FnMut(Kind, String)) {
+    // The quoted packet starts after the error's 8-byte header.
+    let quoted = |frame: &[u8]| {
+        let mut rebuilt = frame[..ETH_HLEN].to_vec();
+        rebuilt.extend_from_slice(frame.get(L4 + 8..)?);
+        flow_of(&rebuilt)
+    };
+    let (Some(before), Some(after)) = (quoted(input), quoted(output)) else {
+        return;
+    };
+    let expected = model
+        .by_reply
+        .get(&(before.0, before.3, before.4, before.1, before.2));
+    if expected != Some(&(after.1, after.2)) {
+        violate(
+            Kind::Mapping,
+            format!("an error's quote of {before:?} became {after:?}, the model says {expected:?}"),
+        );
+    }
+}
