@@ -21,9 +21,6 @@ use tokio::io::{Interest, unix::AsyncFd};
 /// Why the uplink or its address could not be determined.
 #[derive(Debug, thiserror::Error)]
 pub enum InterfaceError {
-    /// No default IPv4 route.
-    #[error("no default IPv4 route to take the uplink from; pass --interface")]
-    NoDefaultRoute,
     /// The routing table could not be read.
     #[error("reading /proc/net/route: {0}")]
     RouteTable(#[source] io::Error),
@@ -369,40 +366,6 @@ fn driver_reports_bus(socket: &OwnedFd, name: &str) -> bool {
     }
 }
 
-/// The interface of the default IPv4 route with the lowest metric.
-pub fn default_route_interface() -> Result<String, InterfaceError> {
-    let table = fs::read_to_string("/proc/net/route").map_err(InterfaceError::RouteTable)?;
-    default_route_in(&table).ok_or(InterfaceError::NoDefaultRoute)
-}
-
-/// Parses `/proc/net/route`: `Iface Destination Gateway Flags RefCnt Use Metric Mask ...`.
-fn default_route_in(table: &str) -> Option<String> {
-    const RTF_UP: u32 = 0x1;
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (interface, destination, flags, metric, mask) = (
-                fields.first()?,
-                fields.get(1)?,
-                fields.get(3)?,
-                fields.get(6)?,
-                fields.get(7)?,
-            );
-            let flags = u32::from_str_radix(flags, 16).ok()?;
-            let default = *destination == "00000000" && *mask == "00000000" && flags & RTF_UP != 0;
-            default.then(|| {
-                (
-                    metric.parse::<u32>().unwrap_or(u32::MAX),
-                    (*interface).to_owned(),
-                )
-            })
-        })
-        .min()
-        .map(|(_, interface)| interface)
-}
-
 /// The interface's index, or an error naming it.
 pub fn interface_index(interface: &str) -> Result<u32, InterfaceError> {
     if_nametoindex(interface).map_err(|_| InterfaceError::NoSuchInterface(interface.to_owned()))
@@ -722,17 +685,6 @@ mod tests {
 eth1\t00000000\t0102A8C0\t0003\t0\t0\t200\t00000000\t0\t0\t0\n\
 eth0\t00000000\t010011AC\t0003\t0\t0\t100\t00000000\t0\t0\t0\n\
 eth0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n";
-
-    #[test]
-    fn the_lowest_metric_default_route_wins() {
-        assert_eq!(default_route_in(TABLE).as_deref(), Some("eth0"));
-        let no_default = TABLE
-            .lines()
-            .filter(|line| !line.contains("\t00000000\t0"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        assert_eq!(default_route_in(&no_default), None);
-    }
 
     #[test]
     fn gateway_routes_and_the_default_route_mark_uplinks() {
