@@ -172,10 +172,10 @@ const EEXIST: i32 = -17;
 /// Ports are searched like the kernel's unique-tuple search: rounds of 128, 64, 32 and 16 ports
 /// tried in order, each from a new random start, so a range of up to 128 ports is searched
 /// whole and a larger one gets 240 tries. A port that must or may be kept (SCTP, the node's own
-/// flows, everything without `--random-fully`) is tried first, on its own. Each candidate is
-/// looked up before anything is inserted, so a taken port costs a lookup and changes nothing; a
-/// free one is also checked against the node's own sockets, so no pod flow is given a tuple a
-/// node listener or connection holds. The histogram records how many ports were tried.
+/// flows, everything without `--random-fully`) is tried first, on its own, by inserting its
+/// reply half. Each candidate of the search is looked up before anything is inserted, so a
+/// taken port costs a lookup and changes nothing. Every port is also checked against the node's
+/// own sockets, so no pod flow is given a tuple a node listener or connection holds. The histogram records how many ports were tried.
 ///
 /// The ingress half is inserted first and only if absent: it reserves `(remote, remote port,
 /// node, port, protocol)` for this flow, so two flows never share a reply tuple. If another CPU
@@ -206,9 +206,17 @@ pub(crate) fn allocate<A: Family>(ctx: &TcContext, settings: &Settings) -> Resul
         && settings.port_in_range(request.src_port);
     if fixed || preferred {
         let port = if has_ports { request.src_port } else { 0 };
-        if usable(ctx, &request, socket_table(&request), port) {
-            record_allocation(Some(1));
-            return create::<A>(port);
+        // No lookup of the reply tuple first: the insert that reserves it refuses a taken one
+        // at the cost of that lookup, and the preferred port is nearly always free. On a full
+        // table the lookup was a walk of a cold bucket on every new flow.
+        if !socket_owned(ctx, &request, socket_table(&request), port) {
+            match create::<A>(port) {
+                Err(AllocError::NoPort) => {}
+                created => {
+                    record_allocation(Some(1));
+                    return created;
+                }
+            }
         }
         if fixed {
             record_allocation(None);
@@ -299,20 +307,29 @@ fn usable<A: Family>(
     sockets: Option<SocketTable>,
     port: u16,
 ) -> bool {
-    if A::nat().get_ptr(reply_key(request, port)).is_some() {
-        return false;
-    }
-    match sockets {
-        Some(table) => !sockets::owned_in(
+    A::nat().get_ptr(reply_key(request, port)).is_none()
+        && !socket_owned(ctx, request, sockets, port)
+}
+
+/// Whether a node socket in `sockets` (see [`usable`]) holds `request`'s flow's tuple if it
+/// left from node port `port`.
+#[inline(always)]
+fn socket_owned<A: Family>(
+    ctx: &TcContext,
+    request: &NewFlow<A>,
+    sockets: Option<SocketTable>,
+    port: u16,
+) -> bool {
+    sockets.is_some_and(|table| {
+        sockets::owned_in(
             ctx,
             table,
             request.remote,
             request.remote_port,
             request.snat_addr,
             port,
-        ),
-        None => true,
-    }
+        )
+    })
 }
 
 /// The socket table a pod flow of `request`'s protocol must not clash with; `None` for the
@@ -441,8 +458,9 @@ fn create<A: Family>(port: u16) -> Result<(), AllocError> {
         );
         match A::nat().insert(&reply_key, &(*slot).entry, u64::from(BPF_NOEXIST)) {
             Ok(()) => {}
-            // Another CPU took the port between the look and the insert; the packet's next
-            // retransmission searches again.
+            // The port is taken: a preferred port is tried by this insert alone (the caller
+            // then searches), and a searched one was taken by another CPU since its lookup
+            // (the packet's next retransmission searches again).
             Err(EEXIST) => return Err(AllocError::NoPort),
             Err(_) => return Err(AllocError::TableFull),
         }
