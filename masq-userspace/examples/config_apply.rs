@@ -160,6 +160,7 @@ fn phases(source: &ConfigSource) {
             raw.non_masquerade_cidrs.as_deref().unwrap_or_default(),
             raw.cidr_limit,
             false,
+            &masq::config::source::CidrOrigin::Default,
         )
         .expect("valid");
         step(3);
