@@ -73,8 +73,10 @@ impl GoCidr {
 /// `net.ParseCIDR` (Go 1.22+, via `netip.ParseAddr`): `None` where Go returns
 /// `invalid CIDR address`.
 pub fn parse_cidr(text: &str) -> Option<GoCidr> {
-    // Byte searches: the CIDRs of a large config are parsed by the ten thousand.
-    let slash = text.bytes().position(|byte| byte == b'/')?;
+    // Byte searches: the CIDRs of a large config are parsed by the ten thousand. The prefix is
+    // short, so the slash is sought from the end; a text with two is refused either way (a
+    // slash is neither a digit of the prefix nor part of an address).
+    let slash = text.bytes().rposition(|byte| byte == b'/')?;
     let (addr, mask) = (&text[..slash], &text.as_bytes()[slash + 1..]);
     // No IPv4 address holds a colon, and an address without one is not IPv6.
     let (ip, bits) = match parse_ipv4(addr.as_bytes()) {

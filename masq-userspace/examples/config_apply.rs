@@ -4,6 +4,12 @@
 //! `--reloads N` reloads the changed config N times for a profiler to watch, and
 //! `--phases` times the steps of a reload one by one.
 
+#![expect(
+    clippy::print_stdout,
+    clippy::expect_used,
+    reason = "a measurement printed for a person, on files it writes itself"
+)]
+
 use std::{
     fmt::Write as _,
     net::Ipv4Addr,
