@@ -136,7 +136,7 @@ fn parse_ipv6(text: &str) -> Option<Ipv6Addr> {
     if let Some(last_colon) = text.rfind(':')
         && text[last_colon + 1..].contains('.')
     {
-        parse_ipv4(text[last_colon + 1..].as_bytes())?;
+        parse_ipv4(&text.as_bytes()[last_colon + 1..])?;
     }
     text.parse().ok()
 }
