@@ -86,7 +86,7 @@ impl Policy {
                     kind: RuleKind::Configured(sourced.origin.clone()),
                 })
         };
-        let mut ipv4: Vec<Rule> = Vec::new();
+        let mut ipv4: Vec<Rule> = Vec::with_capacity(config.cidrs.len() + 1);
         if !config.raw.masq_link_local {
             ipv4.push(link_local(
                 LINK_LOCAL_V4,

@@ -51,7 +51,9 @@ pub(super) enum GoVal {
     Float(f64),
     Str(String),
     Seq(Vec<GoVal>),
-    Map(GoMap),
+    /// Boxed: a value is then as small as a [`JsonValue`], so a long sequence is converted
+    /// in place.
+    Map(Box<GoMap>),
 }
 
 /// Hashable identity of a scalar Go map key (`interface{}` equality).
@@ -208,7 +210,7 @@ impl<'d> Decoder<'d> {
                 .collect::<Result<_, _>>()
                 .map(GoVal::Seq),
             Some(Node::Mapping(children)) => {
-                let mut map = GoMap::default();
+                let mut map = Box::default();
                 self.pairs(children, &mut map)?;
                 Ok(GoVal::Map(map))
             }
@@ -292,20 +294,17 @@ impl<'d> Decoder<'d> {
 /// through the same resolution and map as on the full path. A 10,000-CIDR list is read in a
 /// fraction of libyaml's time.
 pub(super) fn simple_document(input: &[u8]) -> Option<GoVal> {
-    let text = std::str::from_utf8(input).ok()?;
-    if !text
-        .bytes()
-        .all(|byte| byte == b'\n' || (0x20..0x7f).contains(&byte))
-    {
+    if !every(input, |byte| byte == b'\n' || (0x20..0x7f).contains(&byte)) {
         return None;
     }
+    let text = std::str::from_utf8(input).ok()?;
     let plain = |scalar: &str| {
-        let safe = |byte: u8| byte.is_ascii_alphanumeric() || b"./_".contains(&byte);
-        (!scalar.is_empty() && scalar.bytes().all(safe))
-            .then(|| resolve_scalar(scalar, "", true).ok())
-            .flatten()
+        let safe = |byte: u8| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'/' | b'_');
+        // An untagged plain scalar: `resolve_scalar(scalar, "", true)`.
+        (!scalar.is_empty() && every(scalar.as_bytes(), safe))
+            .then(|| resolve_untyped("", scalar).1)
     };
-    let mut map = GoMap::default();
+    let mut map = Box::<GoMap>::default();
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
         if line.is_empty() {
@@ -352,6 +351,12 @@ pub(super) fn simple_document(input: &[u8]) -> Option<GoVal> {
     (!map.entries.is_empty()).then_some(GoVal::Map(map))
 }
 
+/// `bytes.iter().all(test)` without the early exit: no branch per byte, so the loop is
+/// vectorized (a tenth of the instructions on a config's text and scalars).
+fn every(bytes: &[u8], test: impl Fn(u8) -> bool) -> bool {
+    bytes.iter().fold(true, |all, &byte| all & test(byte))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Scalar resolution: go-yaml v2's resolve.go.
 
@@ -392,22 +397,22 @@ fn resolve_word(s: &str) -> Option<(&'static str, GoVal)> {
 }
 
 /// go-yaml's `resolve(tag, in)`: the tag a scalar resolves to and its Go value.
-fn resolve(tag: &str, value: &str) -> Result<(String, GoVal), YamlError> {
+fn resolve<'t>(tag: &'t str, value: &str) -> Result<(&'t str, GoVal), YamlError> {
     let resolvable = matches!(
         tag,
         "" | STR_TAG | BOOL_TAG | INT_TAG | FLOAT_TAG | NULL_TAG | TIMESTAMP_TAG
     );
     if !resolvable {
-        return Ok((tag.to_owned(), GoVal::Str(value.to_owned())));
+        return Ok((tag, GoVal::Str(value.to_owned())));
     }
     let (rtag, out) = resolve_untyped(tag, value);
     if matches!(tag, "" | STR_TAG | BINARY_TAG) || tag == rtag {
-        return Ok((rtag.to_owned(), out));
+        return Ok((rtag, out));
     }
     if tag == FLOAT_TAG && rtag == INT_TAG {
         // An int (but not a uint64) may be read as a float.
         if let GoVal::Int(i) = out {
-            return Ok((FLOAT_TAG.to_owned(), GoVal::Float(i as f64)));
+            return Ok((FLOAT_TAG, GoVal::Float(i as f64)));
         }
     }
     Err(decode_error(format!(
@@ -428,8 +433,11 @@ fn resolve_untyped(tag: &str, value: &str) -> (&'static str, GoVal) {
     };
     // Numbers, timestamps and the words are spelled with these bytes only: anything else (the
     // `/` of every CIDR) is a string, without trying each number syntax on it.
-    let numeric = |byte: u8| byte.is_ascii_alphanumeric() || b"+-.,:_ ~".contains(&byte);
-    if hint == 0 || tag == STR_TAG || tag == BINARY_TAG || !value.bytes().all(numeric) {
+    let numeric = |byte: u8| {
+        byte.is_ascii_alphanumeric()
+            || matches!(byte, b'+' | b'-' | b'.' | b',' | b':' | b'_' | b' ' | b'~')
+    };
+    if hint == 0 || tag == STR_TAG || tag == BINARY_TAG || !every(value.as_bytes(), numeric) {
         return (STR_TAG, GoVal::Str(value.to_owned()));
     }
     if let Some(found) = resolve_word(value) {

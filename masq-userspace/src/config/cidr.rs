@@ -29,9 +29,33 @@ impl fmt::Display for Family {
 /// A CIDR from a config file: the text as written, and what it means.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Cidr {
-    /// Shared: policies and configs copy CIDRs by the thousand.
-    text: Arc<str>,
+    text: Text,
     network: Network,
+}
+
+/// The longest text kept in place (every IPv4 CIDR without padded prefixes, short IPv6 ones).
+const INLINE: usize = 22;
+
+/// A CIDR's text. Policies and configs copy CIDRs by the ten thousand: a short text is copied
+/// with the CIDR, with no allocation to make or free, a longer one is shared. Which one is
+/// decided by the length alone, so equal texts compare and hash alike.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Text {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Shared(Arc<str>),
+}
+
+impl From<&str> for Text {
+    fn from(text: &str) -> Self {
+        let mut bytes = [0; INLINE];
+        match (bytes.get_mut(..text.len()), u8::try_from(text.len())) {
+            (Some(inline), Ok(len)) => {
+                inline.copy_from_slice(text.as_bytes());
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Shared(text.into()),
+        }
+    }
 }
 
 impl Cidr {
@@ -64,7 +88,13 @@ impl Cidr {
 
     /// The CIDR exactly as written in the config.
     pub fn as_str(&self) -> &str {
-        &self.text
+        match &self.text {
+            // Copied whole from a `&str`: always valid UTF-8.
+            Text::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            Text::Shared(text) => text,
+        }
     }
 
     /// What the CIDR matches.
@@ -83,7 +113,7 @@ impl Cidr {
 
 impl fmt::Display for Cidr {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str(&self.text)
+        formatter.write_str(self.as_str())
     }
 }
 

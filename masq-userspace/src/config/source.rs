@@ -391,16 +391,9 @@ fn load_file(path: &Path, options: &ReadOptions) -> Result<EffectiveConfig, Conf
         raw.non_masquerade_cidrs.as_deref().unwrap_or_default(),
         raw.cidr_limit,
         options.enable_ipv6,
+        &CidrOrigin::File(path.into()),
     )
     .map_err(ConfigError::Invalid)?;
-    let origin = CidrOrigin::File(path.into());
-    let cidrs = cidrs
-        .into_iter()
-        .map(|cidr| SourcedCidr {
-            cidr,
-            origin: origin.clone(),
-        })
-        .collect();
     let origin = ConfigOrigin::File(path.to_path_buf());
     Ok(EffectiveConfig { origin, cidrs, raw })
 }
@@ -445,18 +438,15 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
             &file.non_masquerade_cidrs,
             AZURE_CIDR_LIMIT,
             options.enable_ipv6,
+            &CidrOrigin::File(path.into()),
         )
         .map_err(|error| in_file(ConfigError::Invalid(error)))?;
-        let origin = CidrOrigin::File(path.into());
         // The Azure agent deduplicates identical strings (its order is random; ours is the
         // order files and entries were read in).
-        for cidr in cidrs {
+        for sourced in cidrs {
             // Equal texts parse to equal CIDRs, so the set compares the texts.
-            if seen.insert(cidr.clone()) {
-                merged.push(SourcedCidr {
-                    cidr,
-                    origin: origin.clone(),
-                });
+            if seen.insert(sourced.cidr.clone()) {
+                merged.push(sourced);
             }
         }
         masq_link_local |= file.masq_link_local;

@@ -1,7 +1,10 @@
 //! Upstream's validation: the CIDR count, then each CIDR in order (parse, alignment, IPv6
 //! gate). Duplicates and overlaps are accepted; the first failure rejects the whole config.
 
-use super::cidr::{Cidr, CidrError, Family};
+use super::{
+    cidr::{Cidr, CidrError, Family},
+    source::{CidrOrigin, SourcedCidr},
+};
 
 /// Why a config was rejected; the messages are upstream's.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -30,24 +33,26 @@ pub enum ValidationError {
     },
 }
 
-/// Validates `cidrs` against `limit` and the IPv6 gate, returning them parsed in order.
+/// Validates `cidrs` against `limit` and the IPv6 gate, returning them parsed in order, each
+/// with `origin`.
 pub fn validate_cidrs(
     cidrs: &[String],
     limit: i64,
     enable_ipv6: bool,
-) -> Result<Vec<Cidr>, ValidationError> {
+    origin: &CidrOrigin,
+) -> Result<Vec<SourcedCidr>, ValidationError> {
     let count = cidrs.len();
     if i64::try_from(count).map_or(true, |count| count > limit) {
         return Err(ValidationError::TooManyCidrs { limit, count });
     }
-    cidrs
-        .iter()
-        .map(|text| {
-            let cidr = Cidr::parse(text)?;
-            if !enable_ipv6 && cidr.family() == Family::Ipv6 {
-                return Err(ValidationError::Ipv6NotEnabled { cidr: text.clone() });
-            }
-            Ok(cidr)
-        })
-        .collect()
+    let mut valid = Vec::with_capacity(count);
+    for text in cidrs {
+        let cidr = Cidr::parse(text)?;
+        if !enable_ipv6 && cidr.family() == Family::Ipv6 {
+            return Err(ValidationError::Ipv6NotEnabled { cidr: text.clone() });
+        }
+        let origin = origin.clone();
+        valid.push(SourcedCidr { cidr, origin });
+    }
+    Ok(valid)
 }
