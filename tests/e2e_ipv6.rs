@@ -12,6 +12,7 @@ use masq_testbed::{
     agent::Agent,
     configmap::ConfigMapVolume,
     in_both_attach_modes,
+    pressure::{TABLE_ENTRIES, full_table_keeps_live_flows},
     sandbox::{
         AttachMode, EXEMPTABLE_IPV6, NODE_IP, NODE_IPV6, OUTSIDE_IP, OUTSIDE_IPV6, Sandbox,
         SandboxOptions, UPLINK, pod_ipv6,
@@ -522,40 +523,13 @@ fn an_ipv6_only_node_is_found_by_its_ipv6_route_and_masquerades_ipv6() {
     assert_eq!(sandbox.checksum_errors(), Vec::new());
 }
 
-/// A UDP socket kept open towards one IPv6 [`udp_server`]: one flow, as long as it is used.
-struct UdpFlow6 {
-    socket: std::net::UdpSocket,
-    server: SocketAddr,
-}
-
-impl UdpFlow6 {
-    /// Opens the socket; call from inside the client's namespace.
-    fn open(server: SocketAddr) -> Self {
-        let socket = std::net::UdpSocket::bind("[::]:0")
-            .and_then(|socket| socket.set_read_timeout(Some(TIMEOUT / 4)).map(|()| socket))
-            .unwrap_or_else(|error| panic!("opening a UDP socket: {error}"));
-        Self { socket, server }
-    }
-
-    /// One request and its answer (retried a few times): the peer the server saw.
-    fn request(&self, payload: &[u8]) -> Option<SocketAddr> {
-        let mut buffer = vec![0u8; 2048];
-        (0..4).find_map(|_| {
-            self.socket.send_to(payload, self.server).ok()?;
-            let (read, _) = self.socket.recv_from(&mut buffer).ok()?;
-            let reply = std::str::from_utf8(&buffer[..read]).ok()?;
-            reply.split(' ').next()?.parse().ok()
-        })
-    }
-}
-
 /// As the IPv4 table's test (`e2e_nat.rs`): an IPv6 NAT table at capacity refuses new flows,
 /// counted, and every live IPv6 flow, TCP or UDP, keeps working with the port it had.
 #[test]
 fn a_full_ipv6_nat_table_refuses_new_flows_and_never_breaks_a_live_one() {
     let (sandbox, _servers) = dual_stack("v6full", AttachMode::Tcx);
     let absent = absent_config(&sandbox);
-    // 256 entries: 128 flows. 50 TCP and 50 UDP live flows take 200.
+    let entries = TABLE_ENTRIES.to_string();
     let agent = Agent::start(
         &sandbox,
         &[
@@ -563,68 +537,14 @@ fn a_full_ipv6_nat_table_refuses_new_flows_and_never_breaks_a_live_one() {
             &absent,
             "--enable-ipv6",
             "--nat-max-entries",
-            "256",
+            &entries,
         ],
     );
-    let tcp = SocketAddr::from((OUTSIDE_IPV6, TCP_PORT));
-    let udp = SocketAddr::from((OUTSIDE_IPV6, UDP_PORT));
-    let (mut held, udp_flows) = sandbox.pod(1).enter(|| {
-        let held: Vec<HeldConnection> = (0..50)
-            .map(|index| HeldConnection::open(tcp, &format!("live{index}"), None, TIMEOUT).unwrap())
-            .collect();
-        let flows: Vec<(UdpFlow6, SocketAddr)> = (0..50)
-            .map(|index| {
-                let flow = UdpFlow6::open(udp);
-                let peer = flow
-                    .request(b"first")
-                    .unwrap_or_else(|| panic!("UDP flow {index} got no answer"));
-                (flow, peer)
-            })
-            .collect();
-        (held, flows)
-    });
-    assert!(
-        held.iter()
-            .all(|connection| connection.peer.ip() == IpAddr::V6(NODE_IPV6))
+    full_table_keeps_live_flows(
+        &sandbox,
+        &agent,
+        SocketAddr::from((OUTSIDE_IPV6, TCP_PORT)),
+        SocketAddr::from((OUTSIDE_IPV6, UDP_PORT)),
+        NODE_IPV6.into(),
     );
-    assert!(
-        udp_flows
-            .iter()
-            .all(|(_, peer)| peer.ip() == IpAddr::V6(NODE_IPV6))
-    );
-
-    // New-flow pressure: 300 new UDP flows at once, far more than the table has room for.
-    sandbox.pod(2).enter(|| {
-        for index in 0..300u32 {
-            let socket = std::net::UdpSocket::bind("[::]:0").unwrap();
-            socket
-                .send_to(format!("new{index}").as_bytes(), udp)
-                .unwrap();
-        }
-    });
-    let refused = "masq_datapath_packets_total{outcome=\"egress_drop_table_full\",family=\"ipv6\"}";
-    wait_for("the IPv6 table to refuse new flows", TIMEOUT, || {
-        agent.metric(refused) > Some(0.0)
-    });
-
-    // Every live flow, busy or idle, still works with the port it had.
-    for (index, connection) in held.iter_mut().enumerate() {
-        connection
-            .echo(&format!("after pressure {index}"))
-            .unwrap_or_else(|error| panic!("live IPv6 TCP flow {index} broke: {error}"));
-    }
-    sandbox.pod(1).enter(|| {
-        for (index, (flow, peer)) in udp_flows.iter().enumerate() {
-            assert_eq!(
-                flow.request(b"after pressure"),
-                Some(*peer),
-                "live IPv6 UDP flow {index} was re-mapped or broke"
-            );
-        }
-    });
-    let entries = agent.status()["nat_v6_entries"]
-        .as_u64()
-        .unwrap_or(u64::MAX);
-    assert!(entries <= 256, "{entries} entries in a 256-entry table");
-    assert_eq!(sandbox.checksum_errors(), Vec::new());
 }

@@ -26,6 +26,7 @@ pub mod manifest;
 pub mod netns;
 pub mod pktgen;
 pub mod pktgen6;
+pub mod pressure;
 pub mod sandbox;
 pub mod traffic;
 

@@ -315,13 +315,18 @@ pub fn tcp_source(client: &Netns, server: impl Into<SocketAddr>, timeout: Durati
 #[derive(Debug)]
 pub struct UdpFlow {
     socket: UdpSocket,
-    server: SocketAddrV4,
+    server: SocketAddr,
 }
 
 impl UdpFlow {
-    /// Opens the socket; call from inside the client's namespace.
-    pub fn open(server: SocketAddrV4, timeout: Duration) -> io::Result<Self> {
-        let socket = UdpSocket::bind("0.0.0.0:0")?;
+    /// Opens the socket, of the server's family; call from inside the client's namespace.
+    pub fn open(server: impl Into<SocketAddr>, timeout: Duration) -> io::Result<Self> {
+        let server = server.into();
+        let socket = UdpSocket::bind(if server.is_ipv4() {
+            "0.0.0.0:0"
+        } else {
+            "[::]:0"
+        })?;
         socket.set_read_timeout(Some(timeout / 4))?;
         Ok(Self { socket, server })
     }
