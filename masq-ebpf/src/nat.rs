@@ -175,7 +175,8 @@ const EEXIST: i32 = -17;
 /// flows, everything without `--random-fully`) is tried first, on its own, by inserting its
 /// reply half. Each candidate of the search is looked up before anything is inserted, so a
 /// taken port costs a lookup and changes nothing. Every port is also checked against the node's
-/// own sockets, so no pod flow is given a tuple a node listener or connection holds. The histogram records how many ports were tried.
+/// own sockets, so no pod flow is given a tuple a node listener or connection holds. The
+/// histogram records how many ports were tried.
 ///
 /// The ingress half is inserted first and only if absent: it reserves `(remote, remote port,
 /// node, port, protocol)` for this flow, so two flows never share a reply tuple. If another CPU
