@@ -351,11 +351,6 @@ fn compose(original: &[u8]) -> Result<Option<Doc>, YamlError> {
                 let escaped = format!("%{:02X}", input[at]);
                 input.splice(at..=at, escaped.bytes());
             }
-            Err(Failure::Parse(error)) if tag_ends_at(&input, error.problem_mark.index) => {
-                let at = error.problem_mark.index;
-                let escaped = format!("%{:02X}", input[at]);
-                input.splice(at..=at, escaped.bytes());
-            }
             Err(Failure::Parse(error)) => {
                 // libyaml accepts `%YAML 1.2` and longer numbers, then may fail later on.
                 let directive = matches!(
@@ -380,23 +375,44 @@ enum Failure {
     TagGoesOn(usize),
 }
 
-/// Whether the token holding `index` is a tag that libyaml ended at a flow indicator there,
-/// where go-yaml's tag characters (YAML 1.1 URI characters) go on.
-fn tag_ends_at(input: &[u8], index: usize) -> bool {
-    let blank = |byte: &u8| matches!(byte, b' ' | b'\t' | b'\r' | b'\n');
-    matches!(input.get(index), Some(b',' | b'[' | b']'))
-        && input[..index]
-            .iter()
-            .rev()
-            .take_while(|byte| !blank(byte))
-            .last()
-            == Some(&b'!')
+/// Where libyaml ends the tag whose `!` is at `bang`, if it ends it at a flow indicator, which
+/// go-yaml's tag characters (YAML 1.1 URI characters) go on through. A verbatim tag (`!<...>`)
+/// holds them in both; after its `>`, go-yaml refuses a comma that libyaml takes in a flow
+/// collection, and refuses it as libyaml refuses `%`.
+fn tag_stops_at_indicator(input: &[u8], bang: usize) -> Option<usize> {
+    let tag = input.get(bang..).filter(|tag| tag.starts_with(b"!"))?;
+    let verbatim = tag.starts_with(b"!<");
+    let skip = 1 + usize::from(verbatim);
+    let uri = |byte: &u8| {
+        byte.is_ascii_alphanumeric()
+            || b"-_;/?:@&=+$.%!~*'()".contains(byte)
+            || (verbatim && b",[]".contains(byte))
+    };
+    let mut end = bang + skip + tag[skip..].iter().position(|byte| !uri(byte))?;
+    end += usize::from(verbatim && input[end] == b'>');
+    matches!(input.get(end), Some(b',' | b'[' | b']')).then_some(end)
 }
 
-impl From<ParseError> for Failure {
-    fn from(error: ParseError) -> Self {
-        Self::Parse(error)
+/// Where the node properties at `start` go on after an anchor that comes first: past its
+/// characters and the blanks, line breaks and comments between it and a tag.
+fn after_anchor(input: &[u8], start: usize) -> usize {
+    if input.get(start) != Some(&b'&') {
+        return start;
     }
+    let rest = &input[start + 1..];
+    let name = rest
+        .iter()
+        .take_while(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-'))
+        .count();
+    let mut comment = false;
+    let gap = rest[name..]
+        .iter()
+        .take_while(|&&byte| {
+            comment = (comment || byte == b'#') && !matches!(byte, b'\r' | b'\n');
+            comment || matches!(byte, b' ' | b'\t' | b'\r' | b'\n')
+        })
+        .count();
+    start + 1 + name + gap
 }
 
 impl From<YamlError> for Failure {
@@ -415,7 +431,14 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
         }
         Err(error) => {
             *reached = error.problem_mark;
-            Err(error)
+            // The scanner refused what follows a tag it ended at a flow indicator.
+            let at = error.problem_mark.index;
+            Err(
+                match tag_stops_at_indicator(input, error.context_mark.index) {
+                    Some(end) if error.scanner && end == at => Failure::TagGoesOn(at),
+                    _ => Failure::Parse(error),
+                },
+            )
         }
     };
     next(reached)?; // STREAM-START
@@ -458,15 +481,12 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
                     )
                     .into());
                 }
+                // A tag libyaml ended at a comma in a flow collection, before an empty scalar.
                 if !tag.is_empty()
-                    && let Some(end) = input.get(start.index..).and_then(|source| {
-                        source.iter().position(|&byte| {
-                            matches!(byte, b' ' | b'\t' | b'\r' | b'\n' | b',' | b'[' | b']')
-                        })
-                    })
-                    && tag_ends_at(input, start.index + end)
+                    && let Some(at) =
+                        tag_stops_at_indicator(input, after_anchor(input, start.index))
                 {
-                    return Err(Failure::TagGoesOn(start.index + end));
+                    return Err(Failure::TagGoesOn(at));
                 }
                 if plain
                     && let Some(&(parent, true)) = open.last()

@@ -166,10 +166,34 @@ FORMER_TESTS = {
     # encoding/json folds the Kelvin sign to k when it matches keys to fields
     '{"masqLin\u212aLocal": true}': [],
     # Differences the oracle found: net.ParseCIDR takes any number of leading zeros in the
-    # prefix (now read as Go does); go-yaml v2 reads a flow indicator into a tag (libyaml 0.2.5
-    # ends the tag there, known-differences.txt)
+    # prefix; go-yaml v2 reads flow indicators (`,[]`) into a tag, where libyaml 0.2.5 ends it
+    # (masq respells them as %XX for libyaml). The shapes around such a tag: in a flow
+    # sequence or mapping, after an anchor, in block context, with an empty URI after a
+    # handle, a verbatim tag, and `!` that is no tag (in a plain or quoted scalar).
     "nonMasqueradeCIDRs: [10.0.0.0/000000008]\n": [],
     "nonMasqueradeCIDRs: [!x, 10.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs: [!x,10.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs: [10.0.0.0/8,!x, 1.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs: [!x]\n": [],
+    "nonMasqueradeCIDRs: [!x[1.0.0.0/8], 10.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs: [!!str, 10.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs: [!a!, 10.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs: [!<x,y> 10.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs: [!<x>, 10.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs: [&a !x, 10.0.0.0/8, *a]\n": [],
+    "nonMasqueradeCIDRs: [&a\n  # c!\n  !x, 10.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs: [!x &a, 10.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs:\n- !x,\n- 10.0.0.0/8\n": [],
+    "nonMasqueradeCIDRs:\n- !x,y\n- 10.0.0.0/8\n": [],
+    "nonMasqueradeCIDRs:\n- !x[1]\n": [],
+    "nonMasqueradeCIDRs: !x,\n": [],
+    "x: {a: !x, b: c}\nnonMasqueradeCIDRs: [10.0.0.0/8]\n": [],
+    "x: {a: !x}\nnonMasqueradeCIDRs: [10.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs: {a: !x, b: c}\n": [],
+    "nonMasqueradeCIDRs: [a!b, 10.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs: [\"!x\", 10.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs: ['!x,', 10.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs: [x !y, 10.0.0.0/8]\n": [],
     # go_compat::yaml::tests::alias_chains_nesting_past_any_thread_stack_are_rejected_as_go_
     # rejects_them: each anchor nests the previous one 9,990 levels deeper, 40,000 in all.
     "".join(f"k{n}: &a{n} " + "[" * 9990 + ("0" if n == 0 else f"*a{n - 1}") + "]" * 9990 + "\n"
