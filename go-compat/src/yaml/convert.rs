@@ -317,24 +317,17 @@ pub(super) fn simple_document(input: &[u8]) -> Option<GoVal> {
             return None;
         }
         let value = if rest.is_empty() {
-            fn item(line: &str) -> Option<(usize, &str)> {
-                let unindented = line.trim_start_matches(' ');
-                let item = unindented.strip_prefix("- ")?;
-                Some((line.len() - unindented.len(), item))
-            }
-            let mut items = Vec::new();
-            let mut indent = None;
-            while let Some((at, scalar)) = lines.peek().and_then(|line| item(line)) {
+            let (mut items, mut indent) = (Vec::new(), None);
+            let item = |line: &&str| line.trim_start_matches(' ').starts_with("- ");
+            while let Some(line) = lines.next_if(item) {
+                let scalar = line.trim_start_matches(' ');
+                let at = line.len() - scalar.len();
                 if *indent.get_or_insert(at) != at {
                     return None;
                 }
-                items.push(plain(scalar)?);
-                lines.next();
+                items.push(plain(&scalar[2..])?);
             }
-            if items.is_empty() {
-                return None;
-            }
-            GoVal::Seq(items)
+            (!items.is_empty()).then_some(GoVal::Seq(items))?
         } else if let Some(list) = rest.strip_prefix(" [") {
             let list = list.strip_suffix(']')?;
             if list.is_empty() {
@@ -450,7 +443,7 @@ fn resolve_untyped(tag: &str, value: &str) -> (&'static str, GoVal) {
             }
         }
         b'D' | b'S' => {
-            if (tag.is_empty() || tag == TIMESTAMP_TAG) && is_timestamp(value) {
+            if (tag.is_empty() || tag == TIMESTAMP_TAG) && is_timestamp(value).is_some() {
                 return (TIMESTAMP_TAG, GoVal::Str(value.to_owned()));
             }
             let plain: String = value.chars().filter(|&c| c != '_').collect();
@@ -506,52 +499,25 @@ fn resolve_scalar(value: &str, tag: &str, implicit: bool) -> Result<GoVal, YamlE
 
 /// `^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`
 fn is_yaml_style_float(s: &str) -> bool {
-    let b = s.as_bytes();
-    let mut i = 0;
-    if matches!(b.first(), Some(b'+' | b'-')) {
-        i += 1;
+    fn unsigned(s: &str) -> &str {
+        s.strip_prefix(['+', '-']).unwrap_or(s)
     }
-    let digits = |i: &mut usize| {
-        let start = *i;
-        while b.get(*i).is_some_and(u8::is_ascii_digit) {
-            *i += 1;
-        }
-        *i - start
-    };
-    if b.get(i) == Some(&b'.') {
-        i += 1;
-        if digits(&mut i) == 0 {
-            return false;
-        }
-    } else {
-        if digits(&mut i) == 0 {
-            return false;
-        }
-        if b.get(i) == Some(&b'.') {
-            i += 1;
-            digits(&mut i);
-        }
-    }
-    if matches!(b.get(i), Some(b'e' | b'E')) {
-        i += 1;
-        if matches!(b.get(i), Some(b'+' | b'-')) {
-            i += 1;
-        }
-        if digits(&mut i) == 0 {
-            return false;
-        }
-    }
-    i == b.len()
+    let digits = |s: &str| s.bytes().all(|byte| byte.is_ascii_digit());
+    let s = unsigned(s);
+    let (mantissa, exponent) = s.split_once(['e', 'E']).unwrap_or((s, "0"));
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let exponent = unsigned(exponent);
+    !matches!(mantissa, "" | ".")
+        && digits(whole)
+        && digits(fraction)
+        && !exponent.is_empty()
+        && digits(exponent)
 }
 
 /// go-yaml's `parseTimestamp`: does `s` start with a four-digit year and a dash, and match one
 /// of the layouts it tries with `time.Parse`: `2006-1-2T15:4:5.999999999Z07:00` (or with
 /// `t`), `2006-1-2 15:4:5.999999999` (any number of spaces) or `2006-1-2`?
-fn is_timestamp(s: &str) -> bool {
-    timestamp_layout(s).is_some()
-}
-
-fn timestamp_layout(s: &str) -> Option<()> {
+fn is_timestamp(s: &str) -> Option<()> {
     let b = s.as_bytes();
     let year: u32 = s.get(..4)?.parse().ok()?;
     let mut p = TimeParser { b, i: 4 };
@@ -723,33 +689,29 @@ fn go_syntax(value: &GoVal, nested: bool) -> String {
 
 /// The JSON object key `sigs.k8s.io/yaml` makes of a Go map key.
 fn key_string(k: &GoVal, v: &GoVal) -> Result<String, YamlError> {
-    match k {
-        GoVal::Str(s) => Ok(s.clone()),
-        GoVal::Int(i) => Ok(i.to_string()),
-        GoVal::Bool(b) => Ok(b.to_string()),
-        GoVal::Float(f) => Ok(match format_g(*f, true).as_str() {
-            "+Inf" => ".inf".to_owned(),
-            "-Inf" => "-.inf".to_owned(),
-            "NaN" => ".nan".to_owned(),
-            s => s.to_owned(),
-        }),
-        GoVal::Nil => Err(YamlError::UnsupportedMapKey(format!(
-            "Unsupported map key of type: %!s(<nil>), key: <nil>, value: {}",
-            go_syntax(v, false)
-        ))),
-        GoVal::Uint(_) | GoVal::Seq(_) | GoVal::Map(_) => {
-            let type_name = match k {
-                GoVal::Uint(_) => "uint64",
-                GoVal::Seq(_) => "[]interface {}",
-                _ => "map[interface {}]interface {}",
-            };
-            Err(YamlError::UnsupportedMapKey(format!(
-                "Unsupported map key of type: {type_name}, key: {}, value: {}",
-                go_syntax(k, false),
-                go_syntax(v, false)
-            )))
+    let type_name = match k {
+        GoVal::Str(s) => return Ok(s.clone()),
+        GoVal::Int(i) => return Ok(i.to_string()),
+        GoVal::Bool(b) => return Ok(b.to_string()),
+        GoVal::Float(f) => {
+            return Ok(match format_g(*f, true).as_str() {
+                "+Inf" => ".inf".to_owned(),
+                "-Inf" => "-.inf".to_owned(),
+                "NaN" => ".nan".to_owned(),
+                s => s.to_owned(),
+            });
         }
-    }
+        // `%s` of a nil interface.
+        GoVal::Nil => "%!s(<nil>)",
+        GoVal::Uint(_) => "uint64",
+        GoVal::Seq(_) => "[]interface {}",
+        GoVal::Map(_) => "map[interface {}]interface {}",
+    };
+    Err(YamlError::UnsupportedMapKey(format!(
+        "Unsupported map key of type: {type_name}, key: {}, value: {}",
+        go_syntax(k, false),
+        go_syntax(v, false)
+    )))
 }
 
 /// `convertToJSONableObject` and `json.Marshal`: maps become objects with string keys, sorted,
