@@ -142,51 +142,37 @@ fn allowed(value: u32) -> bool {
 
 /// The first byte go-yaml's reader refuses, and its message.
 fn reader_error(input: &[u8]) -> Option<(usize, &'static str)> {
-    // Valid UTF-8 (nearly every file) only needs its characters checked.
-    if let Ok(text) = std::str::from_utf8(input) {
-        return text
-            .char_indices()
-            .find(|&(_, character)| !allowed(u32::from(character)))
-            .map(|(at, _)| (at, "control characters are not allowed"));
+    // Valid UTF-8 (nearly every file, or the part before the first bad sequence) only needs
+    // its characters checked.
+    let at = std::str::from_utf8(input).map_or_else(|error| error.valid_up_to(), str::len);
+    let valid = std::str::from_utf8(&input[..at]).unwrap_or_default();
+    if let Some((bad, _)) = valid.char_indices().find(|&(_, c)| !allowed(u32::from(c))) {
+        return Some((bad, "control characters are not allowed"));
     }
-    let mut at = 0;
-    while at < input.len() {
-        let lead = input[at];
-        let width = match lead {
-            0x00..=0x7f => 1,
-            0xc0..=0xdf => 2,
-            0xe0..=0xef => 3,
-            0xf0..=0xf7 => 4,
-            _ => return Some((at, "invalid leading UTF-8 octet")),
-        };
-        let Some(sequence) = input.get(at..at + width) else {
-            return Some((at, "incomplete UTF-8 octet sequence"));
-        };
-        if sequence[1..].iter().any(|byte| byte & 0xc0 != 0x80) {
-            return Some((at, "invalid trailing UTF-8 octet"));
-        }
-        let mut value = u32::from(lead) & [0x7f, 0x1f, 0x0f, 0x07][width - 1];
-        for byte in &sequence[1..] {
-            value = (value << 6) | u32::from(byte & 0x3f);
-        }
-        let shortest = match width {
-            1 => true,
-            2 => value >= 0x80,
-            3 => value >= 0x800,
-            _ => value >= 0x10000,
-        };
-        if !shortest {
-            return Some((at, "invalid length of a UTF-8 sequence"));
-        }
-        if (0xd800..=0xdfff).contains(&value) || value > 0x10ffff {
-            return Some((at, "invalid Unicode character"));
-        }
-        if !allowed(value) {
-            return Some((at, "control characters are not allowed"));
-        }
-        at += width;
+    // The sequence Rust refuses, which go-yaml refuses too, for one of these reasons.
+    let lead = *input.get(at)?;
+    let width = match lead {
+        0x00..=0x7f => 1,
+        0xc0..=0xdf => 2,
+        0xe0..=0xef => 3,
+        0xf0..=0xf7 => 4,
+        _ => return Some((at, "invalid leading UTF-8 octet")),
+    };
+    let Some(sequence) = input.get(at..at + width) else {
+        return Some((at, "incomplete UTF-8 octet sequence"));
+    };
+    if sequence[1..].iter().any(|byte| byte & 0xc0 != 0x80) {
+        return Some((at, "invalid trailing UTF-8 octet"));
     }
-    None
+    let mut value = u32::from(lead) & [0x7f, 0x1f, 0x0f, 0x07][width - 1];
+    for byte in &sequence[1..] {
+        value = (value << 6) | u32::from(byte & 0x3f);
+    }
+    let shortest = [0, 0x80, 0x800, 0x10000][width - 1];
+    if value < shortest {
+        return Some((at, "invalid length of a UTF-8 sequence"));
+    }
+    Some((at, "invalid Unicode character"))
 }
 
 /// The line libyaml's marks give `index`: line breaks are LF, CR, CR LF, NEL, LS and PS.
@@ -292,18 +278,13 @@ fn version_directive_error(input: &[u8]) -> Option<YamlError> {
 /// The escape in a double-quoted scalar's source that go-yaml refuses and libyaml accepts
 /// (`\/`), if any.
 fn refused_escape(source: &[u8]) -> Option<usize> {
-    let mut at = 1;
-    while at + 1 < source.len() {
-        if source[at] == b'\\' {
-            if source[at + 1] == b'/' {
-                return Some(at);
-            }
-            at += 2;
-        } else {
-            at += 1;
-        }
-    }
-    None
+    let mut escaped = false;
+    let slash = source.iter().position(|&byte| {
+        let refused = escaped && byte == b'/';
+        escaped = !escaped && byte == b'\\';
+        refused
+    })?;
+    Some(slash - 1)
 }
 
 /// Parses the first document into a node tree, with go-yaml v2's behaviour.
@@ -453,11 +434,10 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
     }
     let mut nodes: Vec<Node> = Vec::new();
     let mut anchors: HashMap<String, NodeId> = HashMap::new();
-    // Open collections: the node and whether it is a flow collection.
-    let mut open: Vec<(NodeId, bool)> = Vec::new();
-    // The lines the open collections start on.
-    let mut open_lines: Vec<usize> = Vec::new();
-    let (mut flow_depth, mut block_depth) = (0, 0);
+    // Open collections: the node, whether it is a flow collection and the line it starts on.
+    let mut open: Vec<(NodeId, bool, usize)> = Vec::new();
+    // The nesting of block (0) and flow (1) collections.
+    let mut depths = [0; 2];
     loop {
         let (event, start) = next(reached)?;
         let id = nodes.len();
@@ -489,7 +469,7 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
                     return Err(Failure::TagGoesOn(at));
                 }
                 if plain
-                    && let Some(&(parent, true)) = open.last()
+                    && let Some(&(parent, true, open_line)) = open.last()
                     && let Some(at) = value.find('?')
                 {
                     // go-yaml ends a plain scalar at `?` in a flow collection and reads a key
@@ -499,7 +479,7 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
                         .and_then(|rest| rest.iter().position(|&byte| byte == b'?'))
                         .map_or(start.index + at, |offset| start.index + offset);
                     let line = match line_at(input, question) {
-                        0 => open_lines.last().copied().unwrap_or(0),
+                        0 => open_line,
                         line => line,
                     };
                     let closer = if matches!(nodes.get(parent), Some(Node::Mapping(_))) {
@@ -537,13 +517,8 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
             }
             Event::MappingStart { anchor, flow } => (Node::Mapping(Vec::new()), anchor, Some(flow)),
             Event::CollectionEnd => {
-                open_lines.pop();
-                if let Some((_, flow)) = open.pop() {
-                    *(if flow {
-                        &mut flow_depth
-                    } else {
-                        &mut block_depth
-                    }) -= 1;
+                if let Some((_, flow, _)) = open.pop() {
+                    depths[usize::from(flow)] -= 1;
                 }
                 if open.is_empty() {
                     break;
@@ -562,7 +537,7 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
             anchors.insert(name, id);
         }
         match open.last() {
-            Some(&(parent, _)) => {
+            Some(&(parent, _, _)) => {
                 if let Some(Node::Sequence(children) | Node::Mapping(children)) =
                     nodes.get_mut(parent)
                 {
@@ -573,13 +548,8 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
             None => {}
         }
         if let Some(flow) = opens {
-            open.push((id, flow));
-            open_lines.push(start.line);
-            let depth = if flow {
-                &mut flow_depth
-            } else {
-                &mut block_depth
-            };
+            open.push((id, flow, start.line));
+            let depth = &mut depths[usize::from(flow)];
             *depth += 1;
             if *depth > MAX_DEPTH {
                 return Err(
