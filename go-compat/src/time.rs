@@ -148,41 +148,29 @@ impl GoDuration {
     }
 }
 
+/// `value * 10 + digit`, if that is at most 1 << 63 (Go's bound on the parts of a duration).
+fn append_digit(value: u64, digit: u8) -> Option<u64> {
+    let value = value
+        .checked_mul(10)?
+        .checked_add(u64::from(digit - b'0'))?;
+    (value <= 1 << 63).then_some(value)
+}
+
 fn leading_int(text: &str) -> Option<(u64, &str)> {
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let mut value: u64 = 0;
-    for byte in text[..digits].bytes() {
-        if value > (1 << 63) / 10 {
-            return None;
-        }
-        value = value * 10 + u64::from(byte - b'0');
-        if value > 1 << 63 {
-            return None;
-        }
-    }
+    let value = text[..digits].bytes().try_fold(0, append_digit)?;
     Some((value, &text[digits..]))
 }
 
 fn leading_fraction(text: &str) -> (u64, f64, &str) {
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let mut value: u64 = 0;
-    let mut scale = 1f64;
-    let mut overflow = false;
-    for byte in text[..digits].bytes() {
-        if overflow {
-            continue;
-        }
-        if value > ((1u64 << 63) - 1) / 10 {
-            overflow = true;
-            continue;
-        }
-        let next = value * 10 + u64::from(byte - b'0');
-        if next > 1 << 63 {
-            overflow = true;
-            continue;
-        }
-        value = next;
-        scale *= 10.0;
+    let (mut value, mut scale) = (0u64, 1f64);
+    // Go ignores the digits after the value would overflow.
+    for digit in text[..digits].bytes() {
+        let Some(next) = append_digit(value, digit) else {
+            break;
+        };
+        (value, scale) = (next, scale * 10.0);
     }
     (value, scale, &text[digits..])
 }
