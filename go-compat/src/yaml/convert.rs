@@ -1,7 +1,7 @@
 //! go-yaml v2's decoder into `interface{}` (scalar resolution, merge keys, aliases) and
 //! sigs.k8s.io/yaml's conversion of the result to JSON, as upstream runs them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, hash_map::Entry};
 
 use base64::{
     Engine as _, alphabet,
@@ -92,18 +92,15 @@ impl GoMap {
 
     /// `reflect.Value.SetMapIndex`: an existing key keeps its slot and takes the new value.
     fn set(&mut self, k: GoVal, v: GoVal) {
-        match Self::key_id(&k) {
-            Some(id) => {
-                if let Some(&at) = self.index.get(&id) {
-                    if let Some(slot) = self.entries.get_mut(at) {
-                        slot.1 = v;
-                    }
-                } else {
-                    self.index.insert(id, self.entries.len());
-                    self.entries.push((k, v));
-                }
+        let Some(id) = Self::key_id(&k) else {
+            return self.entries.push((k, v));
+        };
+        match self.index.entry(id) {
+            Entry::Occupied(at) => self.entries[*at.get()].1 = v,
+            Entry::Vacant(slot) => {
+                slot.insert(self.entries.len());
+                self.entries.push((k, v));
             }
-            None => self.entries.push((k, v)),
         }
     }
 }
@@ -255,9 +252,7 @@ impl<'d> Decoder<'d> {
     /// precedence, so the last is merged first.
     fn merge(&mut self, id: NodeId, map: &mut GoMap) -> Result<(), YamlError> {
         match self.node(id) {
-            Some(Node::Mapping(_) | Node::Alias { .. }) if self.is_mapping_or_alias_to_one(id) => {
-                self.merge_into(id, map)
-            }
+            _ if self.is_mapping_or_alias_to_one(id) => self.merge_into(id, map),
             Some(Node::Sequence(children)) => children.iter().rev().try_for_each(|&child| {
                 if !self.is_mapping_or_alias_to_one(child) {
                     return Err(want_map());
