@@ -397,11 +397,11 @@ fn resolve<'t>(tag: &'t str, value: &str) -> Result<(&'t str, GoVal), YamlError>
     if matches!(tag, "" | STR_TAG | BINARY_TAG) || tag == rtag {
         return Ok((rtag, out));
     }
-    if tag == FLOAT_TAG && rtag == INT_TAG {
-        // An int (but not a uint64) may be read as a float.
-        if let GoVal::Int(i) = out {
-            return Ok((FLOAT_TAG, GoVal::Float(i as f64)));
-        }
+    // An int (but not a uint64) may be read as a float.
+    if tag == FLOAT_TAG
+        && let GoVal::Int(i) = out
+    {
+        return Ok((FLOAT_TAG, GoVal::Float(i as f64)));
     }
     Err(decode_error(format!(
         "cannot decode {} `{value}` as a {}",
@@ -441,29 +441,26 @@ fn resolve_untyped(tag: &str, value: &str) -> (&'static str, GoVal) {
             if (tag.is_empty() || tag == TIMESTAMP_TAG) && is_timestamp(value).is_some() {
                 return (TIMESTAMP_TAG, GoVal::Str(value.to_owned()));
             }
+            // ParseInt, then ParseUint (which refuses a sign: "-0b" is only tried as an int).
+            let int = |text: &str, base| {
+                (parse_int(text, base).map(GoVal::Int))
+                    .or_else(|| parse_uint(text, base).map(GoVal::Uint))
+            };
             let plain: String = value.chars().filter(|&c| c != '_').collect();
-            if let Some(i) = parse_int(&plain, 0) {
-                return (INT_TAG, GoVal::Int(i));
-            }
-            if let Some(u) = parse_uint(&plain, 0) {
-                return (INT_TAG, GoVal::Uint(u));
+            if let Some(int) = int(&plain, 0) {
+                return (INT_TAG, int);
             }
             if is_yaml_style_float(&plain)
                 && let Some(f) = parse_float(&plain)
             {
                 return (FLOAT_TAG, GoVal::Float(f));
             }
-            if let Some(bits) = plain.strip_prefix("0b") {
-                if let Some(i) = parse_int(bits, 2) {
-                    return (INT_TAG, GoVal::Int(i));
-                }
-                if let Some(u) = parse_uint(bits, 2) {
-                    return (INT_TAG, GoVal::Uint(u));
-                }
-            } else if let Some(bits) = plain.strip_prefix("-0b")
-                && let Some(i) = parse_int(&format!("-{bits}"), 2)
-            {
-                return (INT_TAG, GoVal::Int(i));
+            let binary = match plain.strip_prefix("-0b") {
+                Some(bits) => Some(format!("-{bits}")),
+                None => plain.strip_prefix("0b").map(str::to_owned),
+            };
+            if let Some(int) = binary.and_then(|bits| int(&bits, 2)) {
+                return (INT_TAG, int);
             }
         }
         _ => {}
@@ -478,11 +475,8 @@ fn resolve_scalar(value: &str, tag: &str, implicit: bool) -> Result<GoVal, YamlE
     }
     let (rtag, resolved) = resolve(tag, value)?;
     if rtag == BINARY_TAG {
-        let Some(bytes) = go_base64_decode(value) else {
-            return Err(decode_error(
-                "!!binary value contains invalid base64 data".into(),
-            ));
-        };
+        let bytes = go_base64_decode(value)
+            .ok_or_else(|| decode_error("!!binary value contains invalid base64 data".into()))?;
         return Ok(GoVal::Str(go_string_from_bytes(&bytes)));
     }
     if rtag == TIMESTAMP_TAG {
