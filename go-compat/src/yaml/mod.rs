@@ -178,17 +178,14 @@ fn reader_error(input: &[u8]) -> Option<(usize, &'static str)> {
 /// The line libyaml's marks give `index`: line breaks are LF, CR, CR LF, NEL, LS and PS.
 fn line_at(input: &[u8], index: usize) -> usize {
     let text = String::from_utf8_lossy(input.get(..index).unwrap_or(input));
-    let mut lines = 0;
-    let mut previous = '\0';
-    for character in text.chars() {
-        if matches!(character, '\r' | '\u{85}' | '\u{2028}' | '\u{2029}')
-            || (character == '\n' && previous != '\r')
-        {
-            lines += 1;
-        }
-        previous = character;
-    }
-    lines
+    let previous = std::iter::once('\0').chain(text.chars());
+    text.chars()
+        .zip(previous)
+        .filter(|&(character, previous)| {
+            matches!(character, '\r' | '\u{85}' | '\u{2028}' | '\u{2029}')
+                || (character == '\n' && previous != '\r')
+        })
+        .count()
 }
 
 /// A scanner error at `index` as go-yaml words it (its line is the mark's, plus one).
@@ -290,11 +287,7 @@ fn refused_escape(source: &[u8]) -> Option<usize> {
 /// Parses the first document into a node tree, with go-yaml v2's behaviour.
 fn compose(original: &[u8]) -> Result<Option<Doc>, YamlError> {
     // go-yaml parses an empty input as a single line break.
-    let mut input: Vec<u8> = if original.is_empty() {
-        b"\n".to_vec()
-    } else {
-        original.to_vec()
-    };
+    let mut input = if original.is_empty() { b"\n" } else { original }.to_vec();
     // UTF-16 input (by its byte order mark) is decoded by libyaml as by go-yaml.
     let utf16 = input.starts_with(&[0xff, 0xfe]) || input.starts_with(&[0xfe, 0xff]);
     let refused = if utf16 { None } else { reader_error(&input) };
