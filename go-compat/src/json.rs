@@ -59,10 +59,7 @@ pub fn quote_string(text: &str) -> String {
             '\n' => quoted.push_str("\\n"),
             '\r' => quoted.push_str("\\r"),
             '\t' => quoted.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(quoted, "\\u{:04x}", u32::from(character));
-            }
-            _ if character < ' ' => {
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' | '\0'..'\u{20}' => {
                 let _ = write!(quoted, "\\u{:04x}", u32::from(character));
             }
             _ => quoted.push(character),
@@ -182,10 +179,6 @@ fn invalid<T>(c: u8, context: &str) -> Result<T, JsonSyntaxError> {
     })
 }
 
-fn is_space(c: u8) -> bool {
-    matches!(c, b' ' | b'\t' | b'\r' | b'\n')
-}
-
 /// Reads one JSON document in the order Go's scanner does.
 struct Reader<'a> {
     bytes: &'a [u8],
@@ -210,7 +203,7 @@ impl Reader<'_> {
     fn skip_space(&mut self) -> Option<u8> {
         while let Some(c) = self.peek() {
             self.at += 1;
-            if !is_space(c) {
+            if !matches!(c, b' ' | b'\t' | b'\r' | b'\n') {
                 return Some(c);
             }
         }

@@ -96,15 +96,15 @@ pub fn parse_cidr(text: &str) -> Option<GoCidr> {
     })
 }
 
-/// Go's `dtoi` on the prefix: decimal digits only (leading zeros allowed), at most `bits`.
+/// Go's `dtoi` on the prefix: decimal digits only (leading zeros allowed, any number of them),
+/// at most `bits`. `dtoi` gives up once the value reaches 0xFFFFFF; digits only make it grow,
+/// so stopping as soon as it exceeds `bits` decides the same.
 fn parse_prefix(text: &[u8], bits: u8) -> Option<u8> {
-    if text.is_empty() || text.len() > 8 || !text.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let value = text
-        .iter()
-        .fold(0, |value, digit| value * 10 + u32::from(digit - b'0'));
-    u8::try_from(value).ok().filter(|prefix| *prefix <= bits)
+    let value = text.iter().try_fold(0u32, |value, &digit| {
+        let value = value * 10 + u32::from(digit.checked_sub(b'0').filter(|d| *d <= 9)?);
+        (value <= u32::from(bits)).then_some(value)
+    });
+    u8::try_from(value.filter(|_| !text.is_empty())?).ok()
 }
 
 /// `netip.ParseAddr` for IPv4: four decimal fields, no leading zeros, each at most 255.

@@ -138,67 +138,23 @@ pub fn parse_int(s: &str, base: u32) -> Option<i64> {
         b'-' => (true, s.get(1..)?),
         _ => (false, s),
     };
-    let un = parse_uint(rest, base)?;
-    const CUTOFF: u64 = 1 << 63;
+    let magnitude = parse_uint(rest, base)?;
     if neg {
-        if un > CUTOFF {
-            return None;
-        }
-        Some(if un == CUTOFF {
-            i64::MIN
-        } else {
-            -i64::try_from(un).ok()?
-        })
+        0i64.checked_sub_unsigned(magnitude)
     } else {
-        i64::try_from(un).ok()
+        i64::try_from(magnitude).ok()
     }
 }
 
 /// Go's `strconv.ParseFloat(s, 64)` for the decimal forms go-yaml hands it (the value starts
-/// with `.` or passed the YAML float pattern); out-of-range values are errors as in Go.
+/// with `.` or passed the YAML float pattern); out-of-range values are errors as in Go. Rust
+/// reads the same decimal forms once the underscores Go allows are gone (the words `inf` and
+/// `nan` it also takes come out non-finite, refused like an overflow).
 pub fn parse_float(s: &str) -> Option<f64> {
-    let b = s.as_bytes();
-    let mut i = 0;
-    if matches!(b.first(), Some(b'+' | b'-')) {
-        i += 1;
-    }
-    let mut saw_digits = false;
-    let mut saw_dot = false;
-    let mut underscores = false;
-    while let Some(&c) = b.get(i) {
-        match c {
-            b'_' => underscores = true,
-            b'.' if !saw_dot => saw_dot = true,
-            b'0'..=b'9' => saw_digits = true,
-            _ => break,
-        }
-        i += 1;
-    }
-    if !saw_digits {
+    if s.contains('_') && !underscore_ok(s) {
         return None;
     }
-    if matches!(b.get(i), Some(b'e' | b'E')) {
-        i += 1;
-        if matches!(b.get(i), Some(b'+' | b'-')) {
-            i += 1;
-        }
-        if !b.get(i).is_some_and(u8::is_ascii_digit) {
-            return None;
-        }
-        while let Some(&c) = b.get(i) {
-            match c {
-                b'_' => underscores = true,
-                b'0'..=b'9' => {}
-                _ => break,
-            }
-            i += 1;
-        }
-    }
-    if i != b.len() || (underscores && !underscore_ok(s)) {
-        return None;
-    }
-    let cleaned: String = s.chars().filter(|&c| c != '_').collect();
-    let f: f64 = cleaned.parse().ok()?;
+    let f: f64 = s.replace('_', "").parse().ok()?;
     f.is_finite().then_some(f)
 }
 

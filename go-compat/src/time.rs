@@ -54,14 +54,8 @@ impl GoDuration {
     /// Go's `time.ParseDuration`, with its error messages.
     pub fn parse(original: &str) -> Result<Self, String> {
         let invalid = || format!("time: invalid duration {}", time_quote(original));
-        let mut rest = original;
-        let mut negative = false;
-        if let Some(first) = rest.chars().next()
-            && (first == '-' || first == '+')
-        {
-            negative = first == '-';
-            rest = &rest[1..];
-        }
+        let negative = original.starts_with('-');
+        let mut rest = original.strip_prefix(['-', '+']).unwrap_or(original);
         if rest == "0" {
             return Ok(Self(0));
         }
@@ -73,21 +67,14 @@ impl GoDuration {
             if !rest.starts_with(|c: char| c == '.' || c.is_ascii_digit()) {
                 return Err(invalid());
             }
-            let before = rest.len();
             let (whole, after_whole) = leading_int(rest).ok_or_else(invalid)?;
-            rest = after_whole;
-            let has_whole = before != rest.len();
-            let mut fraction = 0u64;
-            let mut scale = 1f64;
-            let mut has_fraction = false;
-            if let Some(after_dot) = rest.strip_prefix('.') {
-                let before_fraction = after_dot.len();
-                let (value, value_scale, after_fraction) = leading_fraction(after_dot);
-                fraction = value;
-                scale = value_scale;
-                rest = after_fraction;
-                has_fraction = before_fraction != rest.len();
-            }
+            let has_whole = after_whole.len() != rest.len();
+            // A dot is consumed even when no digit follows it.
+            let dot = after_whole.strip_prefix('.');
+            let (fraction, scale, after_fraction) =
+                dot.map_or((0, 1.0, after_whole), leading_fraction);
+            let has_fraction = dot.is_some_and(|dot| dot.len() != after_fraction.len());
+            rest = after_fraction;
             if !has_whole && !has_fraction {
                 return Err(invalid());
             }
@@ -148,41 +135,29 @@ impl GoDuration {
     }
 }
 
+/// `value * 10 + digit`, if that is at most 1 << 63 (Go's bound on the parts of a duration).
+fn append_digit(value: u64, digit: u8) -> Option<u64> {
+    let value = value
+        .checked_mul(10)?
+        .checked_add(u64::from(digit - b'0'))?;
+    (value <= 1 << 63).then_some(value)
+}
+
 fn leading_int(text: &str) -> Option<(u64, &str)> {
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let mut value: u64 = 0;
-    for byte in text[..digits].bytes() {
-        if value > (1 << 63) / 10 {
-            return None;
-        }
-        value = value * 10 + u64::from(byte - b'0');
-        if value > 1 << 63 {
-            return None;
-        }
-    }
+    let value = text[..digits].bytes().try_fold(0, append_digit)?;
     Some((value, &text[digits..]))
 }
 
 fn leading_fraction(text: &str) -> (u64, f64, &str) {
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let mut value: u64 = 0;
-    let mut scale = 1f64;
-    let mut overflow = false;
-    for byte in text[..digits].bytes() {
-        if overflow {
-            continue;
-        }
-        if value > ((1u64 << 63) - 1) / 10 {
-            overflow = true;
-            continue;
-        }
-        let next = value * 10 + u64::from(byte - b'0');
-        if next > 1 << 63 {
-            overflow = true;
-            continue;
-        }
-        value = next;
-        scale *= 10.0;
+    let (mut value, mut scale) = (0u64, 1f64);
+    // Go ignores the digits after the value would overflow.
+    for digit in text[..digits].bytes() {
+        let Some(next) = append_digit(value, digit) else {
+            break;
+        };
+        (value, scale) = (next, scale * 10.0);
     }
     (value, scale, &text[digits..])
 }

@@ -1,7 +1,7 @@
 //! go-yaml v2's decoder into `interface{}` (scalar resolution, merge keys, aliases) and
 //! sigs.k8s.io/yaml's conversion of the result to JSON, as upstream runs them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, hash_map::Entry};
 
 use base64::{
     Engine as _, alphabet,
@@ -92,18 +92,15 @@ impl GoMap {
 
     /// `reflect.Value.SetMapIndex`: an existing key keeps its slot and takes the new value.
     fn set(&mut self, k: GoVal, v: GoVal) {
-        match Self::key_id(&k) {
-            Some(id) => {
-                if let Some(&at) = self.index.get(&id) {
-                    if let Some(slot) = self.entries.get_mut(at) {
-                        slot.1 = v;
-                    }
-                } else {
-                    self.index.insert(id, self.entries.len());
-                    self.entries.push((k, v));
-                }
+        let Some(id) = Self::key_id(&k) else {
+            return self.entries.push((k, v));
+        };
+        match self.index.entry(id) {
+            Entry::Occupied(at) => self.entries[*at.get()].1 = v,
+            Entry::Vacant(slot) => {
+                slot.insert(self.entries.len());
+                self.entries.push((k, v));
             }
-            None => self.entries.push((k, v)),
         }
     }
 }
@@ -255,9 +252,7 @@ impl<'d> Decoder<'d> {
     /// precedence, so the last is merged first.
     fn merge(&mut self, id: NodeId, map: &mut GoMap) -> Result<(), YamlError> {
         match self.node(id) {
-            Some(Node::Mapping(_) | Node::Alias { .. }) if self.is_mapping_or_alias_to_one(id) => {
-                self.merge_into(id, map)
-            }
+            _ if self.is_mapping_or_alias_to_one(id) => self.merge_into(id, map),
             Some(Node::Sequence(children)) => children.iter().rev().try_for_each(|&child| {
                 if !self.is_mapping_or_alias_to_one(child) {
                     return Err(want_map());
@@ -317,24 +312,17 @@ pub(super) fn simple_document(input: &[u8]) -> Option<GoVal> {
             return None;
         }
         let value = if rest.is_empty() {
-            fn item(line: &str) -> Option<(usize, &str)> {
-                let unindented = line.trim_start_matches(' ');
-                let item = unindented.strip_prefix("- ")?;
-                Some((line.len() - unindented.len(), item))
-            }
-            let mut items = Vec::new();
-            let mut indent = None;
-            while let Some((at, scalar)) = lines.peek().and_then(|line| item(line)) {
+            let (mut items, mut indent) = (Vec::new(), None);
+            let item = |line: &&str| line.trim_start_matches(' ').starts_with("- ");
+            while let Some(line) = lines.next_if(item) {
+                let scalar = line.trim_start_matches(' ');
+                let at = line.len() - scalar.len();
                 if *indent.get_or_insert(at) != at {
                     return None;
                 }
-                items.push(plain(scalar)?);
-                lines.next();
+                items.push(plain(&scalar[2..])?);
             }
-            if items.is_empty() {
-                return None;
-            }
-            GoVal::Seq(items)
+            (!items.is_empty()).then_some(GoVal::Seq(items))?
         } else if let Some(list) = rest.strip_prefix(" [") {
             let list = list.strip_suffix(']')?;
             if list.is_empty() {
@@ -409,11 +397,11 @@ fn resolve<'t>(tag: &'t str, value: &str) -> Result<(&'t str, GoVal), YamlError>
     if matches!(tag, "" | STR_TAG | BINARY_TAG) || tag == rtag {
         return Ok((rtag, out));
     }
-    if tag == FLOAT_TAG && rtag == INT_TAG {
-        // An int (but not a uint64) may be read as a float.
-        if let GoVal::Int(i) = out {
-            return Ok((FLOAT_TAG, GoVal::Float(i as f64)));
-        }
+    // An int (but not a uint64) may be read as a float.
+    if tag == FLOAT_TAG
+        && let GoVal::Int(i) = out
+    {
+        return Ok((FLOAT_TAG, GoVal::Float(i as f64)));
     }
     Err(decode_error(format!(
         "cannot decode {} `{value}` as a {}",
@@ -450,32 +438,29 @@ fn resolve_untyped(tag: &str, value: &str) -> (&'static str, GoVal) {
             }
         }
         b'D' | b'S' => {
-            if (tag.is_empty() || tag == TIMESTAMP_TAG) && is_timestamp(value) {
+            if (tag.is_empty() || tag == TIMESTAMP_TAG) && is_timestamp(value).is_some() {
                 return (TIMESTAMP_TAG, GoVal::Str(value.to_owned()));
             }
+            // ParseInt, then ParseUint (which refuses a sign: "-0b" is only tried as an int).
+            let int = |text: &str, base| {
+                (parse_int(text, base).map(GoVal::Int))
+                    .or_else(|| parse_uint(text, base).map(GoVal::Uint))
+            };
             let plain: String = value.chars().filter(|&c| c != '_').collect();
-            if let Some(i) = parse_int(&plain, 0) {
-                return (INT_TAG, GoVal::Int(i));
-            }
-            if let Some(u) = parse_uint(&plain, 0) {
-                return (INT_TAG, GoVal::Uint(u));
+            if let Some(int) = int(&plain, 0) {
+                return (INT_TAG, int);
             }
             if is_yaml_style_float(&plain)
                 && let Some(f) = parse_float(&plain)
             {
                 return (FLOAT_TAG, GoVal::Float(f));
             }
-            if let Some(bits) = plain.strip_prefix("0b") {
-                if let Some(i) = parse_int(bits, 2) {
-                    return (INT_TAG, GoVal::Int(i));
-                }
-                if let Some(u) = parse_uint(bits, 2) {
-                    return (INT_TAG, GoVal::Uint(u));
-                }
-            } else if let Some(bits) = plain.strip_prefix("-0b")
-                && let Some(i) = parse_int(&format!("-{bits}"), 2)
-            {
-                return (INT_TAG, GoVal::Int(i));
+            let binary = match plain.strip_prefix("-0b") {
+                Some(bits) => Some(format!("-{bits}")),
+                None => plain.strip_prefix("0b").map(str::to_owned),
+            };
+            if let Some(int) = binary.and_then(|bits| int(&bits, 2)) {
+                return (INT_TAG, int);
             }
         }
         _ => {}
@@ -490,11 +475,8 @@ fn resolve_scalar(value: &str, tag: &str, implicit: bool) -> Result<GoVal, YamlE
     }
     let (rtag, resolved) = resolve(tag, value)?;
     if rtag == BINARY_TAG {
-        let Some(bytes) = go_base64_decode(value) else {
-            return Err(decode_error(
-                "!!binary value contains invalid base64 data".into(),
-            ));
-        };
+        let bytes = go_base64_decode(value)
+            .ok_or_else(|| decode_error("!!binary value contains invalid base64 data".into()))?;
         return Ok(GoVal::Str(go_string_from_bytes(&bytes)));
     }
     if rtag == TIMESTAMP_TAG {
@@ -506,52 +488,25 @@ fn resolve_scalar(value: &str, tag: &str, implicit: bool) -> Result<GoVal, YamlE
 
 /// `^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`
 fn is_yaml_style_float(s: &str) -> bool {
-    let b = s.as_bytes();
-    let mut i = 0;
-    if matches!(b.first(), Some(b'+' | b'-')) {
-        i += 1;
+    fn unsigned(s: &str) -> &str {
+        s.strip_prefix(['+', '-']).unwrap_or(s)
     }
-    let digits = |i: &mut usize| {
-        let start = *i;
-        while b.get(*i).is_some_and(u8::is_ascii_digit) {
-            *i += 1;
-        }
-        *i - start
-    };
-    if b.get(i) == Some(&b'.') {
-        i += 1;
-        if digits(&mut i) == 0 {
-            return false;
-        }
-    } else {
-        if digits(&mut i) == 0 {
-            return false;
-        }
-        if b.get(i) == Some(&b'.') {
-            i += 1;
-            digits(&mut i);
-        }
-    }
-    if matches!(b.get(i), Some(b'e' | b'E')) {
-        i += 1;
-        if matches!(b.get(i), Some(b'+' | b'-')) {
-            i += 1;
-        }
-        if digits(&mut i) == 0 {
-            return false;
-        }
-    }
-    i == b.len()
+    let digits = |s: &str| s.bytes().all(|byte| byte.is_ascii_digit());
+    let s = unsigned(s);
+    let (mantissa, exponent) = s.split_once(['e', 'E']).unwrap_or((s, "0"));
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let exponent = unsigned(exponent);
+    !matches!(mantissa, "" | ".")
+        && digits(whole)
+        && digits(fraction)
+        && !exponent.is_empty()
+        && digits(exponent)
 }
 
 /// go-yaml's `parseTimestamp`: does `s` start with a four-digit year and a dash, and match one
 /// of the layouts it tries with `time.Parse`: `2006-1-2T15:4:5.999999999Z07:00` (or with
 /// `t`), `2006-1-2 15:4:5.999999999` (any number of spaces) or `2006-1-2`?
-fn is_timestamp(s: &str) -> bool {
-    timestamp_layout(s).is_some()
-}
-
-fn timestamp_layout(s: &str) -> Option<()> {
+fn is_timestamp(s: &str) -> Option<()> {
     let b = s.as_bytes();
     let year: u32 = s.get(..4)?.parse().ok()?;
     let mut p = TimeParser { b, i: 4 };
@@ -723,33 +678,29 @@ fn go_syntax(value: &GoVal, nested: bool) -> String {
 
 /// The JSON object key `sigs.k8s.io/yaml` makes of a Go map key.
 fn key_string(k: &GoVal, v: &GoVal) -> Result<String, YamlError> {
-    match k {
-        GoVal::Str(s) => Ok(s.clone()),
-        GoVal::Int(i) => Ok(i.to_string()),
-        GoVal::Bool(b) => Ok(b.to_string()),
-        GoVal::Float(f) => Ok(match format_g(*f, true).as_str() {
-            "+Inf" => ".inf".to_owned(),
-            "-Inf" => "-.inf".to_owned(),
-            "NaN" => ".nan".to_owned(),
-            s => s.to_owned(),
-        }),
-        GoVal::Nil => Err(YamlError::UnsupportedMapKey(format!(
-            "Unsupported map key of type: %!s(<nil>), key: <nil>, value: {}",
-            go_syntax(v, false)
-        ))),
-        GoVal::Uint(_) | GoVal::Seq(_) | GoVal::Map(_) => {
-            let type_name = match k {
-                GoVal::Uint(_) => "uint64",
-                GoVal::Seq(_) => "[]interface {}",
-                _ => "map[interface {}]interface {}",
-            };
-            Err(YamlError::UnsupportedMapKey(format!(
-                "Unsupported map key of type: {type_name}, key: {}, value: {}",
-                go_syntax(k, false),
-                go_syntax(v, false)
-            )))
+    let type_name = match k {
+        GoVal::Str(s) => return Ok(s.clone()),
+        GoVal::Int(i) => return Ok(i.to_string()),
+        GoVal::Bool(b) => return Ok(b.to_string()),
+        GoVal::Float(f) => {
+            return Ok(match format_g(*f, true).as_str() {
+                "+Inf" => ".inf".to_owned(),
+                "-Inf" => "-.inf".to_owned(),
+                "NaN" => ".nan".to_owned(),
+                s => s.to_owned(),
+            });
         }
-    }
+        // `%s` of a nil interface.
+        GoVal::Nil => "%!s(<nil>)",
+        GoVal::Uint(_) => "uint64",
+        GoVal::Seq(_) => "[]interface {}",
+        GoVal::Map(_) => "map[interface {}]interface {}",
+    };
+    Err(YamlError::UnsupportedMapKey(format!(
+        "Unsupported map key of type: {type_name}, key: {}, value: {}",
+        go_syntax(k, false),
+        go_syntax(v, false)
+    )))
 }
 
 /// `convertToJSONableObject` and `json.Marshal`: maps become objects with string keys, sorted,

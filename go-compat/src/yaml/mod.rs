@@ -142,67 +142,50 @@ fn allowed(value: u32) -> bool {
 
 /// The first byte go-yaml's reader refuses, and its message.
 fn reader_error(input: &[u8]) -> Option<(usize, &'static str)> {
-    // Valid UTF-8 (nearly every file) only needs its characters checked.
-    if let Ok(text) = std::str::from_utf8(input) {
-        return text
-            .char_indices()
-            .find(|&(_, character)| !allowed(u32::from(character)))
-            .map(|(at, _)| (at, "control characters are not allowed"));
+    // Valid UTF-8 (nearly every file, or the part before the first bad sequence) only needs
+    // its characters checked.
+    let at = std::str::from_utf8(input).map_or_else(|error| error.valid_up_to(), str::len);
+    let valid = std::str::from_utf8(&input[..at]).unwrap_or_default();
+    if let Some((bad, _)) = valid.char_indices().find(|&(_, c)| !allowed(u32::from(c))) {
+        return Some((bad, "control characters are not allowed"));
     }
-    let mut at = 0;
-    while at < input.len() {
-        let lead = input[at];
-        let width = match lead {
-            0x00..=0x7f => 1,
-            0xc0..=0xdf => 2,
-            0xe0..=0xef => 3,
-            0xf0..=0xf7 => 4,
-            _ => return Some((at, "invalid leading UTF-8 octet")),
-        };
-        let Some(sequence) = input.get(at..at + width) else {
-            return Some((at, "incomplete UTF-8 octet sequence"));
-        };
-        if sequence[1..].iter().any(|byte| byte & 0xc0 != 0x80) {
-            return Some((at, "invalid trailing UTF-8 octet"));
-        }
-        let mut value = u32::from(lead) & [0x7f, 0x1f, 0x0f, 0x07][width - 1];
-        for byte in &sequence[1..] {
-            value = (value << 6) | u32::from(byte & 0x3f);
-        }
-        let shortest = match width {
-            1 => true,
-            2 => value >= 0x80,
-            3 => value >= 0x800,
-            _ => value >= 0x10000,
-        };
-        if !shortest {
-            return Some((at, "invalid length of a UTF-8 sequence"));
-        }
-        if (0xd800..=0xdfff).contains(&value) || value > 0x10ffff {
-            return Some((at, "invalid Unicode character"));
-        }
-        if !allowed(value) {
-            return Some((at, "control characters are not allowed"));
-        }
-        at += width;
+    // The sequence Rust refuses, which go-yaml refuses too, for one of these reasons.
+    let lead = *input.get(at)?;
+    let width = match lead {
+        0x00..=0x7f => 1,
+        0xc0..=0xdf => 2,
+        0xe0..=0xef => 3,
+        0xf0..=0xf7 => 4,
+        _ => return Some((at, "invalid leading UTF-8 octet")),
+    };
+    let Some(sequence) = input.get(at..at + width) else {
+        return Some((at, "incomplete UTF-8 octet sequence"));
+    };
+    if sequence[1..].iter().any(|byte| byte & 0xc0 != 0x80) {
+        return Some((at, "invalid trailing UTF-8 octet"));
     }
-    None
+    let mut value = u32::from(lead) & [0x7f, 0x1f, 0x0f, 0x07][width - 1];
+    for byte in &sequence[1..] {
+        value = (value << 6) | u32::from(byte & 0x3f);
+    }
+    let shortest = [0, 0x80, 0x800, 0x10000][width - 1];
+    if value < shortest {
+        return Some((at, "invalid length of a UTF-8 sequence"));
+    }
+    Some((at, "invalid Unicode character"))
 }
 
 /// The line libyaml's marks give `index`: line breaks are LF, CR, CR LF, NEL, LS and PS.
 fn line_at(input: &[u8], index: usize) -> usize {
     let text = String::from_utf8_lossy(input.get(..index).unwrap_or(input));
-    let mut lines = 0;
-    let mut previous = '\0';
-    for character in text.chars() {
-        if matches!(character, '\r' | '\u{85}' | '\u{2028}' | '\u{2029}')
-            || (character == '\n' && previous != '\r')
-        {
-            lines += 1;
-        }
-        previous = character;
-    }
-    lines
+    let previous = std::iter::once('\0').chain(text.chars());
+    text.chars()
+        .zip(previous)
+        .filter(|&(character, previous)| {
+            matches!(character, '\r' | '\u{85}' | '\u{2028}' | '\u{2029}')
+                || (character == '\n' && previous != '\r')
+        })
+        .count()
 }
 
 /// A scanner error at `index` as go-yaml words it (its line is the mark's, plus one).
@@ -292,28 +275,19 @@ fn version_directive_error(input: &[u8]) -> Option<YamlError> {
 /// The escape in a double-quoted scalar's source that go-yaml refuses and libyaml accepts
 /// (`\/`), if any.
 fn refused_escape(source: &[u8]) -> Option<usize> {
-    let mut at = 1;
-    while at + 1 < source.len() {
-        if source[at] == b'\\' {
-            if source[at + 1] == b'/' {
-                return Some(at);
-            }
-            at += 2;
-        } else {
-            at += 1;
-        }
-    }
-    None
+    let mut escaped = false;
+    let slash = source.iter().position(|&byte| {
+        let refused = escaped && byte == b'/';
+        escaped = !escaped && byte == b'\\';
+        refused
+    })?;
+    Some(slash - 1)
 }
 
 /// Parses the first document into a node tree, with go-yaml v2's behaviour.
 fn compose(original: &[u8]) -> Result<Option<Doc>, YamlError> {
     // go-yaml parses an empty input as a single line break.
-    let mut input: Vec<u8> = if original.is_empty() {
-        b"\n".to_vec()
-    } else {
-        original.to_vec()
-    };
+    let mut input = if original.is_empty() { b"\n" } else { original }.to_vec();
     // UTF-16 input (by its byte order mark) is decoded by libyaml as by go-yaml.
     let utf16 = input.starts_with(&[0xff, 0xfe]) || input.starts_with(&[0xfe, 0xff]);
     let refused = if utf16 { None } else { reader_error(&input) };
@@ -351,11 +325,6 @@ fn compose(original: &[u8]) -> Result<Option<Doc>, YamlError> {
                 let escaped = format!("%{:02X}", input[at]);
                 input.splice(at..=at, escaped.bytes());
             }
-            Err(Failure::Parse(error)) if tag_ends_at(&input, error.problem_mark.index) => {
-                let at = error.problem_mark.index;
-                let escaped = format!("%{:02X}", input[at]);
-                input.splice(at..=at, escaped.bytes());
-            }
             Err(Failure::Parse(error)) => {
                 // libyaml accepts `%YAML 1.2` and longer numbers, then may fail later on.
                 let directive = matches!(
@@ -380,23 +349,44 @@ enum Failure {
     TagGoesOn(usize),
 }
 
-/// Whether the token holding `index` is a tag that libyaml ended at a flow indicator there,
-/// where go-yaml's tag characters (YAML 1.1 URI characters) go on.
-fn tag_ends_at(input: &[u8], index: usize) -> bool {
-    let blank = |byte: &u8| matches!(byte, b' ' | b'\t' | b'\r' | b'\n');
-    matches!(input.get(index), Some(b',' | b'[' | b']'))
-        && input[..index]
-            .iter()
-            .rev()
-            .take_while(|byte| !blank(byte))
-            .last()
-            == Some(&b'!')
+/// Where libyaml ends the tag whose `!` is at `bang`, if it ends it at a flow indicator, which
+/// go-yaml's tag characters (YAML 1.1 URI characters) go on through. A verbatim tag (`!<...>`)
+/// holds them in both; after its `>`, go-yaml refuses a comma that libyaml takes in a flow
+/// collection, and refuses it as libyaml refuses `%`.
+fn tag_stops_at_indicator(input: &[u8], bang: usize) -> Option<usize> {
+    let tag = input.get(bang..).filter(|tag| tag.starts_with(b"!"))?;
+    let verbatim = tag.starts_with(b"!<");
+    let skip = 1 + usize::from(verbatim);
+    let uri = |byte: &u8| {
+        byte.is_ascii_alphanumeric()
+            || b"-_;/?:@&=+$.%!~*'()".contains(byte)
+            || (verbatim && b",[]".contains(byte))
+    };
+    let mut end = bang + skip + tag[skip..].iter().position(|byte| !uri(byte))?;
+    end += usize::from(verbatim && input[end] == b'>');
+    matches!(input.get(end), Some(b',' | b'[' | b']')).then_some(end)
 }
 
-impl From<ParseError> for Failure {
-    fn from(error: ParseError) -> Self {
-        Self::Parse(error)
+/// Where the node properties at `start` go on after an anchor that comes first: past its
+/// characters and the blanks, line breaks and comments between it and a tag.
+fn after_anchor(input: &[u8], start: usize) -> usize {
+    if input.get(start) != Some(&b'&') {
+        return start;
     }
+    let rest = &input[start + 1..];
+    let name = rest
+        .iter()
+        .take_while(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-'))
+        .count();
+    let mut comment = false;
+    let gap = rest[name..]
+        .iter()
+        .take_while(|&&byte| {
+            comment = (comment || byte == b'#') && !matches!(byte, b'\r' | b'\n');
+            comment || matches!(byte, b' ' | b'\t' | b'\r' | b'\n')
+        })
+        .count();
+    start + 1 + name + gap
 }
 
 impl From<YamlError> for Failure {
@@ -415,7 +405,14 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
         }
         Err(error) => {
             *reached = error.problem_mark;
-            Err(error)
+            // The scanner refused what follows a tag it ended at a flow indicator.
+            let at = error.problem_mark.index;
+            Err(
+                match tag_stops_at_indicator(input, error.context_mark.index) {
+                    Some(end) if error.scanner && end == at => Failure::TagGoesOn(at),
+                    _ => Failure::Parse(error),
+                },
+            )
         }
     };
     next(reached)?; // STREAM-START
@@ -430,11 +427,10 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
     }
     let mut nodes: Vec<Node> = Vec::new();
     let mut anchors: HashMap<String, NodeId> = HashMap::new();
-    // Open collections: the node and whether it is a flow collection.
-    let mut open: Vec<(NodeId, bool)> = Vec::new();
-    // The lines the open collections start on.
-    let mut open_lines: Vec<usize> = Vec::new();
-    let (mut flow_depth, mut block_depth) = (0, 0);
+    // Open collections: the node, whether it is a flow collection and the line it starts on.
+    let mut open: Vec<(NodeId, bool, usize)> = Vec::new();
+    // The nesting of block (0) and flow (1) collections.
+    let mut depths = [0; 2];
     loop {
         let (event, start) = next(reached)?;
         let id = nodes.len();
@@ -458,18 +454,15 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
                     )
                     .into());
                 }
+                // A tag libyaml ended at a comma in a flow collection, before an empty scalar.
                 if !tag.is_empty()
-                    && let Some(end) = input.get(start.index..).and_then(|source| {
-                        source.iter().position(|&byte| {
-                            matches!(byte, b' ' | b'\t' | b'\r' | b'\n' | b',' | b'[' | b']')
-                        })
-                    })
-                    && tag_ends_at(input, start.index + end)
+                    && let Some(at) =
+                        tag_stops_at_indicator(input, after_anchor(input, start.index))
                 {
-                    return Err(Failure::TagGoesOn(start.index + end));
+                    return Err(Failure::TagGoesOn(at));
                 }
                 if plain
-                    && let Some(&(parent, true)) = open.last()
+                    && let Some(&(parent, true, open_line)) = open.last()
                     && let Some(at) = value.find('?')
                 {
                     // go-yaml ends a plain scalar at `?` in a flow collection and reads a key
@@ -479,7 +472,7 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
                         .and_then(|rest| rest.iter().position(|&byte| byte == b'?'))
                         .map_or(start.index + at, |offset| start.index + offset);
                     let line = match line_at(input, question) {
-                        0 => open_lines.last().copied().unwrap_or(0),
+                        0 => open_line,
                         line => line,
                     };
                     let closer = if matches!(nodes.get(parent), Some(Node::Mapping(_))) {
@@ -517,13 +510,8 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
             }
             Event::MappingStart { anchor, flow } => (Node::Mapping(Vec::new()), anchor, Some(flow)),
             Event::CollectionEnd => {
-                open_lines.pop();
-                if let Some((_, flow)) = open.pop() {
-                    *(if flow {
-                        &mut flow_depth
-                    } else {
-                        &mut block_depth
-                    }) -= 1;
+                if let Some((_, flow, _)) = open.pop() {
+                    depths[usize::from(flow)] -= 1;
                 }
                 if open.is_empty() {
                     break;
@@ -542,7 +530,7 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
             anchors.insert(name, id);
         }
         match open.last() {
-            Some(&(parent, _)) => {
+            Some(&(parent, _, _)) => {
                 if let Some(Node::Sequence(children) | Node::Mapping(children)) =
                     nodes.get_mut(parent)
                 {
@@ -553,13 +541,8 @@ fn compose_events(input: &[u8], reached: &mut Mark) -> Result<Option<Doc>, Failu
             None => {}
         }
         if let Some(flow) = opens {
-            open.push((id, flow));
-            open_lines.push(start.line);
-            let depth = if flow {
-                &mut flow_depth
-            } else {
-                &mut block_depth
-            };
+            open.push((id, flow, start.line));
+            let depth = &mut depths[usize::from(flow)];
             *depth += 1;
             if *depth > MAX_DEPTH {
                 return Err(
