@@ -2,14 +2,14 @@
 //! new flows are refused (counted), and no live flow, busy or idle, breaks or changes port.
 
 use std::{
-    net::{IpAddr, SocketAddr, UdpSocket},
+    net::{IpAddr, SocketAddr},
     time::Duration,
 };
 
 use crate::{
     agent::Agent,
     sandbox::Sandbox,
-    traffic::{HeldConnection, UdpFlow},
+    traffic::{HeldConnection, UdpFlow, udp_client},
     wait_for,
 };
 
@@ -59,9 +59,8 @@ pub fn full_table_keeps_live_flows(
     );
 
     sandbox.pod(2).enter(|| {
-        let any = if tcp.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
         for index in 0..NEW_FLOWS {
-            UdpSocket::bind(any)
+            udp_client(udp, timeout)
                 .and_then(|socket| socket.send_to(format!("new{index}").as_bytes(), udp))
                 .unwrap_or_else(|error| panic!("sending new flow {index}: {error}"));
         }

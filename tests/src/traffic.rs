@@ -322,12 +322,7 @@ impl UdpFlow {
     /// Opens the socket, of the server's family; call from inside the client's namespace.
     pub fn open(server: impl Into<SocketAddr>, timeout: Duration) -> io::Result<Self> {
         let server = server.into();
-        let socket = UdpSocket::bind(if server.is_ipv4() {
-            "0.0.0.0:0"
-        } else {
-            "[::]:0"
-        })?;
-        socket.set_read_timeout(Some(timeout / 4))?;
+        let socket = udp_client(server, timeout)?;
         Ok(Self { socket, server })
     }
 
@@ -436,6 +431,18 @@ pub fn udp_server(netns: &Netns, bind: impl Into<SocketAddr>) -> Server {
     })
 }
 
+/// A UDP socket of `server`'s family on an ephemeral port, whose reads give up after a quarter
+/// of `timeout` (requests are retried four times).
+pub fn udp_client(server: SocketAddr, timeout: Duration) -> io::Result<UdpSocket> {
+    let socket = UdpSocket::bind(if server.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    })?;
+    socket.set_read_timeout(Some(timeout / 4))?;
+    Ok(socket)
+}
+
 /// Sends `payload` to a [`udp_server`] (retrying a few times) and returns the peer address the
 /// server saw and the echoed payload.
 pub fn udp_request(
@@ -444,12 +451,7 @@ pub fn udp_request(
     timeout: Duration,
 ) -> io::Result<(SocketAddr, Vec<u8>)> {
     let server = server.into();
-    let socket = UdpSocket::bind(if server.is_ipv4() {
-        "0.0.0.0:0"
-    } else {
-        "[::]:0"
-    })?;
-    socket.set_read_timeout(Some(timeout / 4))?;
+    let socket = udp_client(server, timeout)?;
     let mut buffer = vec![0u8; 65_536];
     for _ in 0..4 {
         socket.send_to(payload, server)?;
