@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use masq_common::{
     counters::Counter,
     layout::{ATTACH_TCX, NOMASQ_KIND_CIDR, Uplink},
-    nat::Direction,
+    nat::{Direction, IPV6_MAX_EXTENSION_HEADERS},
 };
 use masq_testbed::{
     check::Ipv4View,
@@ -154,12 +154,21 @@ fn extension_headers_are_walked_to_the_transport_header() {
         "checksum after extension headers"
     );
 
-    // More extension headers than the datapath walks: passed untouched, counted.
-    let mut deep = Packet6::tcp(POD, 40_003, REMOTE, 443, TCP_SYN);
-    for _ in 0..7 {
-        deep = deep.with_extension(DESTINATION_OPTIONS, &options);
-    }
-    let frame = deep.frame();
+    // As many extension headers as the datapath walks: translated.
+    let chain = |source_port| {
+        (0..IPV6_MAX_EXTENSION_HEADERS).fold(
+            Packet6::tcp(POD, source_port, REMOTE, 443, TCP_SYN),
+            |packet, _| packet.with_extension(DESTINATION_OPTIONS, &options),
+        )
+    };
+    let run = harness.egress(&chain(40_005).frame());
+    assert_eq!(run.action, Action::Pass);
+    assert_eq!(Ipv6View::of_frame(&run.frame).src, node());
+
+    // One more than the datapath walks: passed untouched, counted.
+    let frame = chain(40_003)
+        .with_extension(DESTINATION_OPTIONS, &options)
+        .frame();
     let run = harness.egress(&frame);
     assert_eq!((run.action, &run.frame), (Action::Pass, &frame));
     assert_eq!(harness.counter_v6(Counter::EgressUnsupported), 1);

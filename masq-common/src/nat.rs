@@ -13,6 +13,11 @@
 //! queries the identifier plays the part of the local port: it is the source "port" of an egress
 //! key and the destination "port" of an ingress key, the remote side's port being zero.
 
+/// Extension headers the datapath walks to an IPv6 packet's transport header: more than any
+/// ordinary packet carries (RFC 8200 recommends at most one of each, in order). A longer chain
+/// is passed untouched and counted (`EgressUnsupported`, `IngressUnsupported`).
+pub const IPV6_MAX_EXTENSION_HEADERS: usize = 6;
+
 /// IP protocol numbers the datapath knows.
 pub mod proto {
     /// Internet Control Message Protocol.

@@ -9,7 +9,7 @@
 use aya_ebpf::programs::TcContext;
 use masq_common::{
     counters::Counter,
-    nat::{FLOW_TCP_FIN, FLOW_TCP_RST, FLOW_TCP_SYN, proto},
+    nat::{FLOW_TCP_FIN, FLOW_TCP_RST, FLOW_TCP_SYN, IPV6_MAX_EXTENSION_HEADERS, proto},
 };
 
 use crate::{
@@ -237,9 +237,6 @@ pub(crate) fn parse(ctx: &TcContext) -> Frame {
 const ETH_P_IPV6: [u8; 2] = [0x86, 0xdd];
 /// Length of the fixed IPv6 header.
 pub(crate) const IPV6_HEADER_LEN: usize = 40;
-/// Extension headers walked before giving up on finding the transport header: more than any
-/// ordinary packet carries (RFC 8200 recommends at most one of each, in order).
-pub(crate) const IPV6_MAX_EXTENSION_HEADERS: usize = 6;
 
 /// IPv6 next-header values of the extension headers walked.
 mod next_header {
@@ -297,7 +294,8 @@ pub(crate) fn parse_ipv6(ctx: &TcContext) -> Frame6 {
     let mut id = 0;
     let mut more_fragments = false;
     let mut fragment_offset = 0;
-    for _ in 0..IPV6_MAX_EXTENSION_HEADERS {
+    // One pass per extension header, and one more that can only meet the transport header.
+    for _ in 0..=IPV6_MAX_EXTENSION_HEADERS {
         let length = match next {
             next_header::HOP_BY_HOP | next_header::ROUTING | next_header::DESTINATION_OPTIONS => {
                 let Some([following, units]) = read::<[u8; 2]>(ctx, offset) else {
