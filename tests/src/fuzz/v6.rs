@@ -736,6 +736,18 @@ pub fn check(
             );
         }
     }
+    if direction == Direction::Egress
+        && let Some(flow) = pods_error_about_reply(&parsed, input, model)
+        && counter != Counter::EgressIcmpErrorTranslated
+    {
+        violate(
+            Kind::Missed,
+            format!(
+                "a pod's error about a reply of {flow:?}, which has a mapping, counted as {}",
+                counter.name()
+            ),
+        );
+    }
     let Some(output) = output else {
         return;
     };
@@ -902,13 +914,7 @@ fn quote(
     model: &Model6,
     violate: &mut impl FnMut(Kind, String),
 ) {
-    // The quoted packet starts after the error's 8-byte header.
-    let quoted = |frame: &[u8]| {
-        let mut rebuilt = frame[..ETH_HLEN].to_vec();
-        rebuilt.extend_from_slice(frame.get(l4 + 8..)?);
-        flow_of(&rebuilt)
-    };
-    let (Some(before), Some(after)) = (quoted(input), quoted(output)) else {
+    let (Some(before), Some(after)) = (quoted(input, l4), quoted(output, l4)) else {
         return;
     };
     let (protocol, remote, remote_port, pod, pod_port) = before;
@@ -934,6 +940,28 @@ fn quote(
             format!("an error's quote of {before:?} became {after:?}, the model says {expected:?}"),
         );
     }
+}
+
+/// The flow of the packet an ICMPv6 error (its header at `l4`) quotes, after its 8-byte header.
+fn quoted(frame: &[u8], l4: usize) -> Option<Flow> {
+    let mut rebuilt = frame.get(..ETH_HLEN)?.to_vec();
+    rebuilt.extend_from_slice(frame.get(l4 + 8..)?);
+    flow_of(&rebuilt)
+}
+
+/// A pod's error about a reply of a mapped flow, whole and consistent (its checksum verifies,
+/// it quotes all of the reply): the flow it is about, as the pod sent it.
+fn pods_error_about_reply(parsed: &Parsed, input: &[u8], model: &Model6) -> Option<Flow> {
+    let end = parsed.end?;
+    let l4 = parsed.l4;
+    let whole = parsed.next == proto::ICMPV6
+        && parsed.fragment.is_none()
+        && *input.get(l4)? < 128
+        && verifies(parsed.src, parsed.dst, parsed.next, input.get(l4..end)?)
+        && l4 + 8 + IPV6_HLEN + usize::from(be16(input, l4 + 8 + 4)?) == end;
+    let (protocol, remote, remote_port, pod, pod_port) = quoted(input, l4)?;
+    let flow = (protocol, pod, pod_port, remote, remote_port);
+    (whole && pod == parsed.src && model.by_original.contains_key(&flow)).then_some(flow)
 }
 
 /// A packet with more extension headers than the datapath walks: passed untouched, and
