@@ -458,7 +458,7 @@ fn fragment_follows_first(
 
 /// A later fragment must leave with the address its datagram's first fragment left with
 /// (nothing is expected when that was dropped). Both families.
-pub fn follows_first<A: PartialEq + std::fmt::Display>(
+pub fn follows_first<A: Copy + PartialEq + std::fmt::Display>(
     first: &FirstFragment<A>,
     actual: A,
     violate: &mut impl FnMut(Kind, String),
