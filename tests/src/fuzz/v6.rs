@@ -10,7 +10,7 @@ use std::{collections::HashMap, net::Ipv6Addr};
 
 use masq_common::{counters::Counter, nat::Direction, ports::PortRange};
 
-use super::model::FirstFragment;
+use super::{generate::Pending, model::FirstFragment};
 use super::{
     oracle::{Kind, Region, Sum, TRANSLATING},
     rng::Rng,
@@ -341,7 +341,7 @@ impl Model6 {
 /// a datagram to send them after, in any order.
 #[derive(Debug, Default)]
 pub struct Generator6 {
-    pending: Vec<(Direction, Vec<u8>)>,
+    pending: Pending,
 }
 
 impl Generator6 {
@@ -352,9 +352,8 @@ impl Generator6 {
 
     /// The next IPv6 frame.
     pub fn frame(&mut self, rng: &mut Rng, model: &Model6) -> (Direction, Vec<u8>) {
-        if !self.pending.is_empty() && rng.chance(50) {
-            let at = rng.below(self.pending.len());
-            return self.pending.swap_remove(at);
+        if let Some(frame) = self.pending.take(rng, 50) {
+            return frame;
         }
         let known = (!model.originals.is_empty()).then(|| rng.pick(&model.originals));
         let (direction, mut frame) = match (rng.weighted(&[30, 20, 25, 8, 8, 9, 10, 6]), known) {
@@ -448,28 +447,11 @@ impl Generator6 {
             );
             at = to;
         }
-        let first = frames.remove(0);
-        let mut later: Vec<(Direction, Vec<u8>)> =
-            frames.into_iter().map(|frame| (direction, frame)).collect();
-        match rng.below(10) {
-            // A later fragment alone: its first is never sent.
-            0 if !later.is_empty() => {
-                let at = rng.below(later.len());
-                later.swap_remove(at)
-            }
-            // A later fragment before the first.
-            1 if !later.is_empty() => {
-                let at = rng.below(later.len());
-                let early = later.swap_remove(at);
-                self.pending.extend(later);
-                self.pending.push((direction, first));
-                early
-            }
-            _ => {
-                self.pending.extend(later);
-                (direction, first)
-            }
+        // Sometimes the later fragments alone: their first is never sent.
+        if frames.len() > 1 && rng.chance(10) {
+            frames.remove(0);
         }
+        self.pending.scatter(rng, direction, frames)
     }
 }
 
