@@ -46,7 +46,7 @@ static KNOWN_DATAPATH_BUGS: &[KnownBug] = &[
     KnownBug {
         name: "ipv6_sixth_extension_header_not_walked",
         matches: has_six_extension_headers,
-        tolerated: &[Kind::Missed, Kind::Fragment],
+        tolerated: &[Kind::Missed],
         reproduce: six_extension_headers_case,
     },
 ];

@@ -1,10 +1,16 @@
 //! IPv6 through an uplink that translates it (`has_v6`): the frames (pod flows, replies to the
-//! mappings they made, Packet Too Big about them, exempt and link-scoped traffic, unsolicited
-//! packets, all sometimes cut, lied about or corrupted) and the oracle's IPv6 checks. Only the
-//! translated end's address and port (the ICMPv6 echo identifier), the transport checksum and
-//! an error's quote may change; a checksum that verified still verifies; egress leaves with the
-//! uplink's IPv6 address and a port of the range; a flow keeps its mapping; replies and errors
-//! about a mapping get the pod's end back; a mapped flow is never missed.
+//! mappings they made, Packet Too Big about them, pods' Destination Unreachable about replies
+//! they got, datagrams in fragments sent in any order or without their first, chains of 1 to 7
+//! hop-by-hop, routing and destination options headers, exempt and link-scoped traffic,
+//! unsolicited packets, all sometimes cut, lied about or corrupted) and the oracle's IPv6
+//! checks. Only the translated end's address and port (the ICMPv6 echo identifier), the
+//! transport checksum and an error's quote may change; a checksum that verified still
+//! verifies; egress leaves with the uplink's IPv6 address and a port of the range; a flow keeps
+//! its mapping, whatever extension headers it carries; replies and errors about a mapping get
+//! the pod's end back, a pod's error about a reply the node's; a mapped flow is never missed; a
+//! later fragment leaves with the address its first fragment left with, and is never
+//! translated on ingress without one; a packet with more extension headers than the datapath
+//! walks passes as it was, counted.
 
 use std::{collections::HashMap, net::Ipv6Addr};
 
