@@ -251,14 +251,14 @@ pub fn fragment(ip_packet: &[u8], from: usize, to: usize, more: bool) -> Vec<u8>
 pub struct Generator {
     uplink: Ipv4Addr,
     /// Frames decided earlier and sent later, in any order (later fragments of a datagram).
-    pending: Vec<(Direction, Vec<u8>)>,
+    pending: Pending,
 }
 
 impl Generator {
     pub const fn new(uplink: Ipv4Addr) -> Self {
         Self {
             uplink,
-            pending: Vec::new(),
+            pending: Pending(Vec::new()),
         }
     }
 
@@ -268,9 +268,8 @@ impl Generator {
     }
 
     pub fn next(&mut self, rng: &mut Rng, model: &Model) -> (Direction, Vec<u8>) {
-        if !self.pending.is_empty() && rng.chance(35) {
-            let index = rng.below(self.pending.len());
-            return self.pending.swap_remove(index);
+        if let Some(frame) = self.pending.take(rng, 35) {
+            return frame;
         }
         let (direction, mut frame) = match rng.weighted(&[18, 14, 16, 10, 6, 8, 8, 4, 6]) {
             0 => (Direction::Egress, self.egress_new(rng)),
@@ -527,16 +526,46 @@ impl Generator {
                 packet_with(rng, ends, l4, body).ip_packet()
             }
         };
-        let mut frames = split(rng, &packet);
-        let first = if rng.chance(80) {
+        let frames = split(rng, &packet);
+        self.pending.scatter(rng, direction, frames)
+    }
+}
+
+/// Frames decided earlier and sent later, in any order (later fragments of a datagram).
+#[derive(Debug, Default)]
+pub struct Pending(Vec<(Direction, Vec<u8>)>);
+
+impl Pending {
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// One of the pending frames, `percent` of the time when there are any.
+    pub fn take(&mut self, rng: &mut Rng, percent: usize) -> Option<(Direction, Vec<u8>)> {
+        if self.0.is_empty() || !rng.chance(percent) {
+            return None;
+        }
+        let index = rng.below(self.0.len());
+        Some(self.0.swap_remove(index))
+    }
+
+    /// The fragments of a datagram, first first: returns the one to send now (mostly the
+    /// first) and keeps the others pending.
+    pub fn scatter(
+        &mut self,
+        rng: &mut Rng,
+        direction: Direction,
+        mut frames: Vec<Vec<u8>>,
+    ) -> (Direction, Vec<u8>) {
+        let now = if rng.chance(80) {
             frames.remove(0)
         } else {
             // A later fragment before the first.
             frames.swap_remove(rng.below(frames.len()))
         };
-        self.pending
+        self.0
             .extend(frames.into_iter().map(|frame| (direction, frame)));
-        (direction, first)
+        (direction, now)
     }
 }
 

@@ -196,6 +196,7 @@ pub struct Fuzzer {
     pub stats: Stats,
     known: &'static [KnownBug],
     generator: Generator,
+    generator6: v6::Generator6,
     history: VecDeque<String>,
     started: Instant,
     /// In survey mode, violations are collected by signature instead of failing at once.
@@ -231,6 +232,7 @@ impl Fuzzer {
             stats: Stats::default(),
             known,
             generator: Generator::new(node_ip()),
+            generator6: v6::Generator6::default(),
             history: VecDeque::new(),
             started: Instant::now(),
             survey: None,
@@ -266,8 +268,11 @@ impl Fuzzer {
         } else if config.ipv6 {
             self.harness.set_uplink_v6(Some(v6::NODE_V6));
         }
+        let reached = self.model.v6.reached;
         self.model = Model::default();
+        self.model.v6.reached = reached;
         self.generator.clear();
+        self.generator6.clear();
         self.config = config;
         self.stats.epochs += 1;
     }
@@ -285,7 +290,7 @@ impl Fuzzer {
             }
             left_in_epoch -= 1;
             let (direction, frame) = if self.config.ipv6 && self.rng.chance(25) {
-                v6::frame(&mut self.rng, &self.model.v6)
+                self.generator6.frame(&mut self.rng, &self.model.v6)
             } else {
                 self.generator.next(&mut self.rng, &self.model)
             };

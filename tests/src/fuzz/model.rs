@@ -131,10 +131,10 @@ impl DatagramKey {
 
 /// What became of the last first fragment of a datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FirstFragment {
+pub struct FirstFragment<A = [u8; 4]> {
     /// The address it left with (the source on egress, the destination on ingress); `None`
     /// when it was dropped, after which nothing is expected of the later fragments.
-    pub left_with: Option<[u8; 4]>,
+    pub left_with: Option<A>,
     /// Its outcome counter.
     pub counter: Option<Counter>,
 }

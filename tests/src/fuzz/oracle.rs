@@ -39,7 +39,7 @@ use std::{net::Ipv4Addr, ops::Range};
 use masq_common::{counters::Counter, nat::Direction, ports::PortRange};
 
 use super::{
-    model::{DatagramKey, Model, Tuple},
+    model::{DatagramKey, FirstFragment, Model, Tuple},
     wire::{
         Ip, addr4, be16, checksum_offset, has_pseudo_header, is_icmp_error, is_ipv4_frame,
         is_ipv6_frame, proto, word_sum,
@@ -444,19 +444,34 @@ fn fragment_follows_first(
     else {
         return;
     };
-    let Some(expected) = first.left_with else {
-        return;
-    };
     let at = translated_address_offset(observation.direction, ip.start);
     let actual = addr4(observation.output, at).unwrap_or_default();
-    if actual != expected {
+    follows_first(
+        &FirstFragment {
+            left_with: first.left_with.map(Ipv4Addr::from),
+            counter: first.counter,
+        },
+        Ipv4Addr::from(actual),
+        violate,
+    );
+}
+
+/// A later fragment must leave with the address its datagram's first fragment left with
+/// (nothing is expected when that was dropped). Both families.
+pub fn follows_first<A: Copy + PartialEq + std::fmt::Display>(
+    first: &FirstFragment<A>,
+    actual: A,
+    violate: &mut impl FnMut(Kind, String),
+) {
+    let Some(expected) = &first.left_with else {
+        return;
+    };
+    if actual != *expected {
         violate(
             Kind::Fragment,
             format!(
-                "the first fragment left with {} ({}), this later fragment with {}",
-                Ipv4Addr::from(expected),
+                "the first fragment left with {expected} ({}), this later fragment with {actual}",
                 first.counter.map_or("no outcome", Counter::name),
-                Ipv4Addr::from(actual),
             ),
         );
     }
@@ -1011,7 +1026,7 @@ mod tests {
     use super::*;
     use crate::{
         fuzz::{
-            model::{FirstFragment, Mapping},
+            model::Mapping,
             wire::{ETH_HLEN, fix_ip_checksum},
         },
         pktgen::{Packet, TCP_ACK, TCP_SYN},
