@@ -197,7 +197,6 @@ fn an_uplink_without_ipv4_masquerades_ipv6_and_drops_ipv4_it_cannot_masquerade()
         ATTACH_TCX,
         Uplink::encode_name("lo").unwrap_or_default(),
     );
-    uplink.no_v4 = 1;
     uplink.has_v6 = 1;
     uplink.snat_addr_v6 = node().octets();
     harness

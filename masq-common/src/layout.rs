@@ -191,7 +191,7 @@ pub const IFNAME_SIZE: usize = 16;
 
 /// Value of the uplinks map: one interface traffic leaves the node by, keyed by its index.
 ///
-/// Written by the agent. The programs read only the addresses (`snat_addr`, `no_v4`, `has_v6`,
+/// Written by the agent. The programs read only the addresses (`snat_addr`, `has_v6`,
 /// `snat_addr_v6`); the rest is the agent's record of how it attached, so a restarted agent,
 /// `masq status` and `masq uninstall` know exactly what masq added to the interface and nothing
 /// else.
@@ -199,7 +199,9 @@ pub const IFNAME_SIZE: usize = 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Uplink {
     /// Address masqueraded traffic leaving by this interface gets (network byte order), as
-    /// MASQUERADE takes the outgoing interface's address.
+    /// MASQUERADE takes the outgoing interface's address. Zero when the interface has no IPv4
+    /// address (an IPv6-only uplink): IPv4 traffic that would be masqueraded leaving by it is
+    /// dropped and counted (`egress_drop_no_address`), as MASQUERADE drops it.
     pub snat_addr: [u8; 4],
     /// [`ATTACH_TCX`] or [`ATTACH_TC`].
     pub attach_mode: u8,
@@ -207,11 +209,8 @@ pub struct Uplink {
     pub created_clsact: u8,
     /// 1 when IPv6 is translated on this interface, to `snat_addr_v6`.
     pub has_v6: u8,
-    /// 1 when the interface has no IPv4 address (an IPv6-only uplink): `snat_addr` is zero and
-    /// IPv4 traffic that would be masqueraded leaving by it is dropped and counted
-    /// (`egress_drop_no_address`), as MASQUERADE drops it. 0, what older records hold in this
-    /// byte, means `snat_addr` is the address.
-    pub no_v4: u8,
+    /// Keeps the layout free of implicit padding; always zero.
+    pub pad: u8,
     /// The interface's name when masq attached, NUL-padded.
     pub ifname: [u8; IFNAME_SIZE],
     /// The global IPv6 address masqueraded IPv6 traffic leaving by this interface gets.
@@ -232,10 +231,8 @@ pub struct UplinkSlot {
     pub present: u8,
     /// 1 when IPv6 is translated on this uplink, to `snat_addr_v6`.
     pub has_v6: u8,
-    /// As [`Uplink::no_v4`]: 1 when the uplink has no IPv4 address to masquerade to.
-    pub no_v4: u8,
     /// Keeps the layout free of implicit padding; always zero.
-    pub pad: u8,
+    pub pad: [u8; 2],
     /// The global IPv6 address masqueraded IPv6 traffic leaving by this uplink gets.
     pub snat_addr_v6: [u8; 16],
 }
@@ -247,14 +244,18 @@ impl UplinkSlot {
             snat_addr: uplink.snat_addr,
             present: 1,
             has_v6: uplink.has_v6,
-            no_v4: uplink.no_v4,
-            pad: 0,
+            pad: [0; 2],
             snat_addr_v6: uplink.snat_addr_v6,
         }
     }
 }
 
 impl Uplink {
+    /// Whether the interface has an IPv4 address to masquerade to (`snat_addr` is not zero).
+    pub const fn has_v4(&self) -> bool {
+        !matches!(self.snat_addr, [0, 0, 0, 0])
+    }
+
     /// The record of an interface masq attached to in `attach_mode`, masquerading IPv4 to
     /// `snat_addr` and no IPv6 yet.
     pub const fn new(snat_addr: [u8; 4], attach_mode: u8, ifname: [u8; IFNAME_SIZE]) -> Self {
@@ -263,7 +264,7 @@ impl Uplink {
             attach_mode,
             created_clsact: 0,
             has_v6: 0,
-            no_v4: 0,
+            pad: 0,
             ifname,
             snat_addr_v6: [0; 16],
         }

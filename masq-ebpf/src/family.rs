@@ -188,25 +188,18 @@ impl Family for [u8; 4] {
         )
     }
 
-    // An uplink without IPv4 (`no_v4`) is still an uplink for IPv4: its packets are classified
-    // as everywhere else (exempt destinations and the node's own traffic pass), and those that
-    // would be masqueraded are dropped, as MASQUERADE drops them with no address to give.
+    // An uplink without IPv4 (its address zero) is still an uplink for IPv4: its packets are
+    // classified as everywhere else (exempt destinations and the node's own traffic pass), and
+    // those that would be masqueraded are dropped, as MASQUERADE drops them with no address to
+    // give (`unaddressed`).
     #[inline(always)]
     fn of_slot(slot: &UplinkSlot) -> Option<Self> {
-        (slot.present != 0).then_some(if slot.no_v4 != 0 {
-            [0; 4]
-        } else {
-            slot.snat_addr
-        })
+        (slot.present != 0).then_some(slot.snat_addr)
     }
 
     #[inline(always)]
     fn of_uplink(uplink: &Uplink) -> Option<Self> {
-        Some(if uplink.no_v4 != 0 {
-            [0; 4]
-        } else {
-            uplink.snat_addr
-        })
+        Some(uplink.snat_addr)
     }
 
     #[inline(always)]

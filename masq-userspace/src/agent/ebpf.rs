@@ -82,7 +82,6 @@ impl WantedUplink {
         let address = self.ipv6_address();
         Uplink {
             snat_addr: self.address.as_ref().map_or([0; 4], Ipv4Addr::octets),
-            no_v4: u8::from(self.address.is_none()),
             has_v6: u8::from(address.is_some()),
             snat_addr_v6: address.as_ref().map_or([0; 16], Ipv6Addr::octets),
             ..record
@@ -323,7 +322,7 @@ impl EbpfBackend {
             .filter(|(ifindex, _)| self.attached.contains_key(ifindex))
             .map(|(ifindex, uplink)| UplinkStatus {
                 interface: uplink.name().to_owned(),
-                node_ip: (uplink.no_v4 == 0).then(|| Ipv4Addr::from(uplink.snat_addr)),
+                node_ip: uplink.has_v4().then(|| Ipv4Addr::from(uplink.snat_addr)),
                 attach_mode: AttachMode::of(&uplink).map_or("?", AttachMode::name),
                 address_is_local: wanted
                     .iter()
@@ -395,8 +394,10 @@ impl EbpfBackend {
         if updated == *previous {
             return Ok(());
         }
-        if (previous.no_v4, previous.snat_addr) != (updated.no_v4, updated.snat_addr) {
-            let old = (previous.no_v4 == 0).then(|| Ipv4Addr::from(previous.snat_addr));
+        if previous.snat_addr != updated.snat_addr {
+            let old = previous
+                .has_v4()
+                .then(|| Ipv4Addr::from(previous.snat_addr));
             tracing::warn!(interface = %wanted.name, ?old, new = ?wanted.address, "the interface's address changed; new flows use the new one");
             wanted.warn_if_ipv4_missing();
         }

@@ -169,7 +169,9 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         .map(|(ifindex, uplink)| UplinkJson {
             interface: uplink.name().to_owned(),
             ifindex,
-            node_ip: (uplink.no_v4 == 0).then(|| Ipv4Addr::from(uplink.snat_addr).to_string()),
+            node_ip: uplink
+                .has_v4()
+                .then(|| Ipv4Addr::from(uplink.snat_addr).to_string()),
             node_ipv6: (uplink.has_v6 != 0)
                 .then(|| Ipv6Addr::from(uplink.snat_addr_v6).to_string()),
             attach_mode: AttachMode::of(&uplink)
