@@ -1049,7 +1049,8 @@ fn the_ipv6_trie_is_diff_synced_like_the_ipv4_one() {
         ((v6("2001:db8:20::"), 48), NOMASQ_KIND_CIDR),
     ]
     .into();
-    let report = sync_nomasq(maps, &first, TrieView::LastSynced).expect("first sync");
+    let report =
+        sync_nomasq(maps, &first.clone().into(), TrieView::LastSynced).expect("first sync");
     assert_eq!(
         report,
         TrieSync {
@@ -1063,7 +1064,8 @@ fn the_ipv6_trie_is_diff_synced_like_the_ipv4_one() {
     second.remove(&(v6("2001:db8:20::"), 48));
     second.insert((v6("2001:db8:10::"), 48), NOMASQ_KIND_LINK_LOCAL);
     second.insert((v6("2001:db8:30::"), 64), NOMASQ_KIND_CIDR);
-    let report = sync_nomasq(maps, &second, TrieView::LastSynced).expect("second sync");
+    let report =
+        sync_nomasq(maps, &second.clone().into(), TrieView::LastSynced).expect("second sync");
     assert_eq!(
         report,
         TrieSync {
@@ -1092,7 +1094,7 @@ fn the_ipv6_trie_is_diff_synced_like_the_ipv4_one() {
             v6("2001:db8:30::").octets(),
         ))
         .expect("hand edit");
-    let report = sync_nomasq(maps, &second, TrieView::Kernel).expect("resync");
+    let report = sync_nomasq(maps, &second.clone().into(), TrieView::Kernel).expect("resync");
     assert_eq!(
         report,
         TrieSync {

@@ -9,6 +9,7 @@
 use std::{
     collections::BTreeMap,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    sync::{Arc, OnceLock},
 };
 
 use ipnet::{Ipv4Net, Ipv6Net};
@@ -18,7 +19,7 @@ use masq_common::layout::{NOMASQ_KIND_CIDR, NOMASQ_KIND_LINK_LOCAL};
 use crate::config::{
     LINK_LOCAL_V4, LINK_LOCAL_V6,
     cidr::{Cidr, Family, Network},
-    source::{CidrOrigin, EffectiveConfig},
+    source::{CidrOrigin, EffectiveConfig, SourcedCidr},
 };
 
 /// Why a rule exempts its destinations.
@@ -61,64 +62,87 @@ pub enum Reason<'policy> {
     Ipv6Disabled,
 }
 
-/// The rules for both families.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The rules for both families, from one config.
+#[derive(Clone, Debug)]
 pub struct Policy {
-    ipv4: Vec<Rule>,
-    ipv6: Vec<Rule>,
+    config: Arc<EffectiveConfig>,
     ipv6_enabled: bool,
+    /// The chain's rules (IPv4, IPv6), built on first use: the datapath needs only the trie
+    /// entries, which come from the config directly.
+    rules: OnceLock<[Vec<Rule>; 2]>,
 }
 
 impl Policy {
     /// Builds the chain upstream would write for `config`.
     pub fn new(config: &EffectiveConfig, enable_ipv6: bool) -> Self {
-        let link_local = |text: &'static str, network: Network| Rule {
+        Self::shared(Arc::new(config.clone()), enable_ipv6)
+    }
+
+    /// The same for a config shared with its reader, without copying it.
+    pub const fn shared(config: Arc<EffectiveConfig>, enable_ipv6: bool) -> Self {
+        Self {
+            config,
+            ipv6_enabled: enable_ipv6,
+            rules: OnceLock::new(),
+        }
+    }
+
+    /// The family's link-local rule, first in its chain unless the family's link-local range
+    /// is masqueraded (or the family has no chain).
+    fn link_local(&self, family: Family) -> Option<Rule> {
+        let rule = |text: &'static str, network: Network| Rule {
             cidr: Cidr::builtin(text, network),
             kind: RuleKind::LinkLocal,
         };
-        let configured = |family: Family| {
-            config
-                .cidrs
-                .iter()
-                .filter(move |sourced| sourced.cidr.family() == family)
-                .map(|sourced| Rule {
-                    cidr: sourced.cidr.clone(),
-                    kind: RuleKind::Configured(sourced.origin.clone()),
+        match family {
+            Family::Ipv4 => (!self.config.raw.masq_link_local).then(|| {
+                rule(
+                    LINK_LOCAL_V4,
+                    Network::V4(Ipv4Net::new_assert(Ipv4Addr::new(169, 254, 0, 0), 16)),
+                )
+            }),
+            Family::Ipv6 => {
+                (self.ipv6_enabled && !self.config.raw.masq_link_local_ipv6).then(|| {
+                    rule(
+                        LINK_LOCAL_V6,
+                        Network::V6(Ipv6Net::new_assert(
+                            Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0),
+                            10,
+                        )),
+                    )
                 })
-        };
-        let mut ipv4: Vec<Rule> = Vec::with_capacity(config.cidrs.len() + 1);
-        if !config.raw.masq_link_local {
-            ipv4.push(link_local(
-                LINK_LOCAL_V4,
-                Network::V4(Ipv4Net::new_assert(Ipv4Addr::new(169, 254, 0, 0), 16)),
-            ));
-        }
-        ipv4.extend(configured(Family::Ipv4));
-        let mut ipv6: Vec<Rule> = Vec::new();
-        if enable_ipv6 {
-            if !config.raw.masq_link_local_ipv6 {
-                ipv6.push(link_local(
-                    LINK_LOCAL_V6,
-                    Network::V6(Ipv6Net::new_assert(
-                        Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0),
-                        10,
-                    )),
-                ));
             }
-            ipv6.extend(configured(Family::Ipv6));
         }
-        Self {
-            ipv4,
-            ipv6,
-            ipv6_enabled: enable_ipv6,
-        }
+    }
+
+    /// The configured CIDRs of `family`, in config order (none for IPv6 without its chain).
+    fn configured(&self, family: Family) -> impl Iterator<Item = &SourcedCidr> {
+        let has_chain = family == Family::Ipv4 || self.ipv6_enabled;
+        self.config
+            .cidrs
+            .iter()
+            .filter(move |sourced| has_chain && sourced.cidr.family() == family)
+    }
+
+    fn chain(&self, family: Family) -> Vec<Rule> {
+        let configured = self.configured(family).map(|sourced| Rule {
+            cidr: sourced.cidr.clone(),
+            kind: RuleKind::Configured(sourced.origin),
+        });
+        self.link_local(family)
+            .into_iter()
+            .chain(configured)
+            .collect()
     }
 
     /// The `RETURN` rules of one family, in chain order.
     pub fn rules(&self, family: Family) -> &[Rule] {
+        let [ipv4, ipv6] = self
+            .rules
+            .get_or_init(|| [self.chain(Family::Ipv4), self.chain(Family::Ipv6)]);
         match family {
-            Family::Ipv4 => &self.ipv4,
-            Family::Ipv6 => &self.ipv6,
+            Family::Ipv4 => ipv4,
+            Family::Ipv6 => ipv6,
         }
     }
 
@@ -132,10 +156,11 @@ impl Policy {
     pub fn decide(&self, destination: IpAddr) -> Decision<'_> {
         // IPv4-mapped IPv6 destinations are IPv4, as Go's `To4` has it.
         let address = destination.to_canonical();
-        let (rules, family) = match address {
-            IpAddr::V4(_) => (&self.ipv4, Family::Ipv4),
-            IpAddr::V6(_) => (&self.ipv6, Family::Ipv6),
+        let family = match address {
+            IpAddr::V4(_) => Family::Ipv4,
+            IpAddr::V6(_) => Family::Ipv6,
         };
+        let rules = self.rules(family);
         if family == Family::Ipv6 && !self.ipv6_enabled {
             return Decision {
                 destination,
@@ -166,51 +191,146 @@ impl Policy {
     /// matching rule; both exempt exactly the union of the networks, so the decision is the
     /// same. For the counters to agree with the chain too, a configured network inside the
     /// exempt link-local range is labelled link-local (the chain's first rule would match it).
-    pub fn nomasq_v4(&self) -> BTreeMap<(Ipv4Addr, u8), u32> {
-        trie_entries(&self.ipv4, |network| match network {
+    pub fn nomasq_v4(&self) -> NomasqEntries<Ipv4Addr> {
+        self.trie_entries(Family::Ipv4, |network| match network {
             Network::V4(network) => Some((network.addr(), network.prefix_len())),
             Network::V6(_) => None,
         })
     }
 
     /// The same for IPv6 (empty without `--enable-ipv6`), `fe80::/10` labelled link-local.
-    pub fn nomasq_v6(&self) -> BTreeMap<(Ipv6Addr, u8), u32> {
-        trie_entries(&self.ipv6, |network| match network {
+    pub fn nomasq_v6(&self) -> NomasqEntries<Ipv6Addr> {
+        self.trie_entries(Family::Ipv6, |network| match network {
             Network::V6(network) => Some((network.addr(), network.prefix_len())),
             Network::V4(_) => None,
         })
     }
 }
 
-/// The trie entries of one family's `rules` (see [`Policy::nomasq_v4`]); `key` gives a
-/// network of the family as (address, prefix length).
-fn trie_entries<A: Ord + Copy>(
-    rules: &[Rule],
-    key: impl Fn(&Network) -> Option<(A, u8)>,
-) -> BTreeMap<(A, u8), u32> {
-    let link_local = rules
-        .iter()
-        .find(|rule| rule.kind == RuleKind::LinkLocal)
-        .map(|rule| *rule.cidr.network());
-    let mut entries: Vec<((A, u8), u32)> = Vec::with_capacity(rules.len());
-    for rule in rules {
-        let Some(network) = key(rule.cidr.network()) else {
-            continue;
-        };
-        let inside_link_local =
-            link_local.is_some_and(|link_local| link_local.contains(rule.cidr.network()));
-        let kind = if rule.kind == RuleKind::LinkLocal || inside_link_local {
-            NOMASQ_KIND_LINK_LOCAL
-        } else {
-            NOMASQ_KIND_CIDR
-        };
-        entries.push((network, kind));
+/// A family's non-masquerade trie entries, (address, prefix length) to `NOMASQ_KIND_*`: sorted
+/// by key, each key once. What the policy wants the trie to hold, and what a sync wrote.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NomasqEntries<A>(Vec<((A, u8), u32)>);
+
+impl<A: Ord + Copy> NomasqEntries<A> {
+    /// How many entries.
+    pub fn len(&self) -> usize {
+        self.0.len()
     }
-    // Sorted, the map is built in one pass rather than by an insertion per rule; of equal
-    // keys the stable sort keeps the first rule first, and the first rule decides.
-    entries.sort_by_key(|&(key, _)| key);
-    entries.dedup_by_key(|&mut (key, _)| key);
-    entries.into_iter().collect()
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The kind of the entry for `key`, if there is one.
+    pub fn get(&self, key: &(A, u8)) -> Option<&u32> {
+        let at = self.0.binary_search_by(|(held, _)| held.cmp(key)).ok()?;
+        self.0.get(at).map(|(_, kind)| kind)
+    }
+
+    /// The keys, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &(A, u8)> {
+        self.0.iter().map(|(key, _)| key)
+    }
+
+    /// The entries, in order.
+    pub fn iter(&self) -> std::slice::Iter<'_, ((A, u8), u32)> {
+        self.0.iter()
+    }
+}
+
+/// Of entries with equal keys, the first one stays: the first rule decides.
+impl<A: Ord + Copy> FromIterator<((A, u8), u32)> for NomasqEntries<A> {
+    fn from_iter<I: IntoIterator<Item = ((A, u8), u32)>>(entries: I) -> Self {
+        let mut entries: Vec<_> = entries.into_iter().collect();
+        // Stable, and nearly linear on a list written in order, as most are.
+        entries.sort_by_key(|&(key, _)| key);
+        entries.dedup_by_key(|&mut (key, _)| key);
+        Self(entries)
+    }
+}
+
+impl<A: Ord + Copy> From<BTreeMap<(A, u8), u32>> for NomasqEntries<A> {
+    fn from(entries: BTreeMap<(A, u8), u32>) -> Self {
+        Self(entries.into_iter().collect())
+    }
+}
+
+impl<A> IntoIterator for NomasqEntries<A> {
+    type Item = ((A, u8), u32);
+    type IntoIter = std::vec::IntoIter<((A, u8), u32)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl<'entries, A> IntoIterator for &'entries NomasqEntries<A> {
+    type Item = &'entries ((A, u8), u32);
+    type IntoIter = std::slice::Iter<'entries, ((A, u8), u32)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+/// An address as the bits of its family, for prefix arithmetic.
+trait AddressBits: Ord + Copy {
+    const BITS: u32;
+    fn bits(self) -> u128;
+}
+
+impl AddressBits for Ipv4Addr {
+    const BITS: u32 = 32;
+    fn bits(self) -> u128 {
+        u128::from(self.to_bits())
+    }
+}
+
+impl AddressBits for Ipv6Addr {
+    const BITS: u32 = 128;
+    fn bits(self) -> u128 {
+        self.to_bits()
+    }
+}
+
+impl Policy {
+    /// The trie entries of `family` (see [`Policy::nomasq_v4`]), from the config without
+    /// building the chain; `key` gives a network of the family as (address, prefix length).
+    fn trie_entries<A: AddressBits>(
+        &self,
+        family: Family,
+        key: impl Fn(&Network) -> Option<(A, u8)>,
+    ) -> NomasqEntries<A> {
+        let link_local = self
+            .link_local(family)
+            .and_then(|rule| key(rule.cidr.network()));
+        // Whether (address, prefix) lies inside the exempt link-local network.
+        let inside_link_local = |(address, prefix): (A, u8)| {
+            link_local.is_some_and(|(network, length)| {
+                prefix >= length
+                    && (address.bits() ^ network.bits())
+                        .checked_shr(A::BITS - u32::from(length))
+                        .unwrap_or(0)
+                        == 0
+            })
+        };
+        let configured = self.configured(family).filter_map(|sourced| {
+            let network = key(sourced.cidr.network())?;
+            let kind = if inside_link_local(network) {
+                NOMASQ_KIND_LINK_LOCAL
+            } else {
+                NOMASQ_KIND_CIDR
+            };
+            Some((network, kind))
+        });
+        link_local
+            .map(|network| (network, NOMASQ_KIND_LINK_LOCAL))
+            .into_iter()
+            .chain(configured)
+            .collect()
+    }
 }
 
 #[cfg(test)]

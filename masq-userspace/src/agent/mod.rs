@@ -30,6 +30,7 @@ use std::{
     future::Future,
     net::{Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
@@ -46,7 +47,7 @@ use self::{
 use crate::{
     config::{
         cidr::Family,
-        source::{ConfigSource, EffectiveConfig, ReadOptions, load},
+        source::{ConfigReader, ConfigSource, EffectiveConfig, ReadOptions},
     },
     datapath::{DatapathError, attach::AttachMode},
     iptables::apply::IptablesError,
@@ -227,8 +228,10 @@ trait Backend {
 struct Agent {
     options: AgentOptions,
     backend: Box<dyn Backend>,
+    /// Reads the config, remembering the last file it read well.
+    reader: ConfigReader,
     /// The config in force, once one was valid.
-    config: Option<EffectiveConfig>,
+    config: Option<Arc<EffectiveConfig>>,
     status: SharedStatus,
 }
 
@@ -270,9 +273,11 @@ pub async fn run(
         BackendKind::Ebpf => Box::new(EbpfBackend::start(&options, &status)?),
         BackendKind::Iptables => Box::new(IptablesBackend::start(&options)?),
     };
+    let reader = ConfigReader::new(options.source.clone(), options.read);
     let mut agent = Agent {
         options,
         backend,
+        reader,
         config: None,
         status: status.clone(),
     };
@@ -397,8 +402,8 @@ impl Agent {
     /// Reads the config; a valid one replaces the one in force, an invalid one is reported and
     /// changes nothing.
     fn reload(&mut self, trigger: &'static str) {
-        match load(&self.options.source, &self.options.read) {
-            Ok(config) => match self.apply(&config, trigger) {
+        match self.reader.load() {
+            Ok(config) => match self.apply(config, trigger) {
                 Ok(()) => {
                     let mut state = self.status.lock();
                     state.reloads_ok += 1;
@@ -429,11 +434,15 @@ impl Agent {
         state.last_error = Some(ConfigFailure { reason, message });
     }
 
-    fn apply(&mut self, config: &EffectiveConfig, trigger: &'static str) -> Result<(), AgentError> {
-        let changed = self.config.as_ref() != Some(config);
-        let policy = Policy::new(config, self.options.enable_ipv6);
+    fn apply(
+        &mut self,
+        config: Arc<EffectiveConfig>,
+        trigger: &'static str,
+    ) -> Result<(), AgentError> {
+        let policy = Policy::shared(Arc::clone(&config), self.options.enable_ipv6);
         let entries = self.backend.apply(&policy, &self.options, trigger)?;
-        if changed {
+        // Compared once the datapath has it: a change is in force before it is logged.
+        if self.config.as_ref() != Some(&config) {
             let v6 = config
                 .cidrs
                 .iter()
@@ -448,7 +457,7 @@ impl Agent {
         } else {
             tracing::debug!(trigger, "config unchanged");
         }
-        self.config = Some(config.clone());
+        self.config = Some(config);
         Ok(())
     }
 

@@ -29,32 +29,93 @@ impl fmt::Display for Family {
 /// A CIDR from a config file: the text as written, and what it means.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Cidr {
-    text: Text,
+    text: CidrText,
     network: Network,
 }
 
 /// The longest text kept in place (every IPv4 CIDR without padded prefixes, short IPv6 ones).
 const INLINE: usize = 22;
 
-/// A CIDR's text. Policies and configs copy CIDRs by the ten thousand: a short text is copied
-/// with the CIDR, with no allocation to make or free, a longer one is shared. Which one is
-/// decided by the length alone, so equal texts compare and hash alike.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Text {
+/// A CIDR list entry's text, as written. Configs, policies and the reader's cache copy CIDRs
+/// by the ten thousand: a short text is copied with its entry, with no allocation to make or
+/// free, a longer one is shared. Which one is decided by the length alone, so equal texts
+/// compare and hash alike.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct CidrText(Repr);
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Repr {
     Inline { len: u8, bytes: [u8; INLINE] },
     Shared(Arc<str>),
 }
 
-impl From<&str> for Text {
+impl CidrText {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            // Copied whole from a `&str`: always valid UTF-8.
+            Repr::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            Repr::Shared(text) => text,
+        }
+    }
+}
+
+impl From<&str> for CidrText {
     fn from(text: &str) -> Self {
         let mut bytes = [0; INLINE];
         match (bytes.get_mut(..text.len()), u8::try_from(text.len())) {
             (Some(inline), Ok(len)) => {
                 inline.copy_from_slice(text.as_bytes());
-                Self::Inline { len, bytes }
+                Self(Repr::Inline { len, bytes })
             }
-            _ => Self::Shared(text.into()),
+            _ => Self(Repr::Shared(text.into())),
         }
+    }
+}
+
+impl From<String> for CidrText {
+    fn from(text: String) -> Self {
+        Self::from(text.as_str())
+    }
+}
+
+impl Default for CidrText {
+    fn default() -> Self {
+        Self::from("")
+    }
+}
+
+impl std::ops::Deref for CidrText {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl fmt::Debug for CidrText {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), formatter)
+    }
+}
+
+impl fmt::Display for CidrText {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for CidrText {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for CidrText {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 
@@ -88,13 +149,12 @@ impl Cidr {
 
     /// The CIDR exactly as written in the config.
     pub fn as_str(&self) -> &str {
-        match &self.text {
-            // Copied whole from a `&str`: always valid UTF-8.
-            Text::Inline { len, bytes } => {
-                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
-            }
-            Text::Shared(text) => text,
-        }
+        self.text.as_str()
+    }
+
+    /// The CIDR's text, to copy into another list.
+    pub const fn text(&self) -> &CidrText {
+        &self.text
     }
 
     /// What the CIDR matches.

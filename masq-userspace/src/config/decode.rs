@@ -8,7 +8,7 @@
 
 use go_compat::json::{JsonValue, find_field};
 
-use super::{GoDuration, MasqConfig};
+use super::{GoDuration, MasqConfig, cidr::CidrText};
 
 /// A value of the wrong type or an unparsable duration, with Go's message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -73,7 +73,7 @@ pub fn decode_upstream(document: JsonValue, base: MasqConfig) -> Result<MasqConf
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AzureFileConfig {
     /// `nonMasqueradeCIDRs`; empty when absent or null.
-    pub non_masquerade_cidrs: Vec<String>,
+    pub non_masquerade_cidrs: Vec<CidrText>,
     /// `masqLinkLocal`.
     pub masq_link_local: bool,
     /// `masqLinkLocalIPv6`.
@@ -133,7 +133,7 @@ fn decode_fields(
 /// A `[]string` field. `null` makes it nil (`None`), an array a list, empty or not. Go decodes
 /// an array into the existing slice: a `null` element keeps the value already at that index
 /// (upstream's defaults!) or is empty past its end.
-fn decode_cidrs(value: JsonValue, target: &mut Option<Vec<String>>, errors: &mut Errors) {
+fn decode_cidrs(value: JsonValue, target: &mut Option<Vec<CidrText>>, errors: &mut Errors) {
     let field = NON_MASQUERADE_CIDRS;
     match value {
         JsonValue::Null => *target = None,
@@ -142,7 +142,7 @@ fn decode_cidrs(value: JsonValue, target: &mut Option<Vec<String>>, errors: &mut
             let target = target.insert(Vec::with_capacity(items.len()));
             for (index, item) in items.into_iter().enumerate() {
                 let decoded = match item {
-                    JsonValue::String(text) => text,
+                    JsonValue::String(text) => text.into(),
                     JsonValue::Null => previous.get(index).cloned().unwrap_or_default(),
                     other => {
                         save(errors, &other, field, "string");
@@ -217,7 +217,7 @@ mod tests {
         assert_eq!(
             decode_azure(document),
             Ok(AzureFileConfig {
-                non_masquerade_cidrs: ["", "1.0.0.0/8", "", ""].map(str::to_owned).to_vec(),
+                non_masquerade_cidrs: ["", "1.0.0.0/8", "", ""].map(CidrText::from).to_vec(),
                 masq_link_local: true,
                 masq_link_local_ipv6: false
             })

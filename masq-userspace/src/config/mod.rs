@@ -14,12 +14,15 @@
 
 pub mod cidr;
 pub mod decode;
+mod reuse;
 pub mod source;
 pub mod validate;
 
 use std::fmt::Write as _;
 
 use go_compat::json::quote_string as json_string;
+
+use cidr::CidrText;
 
 /// Go's `time.Duration`, which `resyncInterval` is.
 pub use go_compat::time::GoDuration;
@@ -64,7 +67,7 @@ pub const DEFAULT_RESYNC_INTERVAL: GoDuration = GoDuration::from_secs(60);
 pub struct MasqConfig {
     /// `nonMasqueradeCIDRs`, exactly as written. `None` is Go's nil slice, what `null` decodes
     /// to; an explicit `[]` is an empty list, which Go tells apart when it prints the config.
-    pub non_masquerade_cidrs: Option<Vec<String>>,
+    pub non_masquerade_cidrs: Option<Vec<CidrText>>,
     /// `cidrLimit`.
     pub cidr_limit: i64,
     /// `masqLinkLocal`.
@@ -78,12 +81,12 @@ pub struct MasqConfig {
 impl MasqConfig {
     /// Upstream's `NewMasqConfig`: what applies when the file or a key is absent.
     pub fn defaults(nomasq_all_reserved_ranges: bool) -> Self {
-        let mut cidrs: Vec<String> = DEFAULT_NON_MASQUERADE_CIDRS
+        let mut cidrs: Vec<CidrText> = DEFAULT_NON_MASQUERADE_CIDRS
             .iter()
-            .map(|&cidr| cidr.to_owned())
+            .map(|&cidr| cidr.into())
             .collect();
         if nomasq_all_reserved_ranges {
-            cidrs.extend(RESERVED_RANGES.iter().map(|&cidr| cidr.to_owned()));
+            cidrs.extend(RESERVED_RANGES.iter().map(|&cidr| cidr.into()));
         }
         Self {
             non_masquerade_cidrs: Some(cidrs),
@@ -91,6 +94,17 @@ impl MasqConfig {
             masq_link_local: false,
             masq_link_local_ipv6: false,
             resync_interval: DEFAULT_RESYNC_INTERVAL,
+        }
+    }
+
+    /// The settings other than the CIDR list (which is `None`), without copying the list.
+    pub const fn without_cidrs(&self) -> Self {
+        Self {
+            non_masquerade_cidrs: None,
+            cidr_limit: self.cidr_limit,
+            masq_link_local: self.masq_link_local,
+            masq_link_local_ipv6: self.masq_link_local_ipv6,
+            resync_interval: self.resync_interval,
         }
     }
 

@@ -14,8 +14,9 @@ use std::{
 
 use super::{
     AZURE_CIDR_LIMIT, CONFIG_FILE_PREFIX, GoDuration, MasqConfig,
-    cidr::Cidr,
+    cidr::{Cidr, CidrText},
     decode::{self, DecodeError},
+    reuse::LastFile,
     validate::{ValidationError, validate_cidrs},
 };
 use go_compat::{
@@ -45,12 +46,31 @@ pub struct ReadOptions {
 }
 
 /// Where an exempt CIDR came from.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CidrOrigin {
     /// The built-in defaults.
     Default,
-    /// A config file (its path, shared by all of the file's CIDRs).
-    File(Arc<Path>),
+    /// A config file: its path, kept once for the agent's life (see [`CidrOrigin::file`]).
+    File(&'static Path),
+}
+
+impl CidrOrigin {
+    /// The origin of the CIDRs of the file at `path`.
+    ///
+    /// Every CIDR carries its origin, and a reload copies 10,000 of them: a reference copies
+    /// for free where a shared pointer costs two atomic operations per CIDR and reload. Each
+    /// path is stored once, for good: an agent reads one config file, or the few `ip-masq*`
+    /// files of its directory, so what is kept is a handful of paths.
+    pub fn file(path: &Path) -> Self {
+        static PATHS: Mutex<BTreeSet<&'static Path>> = Mutex::new(BTreeSet::new());
+        let mut paths = PATHS.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&known) = paths.get(path) {
+            return Self::File(known);
+        }
+        let kept: &'static Path = Box::leak(path.to_path_buf().into_boxed_path());
+        paths.insert(kept);
+        Self::File(kept)
+    }
 }
 
 /// A validated non-masquerade CIDR and where it came from.
@@ -254,11 +274,40 @@ fn read_file(path: &Path) -> Result<Vec<u8>, (&'static str, io::Error)> {
     if metadata.len() > MAX_CONFIG_BYTES {
         return Err(("read", too_large(metadata.len())));
     }
-    let bytes = read_with_timeout(path, file).map_err(|error| ("read", error))?;
+    let bytes = if on_local_filesystem(&file) {
+        let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0) + 1);
+        (&file)
+            .take(MAX_CONFIG_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map(|_| bytes)
+    } else {
+        read_with_timeout(path, file)
+    }
+    .map_err(|error| ("read", error))?;
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
         return Err(("read", too_large(bytes.len() as u64)));
     }
     Ok(bytes)
+}
+
+/// Whether `file` is on a disk or memory filesystem, whose reads cannot hang: it is read
+/// inline. Any other (NFS, FUSE, ...) is read on a helper thread with a timeout, which costs
+/// a thread per read: on a 2-core node, more than reading a 10k-CIDR file in place.
+fn on_local_filesystem(file: &File) -> bool {
+    use nix::sys::statfs::{
+        BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, F2FS_SUPER_MAGIC, OVERLAYFS_SUPER_MAGIC, TMPFS_MAGIC,
+        XFS_SUPER_MAGIC, fstatfs,
+    };
+    // ext2 and ext3 share ext4's magic number.
+    const LOCAL: [nix::sys::statfs::FsType; 6] = [
+        TMPFS_MAGIC,
+        EXT4_SUPER_MAGIC,
+        XFS_SUPER_MAGIC,
+        BTRFS_SUPER_MAGIC,
+        OVERLAYFS_SUPER_MAGIC,
+        F2FS_SUPER_MAGIC,
+    ];
+    fstatfs(file).is_ok_and(|stat| LOCAL.contains(&stat.filesystem_type()))
 }
 
 /// What the helper thread of [`read_with_timeout`] hands back, unless it was given up on.
@@ -331,6 +380,75 @@ impl ConfigError {
     }
 }
 
+/// Reads the config from its source again and again, as the agent does. A file whose text
+/// changed since the last good read only inside its CIDR list costs the entries that changed
+/// (see [`super::reuse`]); anything else is read whole, as [`load`] reads it.
+#[derive(Debug)]
+pub struct ConfigReader {
+    source: ConfigSource,
+    options: ReadOptions,
+    last: Option<LastFile>,
+    reads_in_place: u64,
+}
+
+impl ConfigReader {
+    /// A reader of `source` that has read nothing yet.
+    pub const fn new(source: ConfigSource, options: ReadOptions) -> Self {
+        Self {
+            source,
+            options,
+            last: None,
+            reads_in_place: 0,
+        }
+    }
+
+    /// How many reads took only the entries that changed (or nothing, the file being the
+    /// same) from the last file read well.
+    pub const fn reads_in_place(&self) -> u64 {
+        self.reads_in_place
+    }
+
+    /// Reads the config, as [`load`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`load`].
+    pub fn load(&mut self) -> Result<Arc<EffectiveConfig>, ConfigError> {
+        let ConfigSource::File(path) = &self.source else {
+            return load(&self.source, &self.options).map(Arc::new);
+        };
+        if is_missing(path) {
+            self.last = None;
+            return load_file(path, &self.options).map(Arc::new);
+        }
+        let bytes = read_bytes(path)?;
+        if let Some(reread) = self
+            .last
+            .as_ref()
+            .and_then(|last| last.reread(&bytes, self.options.enable_ipv6))
+        {
+            // Debug builds (every test) check that reading the file whole agrees.
+            #[cfg(debug_assertions)]
+            match (&reread, file_config(path, &bytes, &self.options)) {
+                (Ok((config, _)), Ok(whole)) => assert_eq!(**config, whole),
+                (reread, whole) => assert_eq!(
+                    reread.as_ref().err().map(ToString::to_string),
+                    whole.err().map(|error| error.to_string())
+                ),
+            }
+            self.reads_in_place += 1;
+            let (config, remembered) = reread?;
+            if remembered.is_some() {
+                self.last = remembered;
+            }
+            return Ok(config);
+        }
+        let config = Arc::new(file_config(path, &bytes, &self.options)?);
+        self.last = LastFile::new(bytes, Arc::clone(&config));
+        Ok(config)
+    }
+}
+
 /// Reads the config from `source` with upstream's semantics for that source.
 pub fn load(source: &ConfigSource, options: &ReadOptions) -> Result<EffectiveConfig, ConfigError> {
     match source {
@@ -361,15 +479,19 @@ fn defaults(
     EffectiveConfig { origin, cidrs, raw }
 }
 
-/// Reads a file and converts it to JSON as upstream does; a file holding no document is
-/// refused (see [`ConfigError::Empty`]).
-fn read_document(path: &Path) -> Result<JsonValue, ConfigError> {
-    let bytes = read_file(path).map_err(|(op, source)| ConfigError::Read {
+/// Reads a file as upstream does, bounded (see [`read_file`]).
+fn read_bytes(path: &Path) -> Result<Vec<u8>, ConfigError> {
+    read_file(path).map_err(|(op, source)| ConfigError::Read {
         op,
         path: path.to_path_buf(),
         source,
-    })?;
-    match goyaml::to_json(&bytes).map_err(ConfigError::Syntax)? {
+    })
+}
+
+/// Converts a file's bytes to JSON as upstream does; a file holding no document is refused
+/// (see [`ConfigError::Empty`]).
+fn to_document(path: &Path, bytes: &[u8]) -> Result<JsonValue, ConfigError> {
+    match goyaml::to_json(bytes).map_err(ConfigError::Syntax)? {
         JsonValue::Null => Err(ConfigError::Empty {
             path: path.to_path_buf(),
         }),
@@ -377,21 +499,39 @@ fn read_document(path: &Path) -> Result<JsonValue, ConfigError> {
     }
 }
 
+fn read_document(path: &Path) -> Result<JsonValue, ConfigError> {
+    to_document(path, &read_bytes(path)?)
+}
+
+/// Whether the config file is absent, which means defaults.
+fn is_missing(path: &Path) -> bool {
+    matches!(fs::metadata(path), Err(error) if error.kind() == io::ErrorKind::NotFound)
+}
+
 /// Upstream's `syncConfig`: a missing file means defaults; anything else must read, convert,
 /// decode over the defaults, and validate.
 fn load_file(path: &Path, options: &ReadOptions) -> Result<EffectiveConfig, ConfigError> {
-    if matches!(fs::metadata(path), Err(error) if error.kind() == io::ErrorKind::NotFound) {
+    if is_missing(path) {
         let origin = ConfigOrigin::MissingFile(path.to_path_buf());
         return Ok(defaults(origin, options, super::DEFAULT_RESYNC_INTERVAL));
     }
-    let document = read_document(path)?;
+    file_config(path, &read_bytes(path)?, options)
+}
+
+/// The config of a file's `bytes`: converted, decoded over the defaults, and validated.
+fn file_config(
+    path: &Path,
+    bytes: &[u8],
+    options: &ReadOptions,
+) -> Result<EffectiveConfig, ConfigError> {
+    let document = to_document(path, bytes)?;
     let base = MasqConfig::defaults(options.nomasq_all_reserved_ranges);
     let raw = decode::decode_upstream(document, base).map_err(ConfigError::Decode)?;
     let cidrs = validate_cidrs(
         raw.non_masquerade_cidrs.as_deref().unwrap_or_default(),
         raw.cidr_limit,
         options.enable_ipv6,
-        &CidrOrigin::File(path.into()),
+        CidrOrigin::file(path),
     )
     .map_err(ConfigError::Invalid)?;
     let origin = ConfigOrigin::File(path.to_path_buf());
@@ -438,7 +578,7 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
             &file.non_masquerade_cidrs,
             AZURE_CIDR_LIMIT,
             options.enable_ipv6,
-            &CidrOrigin::File(path.into()),
+            CidrOrigin::file(&path),
         )
         .map_err(|error| in_file(ConfigError::Invalid(error)))?;
         // The Azure agent deduplicates identical strings (its order is random; ours is the
@@ -454,9 +594,9 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
     }
     // The Azure agent appends every file's list to a nil one, which stays nil when no file
     // lists a CIDR.
-    let cidr_texts: Vec<String> = merged
+    let cidr_texts: Vec<CidrText> = merged
         .iter()
-        .map(|sourced| sourced.cidr.as_str().to_owned())
+        .map(|sourced| sourced.cidr.text().clone())
         .collect();
     let raw = MasqConfig {
         non_masquerade_cidrs: (!cidr_texts.is_empty()).then_some(cidr_texts),

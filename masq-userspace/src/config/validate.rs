@@ -2,7 +2,7 @@
 //! gate). Duplicates and overlaps are accepted; the first failure rejects the whole config.
 
 use super::{
-    cidr::{Cidr, CidrError, Family},
+    cidr::{Cidr, CidrError, CidrText, Family},
     source::{CidrOrigin, SourcedCidr},
 };
 
@@ -36,10 +36,10 @@ pub enum ValidationError {
 /// Validates `cidrs` against `limit` and the IPv6 gate, returning them parsed in order, each
 /// with `origin`.
 pub fn validate_cidrs(
-    cidrs: &[String],
+    cidrs: &[CidrText],
     limit: i64,
     enable_ipv6: bool,
-    origin: &CidrOrigin,
+    origin: CidrOrigin,
 ) -> Result<Vec<SourcedCidr>, ValidationError> {
     let count = cidrs.len();
     if i64::try_from(count).map_or(true, |count| count > limit) {
@@ -49,9 +49,10 @@ pub fn validate_cidrs(
     for text in cidrs {
         let cidr = Cidr::parse(text)?;
         if !enable_ipv6 && cidr.family() == Family::Ipv6 {
-            return Err(ValidationError::Ipv6NotEnabled { cidr: text.clone() });
+            return Err(ValidationError::Ipv6NotEnabled {
+                cidr: text.to_string(),
+            });
         }
-        let origin = origin.clone();
         valid.push(SourcedCidr { cidr, origin });
     }
     Ok(valid)

@@ -1,7 +1,6 @@
 //! Typed handles on the datapath maps, whether freshly loaded or adopted from pins.
 
 use std::{
-    collections::BTreeMap,
     net::{Ipv4Addr, Ipv6Addr},
     os::fd::{AsFd as _, BorrowedFd, OwnedFd},
     path::Path,
@@ -26,6 +25,7 @@ use masq_common::{
 };
 
 use super::error::DatapathError;
+use crate::policy::NomasqEntries;
 
 /// Owned, typed handles on every datapath map.
 pub struct DatapathMaps {
@@ -62,9 +62,9 @@ pub struct DatapathMaps {
     nomasq_v6_capacity: u32,
     /// What the last successful IPv4 trie sync wrote (see `sync::TrieView`); `None` when
     /// unknown.
-    pub(crate) nomasq_last_synced: Option<BTreeMap<(Ipv4Addr, u8), u32>>,
+    pub(crate) nomasq_last_synced: Option<NomasqEntries<Ipv4Addr>>,
     /// The same for the IPv6 trie.
-    pub(crate) nomasq_v6_last_synced: Option<BTreeMap<(Ipv6Addr, u8), u32>>,
+    pub(crate) nomasq_v6_last_synced: Option<NomasqEntries<Ipv6Addr>>,
 }
 
 /// A NAT table's entries, both halves of every flow.
@@ -131,7 +131,7 @@ pub trait NomasqTrie: Copy + Ord + std::fmt::Display + 'static {
     /// Its capacity as the kernel reports it.
     fn capacity(maps: &DatapathMaps) -> u32;
     /// What the last successful sync wrote.
-    fn last_synced(maps: &mut DatapathMaps) -> &mut Option<BTreeMap<(Self, u8), u32>>;
+    fn last_synced(maps: &mut DatapathMaps) -> &mut Option<NomasqEntries<Self>>;
 }
 
 /// Implements [`NomasqTrie`] for one family's address: its trie, capacity and last sync.
@@ -155,7 +155,7 @@ macro_rules! nomasq_trie {
             fn capacity(maps: &DatapathMaps) -> u32 {
                 maps.$capacity
             }
-            fn last_synced(maps: &mut DatapathMaps) -> &mut Option<BTreeMap<(Self, u8), u32>> {
+            fn last_synced(maps: &mut DatapathMaps) -> &mut Option<NomasqEntries<Self>> {
                 &mut maps.$last
             }
         }

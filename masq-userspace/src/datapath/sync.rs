@@ -1,12 +1,14 @@
 //! Bringing the datapath maps in line with the policy and the agent's settings.
 
-use std::{cmp::Ordering, collections::BTreeMap};
+use std::cmp::Ordering;
 
 use aya::maps::lpm_trie::Key;
 use masq_common::{
     ports::PortRange,
     settings::{MAX_PORT_RANGES, SETTING_ENABLED, SETTING_RANDOM_FULLY, Settings},
 };
+
+use crate::policy::NomasqEntries;
 
 use super::{
     error::DatapathError,
@@ -65,12 +67,12 @@ pub fn check_trie_capacity(needed: usize, capacity: u32) -> Result<(), TrieCapac
 /// exceed the trie's capacity are the stale entries deleted before the last additions.
 pub fn sync_nomasq<A: NomasqTrie>(
     maps: &mut DatapathMaps,
-    desired: &BTreeMap<(A, u8), u32>,
+    desired: &NomasqEntries<A>,
     view: TrieView,
 ) -> Result<TrieSync, DatapathError> {
     let capacity = A::capacity(maps);
     check_trie_capacity(desired.len(), capacity)?;
-    let current: BTreeMap<(A, u8), u32> = match (view, A::last_synced(maps).take()) {
+    let current: NomasqEntries<A> = match (view, A::last_synced(maps).take()) {
         (TrieView::LastSynced, Some(last)) => last,
         _ => maps.trie_entries::<A>()?.into_iter().collect(),
     };
@@ -86,10 +88,10 @@ pub fn sync_nomasq<A: NomasqTrie>(
             (Some((wanted, _)), Some((held, _))) => wanted.cmp(held),
         };
         match order {
-            Ordering::Less => changes.extend(want.next().map(|(&key, &kind)| (key, kind))),
-            Ordering::Greater => stale.extend(have.next().map(|(&key, _)| key)),
+            Ordering::Less => changes.extend(want.next().copied()),
+            Ordering::Greater => stale.extend(have.next().map(|&(key, _)| key)),
             Ordering::Equal => {
-                if let (Some((&key, &kind)), Some((_, &held))) = (want.next(), have.next())
+                if let (Some(&(key, kind)), Some(&(_, held))) = (want.next(), have.next())
                     && kind != held
                 {
                     changes.push((key, kind));
@@ -105,7 +107,7 @@ pub fn sync_nomasq<A: NomasqTrie>(
     // Additions that fit next to every old entry go first; the rest after the removals.
     let mut room = (capacity as usize).saturating_sub(current.len());
     let (early, late): (Vec<_>, Vec<_>) = changes.iter().partition(|(key, _)| {
-        if current.contains_key(key) {
+        if current.get(key).is_some() {
             return true;
         }
         if room > 0 {
@@ -136,13 +138,7 @@ pub fn sync_nomasq<A: NomasqTrie>(
     })();
     match applied {
         Ok(()) => {
-            // What the trie now holds, without copying the whole desired map.
-            let mut synced = current;
-            for key in &stale {
-                synced.remove(key);
-            }
-            synced.extend(changes);
-            *A::last_synced(maps) = Some(synced);
+            *A::last_synced(maps) = Some(desired.clone());
             Ok(report)
         }
         // The undo may fail too: the next sync reads what the kernel holds.
