@@ -1,8 +1,9 @@
 //! Times a reload as `masq-bench` does (read, decode, validate, policy; then the trie diff and
 //! write) for configs of N CIDRs, the bench's file text: `cargo run --release -p masq-userspace
-//! --example config_apply [N...]` (as root, for the trie). `--parse-only` skips the trie, and
-//! `--reloads N` reloads the changed config N times for a profiler to watch, and
-//! `--phases` times the steps of a reload one by one.
+//! --example config_apply [N...]` (as root, for the trie): a whole read of the file, the first
+//! load, and one-CIDR changes as the agent's reader takes them (in place). `--parse-only`
+//! skips the trie, `--reloads N` makes N one-CIDR changes (with `--whole`, N whole reads) for
+//! a profiler to watch, and `--phases` times the steps of a whole read one by one.
 
 #![expect(
     clippy::print_stdout,
@@ -19,7 +20,7 @@ use std::{
 use masq::{
     config::{
         GoDuration,
-        source::{ConfigSource, ReadOptions, load},
+        source::{ConfigReader, ConfigSource, ReadOptions, load},
     },
     datapath::{
         object::{Datapath, LoadOptions},
@@ -52,7 +53,7 @@ fn file_text(count: usize, changed: bool) -> String {
     text
 }
 
-fn parse(source: &ConfigSource) -> std::collections::BTreeMap<(Ipv4Addr, u8), u32> {
+fn parse(source: &ConfigSource) -> masq::policy::NomasqEntries<Ipv4Addr> {
     let config = load(source, &OPTIONS).expect("valid config");
     Policy::new(&config, false).nomasq_v4()
 }
@@ -64,7 +65,7 @@ fn median(mut times: Vec<Duration>) -> Duration {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let parse_only = args.iter().any(|arg| arg == "--parse-only");
+    let flag = |name: &str| args.iter().any(|arg| arg == name);
     let soak = args
         .iter()
         .position(|arg| arg == "--reloads")
@@ -83,32 +84,58 @@ fn main() {
         let changed = dir.join(format!("changed-{count}"));
         std::fs::write(&full, file_text(count, false)).expect("write");
         std::fs::write(&changed, file_text(count, true)).expect("write");
-        let (full, changed) = (ConfigSource::File(full), ConfigSource::File(changed));
+        // The file the agent reads, replaced by one version or the other as the kubelet does.
+        let live = dir.join(format!("live-{count}"));
+        let replace = |round: u64| {
+            let staged = live.with_extension("next");
+            let version = if round.is_multiple_of(2) {
+                &changed
+            } else {
+                &full
+            };
+            std::fs::copy(version, &staged).expect("copy");
+            std::fs::rename(&staged, &live).expect("rename");
+        };
+        replace(1);
+        let mut reader = ConfigReader::new(ConfigSource::File(live.clone()), OPTIONS);
         if let Some(reloads) = soak {
-            for _ in 0..reloads {
-                std::hint::black_box(parse(&changed));
+            reader.load().expect("valid config");
+            for round in 0..reloads {
+                if flag("--whole") {
+                    std::hint::black_box(parse(&ConfigSource::File(changed.clone())));
+                    continue;
+                }
+                replace(round);
+                let config = reader.load().expect("valid config");
+                std::hint::black_box(Policy::shared(config, false).nomasq_v4());
             }
             return;
         }
-        if args.iter().any(|arg| arg == "--phases") {
-            phases(&changed);
+        if flag("--phases") {
+            phases(&ConfigSource::File(changed.clone()));
             continue;
         }
-        // CPU time (every thread of the process) of parsing alone: the machine may be busy.
+        // CPU time (every thread of the process) of reading whole alone: the machine may be
+        // busy.
         let runs = 30;
+        let source = ConfigSource::File(changed.clone());
         let cpu_started = cpu_time();
         for _ in 0..runs {
-            std::hint::black_box(parse(&changed));
+            std::hint::black_box(parse(&source));
         }
         let parse_cpu = (cpu_time() - cpu_started) / runs;
-        let (mut parse_times, mut load_times, mut change_times) = (vec![], vec![], vec![]);
-        for _ in 0..runs {
-            let started = Instant::now();
-            std::hint::black_box(parse(&changed));
-            parse_times.push(started.elapsed());
-            if parse_only {
-                continue;
-            }
+        let parse_times = (0..runs)
+            .map(|_| {
+                let started = Instant::now();
+                std::hint::black_box(parse(&source));
+                started.elapsed()
+            })
+            .collect();
+        print!(
+            "{count:>6} CIDRs: read whole {:>9.3?} (CPU {parse_cpu:>9.3?})",
+            median(parse_times)
+        );
+        if !flag("--parse-only") {
             let mut datapath = Datapath::load(&LoadOptions {
                 nat_max_entries: 1024,
                 nomasq_max_entries: u32::try_from(count + 16).expect("size"),
@@ -116,28 +143,32 @@ fn main() {
             })
             .expect("datapath (run as root)");
             let started = Instant::now();
-            let desired = parse(&full);
-            sync_nomasq(&mut datapath.maps, &desired, TrieView::LastSynced).expect("load");
-            load_times.push(started.elapsed());
-            let started = Instant::now();
-            let desired = parse(&changed);
-            sync_nomasq(&mut datapath.maps, &desired, TrieView::LastSynced).expect("change");
-            change_times.push(started.elapsed());
-        }
-        print!(
-            "{count:>6} CIDRs: parse {:>9.3?} (CPU {parse_cpu:>9.3?})",
-            median(parse_times)
-        );
-        if !parse_only {
+            apply(&mut reader, &mut datapath);
+            let load = started.elapsed();
+            let change_times = (0..u64::from(runs))
+                .map(|round| {
+                    replace(round);
+                    let started = Instant::now();
+                    apply(&mut reader, &mut datapath);
+                    started.elapsed()
+                })
+                .collect();
             print!(
-                "  load {:>9.3?}  one change {:>9.3?}",
-                median(load_times),
-                median(change_times)
+                "  load {load:>9.3?}  one change {:>9.3?} ({} of {runs} read in place)",
+                median(change_times),
+                reader.reads_in_place()
             );
         }
         println!("  (medians of {runs})");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The agent's reload: read, policy, trie.
+fn apply(reader: &mut ConfigReader, datapath: &mut Datapath) {
+    let config = reader.load().expect("valid config");
+    let desired = Policy::shared(config, false).nomasq_v4();
+    sync_nomasq(&mut datapath.maps, &desired, TrieView::LastSynced).expect("trie");
 }
 
 /// The steps of `load` and the policy, timed one by one (medians of 30).
@@ -166,7 +197,7 @@ fn phases(source: &ConfigSource) {
             raw.non_masquerade_cidrs.as_deref().unwrap_or_default(),
             raw.cidr_limit,
             false,
-            &masq::config::source::CidrOrigin::Default,
+            masq::config::source::CidrOrigin::Default,
         )
         .expect("valid");
         step(3);

@@ -11,12 +11,12 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use masq::{
-    config::source::load,
+    config::source::ConfigReader,
     datapath::{
         object::{Datapath, LoadOptions},
         sync::{TrieView, sync_nomasq},
     },
-    policy::Policy,
+    policy::{NomasqEntries, Policy},
 };
 use masq_common::layout::{NOMASQ_KIND_CIDR, NOMASQ_KIND_LINK_LOCAL};
 use masq_testbed::{agent::masq_binary, netns::Netns};
@@ -50,17 +50,28 @@ pub(crate) struct ApplyTimes {
     /// written, from a list built in memory).
     pub(crate) from_config: bool,
     pub(crate) masq_load: Applied,
+    /// A one-CIDR change, the median of [`CHANGES`]: the agent reads it in place.
     pub(crate) masq_change: Applied,
+    /// A one-CIDR change that also changes another key (`cidrLimit`), which the agent reads
+    /// whole: the median of [`CHANGES`].
+    pub(crate) masq_change_whole: Applied,
     /// iptables-nft and iptables-legacy: (load, change), when a config could be rendered.
     pub(crate) nft: Option<(Duration, Duration)>,
     pub(crate) legacy: Option<(Duration, Duration)>,
 }
 
-/// masq: the agent's reload (read, validate, policy, trie diff and write) for `path`.
-fn masq_apply(maps: &mut masq::datapath::maps::DatapathMaps, config: &Config) -> Result<Applied> {
+/// How many changes of each kind are timed (alternating between two versions of the file).
+pub(crate) const CHANGES: usize = 11;
+
+/// masq: the agent's reload (read, validate, policy, trie diff and write), by the reader that
+/// read the config before.
+fn masq_apply(
+    maps: &mut masq::datapath::maps::DatapathMaps,
+    reader: &mut ConfigReader,
+) -> Result<Applied> {
     let started = Instant::now();
-    let config = load(&config.source(), &Config::read_options())?;
-    let desired = Policy::new(&config, false).nomasq_v4();
+    let config = reader.load()?;
+    let desired = Policy::shared(config, false).nomasq_v4();
     let parse = started.elapsed();
     let started = Instant::now();
     sync_nomasq(maps, &desired, TrieView::LastSynced)?;
@@ -137,9 +148,37 @@ pub(crate) fn measure(cidrs: usize) -> Result<ApplyTimes> {
     let tag = masq_testbed::netns::unique_tag("bnapply");
     let full = Config::write(&dir.join(format!("{tag}-full")), Family::V4, cidrs, false)?;
     let changed = Config::write(&dir.join(format!("{tag}-changed")), Family::V4, cidrs, true)?;
+    // The file the agent reads, replaced by each version in turn as the kubelet does.
+    let live = Config::write(&dir.join(format!("{tag}-live")), Family::V4, cidrs, false)?;
+    let mut reader = ConfigReader::new(live.source(), Config::read_options());
     let mut datapath = datapath(cidrs)?;
-    let masq_load = masq_apply(&mut datapath.maps, &full)?;
-    let masq_change = masq_apply(&mut datapath.maps, &changed)?;
+    let masq_load = masq_apply(&mut datapath.maps, &mut reader)?;
+    let mut changes = |versions: [&Config; 2], reader: &mut ConfigReader| -> Result<Applied> {
+        let mut times = Vec::with_capacity(CHANGES);
+        for round in 0..CHANGES {
+            live.replace_with(versions[(round + 1) % 2])?;
+            times.push(masq_apply(&mut datapath.maps, reader)?);
+        }
+        times.sort_by_key(Applied::total);
+        Ok(times[CHANGES / 2])
+    };
+    let masq_change = changes([&full, &changed], &mut reader)?;
+    let in_place = reader.reads_in_place();
+    // The same change with another limit: a change outside the list, read whole.
+    let limited = Config::write_with_limit(
+        &dir.join(format!("{tag}-limited")),
+        cidrs,
+        true,
+        cidrs.max(64) + 1,
+    )?;
+    let masq_change_whole = changes([&full, &limited], &mut reader)?;
+    if reader.reads_in_place() != in_place || in_place < CHANGES as u64 {
+        bail!(
+            "{} of {CHANGES} one-CIDR changes were read in place, and {} changes of the limit",
+            in_place,
+            reader.reads_in_place() - in_place
+        );
+    }
     let (full_rules, changed_rules) = (render(&full, Family::V4)?, render(&changed, Family::V4)?);
     let mut iptables = [None, None];
     for (program, times) in ["iptables-nft-restore", "iptables-legacy-restore"]
@@ -157,6 +196,7 @@ pub(crate) fn measure(cidrs: usize) -> Result<ApplyTimes> {
         from_config: true,
         masq_load,
         masq_change,
+        masq_change_whole,
         nft,
         legacy,
     })
@@ -172,16 +212,19 @@ fn measure_trie_only(cidrs: usize) -> Result<ApplyTimes> {
     let mut desired = (0..cidrs)
         .map(|index| entry(&cidr(index)))
         .collect::<Result<BTreeMap<_, _>>>()?;
+    let entries = |desired: &BTreeMap<_, _>| NomasqEntries::from(desired.clone());
     desired.insert((Ipv4Addr::new(169, 254, 0, 0), 16), NOMASQ_KIND_LINK_LOCAL);
     let mut datapath = datapath(cidrs)?;
+    let wanted = entries(&desired);
     let started = Instant::now();
-    sync_nomasq(&mut datapath.maps, &desired, TrieView::LastSynced)?;
+    sync_nomasq(&mut datapath.maps, &wanted, TrieView::LastSynced)?;
     let load = started.elapsed();
     let last = entry(&cidr(cidrs - 1))?.0;
     desired.remove(&last);
     desired.insert((Ipv4Addr::new(100, 127, 255, 255), 32), NOMASQ_KIND_CIDR);
+    let wanted = entries(&desired);
     let started = Instant::now();
-    sync_nomasq(&mut datapath.maps, &desired, TrieView::LastSynced)?;
+    sync_nomasq(&mut datapath.maps, &wanted, TrieView::LastSynced)?;
     let change = started.elapsed();
     Ok(ApplyTimes {
         cidrs,
@@ -191,6 +234,10 @@ fn measure_trie_only(cidrs: usize) -> Result<ApplyTimes> {
             write: load,
         },
         masq_change: Applied {
+            parse: Duration::ZERO,
+            write: change,
+        },
+        masq_change_whole: Applied {
             parse: Duration::ZERO,
             write: change,
         },

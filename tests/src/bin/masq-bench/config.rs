@@ -66,8 +66,8 @@ fn cidrs(family: Family, count: usize) -> Vec<String> {
 }
 
 /// One config file listing `cidrs`, in flow style (`[a, b]`), the most compact YAML.
-fn file_text(cidrs: &[String]) -> String {
-    let mut text = format!("cidrLimit: {}\nnonMasqueradeCIDRs: [", cidrs.len().max(64));
+fn file_text(cidrs: &[String], limit: usize) -> String {
+    let mut text = format!("cidrLimit: {limit}\nnonMasqueradeCIDRs: [");
     for (index, cidr) in cidrs.iter().enumerate() {
         let separator = if index == 0 { "" } else { ", " };
         let _ = write!(text, "{separator}{cidr}");
@@ -86,6 +86,30 @@ impl Config {
     /// `count` CIDRs of `family` at `path`; with `changed`, the last CIDR is replaced by
     /// another: a one-CIDR change.
     pub(crate) fn write(path: &Path, family: Family, count: usize, changed: bool) -> Result<Self> {
+        let limit = match family {
+            Family::V4 => count,
+            Family::V6 => count + 3,
+        };
+        Self::write_limited(path, family, count, changed, limit.max(64))
+    }
+
+    /// An IPv4 config as [`Config::write`] writes it, with `cidrLimit: limit`.
+    pub(crate) fn write_with_limit(
+        path: &Path,
+        count: usize,
+        changed: bool,
+        limit: usize,
+    ) -> Result<Self> {
+        Self::write_limited(path, Family::V4, count, changed, limit)
+    }
+
+    fn write_limited(
+        path: &Path,
+        family: Family,
+        count: usize,
+        changed: bool,
+        limit: usize,
+    ) -> Result<Self> {
         // IPv6 CIDRs take up to twice the room.
         let most = match family {
             Family::V4 => MAX_CIDRS,
@@ -102,7 +126,7 @@ impl Config {
             }
             .to_owned();
         }
-        fs::write(path, file_text(&cidrs))
+        fs::write(path, file_text(&cidrs, limit))
             .with_context(|| format!("writing {}", path.display()))?;
         Ok(Self {
             path: path.to_path_buf(),
@@ -114,6 +138,13 @@ impl Config {
     pub(crate) fn replace(&self, count: usize) -> Result<()> {
         let staged = Self::write(&self.path.with_extension("next"), Family::V4, count, false)?;
         fs::rename(&staged.path, &self.path).context("renaming the new config into place")
+    }
+
+    /// Replaces the config by a copy of `other`, written aside and renamed into place.
+    pub(crate) fn replace_with(&self, other: &Self) -> Result<()> {
+        let staged = self.path.with_extension("next");
+        fs::copy(&other.path, &staged).context("staging the new config")?;
+        fs::rename(&staged, &self.path).context("renaming the new config into place")
     }
 
     /// The agent's (and `masq render-iptables`') arguments naming it.
