@@ -294,20 +294,19 @@ fn read_file(path: &Path) -> Result<Vec<u8>, (&'static str, io::Error)> {
 /// inline. Any other (NFS, FUSE, ...) is read on a helper thread with a timeout, which costs
 /// a thread per read: on a 2-core node, more than reading a 10k-CIDR file in place.
 fn on_local_filesystem(file: &File) -> bool {
-    use nix::sys::statfs::{
-        BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, F2FS_SUPER_MAGIC, OVERLAYFS_SUPER_MAGIC, TMPFS_MAGIC,
-        XFS_SUPER_MAGIC, fstatfs,
-    };
-    // ext2 and ext3 share ext4's magic number.
-    const LOCAL: [nix::sys::statfs::FsType; 6] = [
-        TMPFS_MAGIC,
-        EXT4_SUPER_MAGIC,
-        XFS_SUPER_MAGIC,
-        BTRFS_SUPER_MAGIC,
-        OVERLAYFS_SUPER_MAGIC,
-        F2FS_SUPER_MAGIC,
+    // The kernel's magic numbers (linux/magic.h): tmpfs, ext2/3/4, XFS, Btrfs, overlayfs and
+    // F2FS. nix names only some of them for musl, which the agent is built for.
+    const LOCAL: [u64; 6] = [
+        0x0102_1994,
+        0xef53,
+        0x5846_5342,
+        0x9123_683e,
+        0x794c_7630,
+        0xf2f5_2010,
     ];
-    fstatfs(file).is_ok_and(|stat| LOCAL.contains(&stat.filesystem_type()))
+    nix::sys::statfs::fstatfs(file).is_ok_and(|stat| {
+        u64::try_from(stat.filesystem_type().0).is_ok_and(|magic| LOCAL.contains(&magic))
+    })
 }
 
 /// What the helper thread of [`read_with_timeout`] hands back, unless it was given up on.
@@ -744,6 +743,37 @@ mod tests {
         text.resize(MAX_CONFIG_BYTES as usize, b'\n');
         fs::write(&at_limit, text).expect("write");
         assert!(load(&ConfigSource::File(at_limit), &OPTIONS).is_ok());
+    }
+
+    /// Files off disk and memory filesystems are read on a helper thread: a read that hangs
+    /// is given up after the timeout, and not tried again while it still hangs. (A FIFO opened
+    /// for writing too stands in for a hung network filesystem: reading it blocks forever.)
+    #[test]
+    fn reads_that_hang_are_given_up_and_not_repeated() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let regular = dir.path().join("regular");
+        fs::write(&regular, "cidrLimit: 3\n").expect("write");
+        assert!(on_local_filesystem(&File::open(&regular).expect("open")));
+        let read = read_with_timeout(&regular, File::open(&regular).expect("open"));
+        assert_eq!(read.expect("read"), b"cidrLimit: 3\n");
+
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let open = || {
+            File::options()
+                .read(true)
+                .write(true)
+                .open(&fifo)
+                .expect("open")
+        };
+        let started = std::time::Instant::now();
+        let error = read_with_timeout(&fifo, open()).expect_err("a read that hangs");
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= READ_TIMEOUT);
+        let started = std::time::Instant::now();
+        let again = read_with_timeout(&fifo, open()).expect_err("refused");
+        assert!(again.to_string().contains("still hangs"), "{again}");
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 
     fn write_configmap(dir: &Path, files: &[(&str, &str)], generation: &str) {
