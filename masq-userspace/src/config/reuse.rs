@@ -286,8 +286,19 @@ fn slice<'b>(bytes: &'b [u8], span: &Range<u32>) -> Option<&'b [u8]> {
 /// An entry read in place: go-compat's plain scalar characters, and a `/`, which makes it a
 /// string to YAML (no number, boolean, null or timestamp has one).
 fn is_entry(text: &str) -> bool {
+    is_plain(text.as_bytes()) && text.contains('/')
+}
+
+/// go-compat's plain scalar: letters, digits, `.`, `/` and `_`, at least one.
+fn is_plain(text: &[u8]) -> bool {
     let plain = |byte: u8| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'/' | b'_');
-    !text.is_empty() && text.bytes().all(plain) && text.contains('/')
+    !text.is_empty() && every(text, plain)
+}
+
+/// `bytes.iter().all(test)` without the early exit, so that the loop is vectorized: a config
+/// is checked a byte at a time at a fraction of the cost.
+fn every(bytes: &[u8], test: impl Fn(u8) -> bool) -> bool {
+    bytes.iter().fold(true, |all, &byte| all & test(byte))
 }
 
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {
@@ -325,26 +336,17 @@ fn common_suffix(a: &[u8], b: &[u8]) -> usize {
 /// The list of [`LIST_KEY`] in a document of go-compat's simple shape, and the span of each
 /// entry; `None` for any other document, or when no key or several keys name the list.
 fn locate_list(bytes: &[u8]) -> Option<(Style, Vec<Range<u32>>)> {
-    if !bytes
-        .iter()
-        .all(|&byte| byte == b'\n' || (0x20..0x7f).contains(&byte))
+    if !every(bytes, |byte| byte == b'\n' || (0x20..0x7f).contains(&byte))
         || u32::try_from(bytes.len()).is_err()
     {
         return None;
     }
-    let plain = |text: &[u8]| {
-        !text.is_empty()
-            && text
-                .iter()
-                .all(|&byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'/' | b'_'))
-    };
+    let plain = is_plain;
     let mut lines = Vec::new();
     let mut start = 0;
-    while start < bytes.len() {
-        let end = bytes[start..]
-            .iter()
-            .position(|&byte| byte == b'\n')
-            .map_or(bytes.len(), |at| start + at);
+    for end in memchr::memchr_iter(b'\n', bytes)
+        .chain((bytes.last() != Some(&b'\n')).then_some(bytes.len()))
+    {
         lines.push(start..end);
         start = end + 1;
     }
@@ -391,7 +393,9 @@ fn locate_list(bytes: &[u8]) -> Option<(Style, Vec<Range<u32>>)> {
             let list_start = line.start + colon + 3;
             if !list.is_empty() {
                 let mut at = 0;
-                for item in list.split(|&byte| byte == b',') {
+                let commas = memchr::memchr_iter(b',', list).chain([list.len()]);
+                for end in commas {
+                    let item = &list[at..end];
                     let leading = item.iter().take_while(|&&byte| byte == b' ').count();
                     let trailing = item.iter().rev().take_while(|&&byte| byte == b' ').count();
                     let scalar = item.get(leading..item.len().checked_sub(trailing)?)?;
@@ -400,7 +404,7 @@ fn locate_list(bytes: &[u8]) -> Option<(Style, Vec<Range<u32>>)> {
                     }
                     let start = list_start + at + leading;
                     entries.push(start as u32..(start + scalar.len()) as u32);
-                    at += item.len() + 1;
+                    at = end + 1;
                 }
             }
             Style::Flow
