@@ -181,32 +181,23 @@ impl LastFile {
         };
         match self.style {
             Style::Flow => {
-                // entry (`,` spaces entry)*, then `,` spaces unless the list ends here.
-                let mut at = 0;
-                loop {
-                    let length = region[at..]
-                        .iter()
-                        .position(|&byte| byte == b',')
-                        .unwrap_or(region.len() - at);
-                    if length == 0 && at == region.len() && !at_end {
-                        break;
-                    }
-                    push(at, &region[at..at + length])?;
-                    at += length;
-                    if at == region.len() {
-                        if !at_end {
-                            return None;
-                        }
-                        break;
-                    }
-                    at += 1;
-                    at += region[at..]
+                // Entries, each followed by `,` and spaces but for the list's last one.
+                let (mut at, mut last_unseparated) = (0, false);
+                while at < region.len() {
+                    let end = memchr::memchr(b',', &region[at..])
+                        .map_or(region.len(), |found| at + found);
+                    push(at, &region[at..end])?;
+                    last_unseparated = end == region.len();
+                    at = end + 1;
+                    at += region
+                        .get(at..)
+                        .unwrap_or_default()
                         .iter()
                         .take_while(|&&byte| byte == b' ')
                         .count();
-                    if at == region.len() && at_end {
-                        return None;
-                    }
+                }
+                if last_unseparated != at_end {
+                    return None;
                 }
             }
             Style::Block { indent } => {
