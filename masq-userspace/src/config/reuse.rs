@@ -550,6 +550,9 @@ mod tests {
             flow.replace("10.3.0.0/16", "2001:db8::/32"),
             flow.replace("10.3.0.0/16", "1234"),
             flow.replace(&list.join(", "), ""),
+            // Valid YAML that the in-place reader leaves to the whole read.
+            flow.replace("10.7.0.0/16]", "10.7.0.0/16, ]"),
+            flow.replace("[10.0.0.0/16", "[ 10.0.0.0/16"),
             document(&list, Some(2)),
             document(&["fd00::/8".into()], Some(2)),
         ];
