@@ -160,7 +160,6 @@ impl Policy {
             IpAddr::V4(_) => Family::Ipv4,
             IpAddr::V6(_) => Family::Ipv6,
         };
-        let rules = self.rules(family);
         if family == Family::Ipv6 && !self.ipv6_enabled {
             return Decision {
                 destination,
@@ -168,6 +167,7 @@ impl Policy {
                 reason: Reason::Ipv6Disabled,
             };
         }
+        let rules = self.rules(family);
         match rules
             .iter()
             .find(|rule| rule.cidr.network().contains(&address))
@@ -275,57 +275,28 @@ impl<'entries, A> IntoIterator for &'entries NomasqEntries<A> {
     }
 }
 
-/// An address as the bits of its family, for prefix arithmetic.
-trait AddressBits: Ord + Copy {
-    const BITS: u32;
-    fn bits(self) -> u128;
-}
-
-impl AddressBits for Ipv4Addr {
-    const BITS: u32 = 32;
-    fn bits(self) -> u128 {
-        u128::from(self.to_bits())
-    }
-}
-
-impl AddressBits for Ipv6Addr {
-    const BITS: u32 = 128;
-    fn bits(self) -> u128 {
-        self.to_bits()
-    }
-}
-
 impl Policy {
     /// The trie entries of `family` (see [`Policy::nomasq_v4`]), from the config without
     /// building the chain; `key` gives a network of the family as (address, prefix length).
-    fn trie_entries<A: AddressBits>(
+    fn trie_entries<A: Ord + Copy>(
         &self,
         family: Family,
         key: impl Fn(&Network) -> Option<(A, u8)>,
     ) -> NomasqEntries<A> {
-        let link_local = self
-            .link_local(family)
-            .and_then(|rule| key(rule.cidr.network()));
-        // Whether (address, prefix) lies inside the exempt link-local network.
-        let inside_link_local = |(address, prefix): (A, u8)| {
-            link_local.is_some_and(|(network, length)| {
-                prefix >= length
-                    && (address.bits() ^ network.bits())
-                        .checked_shr(A::BITS - u32::from(length))
-                        .unwrap_or(0)
-                        == 0
-            })
-        };
+        let link_local = self.link_local(family).map(|rule| *rule.cidr.network());
+        let link_local_key = link_local.as_ref().and_then(&key);
         let configured = self.configured(family).filter_map(|sourced| {
             let network = key(sourced.cidr.network())?;
-            let kind = if inside_link_local(network) {
+            let inside_link_local =
+                link_local.is_some_and(|link_local| link_local.contains(sourced.cidr.network()));
+            let kind = if inside_link_local {
                 NOMASQ_KIND_LINK_LOCAL
             } else {
                 NOMASQ_KIND_CIDR
             };
             Some((network, kind))
         });
-        link_local
+        link_local_key
             .map(|network| (network, NOMASQ_KIND_LINK_LOCAL))
             .into_iter()
             .chain(configured)

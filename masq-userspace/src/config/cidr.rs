@@ -101,24 +101,6 @@ impl fmt::Debug for CidrText {
     }
 }
 
-impl fmt::Display for CidrText {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str(self.as_str())
-    }
-}
-
-impl PartialEq<str> for CidrText {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for CidrText {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
 impl Cidr {
     /// Parses `text` with `net.ParseCIDR`'s rules and requires it to be aligned, as upstream's
     /// validation does. The error is upstream's message for that CIDR.
