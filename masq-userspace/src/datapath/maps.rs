@@ -25,7 +25,7 @@ use masq_common::{
 };
 
 use super::error::DatapathError;
-use crate::policy::NomasqEntries;
+use crate::policy::{NomasqEntries, TrieAddress};
 
 /// Owned, typed handles on every datapath map.
 pub struct DatapathMaps {
@@ -115,7 +115,7 @@ nat_table!([u8; 16], MAP_NAT_V6, nat_v6, nat_v6_fd);
 
 /// An address family's non-masquerade trie, so that syncing and reading it is written once
 /// for both families.
-pub trait NomasqTrie: Copy + Ord + std::fmt::Display + 'static {
+pub trait NomasqTrie: TrieAddress + std::fmt::Display + 'static {
     /// The trie's key data: the address in network byte order.
     type Octets: aya::Pod;
     /// The trie's map name.

@@ -85,7 +85,7 @@ pub fn sync_nomasq<A: NomasqTrie>(
             (None, None) => break,
             (Some(_), None) => Ordering::Less,
             (None, Some(_)) => Ordering::Greater,
-            (Some((wanted, _)), Some((held, _))) => wanted.cmp(held),
+            (Some((wanted, _)), Some((held, _))) => A::order(wanted).cmp(&A::order(held)),
         };
         match order {
             Ordering::Less => changes.extend(want.next().copied()),
