@@ -194,7 +194,10 @@ fn phases(source: &ConfigSource) {
         .expect("decode");
         step(2);
         let cidrs = masq::config::validate::validate_cidrs(
-            raw.non_masquerade_cidrs.as_deref().unwrap_or_default(),
+            raw.non_masquerade_cidrs
+                .as_ref()
+                .map(masq::config::list::ChunkedList::iter)
+                .unwrap_or_default(),
             raw.cidr_limit,
             false,
             masq::config::source::CidrOrigin::Default,

@@ -8,7 +8,7 @@
 
 use go_compat::json::{JsonValue, find_field};
 
-use super::{GoDuration, MasqConfig, cidr::CidrText};
+use super::{GoDuration, MasqConfig, cidr::CidrText, list::ChunkedList};
 
 /// A value of the wrong type or an unparsable duration, with Go's message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -92,7 +92,10 @@ pub fn decode_azure(document: JsonValue) -> Result<AzureFileConfig, DecodeError>
     };
     let config = decode_fields(document, AZURE_FIELDS, zero)?;
     Ok(AzureFileConfig {
-        non_masquerade_cidrs: config.non_masquerade_cidrs.unwrap_or_default(),
+        non_masquerade_cidrs: config
+            .non_masquerade_cidrs
+            .map(|cidrs| cidrs.iter().cloned().collect())
+            .unwrap_or_default(),
         masq_link_local: config.masq_link_local,
         masq_link_local_ipv6: config.masq_link_local_ipv6,
     })
@@ -133,13 +136,13 @@ fn decode_fields(
 /// A `[]string` field. `null` makes it nil (`None`), an array a list, empty or not. Go decodes
 /// an array into the existing slice: a `null` element keeps the value already at that index
 /// (upstream's defaults!) or is empty past its end.
-fn decode_cidrs(value: JsonValue, target: &mut Option<Vec<CidrText>>, errors: &mut Errors) {
+fn decode_cidrs(value: JsonValue, target: &mut Option<ChunkedList<CidrText>>, errors: &mut Errors) {
     let field = NON_MASQUERADE_CIDRS;
     match value {
         JsonValue::Null => *target = None,
         JsonValue::Array(items) => {
             let previous = target.take().unwrap_or_default();
-            let target = target.insert(Vec::with_capacity(items.len()));
+            let mut decoded_items = Vec::with_capacity(items.len());
             for (index, item) in items.into_iter().enumerate() {
                 let decoded = match item {
                     JsonValue::String(text) => text.into(),
@@ -149,8 +152,9 @@ fn decode_cidrs(value: JsonValue, target: &mut Option<Vec<CidrText>>, errors: &m
                         previous.get(index).cloned().unwrap_or_default()
                     }
                 };
-                target.push(decoded);
+                decoded_items.push(decoded);
             }
+            *target = Some(decoded_items.into());
         }
         other => save(errors, &other, field, "[]string"),
     }

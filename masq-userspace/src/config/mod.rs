@@ -14,6 +14,7 @@
 
 pub mod cidr;
 pub mod decode;
+pub mod list;
 mod reuse;
 pub mod source;
 pub mod validate;
@@ -23,6 +24,7 @@ use std::fmt::Write as _;
 use go_compat::json::quote_string as json_string;
 
 use cidr::CidrText;
+use list::ChunkedList;
 
 /// Go's `time.Duration`, which `resyncInterval` is.
 pub use go_compat::time::GoDuration;
@@ -67,7 +69,7 @@ pub const DEFAULT_RESYNC_INTERVAL: GoDuration = GoDuration::from_secs(60);
 pub struct MasqConfig {
     /// `nonMasqueradeCIDRs`, exactly as written. `None` is Go's nil slice, what `null` decodes
     /// to; an explicit `[]` is an empty list, which Go tells apart when it prints the config.
-    pub non_masquerade_cidrs: Option<Vec<CidrText>>,
+    pub non_masquerade_cidrs: Option<ChunkedList<CidrText>>,
     /// `cidrLimit`.
     pub cidr_limit: i64,
     /// `masqLinkLocal`.
@@ -81,13 +83,16 @@ pub struct MasqConfig {
 impl MasqConfig {
     /// Upstream's `NewMasqConfig`: what applies when the file or a key is absent.
     pub fn defaults(nomasq_all_reserved_ranges: bool) -> Self {
-        let mut cidrs: Vec<CidrText> = DEFAULT_NON_MASQUERADE_CIDRS
+        let reserved: &[&str] = if nomasq_all_reserved_ranges {
+            &RESERVED_RANGES
+        } else {
+            &[]
+        };
+        let cidrs = DEFAULT_NON_MASQUERADE_CIDRS
             .iter()
+            .chain(reserved)
             .map(|&cidr| cidr.into())
             .collect();
-        if nomasq_all_reserved_ranges {
-            cidrs.extend(RESERVED_RANGES.iter().map(|&cidr| cidr.into()));
-        }
         Self {
             non_masquerade_cidrs: Some(cidrs),
             cidr_limit: DEFAULT_CIDR_LIMIT,

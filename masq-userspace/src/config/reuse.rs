@@ -56,7 +56,7 @@ impl LastFile {
     /// entries are exactly the config's CIDRs.
     pub(super) fn new(bytes: Vec<u8>, config: Arc<EffectiveConfig>) -> Option<Self> {
         let (style, entries) = locate_list(&bytes)?;
-        let texts = config.raw.non_masquerade_cidrs.as_deref()?;
+        let texts = config.raw.non_masquerade_cidrs.as_ref()?;
         let agrees = entries.len() == texts.len()
             && entries.len() == config.cidrs.len()
             && entries
@@ -249,15 +249,13 @@ impl LastFile {
                 origin: self.origin,
             });
         }
-        let mut cidrs = Vec::with_capacity(count);
-        cidrs.extend_from_slice(&old.cidrs[..replaced.start]);
-        cidrs.extend(fresh);
-        cidrs.extend_from_slice(&old.cidrs[replaced.end..]);
-        let old_texts = old.raw.non_masquerade_cidrs.as_deref().unwrap_or_default();
-        let mut list = Vec::with_capacity(count);
-        list.extend_from_slice(&old_texts[..replaced.start]);
-        list.extend_from_slice(texts);
-        list.extend_from_slice(&old_texts[replaced.end..]);
+        // Both lists share every chunk the change does not touch with the last config.
+        let cidrs = old.cidrs.spliced(replaced.clone(), fresh);
+        let old_texts = old.raw.non_masquerade_cidrs.as_ref();
+        let list = old_texts.map_or_else(
+            || texts.iter().cloned().collect(),
+            |old_texts| old_texts.spliced(replaced, texts.iter().cloned()),
+        );
         let raw = MasqConfig {
             non_masquerade_cidrs: Some(list),
             ..old.raw.without_cidrs()

@@ -16,6 +16,7 @@ use super::{
     AZURE_CIDR_LIMIT, CONFIG_FILE_PREFIX, GoDuration, MasqConfig,
     cidr::{Cidr, CidrText},
     decode::{self, DecodeError},
+    list::ChunkedList,
     reuse::LastFile,
     validate::{ValidationError, validate_cidrs},
 };
@@ -133,7 +134,7 @@ pub struct EffectiveConfig {
     pub origin: ConfigOrigin,
     /// Non-masquerade CIDRs in rule order (config order; in directory mode by file, then first
     /// appearance, duplicates removed).
-    pub cidrs: Vec<SourcedCidr>,
+    pub cidrs: ChunkedList<SourcedCidr>,
     /// The config in upstream's form (directory mode: the merged flags, the `cidrLimit` that
     /// applied per file and `--resync-interval`): the flags, the interval, and the logs.
     pub raw: MasqConfig,
@@ -527,7 +528,10 @@ fn file_config(
     let base = MasqConfig::defaults(options.nomasq_all_reserved_ranges);
     let raw = decode::decode_upstream(document, base).map_err(ConfigError::Decode)?;
     let cidrs = validate_cidrs(
-        raw.non_masquerade_cidrs.as_deref().unwrap_or_default(),
+        raw.non_masquerade_cidrs
+            .as_ref()
+            .map(ChunkedList::iter)
+            .unwrap_or_default(),
         raw.cidr_limit,
         options.enable_ipv6,
         CidrOrigin::file(path),
@@ -574,7 +578,7 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
         let file =
             decode::decode_azure(document).map_err(|error| in_file(ConfigError::Decode(error)))?;
         let cidrs = validate_cidrs(
-            &file.non_masquerade_cidrs,
+            file.non_masquerade_cidrs.iter(),
             AZURE_CIDR_LIMIT,
             options.enable_ipv6,
             CidrOrigin::file(&path),
@@ -582,10 +586,10 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
         .map_err(|error| in_file(ConfigError::Invalid(error)))?;
         // The Azure agent deduplicates identical strings (its order is random; ours is the
         // order files and entries were read in).
-        for sourced in cidrs {
+        for sourced in &cidrs {
             // Equal texts parse to equal CIDRs, so the set compares the texts.
             if seen.insert(sourced.cidr.clone()) {
-                merged.push(sourced);
+                merged.push(sourced.clone());
             }
         }
         masq_link_local |= file.masq_link_local;
@@ -593,7 +597,7 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
     }
     // The Azure agent appends every file's list to a nil one, which stays nil when no file
     // lists a CIDR.
-    let cidr_texts: Vec<CidrText> = merged
+    let cidr_texts: ChunkedList<CidrText> = merged
         .iter()
         .map(|sourced| sourced.cidr.text().clone())
         .collect();
@@ -610,7 +614,7 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
     };
     Ok(EffectiveConfig {
         origin,
-        cidrs: merged,
+        cidrs: merged.into(),
         raw,
     })
 }

@@ -3,6 +3,7 @@
 
 use super::{
     cidr::{Cidr, CidrError, CidrText, Family},
+    list::ChunkedList,
     source::{CidrOrigin, SourcedCidr},
 };
 
@@ -35,12 +36,12 @@ pub enum ValidationError {
 
 /// Validates `cidrs` against `limit` and the IPv6 gate, returning them parsed in order, each
 /// with `origin`.
-pub fn validate_cidrs(
-    cidrs: &[CidrText],
+pub fn validate_cidrs<'text>(
+    cidrs: impl ExactSizeIterator<Item = &'text CidrText>,
     limit: i64,
     enable_ipv6: bool,
     origin: CidrOrigin,
-) -> Result<Vec<SourcedCidr>, ValidationError> {
+) -> Result<ChunkedList<SourcedCidr>, ValidationError> {
     let count = cidrs.len();
     if i64::try_from(count).map_or(true, |count| count > limit) {
         return Err(ValidationError::TooManyCidrs { limit, count });
@@ -55,5 +56,5 @@ pub fn validate_cidrs(
         }
         valid.push(SourcedCidr { cidr, origin });
     }
-    Ok(valid)
+    Ok(valid.into())
 }
