@@ -308,7 +308,13 @@ fn traffic(
     let (connect, connect_failures) =
         tcp::connect_close(reference, &test, plan.connect_pairs, plan.connect_window)?;
     progress("connect+close", &connect);
-    let stream = tcp::stream(reference, &test, plan.stream_pairs, plan.stream_seconds)?;
+    let stream = tcp::stream(
+        reference,
+        &test,
+        plan.stream_pairs,
+        plan.stream_seconds,
+        cores,
+    )?;
     progress("one TCP stream", &stream);
     // Last: it leaves the table full.
     let new_flows = udp::new_flows(reference, &mut test, &plan.udp, cores)?;

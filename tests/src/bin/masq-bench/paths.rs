@@ -72,7 +72,8 @@ fn nowhere(family: Family) -> IpAddr {
 }
 
 /// The two cores the UDP measurements use: the generator's, and the one the path under test
-/// runs on (the NAPI thread of the pod's veth and the softirq work after it).
+/// runs on (the NAPI thread of the pod's veth and the softirq work after it). The TCP stream's
+/// client and server run on them too, in that order.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Cores {
     pub(crate) generator: usize,

@@ -658,7 +658,8 @@ so whatever else the machine does affects both alike. The sections per test are 
   shown with the results.
 * **TCP connect+close**: two client threads in a pod connect to the outside host and close
   with a reset (no TIME_WAIT); the server accepts and closes. Every connection is a new flow.
-* **One TCP stream**: iperf3 from a pod to the outside host, one stream, offloads on.
+* **One TCP stream**: iperf3 from a pod to the outside host, one stream, offloads on; the
+  client runs on one core and the server on the other, in every window alike.
 * **CIDRs**: the config lists upstream's three defaults plus /32s in 100.64.0.0/10, none of
   which holds the destination, so iptables walks its whole chain for each new flow. The largest
   list, 50,000, is near the most one config file can hold (masq reads up to 1 MiB, what a

@@ -16,7 +16,7 @@ use std::{
 use crate::{
     cpu::CpuTimes,
     interleave::{Comparison, Side, Window, alternate},
-    paths::BenchPath,
+    paths::{BenchPath, Cores},
     tx::set_option,
 };
 use anyhow::{Context as _, Result, bail};
@@ -188,7 +188,11 @@ impl Drop for IperfServer {
 }
 
 /// One iperf3 run from pod 2: bytes received by the outside host and the run's seconds.
-fn iperf_run(path: &BenchPath, seconds: u32) -> Result<Window> {
+///
+/// The client runs on one core and the server on the other, the same in every window.
+/// Unpinned, the scheduler placed them differently from one run to the next, and single
+/// windows of the same path differed by a third.
+fn iperf_run(path: &BenchPath, seconds: u32, cores: Cores) -> Result<Window> {
     let cpu_before = CpuTimes::read()?;
     let output = path
         .sandbox
@@ -201,6 +205,7 @@ fn iperf_run(path: &BenchPath, seconds: u32) -> Result<Window> {
             &IPERF_PORT.to_string(),
         ])
         .args(["-t", &seconds.to_string(), "-J"])
+        .args(["-A", &format!("{},{}", cores.generator, cores.path)])
         .output()
         .context("running iperf3")?;
     let cpu = CpuTimes::read()?.since(&cpu_before);
@@ -228,6 +233,7 @@ pub(crate) fn stream(
     test: &BenchPath,
     pairs: usize,
     seconds: u32,
+    cores: Cores,
 ) -> Result<Comparison> {
     let _servers = [IperfServer::start(reference)?, IperfServer::start(test)?];
     // The servers need a moment to listen (a probe connection would count as a failed test
@@ -236,8 +242,8 @@ pub(crate) fn stream(
     alternate(
         pairs,
         |side| match side {
-            Side::Reference => iperf_run(reference, seconds),
-            Side::Test => iperf_run(test, seconds),
+            Side::Reference => iperf_run(reference, seconds, cores),
+            Side::Test => iperf_run(test, seconds, cores),
         },
         |_| Ok(()),
     )
