@@ -195,8 +195,8 @@ pub(crate) fn translate<A: Family>(
     entry: &NatEntry<A>,
     counter: Counter,
 ) -> Verdict {
-    let rewritten = rewrite::address(ctx, ip, End::Source, entry.addr)
-        .and_then(|()| rewrite::port(ctx, ip, End::Source, key.src_port, entry.port));
+    let rewritten =
+        rewrite::address_and_port(ctx, ip, End::Source, entry.addr, key.src_port, entry.port);
     if rewritten.is_err() {
         count_in::<A>(Counter::EgressDropRewriteFailed);
         return Verdict::Drop;

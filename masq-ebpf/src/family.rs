@@ -119,6 +119,15 @@ pub(crate) trait Family: Address + 'static {
         old: Self,
         new: Self,
     ) -> Result<(), ()>;
+    /// Replaces the `end` address and port of a flow's packet, `(old, new)` each (see
+    /// [`rewrite::address_and_port`]).
+    fn rewrite_address_and_port(
+        ctx: &TcContext,
+        ip: &Ip<Self>,
+        end: End,
+        addresses: (Self, Self),
+        ports: (u16, u16),
+    ) -> Result<(), ()>;
     /// The IP header an ICMP error quotes at `offset`, if the quote holds a whole one, of a
     /// first (or only) fragment, inside the error's packet (which ends at `end`).
     fn read_quote(ctx: &TcContext, offset: usize, end: usize) -> Option<QuotedIp<Self>>;
@@ -251,6 +260,17 @@ impl Family for [u8; 4] {
         new: Self,
     ) -> Result<(), ()> {
         rewrite::address_v4(ctx, ip, end, old, new)
+    }
+
+    #[inline(always)]
+    fn rewrite_address_and_port(
+        ctx: &TcContext,
+        ip: &Ip<Self>,
+        end: End,
+        addresses: (Self, Self),
+        ports: (u16, u16),
+    ) -> Result<(), ()> {
+        rewrite::address_and_port_v4(ctx, ip, end, addresses, ports)
     }
 
     #[inline(always)]
@@ -408,6 +428,21 @@ impl Family for V6 {
         new: Self,
     ) -> Result<(), ()> {
         rewrite::address_v6(ctx, ip, end, old, new)
+    }
+
+    #[inline(always)]
+    fn rewrite_address_and_port(
+        ctx: &TcContext,
+        ip: &Ip<Self>,
+        end: End,
+        (old, new): (Self, Self),
+        (old_port, new_port): (u16, u16),
+    ) -> Result<(), ()> {
+        // No one-store form: the ports do not follow the address they go with.
+        if old != new {
+            rewrite::address_v6(ctx, ip, end, old, new)?;
+        }
+        rewrite::port(ctx, ip, end, old_port, new_port)
     }
 
     // ICMPv6 errors are translated in programs of their own (`masq_icmp6_egress`,

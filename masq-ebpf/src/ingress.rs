@@ -137,8 +137,8 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
         count_in::<A>(Counter::IngressPassed);
         return Verdict::Pass;
     };
-    let rewritten = rewrite::address(ctx, &ip, End::Destination, entry.addr)
-        .and_then(|()| rewrite::port(ctx, &ip, End::Destination, dst_port, entry.port));
+    let rewritten =
+        rewrite::address_and_port(ctx, &ip, End::Destination, entry.addr, dst_port, entry.port);
     if rewritten.is_err() {
         count_in::<A>(Counter::IngressDropRewriteFailed);
         return Verdict::Drop;
