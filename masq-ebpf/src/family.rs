@@ -435,14 +435,10 @@ impl Family for V6 {
         ctx: &TcContext,
         ip: &Ip<Self>,
         end: End,
-        (old, new): (Self, Self),
-        (old_port, new_port): (u16, u16),
+        addresses: (Self, Self),
+        ports: (u16, u16),
     ) -> Result<(), ()> {
-        // No one-store form: the ports do not follow the address they go with.
-        if old != new {
-            rewrite::address_v6(ctx, ip, end, old, new)?;
-        }
-        rewrite::port(ctx, ip, end, old_port, new_port)
+        rewrite::address_and_port_v6(ctx, ip, end, addresses, ports)
     }
 
     // ICMPv6 errors are translated in programs of their own (`masq_icmp6_egress`,

@@ -17,11 +17,12 @@
 //! * an ICMP identifier and its checksum (computed in software by the local stack) are updated
 //!   here and stored in one call;
 //! * IPv6 has no header checksum: an address change goes into the transport checksum (ICMPv6's
-//!   covers the pseudo-header too) as one `bpf_csum_diff` of the addresses.
+//!   covers the pseudo-header too) as the difference of the addresses, computed here rather
+//!   than by `bpf_csum_diff`. As for IPv4, TCP and UDP ports right after the header are
+//!   stored with the addresses.
 
 use aya_ebpf::{
     bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR},
-    helpers::generated::bpf_csum_diff,
     programs::TcContext,
 };
 use masq_common::{
@@ -182,13 +183,7 @@ pub(crate) fn address_and_port_v4(
         .map_err(|_| ())?;
     }
     if old_port != new_port {
-        ctx.l4_csum_replace(
-            checksum,
-            u64::from(u16::from_ne_bytes(old_port.to_be_bytes())),
-            u64::from(u16::from_ne_bytes(new_port.to_be_bytes())),
-            flags | 2,
-        )
-        .map_err(|_| ())?;
+        replace_port_in_l4_checksum(ctx, checksum, flags, old_port, new_port)?;
     }
     let mut fields = read::<FlowFields>(ctx, IP_OFF + IP_CHECK).ok_or(())?;
     if old != new {
@@ -207,28 +202,14 @@ pub(crate) fn address_and_port_v4(
 const IPV6_SRC: usize = IP_OFF + 8;
 
 /// [`address`] for IPv6, which has no header checksum: the difference of the two addresses
-/// (`bpf_csum_diff`) goes into the transport checksum (ICMPv6's covers a pseudo-header too),
-/// then the address is stored.
+/// goes into the transport checksum (ICMPv6's covers a pseudo-header too), then the address is
+/// stored.
 #[inline(always)]
 pub(crate) fn address_v6(ctx: &TcContext, ip: &Ipv6, end: End, old: V6, new: V6) -> Result<(), ()> {
     if !ip.is_later_fragment()
         && let Some((offset, flags)) = l4_checksum_v6(ip.protocol)
     {
-        let mut from = words(old);
-        let mut to = words(new);
-        // SAFETY: both buffers are 16 bytes of the program's stack, as the sizes say.
-        let diff = unsafe { bpf_csum_diff(from.as_mut_ptr(), 16, to.as_mut_ptr(), 16, 0) };
-        if diff < 0 {
-            return Err(());
-        }
-        // Size 0: `to` is a checksum difference, not a value that replaces `from`.
-        ctx.l4_csum_replace(
-            ip.l4_off + offset,
-            0,
-            diff as u64,
-            flags | u64::from(BPF_F_PSEUDO_HDR),
-        )
-        .map_err(|_| ())?;
+        replace_v6_in_l4_checksum(ctx, ip.l4_off + offset, flags, old, new)?;
     }
     let field = match end {
         End::Source => IPV6_SRC,
@@ -237,11 +218,122 @@ pub(crate) fn address_v6(ctx: &TcContext, ip: &Ipv6, end: End, old: V6, new: V6)
     ctx.store(field, &new.0, 0).map_err(|_| ())
 }
 
-/// An IPv6 address as the four 32-bit words `bpf_csum_diff` sums.
+/// Puts an IPv6 address change into the transport checksum at `checksum` (a pseudo-header
+/// field, so the helper knows what to do for each kind of checksum the packet carries).
+#[inline(always)]
+fn replace_v6_in_l4_checksum(
+    ctx: &TcContext,
+    checksum: usize,
+    flags: u64,
+    old: V6,
+    new: V6,
+) -> Result<(), ()> {
+    // Size 0: `to` is a checksum difference, not a value that replaces `from`.
+    ctx.l4_csum_replace(
+        checksum,
+        0,
+        u64::from(checksum_difference(old, new)),
+        flags | u64::from(BPF_F_PSEUDO_HDR),
+    )
+    .map_err(|_| ())
+}
+
+/// The ones'-complement difference `new - old` of two addresses as a 32-bit partial sum, what
+/// `bpf_csum_diff` returns, computed here: a helper call costs more than the four additions.
+/// Sums of the same words are congruent whatever their byte order, so the words are read
+/// as the CPU's own.
+#[inline(always)]
+fn checksum_difference(old: V6, new: V6) -> u32 {
+    let (old, new) = (words(old), words(new));
+    let mut sum = 0u64;
+    for (old, new) in old.iter().zip(&new) {
+        sum += u64::from(!old) + u64::from(*new);
+    }
+    // End-around carries, twice: the first fold can carry once more.
+    sum = (sum & 0xffff_ffff) + (sum >> 32);
+    sum = (sum & 0xffff_ffff) + (sum >> 32);
+    sum as u32
+}
+
+/// An IPv6 address as four 32-bit words.
 #[inline(always)]
 fn words(addr: V6) -> [u32; 4] {
     // SAFETY: 16 bytes either way, and `V6` is aligned for `u32`.
     unsafe { core::mem::transmute::<V6, [u32; 4]>(addr) }
+}
+
+/// Both IPv6 addresses and the ports of the transport header that follows a header without
+/// extensions: what a flow's translation rewrites, in one store.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct FlowFieldsV6 {
+    src: V6,
+    dst: V6,
+    src_port: [u8; 2],
+    dst_port: [u8; 2],
+}
+
+/// The offset of a transport header after an IPv6 header without extension headers.
+const PLAIN_L4_OFF_V6: usize = IP_OFF + 40;
+
+/// [`address_and_port`] for IPv6, as [`address_and_port_v4`] does for IPv4: for TCP or UDP right
+/// after the IPv6 header, the transport checksum's updates and one store of addresses and
+/// ports.
+#[inline(always)]
+pub(crate) fn address_and_port_v6(
+    ctx: &TcContext,
+    ip: &Ipv6,
+    end: End,
+    (old, new): (V6, V6),
+    (old_port, new_port): (u16, u16),
+) -> Result<(), ()> {
+    let one_store = if ip.l4_off == PLAIN_L4_OFF_V6 && !ip.is_later_fragment() {
+        l4_checksum(ip.protocol)
+    } else {
+        None
+    };
+    let Some((checksum, flags)) = one_store else {
+        if old != new {
+            address_v6(ctx, ip, end, old, new)?;
+        }
+        return port(ctx, ip, end, old_port, new_port);
+    };
+    if old == new && old_port == new_port {
+        return Ok(());
+    }
+    let checksum = ip.l4_off + checksum;
+    if old != new {
+        replace_v6_in_l4_checksum(ctx, checksum, flags, old, new)?;
+    }
+    if old_port != new_port {
+        replace_port_in_l4_checksum(ctx, checksum, flags, old_port, new_port)?;
+    }
+    let mut fields = read::<FlowFieldsV6>(ctx, IPV6_SRC).ok_or(())?;
+    let new_port = new_port.to_be_bytes();
+    match end {
+        End::Source => (fields.src, fields.src_port) = (new, new_port),
+        End::Destination => (fields.dst, fields.dst_port) = (new, new_port),
+    }
+    ctx.store(IPV6_SRC, &fields, 0).map_err(|_| ())
+}
+
+/// Puts a port change into the transport checksum at `checksum` (not a pseudo-header field:
+/// a checksum the stack will compute later is left alone).
+#[inline(always)]
+fn replace_port_in_l4_checksum(
+    ctx: &TcContext,
+    checksum: usize,
+    flags: u64,
+    old: u16,
+    new: u16,
+) -> Result<(), ()> {
+    ctx.l4_csum_replace(
+        checksum,
+        u64::from(u16::from_ne_bytes(old.to_be_bytes())),
+        u64::from(u16::from_ne_bytes(new.to_be_bytes())),
+        flags | 2,
+    )
+    .map_err(|_| ())
 }
 
 /// As [`l4_checksum`], for IPv6, where ICMPv6's checksum covers the pseudo-header as well.
@@ -289,13 +381,7 @@ pub(crate) fn port<A: Family>(
         return Err(());
     };
     let field = if end == End::Source { 0 } else { 2 };
-    ctx.l4_csum_replace(
-        ip.l4_off + checksum,
-        u64::from(u16::from_ne_bytes(old.to_be_bytes())),
-        u64::from(u16::from_ne_bytes(new.to_be_bytes())),
-        flags | 2,
-    )
-    .map_err(|_| ())?;
+    replace_port_in_l4_checksum(ctx, ip.l4_off + checksum, flags, old, new)?;
     ctx.store(ip.l4_off + field, &new.to_be_bytes(), 0)
         .map_err(|_| ())
 }
