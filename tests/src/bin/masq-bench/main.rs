@@ -39,6 +39,7 @@ use crate::{
     footprint::FootprintSettings,
     frames::Family,
     paths::{BenchPath, Cores, Mode},
+    profile::Profiles,
     progtime::ProgramSettings,
     report::{Figures, Results, Run},
     udp::UdpSettings,
@@ -386,7 +387,15 @@ fn check(results: &Results) -> Result<()> {
     {
         bail!("a BPF_PROG_TEST_RUN time is missing");
     }
-    if results.profiles.established.top.is_empty() || results.profiles.new_flows.top.is_empty() {
+    let profiles = &results.profiles;
+    if [
+        &profiles.established,
+        &profiles.new_flows,
+        &profiles.program,
+    ]
+    .iter()
+    .any(|profile| profile.top.is_empty())
+    {
         bail!("a perf profile is empty");
     }
     if results.apply.is_empty() || results.footprint.phases.is_empty() {
@@ -429,7 +438,11 @@ fn main() -> Result<()> {
         );
     }
     if args.program_only {
-        print_program_times(&progtime::measure(&plan.program)?);
+        let (times, profile) = progtime::measure(&plan.program, plan.profile)?;
+        print_program_times(&times);
+        for (function, share) in &profile.top {
+            eprintln!("  {:>5.1}%  {function}", 100.0 * share);
+        }
         return Ok(());
     }
     let mut figures = Vec::new();
@@ -470,7 +483,7 @@ fn main() -> Result<()> {
         Default::default()
     } else {
         eprintln!("bench: datapath programs (BPF_PROG_TEST_RUN)");
-        let program = progtime::measure(&plan.program)?;
+        let (program, program_profile) = progtime::measure(&plan.program, plan.profile)?;
         print_program_times(&program);
         let mut apply = Vec::new();
         for &cidrs in &plan.apply_sizes {
@@ -480,7 +493,10 @@ fn main() -> Result<()> {
         eprintln!("bench: the agent's footprint");
         let footprint = footprint::measure(&plan.footprint, cores)?;
         eprintln!("bench: profiling masq's path (perf)");
-        let profiles = udp::profile_masq(plan.nat_entries, cores, plan.profile)?;
+        let profiles = Profiles {
+            program: program_profile,
+            ..udp::profile_masq(plan.nat_entries, cores, plan.profile)?
+        };
         (program, apply, footprint, profiles)
     };
     run.elapsed = started.elapsed();

@@ -14,12 +14,29 @@ pub(crate) struct Profile {
     pub(crate) samples: u64,
 }
 
-/// The two profiles the report shows.
+/// The profiles the report shows.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Profiles {
     pub(crate) established: Profile,
     pub(crate) new_flows: Profile,
+    /// masq's egress program alone on an established packet, run over and over by
+    /// `BPF_PROG_TEST_RUN`: its own instructions against the kernel functions it calls.
+    pub(crate) program: Profile,
 }
+
+impl Profile {
+    /// The share of the samples in masq's programs' own instructions.
+    pub(crate) fn in_programs(&self) -> f64 {
+        self.top
+            .iter()
+            .filter(|(function, _)| function.ends_with(PROGRAM_SUFFIX))
+            .map(|(_, share)| share)
+            .sum()
+    }
+}
+
+/// How [`readable`] marks a JITed program.
+pub(crate) const PROGRAM_SUFFIX: &str = " (eBPF program)";
 
 /// Functions listed per profile.
 const TOP: usize = 12;
@@ -109,7 +126,7 @@ fn readable(symbol: &str) -> String {
         .and_then(|rest| rest.split_once('_'))
         .map_or_else(
             || symbol.to_owned(),
-            |(_tag, name)| format!("{name} (eBPF program)"),
+            |(_tag, name)| format!("{name}{PROGRAM_SUFFIX}"),
         )
 }
 

@@ -1,9 +1,13 @@
 //! The datapath programs' own time per packet, from the kernel's `BPF_PROG_TEST_RUN` timing:
 //! what masq costs without the stack around it.
 
-use std::net::Ipv4Addr;
+use std::{
+    net::Ipv4Addr,
+    sync::mpsc,
+    time::{Duration, Instant},
+};
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, anyhow};
 use aya::programs::{SchedClassifier, TestRun, TestRunOptions};
 use masq_common::{
     counters::Counter,
@@ -18,6 +22,7 @@ use crate::{
     config::cidr,
     frames::{Frame, Link, SINK, ports, udp},
     paths::trie_capacity,
+    profile::{self, Profile},
 };
 
 /// One path's time in nanoseconds, with few and with many CIDRs in the trie.
@@ -172,7 +177,14 @@ fn mirror_mapping_v6(harness: &mut Harness) -> Result<()> {
 /// and new flows (which exist after one run) are timed in single runs with a fresh copy each,
 /// less the cost of timing a single run, measured as the difference between single and
 /// repeated runs of a frame the programs leave alone (not IPv4).
-pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
+///
+/// Then, for `profile_for`, a thread runs the established frame over and over under `perf`:
+/// where the established path's time goes, the program's own instructions or the kernel
+/// functions it calls.
+pub(crate) fn measure(
+    settings: &ProgramSettings,
+    profile_for: Duration,
+) -> Result<(Vec<ProgramTime>, Profile)> {
     let mut harness = Harness::sized(settings.nat_entries, trie_capacity(settings.many_cidrs));
     let link = link();
     let established = udp(&link, SINK.into(), 0);
@@ -274,12 +286,48 @@ pub(crate) fn measure(settings: &ProgramSettings) -> Result<Vec<ProgramTime>> {
             |t| t.overhead,
         ),
     ];
-    Ok(rows
+    let times = rows
         .into_iter()
         .map(|(path, value)| ProgramTime {
             path,
             few: value(&few),
             many: value(&many),
         })
-        .collect())
+        .collect();
+    let profile = profile_repeated(harness.datapath.egress()?, &established, profile_for)?;
+    Ok((times, profile))
+}
+
+/// `perf` samples of a thread that runs `program` on `frame` for `duration`, in batches the
+/// kernel repeats.
+fn profile_repeated(
+    program: &SchedClassifier,
+    frame: &[u8],
+    duration: Duration,
+) -> Result<Profile> {
+    std::thread::scope(|scope| {
+        let (thread_id, thread_started) = mpsc::channel();
+        let (start, started) = mpsc::channel::<()>();
+        let runner = scope.spawn(move || -> Result<()> {
+            let _ = thread_id.send(nix::unistd::gettid().as_raw());
+            // Dropped unsent if perf did not start: nothing to sample then.
+            if started.recv().is_err() {
+                return Ok(());
+            }
+            let began = Instant::now();
+            while began.elapsed() < duration {
+                run(program, frame, 10_000)?;
+            }
+            Ok(())
+        });
+        let thread = thread_started
+            .recv()
+            .context("the profiled thread did not start")?;
+        profile::sample(&[thread], move || {
+            let _ = start.send(());
+            runner
+                .join()
+                .map_err(|_| anyhow!("the profiled thread panicked"))?
+        })
+    })
 }

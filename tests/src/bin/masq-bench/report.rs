@@ -172,10 +172,12 @@ fn bounds(results: &Results, out: &mut String) {
         out,
         "* **Established packets (target 0.95).** No NAT spends {reference:.0} ns per packet, so \
          0.95 leaves {:.0} ns. masq's egress program alone takes {:.0} ns for an established \
-         packet (repeated `BPF_PROG_TEST_RUN`, warm caches), with the three kernel calls a \
-         translation needs: the NAT lookup, the transport checksum update and one store of the \
-         new address with the IPv4 checksum. A packet it only parses and \
-         passes takes {:.0} ns; one it looks up and exempts, {:.0} ns. Measured on the path: \
+         packet (repeated `BPF_PROG_TEST_RUN`, warm caches), with the four kernel calls a \
+         translation with `--random-fully` needs: the NAT lookup, the transport checksum's \
+         updates for the address and for the port (two: a checksum the stack completes later \
+         takes the first and not the second, and only the kernel knows which kind the packet \
+         has), and one store of the IPv4 checksum, addresses and ports. A packet it only parses \
+         and passes takes {:.0} ns; one it looks up and exempts, {:.0} ns. Measured on the path: \
          {:+.0} ns per packet.",
         budget(reference, 0.95),
         program(crate::progtime::ESTABLISHED_REPEATED),
@@ -183,6 +185,23 @@ fn bounds(results: &Results, out: &mut String) {
         program(crate::progtime::EXEMPT),
         established.extra_path_ns()
     );
+    let profile = &results.profiles.program;
+    if !profile.top.is_empty() {
+        let callees: Vec<String> = profile
+            .top
+            .iter()
+            .filter(|(function, _)| !function.ends_with(crate::profile::PROGRAM_SUFFIX))
+            .take(4)
+            .map(|(function, share)| format!("`{function}` {:.0}%", 100.0 * share))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  Where the program's time goes (`perf` on a thread running it over and over, {}              samples; [the table below](#where-an-established-packets-program-time-goes-perf)):              {:.0}% in its own instructions, the rest in the kernel, most in {}.",
+            profile.samples,
+            100.0 * profile.in_programs(),
+            callees.join(", ")
+        );
+    }
     let new_flows = &masq.new_flows.comparison;
     let reference = new_flows.reference.path_ns_per_unit();
     let kernel = conntrack.map_or_else(String::new, |figures| {
@@ -204,6 +223,28 @@ fn bounds(results: &Results, out: &mut String) {
         program(crate::progtime::NEW_FLOW),
         new_flows.extra_path_ns()
     );
+}
+
+/// The perf profile of the established packet's program run alone.
+fn program_profile(results: &Results, out: &mut String) {
+    let profile = &results.profiles.program;
+    if profile.top.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n## Where an established packet's program time goes (perf)\n"
+    );
+    let _ = writeln!(
+        out,
+        "`perf record -t` on a thread that runs the egress program on the established frame of          the table above, 10,000 runs per `BPF_PROG_TEST_RUN` call, for as long as each path          profile below ({} samples). The program's own instructions include the cost of          returning into it from each kernel function it called. `bpf_test_run` and the timer          are the test harness.\n",
+        profile.samples
+    );
+    let _ = writeln!(out, "| function | share |");
+    let _ = writeln!(out, "|---|---:|");
+    for (function, share) in &profile.top {
+        let _ = writeln!(out, "| `{function}` | {:.1}% |", 100.0 * share);
+    }
 }
 
 /// The perf profiles of the path's core, side by side.
@@ -523,6 +564,7 @@ pub(crate) fn markdown(results: &Results, plot_name: &str) -> String {
     }
 
     bounds(results, &mut out);
+    program_profile(results, &mut out);
     profiles(results, &mut out);
 
     let _ = writeln!(out, "\n## Applying a config\n");

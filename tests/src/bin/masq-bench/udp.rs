@@ -536,6 +536,7 @@ pub(crate) fn profile_masq(
         Ok(crate::profile::Profiles {
             established,
             new_flows,
+            program: crate::profile::Profile::default(),
         })
     })
 }
