@@ -390,6 +390,7 @@ fn check(results: &Results) -> Result<()> {
     let profiles = &results.profiles;
     if [
         &profiles.established,
+        &profiles.established_reference,
         &profiles.new_flows,
         &profiles.program,
     ]
@@ -397,6 +398,9 @@ fn check(results: &Results) -> Result<()> {
     .any(|profile| profile.top.is_empty())
     {
         bail!("a perf profile is empty");
+    }
+    if profile::differences(&profiles.established, &profiles.established_reference).is_empty() {
+        bail!("the established profiles cannot be compared: a time per packet is missing");
     }
     if results.apply.is_empty() || results.footprint.phases.is_empty() {
         bail!("the config apply or footprint part produced nothing");

@@ -12,12 +12,18 @@ pub(crate) struct Profile {
     pub(crate) top: Vec<(String, f64)>,
     /// Samples taken.
     pub(crate) samples: u64,
+    /// The path's kernel threads' CPU time per unit while the profile was taken, when known:
+    /// turns shares into nanoseconds per unit.
+    pub(crate) path_ns_per_unit: Option<f64>,
 }
 
 /// The profiles the report shows.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Profiles {
     pub(crate) established: Profile,
+    /// No NAT on the same established traffic: what masq's established profile is compared
+    /// with, function by function.
+    pub(crate) established_reference: Profile,
     pub(crate) new_flows: Profile,
     /// masq's egress program alone on an established packet, run over and over by
     /// `BPF_PROG_TEST_RUN`: its own instructions against the kernel functions it calls.
@@ -27,19 +33,80 @@ pub(crate) struct Profiles {
 impl Profile {
     /// The share of the samples in masq's programs' own instructions.
     pub(crate) fn in_programs(&self) -> f64 {
+        self.share_of(|function| function.ends_with(PROGRAM_SUFFIX))
+    }
+
+    /// The share of the samples in the listed functions that `chosen` picks: a lower bound,
+    /// as only the top functions are listed.
+    pub(crate) fn share_of(&self, chosen: impl Fn(&str) -> bool) -> f64 {
         self.top
             .iter()
-            .filter(|(function, _)| function.ends_with(PROGRAM_SUFFIX))
+            .filter(|(function, _)| chosen(function))
             .map(|(_, share)| share)
             .sum()
     }
 }
 
+/// A function's nanoseconds per unit in a profile and in its reference, both listed, and what
+/// the profile spends on it more.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Difference {
+    pub(crate) function: String,
+    pub(crate) reference_ns: f64,
+    pub(crate) ns: f64,
+}
+
+impl Difference {
+    pub(crate) fn extra_ns(&self) -> f64 {
+        self.ns - self.reference_ns
+    }
+}
+
+/// Function by function, what `profile` spends per unit more than `reference`, largest first;
+/// functions only one of them lists count as absent from the other (a share too small to be
+/// listed). Empty unless both know their time per unit.
+pub(crate) fn differences(profile: &Profile, reference: &Profile) -> Vec<Difference> {
+    let (Some(per_unit), Some(reference_per_unit)) =
+        (profile.path_ns_per_unit, reference.path_ns_per_unit)
+    else {
+        return Vec::new();
+    };
+    let ns_in = |listed: &Profile, per_unit: f64, function: &str| {
+        listed
+            .top
+            .iter()
+            .find(|(name, _)| name == function)
+            .map_or(0.0, |(_, share)| share * per_unit)
+    };
+    let mut functions: Vec<&str> = profile
+        .top
+        .iter()
+        .chain(&reference.top)
+        .map(|(function, _)| function.as_str())
+        .collect();
+    functions.sort_unstable();
+    functions.dedup();
+    let mut differences: Vec<Difference> = functions
+        .into_iter()
+        .map(|function| Difference {
+            function: function.to_owned(),
+            reference_ns: ns_in(reference, reference_per_unit, function),
+            ns: ns_in(profile, per_unit, function),
+        })
+        .collect();
+    differences.sort_by(|a, b| b.extra_ns().total_cmp(&a.extra_ns()));
+    differences
+}
+
 /// How [`readable`] marks a JITed program.
 pub(crate) const PROGRAM_SUFFIX: &str = " (eBPF program)";
 
-/// Functions listed per profile.
-const TOP: usize = 12;
+/// Functions kept per profile: enough that a comparison of two profiles finds most of the
+/// functions one of them spends more on.
+const TOP: usize = 60;
+
+/// Functions a report shows per profile.
+pub(crate) const SHOWN: usize = 12;
 
 /// Samples the path's kernel `threads` with `perf record` while `work` runs: the path's own
 /// time, whatever else runs on its core.
@@ -116,7 +183,11 @@ fn parse(report: &str) -> Profile {
         })
         .take(TOP)
         .collect();
-    Profile { top, samples }
+    Profile {
+        top,
+        samples,
+        path_ns_per_unit: None,
+    }
 }
 
 /// A JITed program's symbol (`bpf_prog_<tag>_<name>`) by its name; anything else as it is.
@@ -146,5 +217,47 @@ mod tests {
         );
         let shares: Vec<f64> = profile.top.iter().map(|(_, share)| *share).collect();
         assert!((shares[0] - 0.2468).abs() < 1e-9 && (shares[1] - 0.0614).abs() < 1e-9);
+        assert!((profile.in_programs() - 0.0614).abs() < 1e-9);
+        assert!((profile.share_of(|function| function.contains("nulls")) - 0.2468).abs() < 1e-9);
+    }
+
+    #[test]
+    fn differences_are_nanoseconds_per_unit_largest_first() {
+        let listed = |top: &[(&str, f64)], per_unit: f64| Profile {
+            top: top
+                .iter()
+                .map(|(name, share)| ((*name).to_owned(), *share))
+                .collect(),
+            samples: 1000,
+            path_ns_per_unit: Some(per_unit),
+        };
+        let reference = listed(&[("ip_forward", 0.5), ("veth_xmit", 0.25)], 1000.0);
+        let profile = listed(
+            &[
+                ("ip_forward", 0.25),
+                ("masq_egress", 0.125),
+                ("veth_xmit", 0.125),
+            ],
+            2000.0,
+        );
+        let found = differences(&profile, &reference);
+        let extra: Vec<(&str, f64)> = found
+            .iter()
+            .map(|difference| (difference.function.as_str(), difference.extra_ns()))
+            .collect();
+        assert_eq!(
+            extra,
+            [
+                ("masq_egress", 250.0),
+                ("ip_forward", 0.0),
+                ("veth_xmit", 0.0)
+            ]
+        );
+        assert_eq!(found[0].reference_ns, 0.0);
+        let unknown = Profile {
+            path_ns_per_unit: None,
+            ..reference.clone()
+        };
+        assert!(differences(&profile, &unknown).is_empty());
     }
 }

@@ -196,7 +196,9 @@ fn bounds(results: &Results, out: &mut String) {
             .collect();
         let _ = writeln!(
             out,
-            "  Where the program's time goes (`perf` on a thread running it over and over, {}              samples; [the table below](#where-an-established-packets-program-time-goes-perf)):              {:.0}% in its own instructions, the rest in the kernel, most in {}.",
+            "  Where the program's time goes (`perf` on a thread running it over and over, {} \
+             samples; [the table below](#where-an-established-packets-program-time-goes-perf)): \
+             {:.0}% in its own instructions, the rest in the kernel, most in {}.",
             profile.samples,
             100.0 * profile.in_programs(),
             callees.join(", ")
@@ -223,6 +225,62 @@ fn bounds(results: &Results, out: &mut String) {
         program(crate::progtime::NEW_FLOW),
         new_flows.extra_path_ns()
     );
+    new_flow_kernel_time(results, budget(reference, 0.7), out);
+}
+
+/// Kernel functions of the NAT table (hash walks, inserts, element allocation).
+const NAT_TABLE_FUNCTIONS: &[&str] = &[
+    "htab_",
+    "lookup_nulls_elem_raw",
+    "lookup_elem_raw",
+    "pcpu_freelist",
+    "jhash",
+];
+
+/// Kernel functions of a socket lookup, which tells whether a node socket holds a port.
+const SOCKET_LOOKUP_FUNCTIONS: &[&str] = &[
+    "lib_lookup",
+    "inet_lookup",
+    "inet6_lookup",
+    "sk_lookup",
+    "sk_release",
+];
+
+/// What the new-flow profile says the kernel calls a new flow cannot do without cost per
+/// flow: the profile's shares of the path's time, times the path's time per packet (every
+/// packet a new flow).
+fn new_flow_kernel_time(results: &Results, budget: f64, out: &mut String) {
+    let profile = &results.profiles.new_flows;
+    let Some(per_packet) = profile
+        .path_ns_per_unit
+        .filter(|ns| ns.is_finite() && *ns > 0.0)
+    else {
+        return;
+    };
+    let time_in = |parts: &[&str]| {
+        per_packet * profile.share_of(|function| parts.iter().any(|part| function.contains(part)))
+    };
+    let (table, sockets) = (
+        time_in(NAT_TABLE_FUNCTIONS),
+        time_in(SOCKET_LOOKUP_FUNCTIONS),
+    );
+    let verdict = if table + sockets > budget {
+        "more than the target leaves for everything".to_owned()
+    } else {
+        format!(
+            "{:.0}% of what the target leaves",
+            100.0 * (table + sockets) / budget
+        )
+    };
+    let _ = writeln!(
+        out,
+        "  Where the flow's time goes ([the path's profile](#where-the-paths-time-goes-perf), \
+         each function's share of the path's {per_packet:.0} ns per packet while it was taken; \
+         the top functions only, so at least): the NAT table's kernel functions (the hash walks of the two lookups and the \
+         inserts, cache misses in a table of this size) {table:.0} ns, and the lookup of the \
+         node's sockets that keeps pod flows off the node's ports {sockets:.0} ns: together \
+         {verdict}, before any of masq's own instructions run."
+    );
 }
 
 /// The perf profile of the established packet's program run alone.
@@ -237,12 +295,16 @@ fn program_profile(results: &Results, out: &mut String) {
     );
     let _ = writeln!(
         out,
-        "`perf record -t` on a thread that runs the egress program on the established frame of          the table above, 10,000 runs per `BPF_PROG_TEST_RUN` call, for as long as each path          profile below ({} samples). The program's own instructions include the cost of          returning into it from each kernel function it called. `bpf_test_run` and the timer          are the test harness.\n",
+        "`perf record -t` on a thread that runs the egress program on the established frame of \
+         the table above, 10,000 runs per `BPF_PROG_TEST_RUN` call, for as long as each path \
+         profile below ({} samples). The program's own instructions include the cost of \
+         returning into it from each kernel function it called. `bpf_test_run` and the timer \
+         are the test harness.\n",
         profile.samples
     );
     let _ = writeln!(out, "| function | share |");
     let _ = writeln!(out, "|---|---:|");
-    for (function, share) in &profile.top {
+    for (function, share) in profile.top.iter().take(crate::profile::SHOWN) {
         let _ = writeln!(out, "| `{function}` | {:.1}% |", 100.0 * share);
     }
 }
@@ -268,7 +330,11 @@ fn profiles(results: &Results, out: &mut String) {
         "| established flows | share | new flows, table full | share |"
     );
     let _ = writeln!(out, "|---|---:|---|---:|");
-    let rows = established.top.len().max(new_flows.top.len());
+    let rows = established
+        .top
+        .len()
+        .max(new_flows.top.len())
+        .min(crate::profile::SHOWN);
     let cell = |profile: &crate::profile::Profile, row: usize| {
         profile.top.get(row).map_or_else(
             || " | ".to_owned(),
@@ -281,6 +347,53 @@ fn profiles(results: &Results, out: &mut String) {
             "| {} | {} |",
             cell(established, row),
             cell(new_flows, row)
+        );
+    }
+    extra_time(results, out);
+}
+
+/// Where masq's established packets spend time that no NAT's do not, function by function.
+fn extra_time(results: &Results, out: &mut String) {
+    let (profile, reference) = (
+        &results.profiles.established,
+        &results.profiles.established_reference,
+    );
+    let differences = crate::profile::differences(profile, reference);
+    let (Some(per_packet), Some(reference_per_packet)) =
+        (profile.path_ns_per_unit, reference.path_ns_per_unit)
+    else {
+        return;
+    };
+    if differences.is_empty() {
+        return;
+    }
+    let more: Vec<_> = differences
+        .iter()
+        .filter(|difference| difference.extra_ns() > 0.0)
+        .collect();
+    let listed: f64 = more.iter().map(|difference| difference.extra_ns()).sum();
+    let _ = writeln!(
+        out,
+        "\nWhat an established packet costs masq's path more than no NAT's, function by \
+         function: the same established traffic through the no NAT sandbox, profiled the same \
+         way ({} samples) just before masq's; each function's share of a profile times that \
+         path's CPU time per packet ({reference_per_packet:.0} ns without NAT, {per_packet:.0} \
+         ns with masq: {:+.0} ns). The functions that cost more add up to {listed:+.0} ns; \
+         those that cost less (the rest of the difference) ran less often or were listed in \
+         one profile only.\n",
+        reference.samples,
+        per_packet - reference_per_packet
+    );
+    let _ = writeln!(out, "| function | no NAT | masq | more |");
+    let _ = writeln!(out, "|---|---:|---:|---:|");
+    for difference in more.iter().take(crate::profile::SHOWN) {
+        let _ = writeln!(
+            out,
+            "| `{}` | {:.0} ns | {:.0} ns | {:+.0} ns |",
+            difference.function,
+            difference.reference_ns,
+            difference.ns,
+            difference.extra_ns()
         );
     }
 }

@@ -498,14 +498,17 @@ pub(crate) fn profile_masq(
     cores: Cores,
     length: Duration,
 ) -> Result<crate::profile::Profiles> {
+    let reference = BenchPath::new(Mode::NoNat, Family::V4, 3, nat_entries, cores)?;
     let path = BenchPath::new(Mode::Masq, Family::V4, 3, nat_entries, cores)?;
-    let established = sink_flows(&path, ESTABLISHED_IDS..ESTABLISHED_IDS + 256);
+    let ids = || ESTABLISHED_IDS..ESTABLISHED_IDS + 256;
+    let reference_frames = sink_flows(&reference, ids());
+    let established = sink_flows(&path, ids());
     let mut maps = path.masq_maps()?;
     on_core(cores.generator, || {
+        warm(&reference, &reference_frames)?;
         warm(&path, &established)?;
-        let established = crate::profile::sample(path.path_threads(), || {
-            window(&path, &established, true, length).map(drop)
-        })?;
+        let established_reference = profile_window(&reference, &reference_frames, length)?;
+        let established = profile_window(&path, &established, length)?;
         // As in the new-flow test: the table full but for the flows a window creates, which
         // are deleted again after each window.
         let capacity = u64::from(nat_entries / 2);
@@ -523,20 +526,41 @@ pub(crate) fn profile_masq(
         )?;
         let mut next_id = WINDOW_IDS;
         let started = Instant::now();
-        let new_flows = crate::profile::sample(path.path_threads(), || {
+        let (mut path_seconds, mut flows) = (0.0, 0);
+        let mut new_flows = crate::profile::sample(path.path_threads(), || {
             while started.elapsed() < length && !crate::interrupted() {
                 let ids = next_id..next_id + window_flows;
                 next_id += window_flows;
                 let frames = sink_flows(&path, ids.clone());
-                window(&path, &frames, false, length)?;
+                let measured = window(&path, &frames, false, length)?;
+                path_seconds += measured.path_seconds;
+                flows += measured.units;
                 forget_masq_flows(&mut maps, &path.link, path.family.sink(), ids);
             }
             Ok(())
         })?;
+        new_flows.path_ns_per_unit = (flows > 0).then(|| path_seconds * 1e9 / flows as f64);
         Ok(crate::profile::Profiles {
             established,
+            established_reference,
             new_flows,
             program: crate::profile::Profile::default(),
         })
     })
+}
+
+/// The profile of `path`'s threads during one window of `frames`, cycled, with the threads'
+/// time per packet in it.
+fn profile_window(
+    path: &BenchPath,
+    frames: &[Frame],
+    length: Duration,
+) -> Result<crate::profile::Profile> {
+    let mut measured = None;
+    let mut profile = crate::profile::sample(path.path_threads(), || {
+        measured = Some(window(path, frames, true, length)?);
+        Ok(())
+    })?;
+    profile.path_ns_per_unit = measured.map(|window| window.path_ns_per_unit());
+    Ok(profile)
 }
