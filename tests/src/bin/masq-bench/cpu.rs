@@ -106,6 +106,12 @@ impl CpuUse {
         (total - idle) as f64 / total as f64
     }
 
+    /// Seconds of every core together, idle included.
+    pub(crate) fn seconds(&self) -> f64 {
+        let total: u64 = (0..self.0.len()).map(|core| self.total(core)).sum();
+        total as f64 / ticks_per_second()
+    }
+
     /// Busy seconds of every core together.
     pub(crate) fn busy_seconds(&self) -> f64 {
         let busy: u64 = self

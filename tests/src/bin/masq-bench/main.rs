@@ -391,6 +391,8 @@ fn check(results: &Results) -> Result<()> {
     if [
         &profiles.established,
         &profiles.established_reference,
+        &profiles.stream,
+        &profiles.stream_reference,
         &profiles.new_flows,
         &profiles.program,
     ]
@@ -399,8 +401,10 @@ fn check(results: &Results) -> Result<()> {
     {
         bail!("a perf profile is empty");
     }
-    if profile::differences(&profiles.established, &profiles.established_reference).is_empty() {
-        bail!("the established profiles cannot be compared: a time per packet is missing");
+    if profile::differences(&profiles.established, &profiles.established_reference).is_empty()
+        || profile::differences(&profiles.stream, &profiles.stream_reference).is_empty()
+    {
+        bail!("the established or stream profiles cannot be compared: a time per unit is missing");
     }
     if results.apply.is_empty() || results.footprint.phases.is_empty() {
         bail!("the config apply or footprint part produced nothing");

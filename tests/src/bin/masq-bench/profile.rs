@@ -24,6 +24,10 @@ pub(crate) struct Profiles {
     /// No NAT on the same established traffic: what masq's established profile is compared
     /// with, function by function.
     pub(crate) established_reference: Profile,
+    /// Every core during one iperf3 stream through masq, and through no NAT: what masq's
+    /// programs and the kernel functions they call cost a stream. Times per 1500 bytes.
+    pub(crate) stream: Profile,
+    pub(crate) stream_reference: Profile,
     pub(crate) new_flows: Profile,
     /// masq's egress program alone on an established packet, run over and over by
     /// `BPF_PROG_TEST_RUN`: its own instructions against the kernel functions it calls.
@@ -34,6 +38,14 @@ impl Profile {
     /// The share of the samples in masq's programs' own instructions.
     pub(crate) fn in_programs(&self) -> f64 {
         self.share_of(|function| function.ends_with(PROGRAM_SUFFIX))
+    }
+
+    /// The most a function missing from the list can take per unit: the smallest listed
+    /// share's time.
+    pub(crate) fn unlisted_ns_at_most(&self) -> Option<f64> {
+        let per_unit = self.path_ns_per_unit?;
+        let smallest = self.top.last().map_or(1.0, |(_, share)| *share);
+        Some(smallest * per_unit)
     }
 
     /// The share of the samples in the listed functions that `chosen` picks: a lower bound,
@@ -108,13 +120,31 @@ const TOP: usize = 60;
 /// Functions a report shows per profile.
 pub(crate) const SHOWN: usize = 12;
 
-/// Samples the path's kernel `threads` with `perf record` while `work` runs: the path's own
-/// time, whatever else runs on its core.
-pub(crate) fn sample(threads: &[i32], work: impl FnOnce() -> Result<()>) -> Result<Profile> {
+/// What `perf record` samples.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Sampled<'a> {
+    /// These threads (a path's kernel threads): their own time, whatever else runs on their
+    /// core.
+    Threads(&'a [i32]),
+    /// Every core, idle time included: work spread over threads that come and go (a TCP
+    /// stream's sender, receiver and softirqs).
+    AllCores,
+}
+
+/// Samples `sampled` with `perf record` while `work` runs.
+pub(crate) fn sample(sampled: Sampled<'_>, work: impl FnOnce() -> Result<()>) -> Result<Profile> {
     let data = PathBuf::from(format!("/tmp/masq-bench-perf-{}.data", std::process::id()));
-    let threads: Vec<String> = threads.iter().map(i32::to_string).collect();
+    let target = match sampled {
+        Sampled::Threads(threads) => {
+            let threads: Vec<String> = threads.iter().map(i32::to_string).collect();
+            vec!["-t".to_owned(), threads.join(",")]
+        }
+        Sampled::AllCores => vec!["-a".to_owned()],
+    };
     let recorder = std::process::Command::new("perf")
-        .args(["record", "--quiet", "-t", &threads.join(","), "-o"])
+        .args(["record", "--quiet"])
+        .args(&target)
+        .arg("-o")
         .arg(&data)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -254,6 +284,7 @@ mod tests {
             ]
         );
         assert_eq!(found[0].reference_ns, 0.0);
+        assert_eq!(reference.unlisted_ns_at_most(), Some(250.0));
         let unknown = Profile {
             path_ns_per_unit: None,
             ..reference.clone()

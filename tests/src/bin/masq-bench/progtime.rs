@@ -323,7 +323,7 @@ fn profile_repeated(
         let thread = thread_started
             .recv()
             .context("the profiled thread did not start")?;
-        profile::sample(&[thread], move || {
+        profile::sample(profile::Sampled::Threads(&[thread]), move || {
             let _ = start.send(());
             runner
                 .join()

@@ -17,6 +17,7 @@ use crate::{
     cpu::CpuTimes,
     interleave::{Comparison, Side, Window, alternate},
     paths::{BenchPath, Cores},
+    profile::{Profile, Sampled},
     tx::set_option,
 };
 use anyhow::{Context as _, Result, bail};
@@ -225,6 +226,31 @@ fn iperf_run(path: &BenchPath, seconds: u32, cores: Cores) -> Result<Window> {
         cpu,
         ..Window::default()
     })
+}
+
+/// Profiles of every core during one iperf3 run of `length` through `reference`, then through
+/// `test`, with all cores' time (idle included, as `perf -a` samples it) per 1500 bytes.
+pub(crate) fn profile_stream(
+    reference: &BenchPath,
+    test: &BenchPath,
+    length: Duration,
+    cores: Cores,
+) -> Result<(Profile, Profile)> {
+    let _servers = [IperfServer::start(reference)?, IperfServer::start(test)?];
+    thread::sleep(Duration::from_millis(500));
+    let seconds = u32::try_from(length.as_secs()).unwrap_or(u32::MAX).max(1);
+    let profile = |path: &BenchPath| -> Result<Profile> {
+        let mut measured = None;
+        let mut profile = crate::profile::sample(Sampled::AllCores, || {
+            measured = Some(iperf_run(path, seconds, cores)?);
+            Ok(())
+        })?;
+        profile.path_ns_per_unit = measured
+            .filter(|window| window.units > 0)
+            .map(|window| window.cpu.seconds() * 1e9 * 1500.0 / window.units as f64);
+        Ok(profile)
+    };
+    Ok((profile(reference)?, profile(test)?))
 }
 
 /// One TCP stream's throughput through each path, runs of `seconds` interleaved.

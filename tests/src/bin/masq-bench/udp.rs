@@ -527,24 +527,38 @@ pub(crate) fn profile_masq(
         let mut next_id = WINDOW_IDS;
         let started = Instant::now();
         let (mut path_seconds, mut flows) = (0.0, 0);
-        let mut new_flows = crate::profile::sample(path.path_threads(), || {
-            while started.elapsed() < length && !crate::interrupted() {
-                let ids = next_id..next_id + window_flows;
-                next_id += window_flows;
-                let frames = sink_flows(&path, ids.clone());
-                let measured = window(&path, &frames, false, length)?;
-                path_seconds += measured.path_seconds;
-                flows += measured.units;
-                forget_masq_flows(&mut maps, &path.link, path.family.sink(), ids);
-            }
-            Ok(())
-        })?;
+        let mut new_flows = crate::profile::sample(
+            crate::profile::Sampled::Threads(path.path_threads()),
+            || {
+                while started.elapsed() < length && !crate::interrupted() {
+                    let ids = next_id..next_id + window_flows;
+                    next_id += window_flows;
+                    let frames = sink_flows(&path, ids.clone());
+                    let measured = window(&path, &frames, false, length)?;
+                    path_seconds += measured.path_seconds;
+                    flows += measured.units;
+                    forget_masq_flows(&mut maps, &path.link, path.family.sink(), ids);
+                }
+                Ok(())
+            },
+        )?;
         new_flows.path_ns_per_unit = (flows > 0).then(|| path_seconds * 1e9 / flows as f64);
         Ok(crate::profile::Profiles {
             established,
             established_reference,
             new_flows,
-            program: crate::profile::Profile::default(),
+            ..crate::profile::Profiles::default()
+        })
+    })
+    .and_then(|profiles| {
+        // The new-flow profile left the table full but for one window's flows: room for the
+        // stream's one flow.
+        let (stream_reference, stream) =
+            crate::tcp::profile_stream(&reference, &path, length, cores)?;
+        Ok(crate::profile::Profiles {
+            stream,
+            stream_reference,
+            ..profiles
         })
     })
 }
@@ -557,10 +571,13 @@ fn profile_window(
     length: Duration,
 ) -> Result<crate::profile::Profile> {
     let mut measured = None;
-    let mut profile = crate::profile::sample(path.path_threads(), || {
-        measured = Some(window(path, frames, true, length)?);
-        Ok(())
-    })?;
+    let mut profile = crate::profile::sample(
+        crate::profile::Sampled::Threads(path.path_threads()),
+        || {
+            measured = Some(window(path, frames, true, length)?);
+            Ok(())
+        },
+    )?;
     profile.path_ns_per_unit = measured.map(|window| window.path_ns_per_unit());
     Ok(profile)
 }
