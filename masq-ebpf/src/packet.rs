@@ -141,8 +141,48 @@ impl Ipv4Header {
     /// Header length in bytes, or `None` when the header is not a valid IPv4 header.
     #[inline(always)]
     pub(crate) fn header_len(&self) -> Option<usize> {
-        let ihl = usize::from(self.version_ihl & 0x0f) * 4;
-        (self.version_ihl >> 4 == 4 && ihl >= 20).then_some(ihl)
+        header_len_of(self.version_ihl)
+    }
+}
+
+/// The header length an IPv4 header's first byte gives, or `None` when it is not IPv4's.
+#[inline(always)]
+fn header_len_of(version_ihl: u8) -> Option<usize> {
+    let ihl = usize::from(version_ihl & 0x0f) * 4;
+    (version_ihl >> 4 == 4 && ihl >= 20).then_some(ihl)
+}
+
+/// The fields of an IPv4 header the datapath uses, as numbers (host order; addresses as
+/// they lie in memory).
+#[derive(Clone, Copy)]
+struct Ipv4Fields {
+    version_ihl: u8,
+    total_len: u16,
+    id: u16,
+    frag: u16,
+    protocol: u8,
+    src: u32,
+    dst: u32,
+}
+
+impl Ipv4Fields {
+    #[inline(always)]
+    fn of(header: Ipv4Header) -> Self {
+        Self {
+            version_ihl: header.version_ihl,
+            total_len: u16::from_be_bytes(header.total_len),
+            id: u16::from_be_bytes(header.id),
+            frag: u16::from_be_bytes(header.frag),
+            protocol: header.protocol,
+            src: u32::from_ne_bytes(header.src),
+            dst: u32::from_ne_bytes(header.dst),
+        }
+    }
+
+    /// As [`Ipv4Header::header_len`].
+    #[inline(always)]
+    fn header_len(&self) -> Option<usize> {
+        header_len_of(self.version_ihl)
     }
 }
 
@@ -203,15 +243,26 @@ pub(crate) fn parse(ctx: &TcContext) -> Frame {
     if ethertype != ETH_P_IP {
         return Frame::NotIpv4;
     }
-    let Some(header) = read::<Ipv4Header>(ctx, IP_OFF) else {
-        return Frame::Malformed;
+    // Each way of reading the header turns it into plain numbers at once: a header value that
+    // both ways filled would be a copy on the stack, written byte by byte and read back wider,
+    // which stalls the CPU on every packet.
+    let start = ctx.data() + IP_OFF;
+    let header = if start + size_of::<Ipv4Header>() <= ctx.data_end() {
+        // SAFETY: the bytes lie inside the linear part, as the check above proves to the
+        // verifier; unaligned, as headers are.
+        Ipv4Fields::of(unsafe { (start as *const Ipv4Header).read_unaligned() })
+    } else {
+        let Ok(header) = ctx.load::<Ipv4Header>(IP_OFF) else {
+            return Frame::Malformed;
+        };
+        Ipv4Fields::of(header)
     };
     let Some(header_len) = header.header_len() else {
         return Frame::Malformed;
     };
     let frame_len = ctx.len() as usize;
     let available = frame_len.saturating_sub(IP_OFF);
-    let total_len = usize::from(u16::from_be_bytes(header.total_len));
+    let total_len = usize::from(header.total_len);
     // A zero total length marks a BIG TCP aggregate larger than 64 KiB: the skb length counts.
     let total_len = if total_len == 0 && available > 0xffff {
         available
@@ -221,14 +272,14 @@ pub(crate) fn parse(ctx: &TcContext) -> Frame {
     if total_len < header_len || total_len > available {
         return Frame::Malformed;
     }
-    let frag = u16::from_be_bytes(header.frag);
+    let frag = header.frag;
     Frame::Ipv4(Ipv4 {
-        src: header.src,
-        dst: header.dst,
+        src: header.src.to_ne_bytes(),
+        dst: header.dst.to_ne_bytes(),
         protocol: header.protocol,
         l4_off: IP_OFF + header_len,
         l4_len: total_len - header_len,
-        id: u32::from(u16::from_be_bytes(header.id)),
+        id: u32::from(header.id),
         more_fragments: frag & IP_MF != 0,
         fragment_offset: frag & IPV4_FRAGMENT_OFFSET_MASK,
     })

@@ -185,16 +185,32 @@ pub(crate) fn address_and_port_v4(
     if old_port != new_port {
         replace_port_in_l4_checksum(ctx, checksum, flags, old_port, new_port)?;
     }
-    let mut fields = read::<FlowFields>(ctx, IP_OFF + IP_CHECK).ok_or(())?;
+    // The fields are built whole from numbers: the header checksum and the ports read as
+    // such, the addresses as parsed. A copy of the bytes changed in place would be written
+    // to the stack byte by byte and read back wider, which stalls the CPU.
+    let mut check = u16::from_be_bytes(read::<[u8; 2]>(ctx, IP_OFF + IP_CHECK).ok_or(())?);
     if old != new {
-        let check = u16::from_be_bytes(fields.check);
-        fields.check = replace32(check, old, new).to_be_bytes();
+        check = replace32(check, old, new);
     }
+    let [src_high, src_low, dst_high, dst_low] = read::<[u8; 4]>(ctx, PLAIN_L4_OFF).ok_or(())?;
+    let (src_port, dst_port) = ([src_high, src_low], [dst_high, dst_low]);
     let new_port = new_port.to_be_bytes();
-    match end {
-        End::Source => (fields.src, fields.src_port) = (new, new_port),
-        End::Destination => (fields.dst, fields.dst_port) = (new, new_port),
-    }
+    let fields = match end {
+        End::Source => FlowFields {
+            check: check.to_be_bytes(),
+            src: new,
+            dst: ip.dst,
+            src_port: new_port,
+            dst_port,
+        },
+        End::Destination => FlowFields {
+            check: check.to_be_bytes(),
+            src: ip.src,
+            dst: new,
+            src_port,
+            dst_port: new_port,
+        },
+    };
     ctx.store(IP_OFF + IP_CHECK, &fields, 0).map_err(|_| ())
 }
 
