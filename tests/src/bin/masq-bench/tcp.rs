@@ -238,6 +238,13 @@ pub(crate) fn profile_stream(
 ) -> Result<(Profile, Profile)> {
     let _servers = [IperfServer::start(reference)?, IperfServer::start(test)?];
     thread::sleep(Duration::from_millis(500));
+    // The profile takes every core: an agent's periodic work (its garbage collector's map
+    // reads) would land in whichever stream ran at the time. The programs go on without it.
+    let _agents: Vec<Paused> = [reference, test]
+        .iter()
+        .filter_map(|path| path.agent.as_ref()?.pid())
+        .map(Paused::stop)
+        .collect::<Result<_>>()?;
     let seconds = u32::try_from(length.as_secs()).unwrap_or(u32::MAX).max(1);
     let profile = |path: &BenchPath| -> Result<Profile> {
         let mut measured = None;
@@ -251,6 +258,24 @@ pub(crate) fn profile_stream(
         Ok(profile)
     };
     Ok((profile(reference)?, profile(test)?))
+}
+
+/// A process stopped (`SIGSTOP`) until this is dropped.
+struct Paused(nix::unistd::Pid);
+
+impl Paused {
+    fn stop(pid: u32) -> Result<Self> {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).context("a process id")?);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP)
+            .with_context(|| format!("stopping process {pid}"))?;
+        Ok(Self(pid))
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
+    }
 }
 
 /// One TCP stream's throughput through each path, runs of `seconds` interleaved.
