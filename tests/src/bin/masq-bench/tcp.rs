@@ -177,7 +177,27 @@ impl IperfServer {
             .stderr(Stdio::null())
             .spawn()
             .context("starting iperf3 (cargo xtask bench installs it)")?;
-        Ok(Self(child))
+        let server = Self(child);
+        // A client that comes before the server listens is refused, and a probe connection
+        // would count as a failed test on iperf3's side: the socket table is asked instead.
+        // A fixed pause was too short once on a busy machine.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let listening = path
+                .sandbox
+                .outside
+                .command("ss")
+                .args(["-Hltn", &format!("sport = :{IPERF_PORT}")])
+                .output()
+                .context("running ss")?;
+            if !listening.stdout.is_empty() {
+                return Ok(server);
+            }
+            if Instant::now() >= deadline {
+                bail!("iperf3 did not listen on the outside host within 5 s");
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
@@ -237,7 +257,6 @@ pub(crate) fn profile_stream(
     cores: Cores,
 ) -> Result<(Profile, Profile)> {
     let _servers = [IperfServer::start(reference)?, IperfServer::start(test)?];
-    thread::sleep(Duration::from_millis(500));
     // The profile takes every core: an agent's periodic work (its garbage collector's map
     // reads) would land in whichever stream ran at the time. The programs go on without it.
     let _agents: Vec<Paused> = [reference, test]
@@ -287,9 +306,6 @@ pub(crate) fn stream(
     cores: Cores,
 ) -> Result<Comparison> {
     let _servers = [IperfServer::start(reference)?, IperfServer::start(test)?];
-    // The servers need a moment to listen (a probe connection would count as a failed test
-    // on iperf3's side).
-    thread::sleep(Duration::from_millis(500));
     alternate(
         pairs,
         |side| match side {
