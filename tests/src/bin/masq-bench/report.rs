@@ -384,10 +384,11 @@ fn new_flow_kernel_time(results: &Results, budget: f64, out: &mut String) {
         out,
         "  Where the flow's time goes ([the path's profile](#where-the-paths-time-goes-perf), \
          each function's share of the path's {per_packet:.0} ns per packet while it was taken; \
-         the top functions only, so at least): the NAT table's kernel functions (the hash walks of the two lookups and the \
-         inserts, cache misses in a table of this size) {table:.0} ns, and the lookup of the \
-         node's sockets that keeps pod flows off the node's ports {sockets:.0} ns: together \
-         {verdict}, before any of masq's own instructions run."
+         the top functions only, so at least): the NAT table's kernel functions (the hash \
+         walks of the two lookups and the inserts, cache misses in a table of this size) \
+         {table:.0} ns, and the lookup of the node's sockets that keeps pod flows off the \
+         node's ports {sockets:.0} ns: together {verdict}, before any of masq's own \
+         instructions run."
     );
 }
 
