@@ -1,7 +1,12 @@
 //! `perf` samples of the path's kernel threads while traffic crosses it: which kernel functions
 //! (and which of masq's programs) its time goes to.
 
-use std::{path::PathBuf, process::Stdio};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Child, Stdio},
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, Result, bail};
 
@@ -141,7 +146,8 @@ pub(crate) fn sample(sampled: Sampled<'_>, work: impl FnOnce() -> Result<()>) ->
         }
         Sampled::AllCores => vec!["-a".to_owned()],
     };
-    let recorder = std::process::Command::new("perf")
+    let _ = fs::remove_file(&data);
+    let mut recorder = std::process::Command::new("perf")
         .args(["record", "--quiet"])
         .args(&target)
         .arg("-o")
@@ -150,8 +156,11 @@ pub(crate) fn sample(sampled: Sampled<'_>, work: impl FnOnce() -> Result<()>) ->
         .stderr(Stdio::piped())
         .spawn()
         .context("starting perf record (cargo xtask bench installs linux-perf)")?;
-    // perf needs a moment to open its events before the traffic starts.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    if let Err(error) = wait_until_recording(&mut recorder, &data) {
+        let _ = recorder.kill();
+        let _ = recorder.wait();
+        return Err(error);
+    }
     let worked = work();
     // SIGINT makes perf record write its file and exit.
     nix::sys::signal::kill(
@@ -174,7 +183,7 @@ pub(crate) fn sample(sampled: Sampled<'_>, work: impl FnOnce() -> Result<()>) ->
         .arg(&data)
         .output()
         .context("running perf report")?;
-    let _ = std::fs::remove_file(&data);
+    let _ = fs::remove_file(&data);
     if !report.status.success() {
         bail!(
             "perf report failed: {}",
@@ -182,6 +191,24 @@ pub(crate) fn sample(sampled: Sampled<'_>, work: impl FnOnce() -> Result<()>) ->
         );
     }
     Ok(parse(&String::from_utf8_lossy(&report.stdout)))
+}
+
+/// Waits until `perf record` has written its file's header, which it does once its events are
+/// open, and a moment more for them to be enabled. A fixed pause was too short once on a busy
+/// machine: stopped before it had started, perf wrote nothing and the profile failed.
+fn wait_until_recording(recorder: &mut Child, data: &Path) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fs::metadata(data).map_or(true, |file| file.len() == 0) {
+        if let Some(status) = recorder.try_wait().context("waiting for perf record")? {
+            bail!("perf record exited before it recorded anything ({status})");
+        }
+        if Instant::now() >= deadline {
+            bail!("perf record did not start recording within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    Ok(())
 }
 
 /// The top functions of `perf report --stdio --no-children --sort sym` output.
@@ -249,6 +276,34 @@ mod tests {
         assert!((shares[0] - 0.2468).abs() < 1e-9 && (shares[1] - 0.0614).abs() < 1e-9);
         assert!((profile.in_programs() - 0.0614).abs() < 1e-9);
         assert!((profile.share_of(|function| function.contains("nulls")) - 0.2468).abs() < 1e-9);
+    }
+
+    #[test]
+    fn recording_starts_when_the_file_has_a_header_and_fails_if_perf_exits_first() {
+        let data = std::env::temp_dir().join(format!("masq-bench-wait-{}", std::process::id()));
+        let _ = fs::remove_file(&data);
+        let mut writer = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "sleep 0.2; echo header > {}; sleep 5",
+                data.display()
+            ))
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let waited = wait_until_recording(&mut writer, &data);
+        let _ = writer.kill();
+        let _ = writer.wait();
+        assert!(waited.is_ok(), "{waited:?}");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        fs::remove_file(&data).unwrap();
+
+        let mut quitter = std::process::Command::new("true").spawn().unwrap();
+        let error = wait_until_recording(&mut quitter, &data).unwrap_err();
+        assert!(
+            error.to_string().contains("exited before it recorded"),
+            "{error}"
+        );
     }
 
     #[test]
