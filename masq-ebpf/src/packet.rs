@@ -178,12 +178,6 @@ impl Ipv4Fields {
             dst: u32::from_ne_bytes(header.dst),
         }
     }
-
-    /// As [`Ipv4Header::header_len`].
-    #[inline(always)]
-    fn header_len(&self) -> Option<usize> {
-        header_len_of(self.version_ihl)
-    }
 }
 
 /// A parsed IP packet of the family whose addresses are `A`.
@@ -257,7 +251,7 @@ pub(crate) fn parse(ctx: &TcContext) -> Frame {
         };
         Ipv4Fields::of(header)
     };
-    let Some(header_len) = header.header_len() else {
+    let Some(header_len) = header_len_of(header.version_ihl) else {
         return Frame::Malformed;
     };
     let frame_len = ctx.len() as usize;

@@ -38,7 +38,8 @@ pub(crate) struct Window {
 pub(crate) type Totals = Window;
 
 impl Window {
-    fn add(&mut self, window: &Self) {
+    /// Adds another window's figures to these.
+    pub(crate) fn add(&mut self, window: &Self) {
         self.units += window.units;
         self.seconds += window.seconds;
         self.offered += window.offered;

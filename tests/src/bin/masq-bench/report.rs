@@ -242,13 +242,13 @@ fn stream_bound(results: &Results, masq: &Figures, conntrack: Option<&Figures>, 
     let datapath: Vec<&crate::profile::Difference> = differences
         .iter()
         .filter(|difference| {
-            difference
-                .function
-                .ends_with(crate::profile::PROGRAM_SUFFIX)
-                || [NAT_TABLE_FUNCTIONS, REWRITE_FUNCTIONS]
-                    .concat()
-                    .iter()
-                    .any(|part| difference.function.contains(part))
+            [
+                &[crate::profile::PROGRAM_SUFFIX][..],
+                NAT_TABLE_FUNCTIONS,
+                REWRITE_FUNCTIONS,
+            ]
+            .iter()
+            .any(|group| in_group(&difference.function, group))
         })
         .collect();
     let unlisted = results
@@ -300,6 +300,11 @@ fn stream_bound(results: &Results, masq: &Figures, conntrack: Option<&Figures>, 
     );
 }
 
+/// Whether `function` belongs to a group of functions named by the parts of their names.
+fn in_group(function: &str, group: &[&str]) -> bool {
+    group.iter().any(|part| function.contains(part))
+}
+
 /// Kernel functions of the NAT table (hash walks, inserts, element allocation).
 const NAT_TABLE_FUNCTIONS: &[&str] = &[
     "htab_",
@@ -334,7 +339,7 @@ fn established_kernel_time(results: &Results, budget: f64, out: &mut String) {
     let extra_in = |parts: &[&str]| -> f64 {
         differences
             .iter()
-            .filter(|difference| parts.iter().any(|part| difference.function.contains(part)))
+            .filter(|difference| in_group(&difference.function, parts))
             .map(crate::profile::Difference::extra_ns)
             .sum()
     };
@@ -365,9 +370,8 @@ fn new_flow_kernel_time(results: &Results, budget: f64, out: &mut String) {
     else {
         return;
     };
-    let time_in = |parts: &[&str]| {
-        per_packet * profile.share_of(|function| parts.iter().any(|part| function.contains(part)))
-    };
+    let time_in =
+        |parts: &[&str]| per_packet * profile.share_of(|function| in_group(function, parts));
     let (table, sockets) = (
         time_in(NAT_TABLE_FUNCTIONS),
         time_in(SOCKET_LOOKUP_FUNCTIONS),

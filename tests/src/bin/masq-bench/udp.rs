@@ -526,7 +526,7 @@ pub(crate) fn profile_masq(
         )?;
         let mut next_id = WINDOW_IDS;
         let started = Instant::now();
-        let (mut path_seconds, mut flows) = (0.0, 0);
+        let mut totals = Window::default();
         let mut new_flows = crate::profile::sample(
             crate::profile::Sampled::Threads(path.path_threads()),
             || {
@@ -534,15 +534,13 @@ pub(crate) fn profile_masq(
                     let ids = next_id..next_id + window_flows;
                     next_id += window_flows;
                     let frames = sink_flows(&path, ids.clone());
-                    let measured = window(&path, &frames, false, length)?;
-                    path_seconds += measured.path_seconds;
-                    flows += measured.units;
+                    totals.add(&window(&path, &frames, false, length)?);
                     forget_masq_flows(&mut maps, &path.link, path.family.sink(), ids);
                 }
                 Ok(())
             },
         )?;
-        new_flows.path_ns_per_unit = (flows > 0).then(|| path_seconds * 1e9 / flows as f64);
+        new_flows.path_ns_per_unit = Some(totals.path_ns_per_unit()).filter(|ns| ns.is_finite());
         Ok(crate::profile::Profiles {
             established,
             established_reference,
