@@ -406,6 +406,13 @@ fn check(results: &Results) -> Result<()> {
     {
         bail!("the established or stream profiles cannot be compared: a time per unit is missing");
     }
+    if !results
+        .attach_modes
+        .as_ref()
+        .is_some_and(|comparison| comparison.ratio().is_finite())
+    {
+        bail!("the attach modes were not compared");
+    }
     if results.apply.is_empty() || results.footprint.phases.is_empty() {
         bail!("the config apply or footprint part produced nothing");
     }
@@ -487,7 +494,7 @@ fn main() -> Result<()> {
         }
     }
 
-    let (program, apply, footprint, profiles) = if args.traffic_only {
+    let (program, apply, footprint, profiles, attach_modes) = if args.traffic_only {
         Default::default()
     } else {
         eprintln!("bench: datapath programs (BPF_PROG_TEST_RUN)");
@@ -505,7 +512,9 @@ fn main() -> Result<()> {
             program: program_profile,
             ..udp::profile_masq(plan.nat_entries, cores, plan.profile)?
         };
-        (program, apply, footprint, profiles)
+        eprintln!("bench: attach modes (tc against tcx)");
+        let attach_modes = udp::attach_modes(plan.nat_entries, &plan.udp, cores)?;
+        (program, apply, footprint, profiles, Some(attach_modes))
     };
     run.elapsed = started.elapsed();
     let results = Results {
@@ -517,6 +526,7 @@ fn main() -> Result<()> {
         apply,
         footprint,
         profiles,
+        attach_modes,
     };
     let plot_name = args
         .plot

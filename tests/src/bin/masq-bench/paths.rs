@@ -15,7 +15,7 @@ use masq::datapath::maps::DatapathMaps;
 use masq_testbed::{
     agent::Agent,
     netns::Netns,
-    sandbox::{Sandbox, SandboxOptions, UPLINK},
+    sandbox::{AttachMode, Sandbox, SandboxOptions, UPLINK},
 };
 
 use crate::{
@@ -200,7 +200,19 @@ impl BenchPath {
         nat_entries: u32,
         cores: Cores,
     ) -> Result<Self> {
-        let sandbox = Sandbox::new("bn", SandboxOptions::default());
+        Self::attached(mode, family, cidrs, nat_entries, cores, AttachMode::Tcx)
+    }
+
+    /// [`BenchPath::new`] with the agent attaching its programs in `attach_mode`.
+    pub(crate) fn attached(
+        mode: Mode,
+        family: Family,
+        cidrs: usize,
+        nat_entries: u32,
+        cores: Cores,
+        attach_mode: AttachMode,
+    ) -> Result<Self> {
+        let sandbox = Sandbox::new("bn", SandboxOptions::in_mode(attach_mode));
         if family == Family::V6 {
             sandbox.add_ipv6();
         }

@@ -13,6 +13,7 @@ use masq_common::{
     counters::Counter,
     nat::{Direction, NatEntry, NatKey, proto},
 };
+use masq_testbed::sandbox::AttachMode;
 
 use crate::{
     cpu::{CpuTimes, thread_time},
@@ -489,6 +490,21 @@ pub(crate) fn soak(
         );
         Ok(())
     })
+}
+
+/// masq's established packets with its programs attached by a clsact qdisc (tc, the mode of
+/// kernels before 6.6) against the same with tcx links, interleaved: what each attach mode's
+/// dispatch costs a packet.
+pub(crate) fn attach_modes(
+    nat_entries: u32,
+    settings: &UdpSettings,
+    cores: Cores,
+) -> Result<Comparison> {
+    let path = |attach_mode| {
+        BenchPath::attached(Mode::Masq, Family::V4, 3, nat_entries, cores, attach_mode)
+    };
+    let (tcx, tc) = (path(AttachMode::Tcx)?, path(AttachMode::Tc)?);
+    established(&tcx, &tc, settings, cores)
 }
 
 /// Where the path's threads spend their time on masq's established and new-flow traffic,
