@@ -8,27 +8,27 @@ use aya_ebpf::{
         bpf_sock_tuple, bpf_sock_tuple__bindgen_ty_1, bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1,
         bpf_sock_tuple__bindgen_ty_1__bindgen_ty_2,
     },
-    btf_maps::{HashMap, LruHashMap, PerCpuArray, lpm_trie::Key},
+    btf_maps::{LruHashMap, PerCpuArray, lpm_trie::Key},
     programs::TcContext,
 };
 use aya_log_ebpf::debug;
 use masq_common::{
     checksum::{replace16, replace32},
-    counters::{COUNTER_COUNT, Counter},
+    counters::Counter,
     layout::{
-        FRAGS_V4_MAX_ENTRIES, NAT_V4_DEFAULT_MAX_ENTRIES, PROG_SLOT_ALLOCATOR,
-        PROG_SLOT_ALLOCATOR_V6, PROG_SLOT_ICMP_ERROR_EGRESS_V6, PROG_SLOT_ICMP_ERROR_INGRESS_V6,
-        PROG_SLOT_NEW_FLOW, PROG_SLOT_NEW_FLOW_V6, Uplink, UplinkSlot,
+        FRAGS_V4_MAX_ENTRIES, PROG_SLOT_ALLOCATOR, PROG_SLOT_ALLOCATOR_V6,
+        PROG_SLOT_ICMP_ERROR_EGRESS_V6, PROG_SLOT_ICMP_ERROR_INGRESS_V6, PROG_SLOT_NEW_FLOW,
+        PROG_SLOT_NEW_FLOW_V6, Uplink, UplinkSlot,
     },
-    nat::{Address, AllocRequest, FragEntry, FragKey, NatEntry, NatKey, proto},
+    nat::{Address, AllocRequest, FragEntry, FragKey, NatKey, proto},
 };
 
 use crate::{
-    counters::count_in,
+    counters::{Counted, count_in},
     icmp::{self, QuotedIp},
     maps::{
-        ALLOC_REQUEST, ALLOC_REQUEST_V6, COUNTERS, COUNTERS_V6, FRAGS_V4, FRAGS_V6, NAT_V4, NAT_V6,
-        NOMASQ_V4, NOMASQ_V6, PROGS,
+        ALLOC_REQUEST, ALLOC_REQUEST_V6, FRAGS_V4, FRAGS_V6, NAT_V4, NAT_V6, NOMASQ_V4, NOMASQ_V6,
+        NatTable, PROGS,
     },
     packet::{
         self, EarlyOutcomes, Frame6, IP_CHECK, IP_DST, IP_SRC, IPV4_FRAGMENT_OFFSET_MASK,
@@ -51,17 +51,11 @@ impl Address for V6 {
     const ENTRY_PAD: [u8; 4] = [0; 4];
 }
 
-/// The NAT tables' capacity as declared; the agent sets the real one at load time.
-pub(crate) const NAT_DECLARED_ENTRIES: usize = NAT_V4_DEFAULT_MAX_ENTRIES as usize;
-
 /// The fragment tables' type.
 pub(crate) type Frags<A> = LruHashMap<FragKey<A>, FragEntry<A>, { FRAGS_V4_MAX_ENTRIES as usize }>;
 
-/// The per-CPU counter arrays' type.
-pub(crate) type Counters = PerCpuArray<u64, { COUNTER_COUNT as usize }>;
-
 /// An address family the datapath translates.
-pub(crate) trait Family: Address + 'static {
+pub(crate) trait Family: Address + Counted + 'static {
     /// The IP protocol number of the family's ICMP.
     const ICMP: u8;
     /// Whether the family's ICMP checksum covers the pseudo-header (ICMPv6's does).
@@ -76,13 +70,11 @@ pub(crate) trait Family: Address + 'static {
     /// The `MAP_PROGS` slot of the family's new-flow translation.
     const SLOT_NEW_FLOW: u32;
     /// The family's NAT table.
-    fn nat() -> &'static HashMap<NatKey<Self>, NatEntry<Self>, NAT_DECLARED_ENTRIES>;
+    fn nat() -> &'static NatTable<Self>;
     /// The family's fragment table.
     fn frags() -> &'static Frags<Self>;
     /// The per-CPU slot in which the egress program hands a new flow to the allocator.
     fn alloc_request() -> &'static PerCpuArray<AllocRequest<Self>, 1>;
-    /// The family's packet counters.
-    fn counters() -> &'static Counters;
     /// The `NOMASQ_KIND_*` of the non-masquerade entry that holds `addr`, if one does.
     fn exempt(addr: Self) -> Option<u32>;
     /// The socket lookup tuple `remote:remote_port -> local:local_port`, and how many of its
@@ -150,7 +142,7 @@ impl Family for [u8; 4] {
     const SLOT_NEW_FLOW: u32 = PROG_SLOT_NEW_FLOW;
 
     #[inline(always)]
-    fn nat() -> &'static HashMap<NatKey<Self>, NatEntry<Self>, NAT_DECLARED_ENTRIES> {
+    fn nat() -> &'static NatTable<Self> {
         &NAT_V4
     }
 
@@ -162,11 +154,6 @@ impl Family for [u8; 4] {
     #[inline(always)]
     fn alloc_request() -> &'static PerCpuArray<AllocRequest<Self>, 1> {
         &ALLOC_REQUEST
-    }
-
-    #[inline(always)]
-    fn counters() -> &'static Counters {
-        &COUNTERS
     }
 
     #[inline(always)]
@@ -317,7 +304,7 @@ impl Family for V6 {
     const SLOT_NEW_FLOW: u32 = PROG_SLOT_NEW_FLOW_V6;
 
     #[inline(always)]
-    fn nat() -> &'static HashMap<NatKey<Self>, NatEntry<Self>, NAT_DECLARED_ENTRIES> {
+    fn nat() -> &'static NatTable<Self> {
         &NAT_V6
     }
 
@@ -329,11 +316,6 @@ impl Family for V6 {
     #[inline(always)]
     fn alloc_request() -> &'static PerCpuArray<AllocRequest<Self>, 1> {
         &ALLOC_REQUEST_V6
-    }
-
-    #[inline(always)]
-    fn counters() -> &'static Counters {
-        &COUNTERS_V6
     }
 
     #[inline(always)]

@@ -13,6 +13,11 @@
 
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
+// The shared-counters benchmark variant adds atomically by inline assembly (see `counters`).
+#![cfg_attr(
+    all(target_arch = "bpf", feature = "variant-shared-counters"),
+    feature(asm_experimental_arch)
+)]
 
 mod allocator;
 mod counters;

@@ -13,8 +13,7 @@ use masq_common::{
         PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
     },
     nat::{
-        AllocRequest, AllocRequestV4, FragEntry, FragEntryV4, FragKey, FragKeyV4, NatEntry,
-        NatEntryV4, NatKey, NatKeyV4,
+        AllocRequest, AllocRequestV4, FragEntry, FragEntryV4, FragKey, FragKeyV4, NatEntry, NatKey,
     },
     settings::Settings,
 };
@@ -52,14 +51,38 @@ pub(crate) static META: Array<MapMeta, 1> = Array::new();
 pub(crate) static NOMASQ_V4: LpmTrie<[u8; 4], u32, { NOMASQ_V4_MAX_ENTRIES as usize }> =
     LpmTrie::new();
 
+/// The NAT tables' type: a plain, preallocated hash, so that a full table refuses new flows
+/// rather than evicting live ones (see [`NAT_V4`]). The capacity is as declared; the agent sets
+/// the real one at load time.
+#[cfg(not(feature = "variant-lru-table"))]
+pub(crate) type NatTable<A> =
+    HashMap<NatKey<A>, NatEntry<A>, { NAT_V4_DEFAULT_MAX_ENTRIES as usize }>;
+
+/// The LRU benchmark variants' NAT tables: a full table evicts to make room, and entries move
+/// on the LRU lists as they are looked up.
+#[cfg(feature = "variant-lru-table")]
+pub(crate) type NatTable<A> =
+    LruHashMap<NatKey<A>, NatEntry<A>, { NAT_V4_DEFAULT_MAX_ENTRIES as usize }, NAT_TABLE_FLAGS>;
+
+/// The LRU variant with the kernel's shared LRU list.
+#[cfg(all(
+    feature = "variant-lru-table",
+    not(feature = "variant-lru-table-no-common")
+))]
+const NAT_TABLE_FLAGS: usize = 0;
+
+/// The LRU variant with a list per CPU: no lock shared by all CPUs, but each CPU evicts only
+/// from its own share of the table.
+#[cfg(feature = "variant-lru-table-no-common")]
+const NAT_TABLE_FLAGS: usize = aya_ebpf::bindings::BPF_F_NO_COMMON_LRU as usize;
+
 /// Both halves of every translated flow (see `masq_common::nat`). Written by the programs
 /// (new mappings, last-seen refreshes at most once a second, TCP flags); expired flows are
 /// deleted by the agent's garbage collector. A plain, preallocated hash: when it is full new
 /// flows are refused and counted, and no live flow is ever evicted (conntrack never evicts an
 /// assured flow either). The agent sizes it at load time (`--nat-max-entries`).
 #[btf_map(name = "masq_nat_v4")]
-pub(crate) static NAT_V4: HashMap<NatKeyV4, NatEntryV4, { NAT_V4_DEFAULT_MAX_ENTRIES as usize }> =
-    HashMap::new();
+pub(crate) static NAT_V4: NatTable<[u8; 4]> = NatTable::new();
 
 /// Translation decided for the first fragment of each fragmented datagram, so later fragments
 /// (which carry no ports) follow it. Written and read by the programs; stale entries are removed
@@ -101,11 +124,7 @@ pub(crate) static NOMASQ_V6: LpmTrie<[u8; 16], u32, { NOMASQ_V4_MAX_ENTRIES as u
 /// Both halves of every translated IPv6 flow, as [`NAT_V4`] for IPv4. The agent sizes it at
 /// load time: as the IPv4 table with `--enable-ipv6`, one entry without.
 #[btf_map(name = "masq_nat_v6")]
-pub(crate) static NAT_V6: HashMap<
-    NatKey<V6>,
-    NatEntry<V6>,
-    { NAT_V4_DEFAULT_MAX_ENTRIES as usize },
-> = HashMap::new();
+pub(crate) static NAT_V6: NatTable<V6> = NatTable::new();
 
 /// Translation decided for the first fragment of each fragmented IPv6 datagram, as
 /// [`FRAGS_V4`] for IPv4.
@@ -120,6 +139,22 @@ pub(crate) static FRAGS_V6: LruHashMap<
 /// programs; summed by the agent for metrics (label `family="ipv6"`).
 #[btf_map(name = "masq_counters_v6")]
 pub(crate) static COUNTERS_V6: PerCpuArray<u64, { COUNTER_COUNT as usize }> = PerCpuArray::new();
+
+/// The shared-counters benchmark variant's [`COUNTERS`]: one copy for all CPUs, added to
+/// atomically. Only the benchmark reads it.
+#[cfg(feature = "variant-shared-counters")]
+#[btf_map(name = "masq_shared_counters")]
+pub(crate) static SHARED_COUNTERS: Array<u64, { COUNTER_COUNT as usize }> = Array::new();
+
+/// The shared-counters benchmark variant's [`COUNTERS_V6`].
+#[cfg(feature = "variant-shared-counters")]
+#[btf_map(name = "masq_shared_counters_v6")]
+pub(crate) static SHARED_COUNTERS_V6: Array<u64, { COUNTER_COUNT as usize }> = Array::new();
+
+/// The shared-counters benchmark variant's [`ALLOC_RETRIES`].
+#[cfg(feature = "variant-shared-counters")]
+#[btf_map(name = "masq_shared_retries")]
+pub(crate) static SHARED_RETRIES: Array<u64, { ALLOC_HISTOGRAM_BUCKETS as usize }> = Array::new();
 
 /// The IPv6 egress program's hand-over to the IPv6 allocator, as [`ALLOC_REQUEST`].
 #[btf_map(name = "masq_alloc_request_v6")]

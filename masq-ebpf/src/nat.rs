@@ -9,7 +9,7 @@ use masq_common::{
     counters::{Counter, FIRST_ALLOC_ROUND, MIN_ALLOC_ROUND},
     nat::{
         Direction, FLOW_SEEN, FLOW_TCP_CLOSING, FlowMarks, NatEntry, NatKey, ORIGIN_HOST,
-        ORIGIN_INBOUND, PortSearch, TOUCH_INTERVAL_NS, proto,
+        ORIGIN_INBOUND, PortSearch, proto,
     },
     settings::Settings,
 };
@@ -60,8 +60,9 @@ pub(crate) fn now_ns() -> u64 {
 /// The mapping stored under `key`, refreshed for a packet carrying `flow_flags`.
 ///
 /// The refresh writes to the entry only when a new TCP flag shows up or the last refresh is
-/// more than [`TOUCH_INTERVAL_NS`] old, so an established flow costs one lookup per packet. At
-/// each refresh the other half is checked and recreated if LRU eviction took it.
+/// more than [`TOUCH_INTERVAL_NS`](masq_common::nat::TOUCH_INTERVAL_NS) old, so an established
+/// flow costs one lookup per packet. At each refresh the other half is checked and recreated
+/// if LRU eviction took it.
 #[inline(always)]
 pub(crate) fn lookup<A: Family>(
     key: &NatKey<A>,
@@ -78,12 +79,30 @@ pub(crate) fn lookup<A: Family>(
         reopen(key, entry);
     }
     let now = now_ns();
-    if observed & !marked != 0 || now.wrapping_sub(entry.last_seen_ns) >= TOUCH_INTERVAL_NS {
+    if refresh_due(observed, marked, entry, now) {
         mark(&mut entry.marks, observed);
         entry.last_seen_ns = now;
         ensure_peer(key, entry);
     }
     Some(*entry)
+}
+
+/// Whether a packet with `observed` flags refreshes `entry`, marked `marked`. Flags are
+/// recorded as soon as they show up; the timestamp only as often as flow lifetimes need (see
+/// `TOUCH_INTERVAL_NS`), so that an established flow's packets only read their entry.
+#[cfg(not(feature = "variant-touch-every-packet"))]
+#[inline(always)]
+fn refresh_due<A: Family>(observed: u8, marked: u8, entry: &NatEntry<A>, now: u64) -> bool {
+    observed & !marked != 0
+        || now.wrapping_sub(entry.last_seen_ns) >= masq_common::nat::TOUCH_INTERVAL_NS
+}
+
+/// The touch-every-packet benchmark variant: every packet refreshes its entry, as a datapath
+/// without the rate limit would.
+#[cfg(feature = "variant-touch-every-packet")]
+#[inline(always)]
+fn refresh_due<A: Family>(_observed: u8, _marked: u8, _entry: &NatEntry<A>, _now: u64) -> bool {
+    true
 }
 
 /// Sets the `FLOW_*` bits of `bits` in `marks`, each by a store of its own byte (see
@@ -131,8 +150,7 @@ fn reopen<A: Family>(key: &NatKey<A>, entry: &mut NatEntry<A>) {
 /// another flow, this half is removed so that the next packet allocates afresh.
 #[inline(always)]
 fn ensure_peer<A: Family>(key: &NatKey<A>, entry: &NatEntry<A>) {
-    if entry.origin == ORIGIN_INBOUND {
-        // Inbound flows have no reply half: their replies are the pod's own packets.
+    if !has_peer(entry) {
         return;
     }
     let peer = key.peer(entry);
@@ -153,6 +171,21 @@ fn ensure_peer<A: Family>(key: &NatKey<A>, entry: &NatEntry<A>) {
     }
 }
 
+/// Whether `entry`'s flow has another half. Inbound flows have none: their replies are the
+/// pod's own packets.
+#[cfg(not(feature = "variant-one-entry-per-flow"))]
+#[inline(always)]
+fn has_peer<A: Family>(entry: &NatEntry<A>) -> bool {
+    entry.origin != ORIGIN_INBOUND
+}
+
+/// The one-entry benchmark variant: no flow has another half, and none is recreated.
+#[cfg(feature = "variant-one-entry-per-flow")]
+#[inline(always)]
+fn has_peer<A: Family>(_entry: &NatEntry<A>) -> bool {
+    false
+}
+
 /// Why no mapping could be created.
 pub(crate) enum AllocError {
     /// Every port tried is taken towards this remote endpoint.
@@ -162,9 +195,6 @@ pub(crate) enum AllocError {
     /// The NAT table is full: the new flow is dropped, no live flow is evicted.
     TableFull,
 }
-
-/// `-EEXIST`: the key of a `BPF_NOEXIST` insert is taken.
-const EEXIST: i32 = -17;
 
 /// Creates both halves of a mapping for the new flow in the allocator's request slot. Runs in
 /// the allocator program only (see `allocator`), so the verifier walks the port search once.
@@ -457,14 +487,7 @@ fn create<A: Family>(port: u16) -> Result<(), AllocError> {
             now,
             0,
         );
-        match A::nat().insert(&reply_key, &(*slot).entry, u64::from(BPF_NOEXIST)) {
-            Ok(()) => {}
-            // The port is taken: a preferred port is tried by this insert alone (the caller
-            // then searches), and a searched one was taken by another CPU since its lookup
-            // (the packet's next retransmission searches again).
-            Err(EEXIST) => return Err(AllocError::NoPort),
-            Err(_) => return Err(AllocError::TableFull),
-        }
+        insert_reply_half(&reply_key, &(*slot).entry)?;
         let flow_flags = core::ptr::read_volatile(&raw const (*slot).flow_flags);
         (*slot).entry = NatEntry::new(
             snat_addr,
@@ -488,6 +511,37 @@ fn create<A: Family>(port: u16) -> Result<(), AllocError> {
         }
     }
     Err(AllocError::TableFull)
+}
+
+/// Inserts the ingress half `entry` of a new mapping under `reply_key` if that tuple is free,
+/// which reserves it for the flow.
+#[cfg(not(feature = "variant-one-entry-per-flow"))]
+#[inline(always)]
+fn insert_reply_half<A: Family>(
+    reply_key: &NatKey<A>,
+    entry: &NatEntry<A>,
+) -> Result<(), AllocError> {
+    /// `-EEXIST`: the key of a `BPF_NOEXIST` insert is taken.
+    const EEXIST: i32 = -17;
+    match A::nat().insert(reply_key, entry, u64::from(BPF_NOEXIST)) {
+        Ok(()) => Ok(()),
+        // The port is taken: a preferred port is tried by this insert alone (the caller then
+        // searches), and a searched one was taken by another CPU since its lookup (the packet's
+        // next retransmission searches again).
+        Err(EEXIST) => Err(AllocError::NoPort),
+        Err(_) => Err(AllocError::TableFull),
+    }
+}
+
+/// The one-entry benchmark variant: the ingress half is never inserted, so a new flow costs one
+/// insert (its replies then find no mapping and are dropped).
+#[cfg(feature = "variant-one-entry-per-flow")]
+#[inline(always)]
+fn insert_reply_half<A: Family>(
+    _reply_key: &NatKey<A>,
+    _entry: &NatEntry<A>,
+) -> Result<(), AllocError> {
+    Ok(())
 }
 
 /// Reserves a tuple of a protocol without ports (GRE, ESP, ...) for the node's own traffic

@@ -6,7 +6,7 @@ use aya::{
     maps::lpm_trie::Key,
     programs::{SchedClassifier, TestRun, TestRunOptions},
 };
-use masq::datapath::object::{Datapath, LoadOptions};
+use masq::datapath::object::{DATAPATH_OBJECT, Datapath, LoadOptions};
 use masq_common::{
     counters::Counter,
     layout::{ATTACH_TCX, NOMASQ_KIND_CIDR, NOMASQ_KIND_LINK_LOCAL, Uplink},
@@ -80,11 +80,20 @@ impl Harness {
     /// Like [`Harness::new`], with maps of the given sizes (`--nat-max-entries`,
     /// `--nomasq-max-entries`).
     pub fn sized(nat_max_entries: u32, nomasq_max_entries: u32) -> Self {
-        Self::load(&LoadOptions {
-            nat_max_entries,
-            nomasq_max_entries,
-            ..LoadOptions::default()
-        })
+        Self::sized_from_object(DATAPATH_OBJECT, nat_max_entries, nomasq_max_entries)
+    }
+
+    /// Like [`Harness::sized`], running `object` (another build of the datapath, such as a
+    /// benchmark variant: `masq_common::variants`) instead of the embedded one.
+    pub fn sized_from_object(object: &[u8], nat_max_entries: u32, nomasq_max_entries: u32) -> Self {
+        Self::load_object(
+            object,
+            &LoadOptions {
+                nat_max_entries,
+                nomasq_max_entries,
+                ..LoadOptions::default()
+            },
+        )
         .with_defaults(&[PortRange::new(1024, 29_999)], true)
     }
 
@@ -97,13 +106,17 @@ impl Harness {
     }
 
     fn load(options: &LoadOptions) -> Self {
+        Self::load_object(DATAPATH_OBJECT, options)
+    }
+
+    fn load_object(object: &[u8], options: &LoadOptions) -> Self {
         require_root();
         // Both families, so every test datapath can run IPv6 frames too.
         let options = LoadOptions {
             ipv6: true,
             ..options.clone()
         };
-        let datapath = Datapath::load(&options)
+        let datapath = Datapath::load_object(&options, object)
             .unwrap_or_else(|error| panic!("loading the datapath: {error}"));
         Self { datapath }
     }

@@ -1,6 +1,7 @@
 //! `cargo xtask`: the developer entry points of masq.
 //!
 //! * `build-ebpf`: installs what the eBPF build needs and builds the datapath object;
+//! * `build-ebpf-variants`: builds the datapath's benchmark variants, one object each;
 //! * `test`: prepares the machine, then runs formatting, lints and every test (as root);
 //! * `demo`: a sandbox of namespaces showing what masq masquerades;
 //! * `bench`: masq against iptables MASQUERADE and no NAT, side by side (`--quick`: the harness
@@ -25,6 +26,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
+use masq_common::variants::VARIANTS;
 
 use crate::command::{cargo, output, run};
 
@@ -39,6 +41,9 @@ struct Cli {
 enum Task {
     /// Install the eBPF toolchain parts if needed and build the datapath object.
     BuildEbpf,
+    /// Build one datapath object per benchmark variant (a design alternative, selected by a
+    /// `masq-ebpf` feature) into target/ebpf-variants/<feature>.o.
+    BuildEbpfVariants,
     /// Build a sandbox of namespaces (pods, a node running masq, an outside host), send
     /// traffic, and show what was masqueraded. Needs root.
     Demo,
@@ -71,6 +76,7 @@ enum Task {
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::BuildEbpf => build_ebpf(),
+        Task::BuildEbpfVariants => build_ebpf_variants().map(|_| ()),
         Task::Demo => demo(),
         Task::Bench { quick } => bench(quick),
         Task::Image => build_image(None).map(|_| ()),
@@ -86,6 +92,54 @@ fn build_ebpf() -> Result<()> {
         .unwrap_or(0);
     println!("eBPF object: {} ({size} bytes)", object.display());
     Ok(())
+}
+
+/// Builds one datapath object per benchmark variant (`masq_common::variants::VARIANTS`, each a
+/// `masq-ebpf` feature) as `target/ebpf-variants/<feature>.o`, and returns that directory.
+///
+/// The recipe is aya-build's, which builds the embedded object (`masq-userspace/build.rs`), so
+/// the variants differ from it only by their feature. They share one target directory, so
+/// `core` is built once for all of them.
+fn build_ebpf_variants() -> Result<PathBuf> {
+    setup::ensure_ebpf_toolchain()?;
+    let dir = workspace_root().join("target").join("ebpf-variants");
+    let target_dir = dir.join("target");
+    let target = if cfg!(target_endian = "big") {
+        "bpfeb-unknown-none"
+    } else {
+        "bpfel-unknown-none"
+    };
+    // aya-ebpf picks its register layouts by this cfg; aya-build sets it to the host's
+    // architecture, which is xtask's own.
+    let rustflags = [
+        &format!("--cfg=bpf_target_arch=\"{}\"", std::env::consts::ARCH),
+        "-Cdebuginfo=2",
+        "-Clink-arg=--btf",
+    ]
+    .join("\x1f");
+    for feature in VARIANTS {
+        let mut build = Command::new("rustup");
+        build
+            .args(["run", setup::EBPF_TOOLCHAIN, "cargo", "build", "--quiet"])
+            .args(["--package", "masq-ebpf", "--bins", "--release"])
+            .args(["--target", target, "-Z", "build-std=core"])
+            .args(["--features", feature])
+            .arg("--target-dir")
+            .arg(&target_dir)
+            .current_dir(workspace_root())
+            .env("CARGO_ENCODED_RUSTFLAGS", &rustflags)
+            // As aya-build does: a RUSTC inherited from the cargo running xtask would be the
+            // stable compiler.
+            .env_remove("RUSTC")
+            .env_remove("RUSTC_WORKSPACE_WRAPPER");
+        run(&mut build).with_context(|| format!("building the {feature} datapath object"))?;
+        let built = target_dir.join(target).join("release").join("masq-ebpf");
+        let object = dir.join(format!("{feature}.o"));
+        std::fs::copy(&built, &object)
+            .with_context(|| format!("copying {} to {}", built.display(), object.display()))?;
+        println!("eBPF variant: {}", object.display());
+    }
+    Ok(dir)
 }
 
 /// Builds `masq-userspace`, whose build script compiles the eBPF object, and returns the path of
@@ -332,4 +386,27 @@ fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
         run_bench(true).context("the quick benchmark failed")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The benchmark variants listed for xtask and the benchmark are exactly the `variant-*`
+    /// features of `masq-ebpf`.
+    #[test]
+    fn variants_are_the_ebpf_crates_variant_features() {
+        let manifest = std::fs::read_to_string(workspace_root().join("masq-ebpf/Cargo.toml"))
+            .unwrap_or_else(|error| panic!("reading masq-ebpf/Cargo.toml: {error}"));
+        let mut features: Vec<&str> = manifest
+            .lines()
+            .filter_map(|line| line.split_once(" = "))
+            .map(|(name, _)| name.trim())
+            .filter(|name| name.starts_with("variant-"))
+            .collect();
+        let mut listed = VARIANTS.to_vec();
+        features.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(features, listed);
+    }
 }

@@ -16,7 +16,7 @@ use anyhow::{Context as _, Result, bail};
 use crate::command::{describe, output, run, succeeds};
 
 /// The toolchain the eBPF object is built with (aya-build runs `rustup run nightly cargo`).
-const EBPF_TOOLCHAIN: &str = "nightly";
+pub(crate) const EBPF_TOOLCHAIN: &str = "nightly";
 /// bpf-linker release known to work with the pinned aya set.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 

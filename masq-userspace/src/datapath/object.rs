@@ -96,6 +96,16 @@ impl Datapath {
     /// serving attached programs: the replacement is one atomic update, so an in-flight packet
     /// meets the old allocator or the new one, never an empty slot.
     pub fn load(options: &LoadOptions) -> Result<Self, DatapathError> {
+        Self::load_object(options, DATAPATH_OBJECT)
+    }
+
+    /// As [`Datapath::load`], from `object` instead of the embedded object: for benchmarks
+    /// comparing builds of the datapath (`masq_common::variants`). `object` must be a build of
+    /// `masq-ebpf`, with its maps and programs; it may lie at any address (aya parses the ELF
+    /// in place and needs it aligned, so a misaligned one is copied first).
+    pub fn load_object(options: &LoadOptions, object: &[u8]) -> Result<Self, DatapathError> {
+        let mut copy = Vec::new();
+        let object = aligned(object, &mut copy);
         let log_level: u8 = if options.debug_log {
             aya_log::Level::Debug as u8
         } else {
@@ -121,7 +131,7 @@ impl Datapath {
                 loader.map_pin_path(name, dir.join(name));
             }
         }
-        let mut ebpf = loader.load(DATAPATH_OBJECT)?;
+        let mut ebpf = loader.load(object)?;
         for name in [
             PROG_EGRESS,
             PROG_INGRESS,
@@ -175,6 +185,23 @@ impl Datapath {
     pub fn ingress_mut(&mut self) -> Result<&mut SchedClassifier, DatapathError> {
         classifier_mut(&mut self.ebpf, PROG_INGRESS)
     }
+}
+
+/// The alignment aya needs of an object's bytes: ELF64 headers and eBPF instructions are read
+/// in place, as 8-byte words.
+const OBJECT_ALIGN: usize = 8;
+
+/// `object` itself if it is aligned to [`OBJECT_ALIGN`], else a copy of it in `buffer` that is.
+fn aligned<'a>(object: &'a [u8], buffer: &'a mut Vec<u8>) -> &'a [u8] {
+    if object.as_ptr().addr().is_multiple_of(OBJECT_ALIGN) {
+        return object;
+    }
+    buffer.resize(object.len() + OBJECT_ALIGN - 1, 0);
+    // The distance from the buffer's start to the next multiple of the alignment.
+    let start = buffer.as_ptr().addr().wrapping_neg() % OBJECT_ALIGN;
+    let copy = &mut buffer[start..start + object.len()];
+    copy.copy_from_slice(object);
+    copy
 }
 
 /// Puts the new-flow programs in their slots of the program array and returns the array, which must stay
@@ -231,4 +258,24 @@ fn classifier_mut<'a>(
     program
         .try_into()
         .map_err(DatapathError::program("opening", name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_are_handed_to_aya_aligned_whatever_their_address() {
+        let words = [0x0102_0304_0506_0708_u64; 4];
+        let bytes: Vec<u8> = words.iter().flat_map(|word| word.to_ne_bytes()).collect();
+        let mut padded = vec![0_u8; bytes.len() + OBJECT_ALIGN];
+        for shift in 0..OBJECT_ALIGN {
+            padded[shift..shift + bytes.len()].copy_from_slice(&bytes);
+            let object = &padded[shift..shift + bytes.len()];
+            let mut buffer = Vec::new();
+            let handed = aligned(object, &mut buffer);
+            assert!(handed.as_ptr().addr().is_multiple_of(OBJECT_ALIGN));
+            assert_eq!(handed, &bytes[..]);
+        }
+    }
 }
