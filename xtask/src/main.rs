@@ -196,6 +196,7 @@ fn bench(quick: bool) -> Result<()> {
 /// repository's root; quick in the debug build `cargo test` made, writing to target/.
 fn run_bench(quick: bool) -> Result<()> {
     let root = workspace_root();
+    let variants = build_ebpf_variants()?;
     let (output, command) = if quick {
         let dir = root.join("target").join("bench-quick");
         std::fs::create_dir_all(&dir)?;
@@ -212,6 +213,8 @@ fn run_bench(quick: bool) -> Result<()> {
         command.to_owned(),
         "--revision".to_owned(),
         revision(),
+        "--variants".to_owned(),
+        variants.display().to_string(),
     ];
     if quick {
         args.push("--quick".to_owned());

@@ -22,6 +22,7 @@ mod paths;
 mod profile;
 mod progtime;
 mod report;
+mod sidebyside;
 mod tcp;
 mod tx;
 mod udp;
@@ -42,6 +43,7 @@ use crate::{
     profile::Profiles,
     progtime::ProgramSettings,
     report::{Figures, Results, Run},
+    sidebyside::{SideBySide, SideBySideSettings},
     udp::UdpSettings,
 };
 
@@ -101,6 +103,10 @@ struct Args {
     /// the quick loop while changing the datapath.
     #[arg(long)]
     program_only: bool,
+    /// Where `cargo xtask build-ebpf-variants` put the design alternatives' objects: they are
+    /// timed against the production object. Without it that comparison is not run.
+    #[arg(long, value_name = "DIR")]
+    variants: Option<PathBuf>,
 }
 
 /// How long and how large everything is.
@@ -118,6 +124,7 @@ struct Plan {
     stream_pairs: usize,
     stream_seconds: u32,
     program: ProgramSettings,
+    side_by_side: SideBySideSettings,
     apply_sizes: Vec<usize>,
     footprint: FootprintSettings,
     /// How long each profile samples the path's core.
@@ -157,6 +164,13 @@ impl Plan {
                     repeat: 100,
                     single_runs: 11,
                 },
+                side_by_side: SideBySideSettings {
+                    nat_entries: 2048,
+                    many_cidrs: 1000,
+                    rounds: 3,
+                    repeat: 100,
+                    single_runs: 11,
+                },
                 apply_sizes: vec![100],
                 footprint: FootprintSettings {
                     nat_entries: 2048,
@@ -188,6 +202,13 @@ impl Plan {
                 nat_entries: conntrack_max.saturating_mul(2),
                 many_cidrs: 100_000,
                 repeat: 1_000_000,
+                single_runs: 2001,
+            },
+            side_by_side: SideBySideSettings {
+                nat_entries: conntrack_max.saturating_mul(2),
+                many_cidrs: 100_000,
+                rounds: 41,
+                repeat: 50_000,
                 single_runs: 2001,
             },
             apply_sizes: vec![1_000, 10_000, config::MAX_CIDRS, 100_000],
@@ -352,6 +373,53 @@ fn progress(
     );
 }
 
+/// The flatness comparison, and the design comparison when `variants` holds the alternatives.
+fn side_by_side(
+    plan: &Plan,
+    cores: Cores,
+    variants: Option<&std::path::Path>,
+) -> Result<SideBySide> {
+    eprintln!(
+        "bench: the established path with 3 and with {} CIDRs, side by side",
+        plan.side_by_side.many_cidrs
+    );
+    let flatness = sidebyside::flatness(&plan.side_by_side, cores)?;
+    let designs = match variants {
+        Some(variants) => {
+            eprintln!("bench: the datapath's design choices against their alternatives");
+            sidebyside::designs(&plan.side_by_side, cores, variants)?
+        }
+        None => Vec::new(),
+    };
+    Ok(SideBySide {
+        flatness,
+        designs,
+        new_flows_timed: plan.side_by_side.single_runs,
+        many_cidrs: plan.side_by_side.many_cidrs,
+        nat_entries: plan.side_by_side.nat_entries,
+    })
+}
+
+fn print_side_by_side(side_by_side: &SideBySide) {
+    for times in side_by_side.flatness.iter().chain(&side_by_side.designs) {
+        eprintln!(
+            "  {:<85} {:>6.0} ns {:>6.0} ns both cores {:>6.0} ns exempt {:>8} new {:>14} full",
+            times.label,
+            times.established,
+            times.established_both_cores,
+            times.exempt,
+            times
+                .new_flow
+                .map_or_else(String::new, |ns| format!("{ns:.0} ns")),
+            times
+                .new_flow_full
+                .map_or_else(String::new, |(ns, admitted)| format!(
+                    "{ns:.0} ns ({admitted} in)"
+                )),
+        );
+    }
+}
+
 fn print_program_times(times: &[progtime::ProgramTime]) {
     for time in times {
         eprintln!(
@@ -393,11 +461,12 @@ fn check(results: &Results) -> Result<()> {
         &profiles.established_reference,
         &profiles.stream,
         &profiles.stream_reference,
+        &profiles.stream_iptables,
         &profiles.new_flows,
         &profiles.program,
     ]
     .iter()
-    .any(|profile| profile.top.is_empty())
+    .any(|profile| profile.functions.is_empty())
     {
         bail!("a perf profile is empty");
     }
@@ -412,6 +481,18 @@ fn check(results: &Results) -> Result<()> {
         .is_some_and(|comparison| comparison.ratio().is_finite())
     {
         bail!("the attach modes were not compared");
+    }
+    let side_by_side = &results.side_by_side;
+    if side_by_side.flatness.len() != 2 || side_by_side.designs.len() < 2 {
+        bail!("the side-by-side comparisons are missing (does xtask pass --variants?)");
+    }
+    if side_by_side
+        .flatness
+        .iter()
+        .chain(&side_by_side.designs)
+        .any(|times| !(times.established > 0.0 && times.established_both_cores > 0.0))
+    {
+        bail!("a side-by-side time is missing");
     }
     if results.apply.is_empty() || results.footprint.phases.is_empty() {
         bail!("the config apply or footprint part produced nothing");
@@ -455,9 +536,11 @@ fn main() -> Result<()> {
     if args.program_only {
         let (times, profile) = progtime::measure(&plan.program, plan.profile)?;
         print_program_times(&times);
-        for (function, share) in &profile.top {
+        for (function, share) in profile.functions.iter().take(profile::SHOWN) {
             eprintln!("  {:>5.1}%  {function}", 100.0 * share);
         }
+        let side_by_side = side_by_side(&plan, cores, args.variants.as_deref())?;
+        print_side_by_side(&side_by_side);
         return Ok(());
     }
     let mut figures = Vec::new();
@@ -494,12 +577,14 @@ fn main() -> Result<()> {
         }
     }
 
-    let (program, apply, footprint, profiles, attach_modes) = if args.traffic_only {
+    let (program, side_by_side, apply, footprint, profiles, attach_modes) = if args.traffic_only {
         Default::default()
     } else {
         eprintln!("bench: datapath programs (BPF_PROG_TEST_RUN)");
         let (program, program_profile) = progtime::measure(&plan.program, plan.profile)?;
         print_program_times(&program);
+        let side_by_side = side_by_side(&plan, cores, args.variants.as_deref())?;
+        print_side_by_side(&side_by_side);
         let mut apply = Vec::new();
         for &cidrs in &plan.apply_sizes {
             eprintln!("bench: applying {cidrs} CIDRs");
@@ -514,7 +599,14 @@ fn main() -> Result<()> {
         };
         eprintln!("bench: attach modes (tc against tcx)");
         let attach_modes = udp::attach_modes(plan.nat_entries, &plan.udp, cores)?;
-        (program, apply, footprint, profiles, Some(attach_modes))
+        (
+            program,
+            side_by_side,
+            apply,
+            footprint,
+            profiles,
+            Some(attach_modes),
+        )
     };
     run.elapsed = started.elapsed();
     let results = Results {
@@ -523,6 +615,7 @@ fn main() -> Result<()> {
         figures,
         program,
         program_many: plan.program.many_cidrs,
+        side_by_side,
         apply,
         footprint,
         profiles,

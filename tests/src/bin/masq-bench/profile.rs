@@ -10,11 +10,12 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-/// The functions with the largest shares of one profile, largest first.
+/// Where one profile's samples went.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Profile {
-    /// (function, share of the core's samples, 0 to 1).
-    pub(crate) top: Vec<(String, f64)>,
+    /// (function, share of the samples, 0 to 1), every function `perf` sampled, largest
+    /// first.
+    pub(crate) functions: Vec<(String, f64)>,
     /// Samples taken.
     pub(crate) samples: u64,
     /// The path's kernel threads' CPU time per unit while the profile was taken, when known:
@@ -33,6 +34,8 @@ pub(crate) struct Profiles {
     /// programs and the kernel functions they call cost a stream. Times per 1500 bytes.
     pub(crate) stream: Profile,
     pub(crate) stream_reference: Profile,
+    /// The same stream through iptables-nft: what netfilter's NAT costs it.
+    pub(crate) stream_iptables: Profile,
     pub(crate) new_flows: Profile,
     /// masq's egress program alone on an established packet, run over and over by
     /// `BPF_PROG_TEST_RUN`: its own instructions against the kernel functions it calls.
@@ -45,18 +48,9 @@ impl Profile {
         self.share_of(|function| function.ends_with(PROGRAM_SUFFIX))
     }
 
-    /// The most a function missing from the list can take per unit: the smallest listed
-    /// share's time.
-    pub(crate) fn unlisted_ns_at_most(&self) -> Option<f64> {
-        let per_unit = self.path_ns_per_unit?;
-        let smallest = self.top.last().map_or(1.0, |(_, share)| *share);
-        Some(smallest * per_unit)
-    }
-
-    /// The share of the samples in the listed functions that `chosen` picks: a lower bound,
-    /// as only the top functions are listed.
+    /// The share of the samples in the functions `chosen` picks.
     pub(crate) fn share_of(&self, chosen: impl Fn(&str) -> bool) -> f64 {
-        self.top
+        self.functions
             .iter()
             .filter(|(function, _)| chosen(function))
             .map(|(_, share)| share)
@@ -80,8 +74,8 @@ impl Difference {
 }
 
 /// Function by function, what `profile` spends per unit more than `reference`, largest first;
-/// functions only one of them lists count as absent from the other (a share too small to be
-/// listed). Empty unless both know their time per unit.
+/// a function only one of them sampled costs the other nothing. Empty unless both know their
+/// time per unit.
 pub(crate) fn differences(profile: &Profile, reference: &Profile) -> Vec<Difference> {
     let (Some(per_unit), Some(reference_per_unit)) =
         (profile.path_ns_per_unit, reference.path_ns_per_unit)
@@ -90,15 +84,15 @@ pub(crate) fn differences(profile: &Profile, reference: &Profile) -> Vec<Differe
     };
     let ns_in = |listed: &Profile, per_unit: f64, function: &str| {
         listed
-            .top
+            .functions
             .iter()
             .find(|(name, _)| name == function)
             .map_or(0.0, |(_, share)| share * per_unit)
     };
     let mut functions: Vec<&str> = profile
-        .top
+        .functions
         .iter()
-        .chain(&reference.top)
+        .chain(&reference.functions)
         .map(|(function, _)| function.as_str())
         .collect();
     functions.sort_unstable();
@@ -117,10 +111,6 @@ pub(crate) fn differences(profile: &Profile, reference: &Profile) -> Vec<Differe
 
 /// How [`readable`] marks a JITed program.
 pub(crate) const PROGRAM_SUFFIX: &str = " (eBPF program)";
-
-/// Functions kept per profile: enough that a comparison of two profiles finds most of the
-/// functions one of them spends more on.
-const TOP: usize = 60;
 
 /// Functions a report shows per profile.
 pub(crate) const SHOWN: usize = 12;
@@ -211,7 +201,8 @@ fn wait_until_recording(recorder: &mut Child, data: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The top functions of `perf report --stdio --no-children --sort sym` output.
+/// The functions of `perf report --stdio --no-children --sort sym` output. All are kept: a
+/// sum over a group of functions (masq's, netfilter's) is then a measurement, not a bound.
 fn parse(report: &str) -> Profile {
     let samples = report
         .lines()
@@ -228,7 +219,7 @@ fn parse(report: &str) -> Profile {
             };
             (digits.parse::<f64>().unwrap_or(0.0) * scale) as u64
         });
-    let top = report
+    let functions = report
         .lines()
         .filter(|line| !line.starts_with('#'))
         .filter_map(|line| {
@@ -238,10 +229,9 @@ fn parse(report: &str) -> Profile {
             let function: Vec<&str> = fields.collect();
             (!function.is_empty()).then(|| (readable(&function.join(" ")), share / 100.0))
         })
-        .take(TOP)
         .collect();
     Profile {
-        top,
+        functions,
         samples,
         path_ns_per_unit: None,
     }
@@ -267,12 +257,16 @@ mod tests {
         let report = "# Samples: 18K of event 'cpu-clock:ppp'\n#\n     24.68%  [k] lookup_nulls_elem_raw\n      6.14%  [k] bpf_prog_03a2f839501d4a8e_masq_egress\n\n";
         let profile = parse(report);
         assert_eq!(profile.samples, 18_000);
-        let names: Vec<&str> = profile.top.iter().map(|(name, _)| name.as_str()).collect();
+        let names: Vec<&str> = profile
+            .functions
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect();
         assert_eq!(
             names,
             ["lookup_nulls_elem_raw", "masq_egress (eBPF program)"]
         );
-        let shares: Vec<f64> = profile.top.iter().map(|(_, share)| *share).collect();
+        let shares: Vec<f64> = profile.functions.iter().map(|(_, share)| *share).collect();
         assert!((shares[0] - 0.2468).abs() < 1e-9 && (shares[1] - 0.0614).abs() < 1e-9);
         assert!((profile.in_programs() - 0.0614).abs() < 1e-9);
         assert!((profile.share_of(|function| function.contains("nulls")) - 0.2468).abs() < 1e-9);
@@ -308,8 +302,8 @@ mod tests {
 
     #[test]
     fn differences_are_nanoseconds_per_unit_largest_first() {
-        let listed = |top: &[(&str, f64)], per_unit: f64| Profile {
-            top: top
+        let listed = |functions: &[(&str, f64)], per_unit: f64| Profile {
+            functions: functions
                 .iter()
                 .map(|(name, share)| ((*name).to_owned(), *share))
                 .collect(),
@@ -339,7 +333,6 @@ mod tests {
             ]
         );
         assert_eq!(found[0].reference_ns, 0.0);
-        assert_eq!(reference.unlisted_ns_at_most(), Some(250.0));
         let unknown = Profile {
             path_ns_per_unit: None,
             ..reference.clone()

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, anyhow};
+use anyhow::{Context as _, Result, anyhow, bail};
 use aya::programs::{SchedClassifier, TestRun, TestRunOptions};
 use masq_common::{
     counters::Counter,
@@ -49,7 +49,7 @@ pub(crate) struct ProgramSettings {
 
 const POD: Ipv4Addr = Ipv4Addr::new(10, 244, 1, 5);
 
-fn link() -> Link {
+pub(crate) fn link() -> Link {
     Link {
         source: [2, 0, 0, 0, 0, 1],
         gateway: [2, 0, 0, 0, 0, 2],
@@ -58,7 +58,16 @@ fn link() -> Link {
 }
 
 /// Kernel nanoseconds per run of `program` on `frame`, averaged over `repeat` runs.
-fn run(program: &SchedClassifier, frame: &[u8], repeat: u32) -> Result<f64> {
+pub(crate) fn run(program: &SchedClassifier, frame: &[u8], repeat: u32) -> Result<f64> {
+    run_output(program, frame, repeat).map(|(time, _)| time)
+}
+
+/// [`run`], with the frame as the program left it.
+pub(crate) fn run_output(
+    program: &SchedClassifier,
+    frame: &[u8],
+    repeat: u32,
+) -> Result<(f64, Vec<u8>)> {
     let mut out = vec![0u8; frame.len() + 256];
     let result = program
         .test_run(TestRunOptions {
@@ -68,10 +77,11 @@ fn run(program: &SchedClassifier, frame: &[u8], repeat: u32) -> Result<f64> {
             ..TestRunOptions::default()
         })
         .context("BPF_PROG_TEST_RUN")?;
-    Ok(result.duration.as_secs_f64() * 1e9)
+    out.truncate(usize::try_from(result.data_size_out).unwrap_or(out.len()));
+    Ok((result.duration.as_secs_f64() * 1e9, out))
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
@@ -132,20 +142,22 @@ fn mirrored<A: Address>(key: &NatKey<A>, entry: &NatEntry<A>) -> (NatKey<A>, Nat
     (key_back, entry_back)
 }
 
-/// Adds the mirror image of the one IPv4 egress mapping in the table (see [`mirrored`]).
-fn mirror_mapping(harness: &mut Harness) -> Result<()> {
-    let (key, entry) = harness
-        .egress_mappings()
-        .first()
-        .copied()
-        .context("no mapping to mirror")?;
-    let (key, entry) = mirrored(&key, &entry);
-    harness
-        .datapath
-        .maps
-        .nat_v4
-        .insert(key, entry, 0)
-        .context("inserting the mirrored mapping")
+/// Adds the mirror image of every IPv4 egress mapping in the table (see [`mirrored`]).
+pub(crate) fn mirror_mappings(harness: &mut Harness) -> Result<()> {
+    let mappings = harness.egress_mappings();
+    if mappings.is_empty() {
+        bail!("no mapping to mirror");
+    }
+    for (key, entry) in mappings {
+        let (key, entry) = mirrored(&key, &entry);
+        harness
+            .datapath
+            .maps
+            .nat_v4
+            .insert(key, entry, 0)
+            .context("inserting the mirrored mapping")?;
+    }
+    Ok(())
 }
 
 /// The IPv6 addresses of the IPv6 rows (documentation ranges).
@@ -195,7 +207,7 @@ pub(crate) fn measure(
         .map(|(_, entry)| entry.port)
         .context("the first packet made no mapping")?;
     let (_, remote_port) = ports(0);
-    mirror_mapping(&mut harness)?;
+    mirror_mappings(&mut harness)?;
     let reply = masq_testbed::pktgen::Packet::udp(
         &format!("{SINK}:{remote_port}"),
         &format!("{NODE_IP}:{translated}"),

@@ -53,6 +53,8 @@ pub(crate) struct Results {
     pub(crate) figures: Vec<Figures>,
     pub(crate) program: Vec<ProgramTime>,
     pub(crate) program_many: usize,
+    /// The trie's size and the design alternatives, timed side by side.
+    pub(crate) side_by_side: crate::sidebyside::SideBySide,
     pub(crate) apply: Vec<ApplyTimes>,
     pub(crate) footprint: Footprint,
     pub(crate) profiles: crate::profile::Profiles,
@@ -189,9 +191,9 @@ fn bounds(results: &Results, out: &mut String) {
         established.extra_path_ns()
     );
     let profile = &results.profiles.program;
-    if !profile.top.is_empty() {
+    if !profile.functions.is_empty() {
         let callees: Vec<String> = profile
-            .top
+            .functions
             .iter()
             .filter(|(function, _)| !function.ends_with(crate::profile::PROGRAM_SUFFIX))
             .take(4)
@@ -233,6 +235,130 @@ fn bounds(results: &Results, out: &mut String) {
     stream_bound(results, masq, conntrack.copied(), out);
 }
 
+/// `value` with its difference from `baseline`, in nanoseconds.
+fn ns_against(value: f64, baseline: f64, is_baseline: bool) -> String {
+    if is_baseline {
+        format!("{value:.0} ns")
+    } else {
+        format!("{value:.0} ns ({:+.0})", value - baseline)
+    }
+}
+
+/// The trie's size and the design alternatives, timed in alternating rounds.
+fn side_by_side(results: &Results, out: &mut String) {
+    let side_by_side = &results.side_by_side;
+    let [few, many] = side_by_side.flatness.as_slice() else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "\n## Side by side: the trie's size and the design choices\n"
+    );
+    let rounds = few.established_rounds.len();
+    let (low, high) = round_spread(few, many);
+    let _ = writeln!(
+        out,
+        "Datapaths that differ in one thing, loaded together and timed with repeated \
+         `BPF_PROG_TEST_RUN` in {rounds} alternating rounds (each round times each datapath \
+         once, starting with a different one), medians shown: machine drift falls on all of \
+         them alike. Both cores at once: one thread per core, each on its own established \
+         flow, at the same moment (what sharing a cache line between cores costs).\n"
+    );
+    let _ = writeln!(
+        out,
+        "**Flatness (target: the established packet within 10% from 3 to {} CIDRs).** The \
+         established packet took {:.0} ns with 3 CIDRs and {:.0} ns with {}: {:+.1}% (the \
+         rounds' own ratios {low:.2}-{high:.2}). An established packet never reaches the trie: \
+         its mapping is found first. The exempt packet's trie lookup grows with the trie's \
+         depth.\n",
+        side_by_side.many_cidrs,
+        few.established,
+        many.established,
+        many.label,
+        100.0 * (many.established / few.established - 1.0)
+    );
+    let _ = writeln!(
+        out,
+        "| trie | established packet | both cores at once | exempt destination |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|");
+    for (index, times) in [few, many].into_iter().enumerate() {
+        let is_baseline = index == 0;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            times.label,
+            ns_against(times.established, few.established, is_baseline),
+            ns_against(
+                times.established_both_cores,
+                few.established_both_cores,
+                is_baseline
+            ),
+            ns_against(times.exempt, few.exempt, is_baseline),
+        );
+    }
+    let Some(production) = side_by_side.designs.first() else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "\n**Design choices.** The production datapath against alternatives built from the same \
+         source with one cargo feature each (`cargo xtask build-ebpf-variants`), 3 CIDRs, NAT \
+         tables of {} entries. New flows: {} single runs per datapath, interleaved frame by \
+         frame, medians less the timer's own cost; first into tables filled to all but a few \
+         flows, then into full tables, where the hash table refuses a new flow and an LRU table \
+         evicts a flow to admit it (\"in\": how many of them got a mapping). An LRU table \
+         with per-CPU lists gives each core a share of the capacity, so it evicts long before \
+         the table is full.\n",
+        side_by_side.nat_entries, side_by_side.new_flows_timed
+    );
+    let _ = writeln!(
+        out,
+        "| datapath | established packet | both cores at once | new flow, table nearly full | new flow, table full |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|");
+    for (index, times) in side_by_side.designs.iter().enumerate() {
+        let is_baseline = index == 0;
+        let new_flow = match (times.new_flow, production.new_flow) {
+            (Some(time), Some(baseline)) => ns_against(time, baseline, is_baseline),
+            _ => "-".to_owned(),
+        };
+        let full = match (times.new_flow_full, production.new_flow_full) {
+            (Some((time, admitted)), Some((baseline, _))) => format!(
+                "{}, {admitted} of {} in",
+                ns_against(time, baseline, is_baseline),
+                side_by_side.new_flows_timed
+            ),
+            _ => "-".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {new_flow} | {full} |",
+            times.label,
+            ns_against(times.established, production.established, is_baseline),
+            ns_against(
+                times.established_both_cores,
+                production.established_both_cores,
+                is_baseline
+            ),
+        );
+    }
+}
+
+/// The lowest and highest ratio of `many`'s round time to `few`'s in the same round.
+fn round_spread(
+    few: &crate::sidebyside::ContenderTimes,
+    many: &crate::sidebyside::ContenderTimes,
+) -> (f64, f64) {
+    few.established_rounds
+        .iter()
+        .zip(&many.established_rounds)
+        .map(|(few, many)| many / few)
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(low, high), ratio| {
+            (low.min(ratio), high.max(ratio))
+        })
+}
+
 /// The attach modes side by side: what dispatching through a clsact qdisc costs a packet
 /// against tcx.
 fn attach_modes(results: &Results, out: &mut String) {
@@ -252,55 +378,30 @@ fn attach_modes(results: &Results, out: &mut String) {
     );
 }
 
-/// What masq's programs and the kernel functions they call cost one TCP stream, from the
-/// profiles of all cores during a stream through masq and through no NAT, against the
-/// difference the interleaved runs measured.
+/// What masq's programs and the kernel functions they call cost one TCP stream, and what
+/// netfilter's NAT costs it, from the profiles of all cores during a stream through masq,
+/// through iptables-nft and through no NAT: the stream's figure where the interleaved runs
+/// spread more than the difference to be shown.
 fn stream_bound(results: &Results, masq: &Figures, conntrack: Option<&Figures>, out: &mut String) {
-    let differences =
-        crate::profile::differences(&results.profiles.stream, &results.profiles.stream_reference);
-    if differences.is_empty() {
+    let profiles = &results.profiles;
+    let Some(masq_ns) = group_extra_ns(
+        &profiles.stream,
+        &profiles.stream_reference,
+        MASQ_STREAM_FUNCTIONS,
+    ) else {
         return;
-    }
-    let datapath: Vec<&crate::profile::Difference> = differences
-        .iter()
-        .filter(|difference| {
-            [
-                &[crate::profile::PROGRAM_SUFFIX][..],
-                NAT_TABLE_FUNCTIONS,
-                REWRITE_FUNCTIONS,
-            ]
-            .iter()
-            .any(|group| in_group(&difference.function, group))
-        })
-        .collect();
-    let unlisted = results
-        .profiles
-        .stream
-        .unlisted_ns_at_most()
-        .unwrap_or(f64::NAN);
-    let datapath = if datapath.is_empty() {
-        format!(
-            "less than {unlisted:.1} ns per 1500 bytes (none of them is among the functions \
-             the profile lists)"
-        )
-    } else {
-        let listed: Vec<String> = datapath
-            .iter()
-            .take(4)
-            .map(|difference| format!("`{}` {:.1} ns", difference.function, difference.extra_ns()))
-            .collect();
-        format!(
-            "{:.1} ns per 1500 bytes ({}; any function not listed takes less than {unlisted:.1} \
-             ns)",
-            datapath
-                .iter()
-                .map(|difference| difference.extra_ns())
-                .sum::<f64>(),
-            listed.join(", ")
-        )
     };
     let stream = &masq.stream;
     let (low, high) = stream.spread();
+    // The reference's wall time per 1500 bytes: were all of masq's work on the stream's
+    // critical path, each of its nanoseconds would add one to this.
+    let reference_rate = stream.reference.rate();
+    let reference_wall = if reference_rate > 0.0 {
+        1e9 * 1500.0 / reference_rate
+    } else {
+        f64::NAN
+    };
+    let least_ratio = reference_wall / (reference_wall + masq_ns.max(0.0));
     let kernel = conntrack.map_or_else(String::new, |figures| {
         format!(
             "; {} in the same run: {:.2}",
@@ -308,19 +409,85 @@ fn stream_bound(results: &Results, masq: &Figures, conntrack: Option<&Figures>, 
             figures.stream.ratio()
         )
     });
+    let iptables = group_extra_ns(
+        &profiles.stream_iptables,
+        &profiles.stream_reference,
+        NETFILTER_FUNCTIONS,
+    )
+    .map_or_else(String::new, |netfilter_ns| {
+        format!(
+            " Through iptables-nft the same stream spends {netfilter_ns:.1} ns per 1500 bytes \
+             more in netfilter's functions (conntrack, the NAT chain's rules and the NAT \
+             itself) than through no NAT: {}.",
+            if netfilter_ns > masq_ns {
+                "more than masq's datapath, so the stream is not slower through masq than \
+                 through iptables"
+            } else {
+                "no more than masq's datapath"
+            }
+        )
+    });
     let _ = writeln!(
         out,
         "* **One TCP stream (target 0.98, never below iptables).** masq measured {:.2} \
-         ({:+.0} ns per 1500 bytes; window pairs {low:.2}-{high:.2}{kernel}). In a profile of \
-         every core during one stream through masq and one through no NAT, masq's programs \
-         and the kernel functions they call take {datapath}: the stream's data reaches them \
-         as GSO packets of up to 64 KiB, one translation each, and its ACKs one translation \
-         each on the way back. A difference larger than that is not masq's datapath but the \
-         spread between runs, which the window pairs show.",
+         ({:+.0} ns per 1500 bytes; window pairs {low:.2}-{high:.2}{kernel}). Runs of one \
+         stream spread by more than the target's margin (see the pairs), so the profiles \
+         bound the figure as well. In a profile of every core during one stream through masq and one through no NAT (every function \
+         `perf` sampled), masq's programs, the helpers and map functions they call and the \
+         tc dispatch take {masq_ns:.1} ns per 1500 bytes more than through no NAT: the \
+         stream's data reaches them as GSO packets of up to 64 KiB, one translation each, and \
+         its ACKs one translation each on the way back. No NAT takes {reference_wall:.0} ns \
+         per 1500 bytes; even if all of masq's time were on the stream's critical path, the \
+         ratio would be at least {least_ratio:.3}.{iptables}",
         stream.ratio(),
         stream.extra_ns() * 1500.0
     );
 }
+
+/// What `profile` spends per unit more than `reference` in the functions of `group`: a sum
+/// over every function either of them sampled. `None` when a time per unit is missing.
+fn group_extra_ns(
+    profile: &crate::profile::Profile,
+    reference: &crate::profile::Profile,
+    group: &[&str],
+) -> Option<f64> {
+    let differences = crate::profile::differences(profile, reference);
+    (!differences.is_empty()).then(|| {
+        differences
+            .iter()
+            .filter(|difference| in_group(&difference.function, group))
+            .map(crate::profile::Difference::extra_ns)
+            .sum()
+    })
+}
+
+/// masq's part of a stream's profile: its programs, the helpers and map functions they call,
+/// and the tc hook that runs them.
+const MASQ_STREAM_FUNCTIONS: &[&str] = &[
+    crate::profile::PROGRAM_SUFFIX,
+    "bpf_",
+    "tcx_",
+    "tcf_classify",
+    "htab_",
+    "lookup_nulls_elem_raw",
+    "lookup_elem_raw",
+    "jhash",
+    "csum_replace",
+    "store_bytes",
+    "skb_ensure_writable",
+];
+
+/// netfilter's part of a stream's profile through iptables: the hooks, conntrack, the NAT
+/// chain's rules and the NAT itself.
+const NETFILTER_FUNCTIONS: &[&str] = &[
+    "nf_",
+    "nft_",
+    "ipt_",
+    "xt_",
+    "conntrack",
+    "masquerade",
+    "ipv4_confirm",
+];
 
 /// Whether `function` belongs to a group of functions named by the parts of their names.
 fn in_group(function: &str, group: &[&str]) -> bool {
@@ -409,8 +576,8 @@ fn new_flow_kernel_time(results: &Results, budget: f64, out: &mut String) {
     let _ = writeln!(
         out,
         "  Where the flow's time goes ([the path's profile](#where-the-paths-time-goes-perf), \
-         each function's share of the path's {per_packet:.0} ns per packet while it was taken; \
-         the top functions only, so at least): the NAT table's kernel functions (the hash \
+         each function's share of the path's {per_packet:.0} ns per packet while it was taken): \
+         the NAT table's kernel functions (the hash \
          walks of the two lookups and the inserts, cache misses in a table of this size) \
          {table:.0} ns, and the lookup of the node's sockets that keeps pod flows off the \
          node's ports {sockets:.0} ns: together {verdict}, before any of masq's own \
@@ -421,7 +588,7 @@ fn new_flow_kernel_time(results: &Results, budget: f64, out: &mut String) {
 /// The perf profile of the established packet's program run alone.
 fn program_profile(results: &Results, out: &mut String) {
     let profile = &results.profiles.program;
-    if profile.top.is_empty() {
+    if profile.functions.is_empty() {
         return;
     }
     let _ = writeln!(
@@ -439,7 +606,7 @@ fn program_profile(results: &Results, out: &mut String) {
     );
     let _ = writeln!(out, "| function | share |");
     let _ = writeln!(out, "|---|---:|");
-    for (function, share) in profile.top.iter().take(crate::profile::SHOWN) {
+    for (function, share) in profile.functions.iter().take(crate::profile::SHOWN) {
         let _ = writeln!(out, "| `{function}` | {:.1}% |", 100.0 * share);
     }
 }
@@ -447,7 +614,7 @@ fn program_profile(results: &Results, out: &mut String) {
 /// The perf profiles of the path's core, side by side.
 fn profiles(results: &Results, out: &mut String) {
     let (established, new_flows) = (&results.profiles.established, &results.profiles.new_flows);
-    if established.top.is_empty() && new_flows.top.is_empty() {
+    if established.functions.is_empty() && new_flows.functions.is_empty() {
         return;
     }
     let _ = writeln!(out, "\n## Where the path's time goes (perf)\n");
@@ -466,12 +633,12 @@ fn profiles(results: &Results, out: &mut String) {
     );
     let _ = writeln!(out, "|---|---:|---|---:|");
     let rows = established
-        .top
+        .functions
         .len()
-        .max(new_flows.top.len())
+        .max(new_flows.functions.len())
         .min(crate::profile::SHOWN);
     let cell = |profile: &crate::profile::Profile, row: usize| {
-        profile.top.get(row).map_or_else(
+        profile.functions.get(row).map_or_else(
             || " | ".to_owned(),
             |(function, share)| format!("`{function}` | {:.1}%", 100.0 * share),
         )
@@ -810,6 +977,7 @@ pub(crate) fn markdown(results: &Results, plot_name: &str) -> String {
         );
     }
 
+    side_by_side(results, &mut out);
     bounds(results, &mut out);
     attach_modes(results, &mut out);
     program_profile(results, &mut out);

@@ -248,35 +248,39 @@ fn iperf_run(path: &BenchPath, seconds: u32, cores: Cores) -> Result<Window> {
     })
 }
 
-/// Profiles of every core during one iperf3 run of `length` through `reference`, then through
-/// `test`, with all cores' time (idle included, as `perf -a` samples it) per 1500 bytes.
+/// Profiles of every core during one iperf3 run of `length` through each of `paths`, with all
+/// cores' time (idle included, as `perf -a` samples it) per 1500 bytes.
 pub(crate) fn profile_stream(
-    reference: &BenchPath,
-    test: &BenchPath,
+    paths: &[&BenchPath],
     length: Duration,
     cores: Cores,
-) -> Result<(Profile, Profile)> {
-    let _servers = [IperfServer::start(reference)?, IperfServer::start(test)?];
+) -> Result<Vec<Profile>> {
+    let _servers: Vec<IperfServer> = paths
+        .iter()
+        .map(|path| IperfServer::start(path))
+        .collect::<Result<_>>()?;
     // The profile takes every core: an agent's periodic work (its garbage collector's map
     // reads) would land in whichever stream ran at the time. The programs go on without it.
-    let _agents: Vec<Paused> = [reference, test]
+    let _agents: Vec<Paused> = paths
         .iter()
         .filter_map(|path| path.agent.as_ref()?.pid())
         .map(Paused::stop)
         .collect::<Result<_>>()?;
     let seconds = u32::try_from(length.as_secs()).unwrap_or(u32::MAX).max(1);
-    let profile = |path: &BenchPath| -> Result<Profile> {
-        let mut measured = None;
-        let mut profile = crate::profile::sample(Sampled::AllCores, || {
-            measured = Some(iperf_run(path, seconds, cores)?);
-            Ok(())
-        })?;
-        profile.path_ns_per_unit = measured
-            .filter(|window| window.units > 0)
-            .map(|window| window.cpu.seconds() * 1e9 * 1500.0 / window.units as f64);
-        Ok(profile)
-    };
-    Ok((profile(reference)?, profile(test)?))
+    paths
+        .iter()
+        .map(|path| {
+            let mut measured = None;
+            let mut profile = crate::profile::sample(Sampled::AllCores, || {
+                measured = Some(iperf_run(path, seconds, cores)?);
+                Ok(())
+            })?;
+            profile.path_ns_per_unit = measured
+                .filter(|window| window.units > 0)
+                .map(|window| window.cpu.seconds() * 1e9 * 1500.0 / window.units as f64);
+            Ok(profile)
+        })
+        .collect()
 }
 
 /// A process stopped (`SIGSTOP`) until this is dropped.

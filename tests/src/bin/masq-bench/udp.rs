@@ -567,11 +567,15 @@ pub(crate) fn profile_masq(
     .and_then(|profiles| {
         // The new-flow profile left the table full but for one window's flows: room for the
         // stream's one flow.
-        let (stream_reference, stream) =
-            crate::tcp::profile_stream(&reference, &path, length, cores)?;
+        let iptables = BenchPath::new(Mode::Nft, Family::V4, 3, nat_entries, cores)?;
+        let streams = crate::tcp::profile_stream(&[&reference, &path, &iptables], length, cores)?;
+        let [stream_reference, stream, stream_iptables] =
+            <[crate::profile::Profile; 3]>::try_from(streams)
+                .map_err(|_| anyhow::anyhow!("a stream profile is missing"))?;
         Ok(crate::profile::Profiles {
             stream,
             stream_reference,
+            stream_iptables,
             ..profiles
         })
     })
