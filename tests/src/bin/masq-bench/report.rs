@@ -384,24 +384,35 @@ fn attach_modes(results: &Results, out: &mut String) {
 /// spread more than the difference to be shown.
 fn stream_bound(results: &Results, masq: &Figures, conntrack: Option<&Figures>, out: &mut String) {
     let profiles = &results.profiles;
-    let Some(masq_ns) = group_extra_ns(
+    let masq_functions = group_differences(
         &profiles.stream,
         &profiles.stream_reference,
         MASQ_STREAM_FUNCTIONS,
-    ) else {
+    );
+    if masq_functions.is_empty() {
         return;
-    };
+    }
+    let masq_ns: f64 = masq_functions.iter().map(|(_, ns)| ns).sum();
+    let largest: Vec<String> = masq_functions
+        .iter()
+        .take(4)
+        .map(|(function, ns)| format!("`{function}` {ns:.1} ns"))
+        .collect();
     let stream = &masq.stream;
     let (low, high) = stream.spread();
-    // The reference's wall time per 1500 bytes: were all of masq's work on the stream's
-    // critical path, each of its nanoseconds would add one to this.
+    // No NAT's wall time per 1500 bytes: were all of masq's work on the stream's critical
+    // path, each of its nanoseconds would add one to this.
     let reference_rate = stream.reference.rate();
     let reference_wall = if reference_rate > 0.0 {
         1e9 * 1500.0 / reference_rate
     } else {
         f64::NAN
     };
-    let least_ratio = reference_wall / (reference_wall + masq_ns.max(0.0));
+    let serial_ratio = reference_wall / (reference_wall + masq_ns.max(0.0));
+    // No NAT's busy time of all cores per 1500 bytes: were the stream bound by the CPU as a
+    // whole, masq's nanoseconds would add to this.
+    let reference_cpu = stream.reference.cpu_ns_per_unit() * 1500.0;
+    let cpu_ratio = reference_cpu / (reference_cpu + masq_ns.max(0.0));
     let kernel = conntrack.map_or_else(String::new, |figures| {
         format!(
             "; {} in the same run: {:.2}",
@@ -409,71 +420,85 @@ fn stream_bound(results: &Results, masq: &Figures, conntrack: Option<&Figures>, 
             figures.stream.ratio()
         )
     });
-    let iptables = group_extra_ns(
+    let netfilter: f64 = group_differences(
         &profiles.stream_iptables,
         &profiles.stream_reference,
         NETFILTER_FUNCTIONS,
     )
-    .map_or_else(String::new, |netfilter_ns| {
+    .iter()
+    .map(|(_, ns)| ns)
+    .sum();
+    let iptables = if profiles.stream_iptables.path_ns_per_unit.is_some() {
         format!(
-            " Through iptables-nft the same stream spends {netfilter_ns:.1} ns per 1500 bytes \
-             more in netfilter's functions (conntrack, the NAT chain's rules and the NAT \
-             itself) than through no NAT: {}.",
-            if netfilter_ns > masq_ns {
-                "more than masq's datapath, so the stream is not slower through masq than \
-                 through iptables"
+            " Through iptables-nft the same stream spends {netfilter:.1} ns per 1500 bytes \
+             more in netfilter's functions (the hooks, conntrack, the NAT chain's rules and the \
+             NAT itself) than through no NAT, {:.1} times masq's: {}.",
+            netfilter / masq_ns,
+            if netfilter > masq_ns {
+                "a stream through masq costs less than through iptables"
             } else {
-                "no more than masq's datapath"
+                "a stream through masq costs no less than through iptables"
             }
         )
-    });
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
         "* **One TCP stream (target 0.98, never below iptables).** masq measured {:.2} \
          ({:+.0} ns per 1500 bytes; window pairs {low:.2}-{high:.2}{kernel}). Runs of one \
          stream spread by more than the target's margin (see the pairs), so the profiles \
-         bound the figure as well. In a profile of every core during one stream through masq and one through no NAT (every function \
-         `perf` sampled), masq's programs, the helpers and map functions they call and the \
-         tc dispatch take {masq_ns:.1} ns per 1500 bytes more than through no NAT: the \
-         stream's data reaches them as GSO packets of up to 64 KiB, one translation each, and \
-         its ACKs one translation each on the way back. No NAT takes {reference_wall:.0} ns \
-         per 1500 bytes; even if all of masq's time were on the stream's critical path, the \
-         ratio would be at least {least_ratio:.3}.{iptables}",
+         measure what masq adds. In a profile of every core during one stream through masq \
+         and one through no NAT (every function `perf` sampled), masq's programs, the helpers \
+         and map functions they call and the tc hook take {masq_ns:.1} ns of CPU per 1500 \
+         bytes more than through no NAT ({}). The stream's data reaches them as GSO packets \
+         of up to 64 KiB and its ACKs one by one, each a cold visit between the stream's \
+         copies: few runs, each slow. No NAT keeps the cores busy {reference_cpu:.0} ns per \
+         1500 bytes and takes {reference_wall:.0} ns of wall time: with masq's time added to \
+         the CPU the stream uses, the ratio is {cpu_ratio:.3}; in the worst case, all of it on \
+         the stream's critical path, {serial_ratio:.3}.{iptables}",
         stream.ratio(),
-        stream.extra_ns() * 1500.0
+        stream.extra_ns() * 1500.0,
+        largest.join(", ")
     );
 }
 
-/// What `profile` spends per unit more than `reference` in the functions of `group`: a sum
-/// over every function either of them sampled. `None` when a time per unit is missing.
-fn group_extra_ns(
+/// What `profile` spends per unit more than `reference` in each function of `group` either of
+/// them sampled, largest first. Empty when a time per unit is missing.
+fn group_differences(
     profile: &crate::profile::Profile,
     reference: &crate::profile::Profile,
     group: &[&str],
-) -> Option<f64> {
-    let differences = crate::profile::differences(profile, reference);
-    (!differences.is_empty()).then(|| {
-        differences
-            .iter()
-            .filter(|difference| in_group(&difference.function, group))
-            .map(crate::profile::Difference::extra_ns)
-            .sum()
-    })
+) -> Vec<(String, f64)> {
+    crate::profile::differences(profile, reference)
+        .into_iter()
+        .filter(|difference| in_group(&difference.function, group))
+        .map(|difference| {
+            let extra = difference.extra_ns();
+            (difference.function, extra)
+        })
+        .collect()
 }
 
 /// masq's part of a stream's profile: its programs, the helpers and map functions they call,
 /// and the tc hook that runs them.
 const MASQ_STREAM_FUNCTIONS: &[&str] = &[
     crate::profile::PROGRAM_SUFFIX,
-    "bpf_",
+    "bpf_skb_",
+    "bpf_l3_csum_replace",
+    "bpf_l4_csum_replace",
+    "bpf_ktime",
+    "bpf_map_",
+    "bpf_tail_call",
     "tcx_",
+    "tc_run",
     "tcf_classify",
     "htab_",
     "lookup_nulls_elem_raw",
     "lookup_elem_raw",
     "jhash",
+    "inet_proto_csum_replace",
     "csum_replace",
-    "store_bytes",
     "skb_ensure_writable",
 ];
 
