@@ -165,7 +165,7 @@ const NODE_V6: &str = "2001:db8:1::1";
 const POD_V6: &str = "2001:db8:ab::5";
 const REMOTE_V6: &str = "2001:db8:ff::1";
 
-/// [`mirror_mapping`] for the IPv6 table.
+/// [`mirror_mappings`] for the IPv6 table's one egress mapping.
 fn mirror_mapping_v6(harness: &mut Harness) -> Result<()> {
     let (key, entry) = harness
         .nat_v6()
