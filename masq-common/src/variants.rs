@@ -14,3 +14,8 @@ pub const VARIANTS: &[&str] = &[
     "variant-lru-table-no-common",
     "variant-one-entry-per-flow",
 ];
+
+/// The object built by the same recipe with none of these features: the production datapath,
+/// which the benchmark times beside the embedded object as an A/A control (two identical
+/// datapaths differ only by the noise of the measurement).
+pub const CONTROL: &str = "production";

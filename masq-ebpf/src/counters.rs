@@ -1,4 +1,5 @@
-//! Counting outcomes into the per-CPU maps.
+//! Counting outcomes: into per-CPU maps, or (the shared-counters benchmark variant) into
+//! arrays all CPUs add to atomically.
 
 use masq_common::counters::{ALLOC_FAILED_SLOT, ALLOC_SUM_SLOT, Counter, alloc_bucket};
 #[cfg(not(feature = "variant-shared-counters"))]
@@ -6,8 +7,9 @@ use per_cpu::{PacketCounters, add, allocation_histogram};
 #[cfg(feature = "variant-shared-counters")]
 use shared::{PacketCounters, add, allocation_histogram};
 
-/// An address family's packet counters.
+/// An address family whose packets are counted apart from the other's.
 pub(crate) trait Counted {
+    /// The family's packet counters, one slot per `Counter`.
     fn counters() -> &'static PacketCounters;
 }
 

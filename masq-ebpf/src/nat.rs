@@ -62,7 +62,7 @@ pub(crate) fn now_ns() -> u64 {
 /// The refresh writes to the entry only when a new TCP flag shows up or the last refresh is
 /// more than [`TOUCH_INTERVAL_NS`](masq_common::nat::TOUCH_INTERVAL_NS) old, so an established
 /// flow costs one lookup per packet. At each refresh the other half is checked and recreated
-/// if LRU eviction took it.
+/// if it is missing (one half deleted alone, or evicted in the LRU benchmark variants).
 #[inline(always)]
 pub(crate) fn lookup<A: Family>(
     key: &NatKey<A>,
@@ -146,8 +146,8 @@ fn reopen<A: Family>(key: &NatKey<A>, entry: &mut NatEntry<A>) {
     }
 }
 
-/// Recreates the other half of the flow if LRU eviction took it. If its tuple now belongs to
-/// another flow, this half is removed so that the next packet allocates afresh.
+/// Recreates the other half of the flow if it is missing (see [`lookup`]). If its tuple now
+/// belongs to another flow, this half is removed so that the next packet allocates afresh.
 #[inline(always)]
 fn ensure_peer<A: Family>(key: &NatKey<A>, entry: &NatEntry<A>) {
     if !has_peer(entry) {
@@ -503,7 +503,7 @@ fn create<A: Family>(port: u16) -> Result<(), AllocError> {
         {
             return Ok(());
         }
-        let _ = A::nat().remove(&reply_key);
+        remove_reply_half(&reply_key);
         // Another CPU mapped this flow first: use theirs.
         if let Some(existing) = A::nat().get_ptr(&*key) {
             (*slot).entry = *existing;
@@ -543,6 +543,18 @@ fn insert_reply_half<A: Family>(
 ) -> Result<(), AllocError> {
     Ok(())
 }
+
+/// Frees the ingress half inserted under `reply_key` when its egress half could not be.
+#[cfg(not(feature = "variant-one-entry-per-flow"))]
+#[inline(always)]
+fn remove_reply_half<A: Family>(reply_key: &NatKey<A>) {
+    let _ = A::nat().remove(reply_key);
+}
+
+/// The one-entry benchmark variant: there is no ingress half to free.
+#[cfg(feature = "variant-one-entry-per-flow")]
+#[inline(always)]
+fn remove_reply_half<A: Family>(_reply_key: &NatKey<A>) {}
 
 /// Reserves a tuple of a protocol without ports (GRE, ESP, ...) for the node's own traffic
 /// towards that remote. Such a tuple can belong to one flow only, and the node's own (a tunnel

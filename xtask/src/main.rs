@@ -26,7 +26,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
-use masq_common::variants::VARIANTS;
+use masq_common::variants::{CONTROL, VARIANTS};
 
 use crate::command::{cargo, output, run};
 
@@ -95,7 +95,8 @@ fn build_ebpf() -> Result<()> {
 }
 
 /// Builds one datapath object per benchmark variant (`masq_common::variants::VARIANTS`, each a
-/// `masq-ebpf` feature) as `target/ebpf-variants/<feature>.o`, and returns that directory.
+/// `masq-ebpf` feature) as `target/ebpf-variants/<feature>.o`, and the control without any
+/// (`variants::CONTROL`), and returns that directory.
 ///
 /// The recipe is aya-build's, which builds the embedded object (`masq-userspace/build.rs`), so
 /// the variants differ from it only by their feature. They share one target directory, so
@@ -117,13 +118,21 @@ fn build_ebpf_variants() -> Result<PathBuf> {
         "-Clink-arg=--btf",
     ]
     .join("\x1f");
-    for feature in VARIANTS {
+    // The control first: no feature at all, the production datapath built as the variants are.
+    let builds =
+        std::iter::once((CONTROL, None)).chain(VARIANTS.iter().map(|name| (*name, Some(*name))));
+    for (name, feature) in builds {
         let mut build = Command::new("rustup");
         build
             .args(["run", setup::EBPF_TOOLCHAIN, "cargo", "build", "--quiet"])
             .args(["--package", "masq-ebpf", "--bins", "--release"])
             .args(["--target", target, "-Z", "build-std=core"])
-            .args(["--features", feature])
+            .args(
+                feature
+                    .map(|feature| ["--features", feature])
+                    .into_iter()
+                    .flatten(),
+            )
             .arg("--target-dir")
             .arg(&target_dir)
             .current_dir(workspace_root())
@@ -132,9 +141,9 @@ fn build_ebpf_variants() -> Result<PathBuf> {
             // stable compiler.
             .env_remove("RUSTC")
             .env_remove("RUSTC_WORKSPACE_WRAPPER");
-        run(&mut build).with_context(|| format!("building the {feature} datapath object"))?;
+        run(&mut build).with_context(|| format!("building the {name} datapath object"))?;
         let built = target_dir.join(target).join("release").join("masq-ebpf");
-        let object = dir.join(format!("{feature}.o"));
+        let object = dir.join(format!("{name}.o"));
         std::fs::copy(&built, &object)
             .with_context(|| format!("copying {} to {}", built.display(), object.display()))?;
         println!("eBPF variant: {}", object.display());

@@ -494,6 +494,13 @@ fn check(results: &Results) -> Result<()> {
     {
         bail!("a side-by-side time is missing");
     }
+    if side_by_side
+        .designs
+        .iter()
+        .any(|times| times.new_flow.is_none() || times.new_flow_full.is_none())
+    {
+        bail!("a design alternative's new flows were not timed");
+    }
     if results.apply.is_empty() || results.footprint.phases.is_empty() {
         bail!("the config apply or footprint part produced nothing");
     }

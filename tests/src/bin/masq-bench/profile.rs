@@ -82,31 +82,36 @@ pub(crate) fn differences(profile: &Profile, reference: &Profile) -> Vec<Differe
     else {
         return Vec::new();
     };
-    let ns_in = |listed: &Profile, per_unit: f64, function: &str| {
-        listed
-            .functions
-            .iter()
-            .find(|(name, _)| name == function)
-            .map_or(0.0, |(_, share)| share * per_unit)
-    };
-    let mut functions: Vec<&str> = profile
-        .functions
-        .iter()
-        .chain(&reference.functions)
-        .map(|(function, _)| function.as_str())
+    let (profile_shares, reference_shares) = (shares(profile), shares(reference));
+    let mut functions: Vec<&str> = profile_shares
+        .keys()
+        .chain(reference_shares.keys())
+        .copied()
         .collect();
     functions.sort_unstable();
     functions.dedup();
+    let ns_in = |shares: &std::collections::HashMap<&str, f64>, per_unit: f64, function: &str| {
+        shares.get(function).map_or(0.0, |share| share * per_unit)
+    };
     let mut differences: Vec<Difference> = functions
         .into_iter()
         .map(|function| Difference {
             function: function.to_owned(),
-            reference_ns: ns_in(reference, reference_per_unit, function),
-            ns: ns_in(profile, per_unit, function),
+            reference_ns: ns_in(&reference_shares, reference_per_unit, function),
+            ns: ns_in(&profile_shares, per_unit, function),
         })
         .collect();
     differences.sort_by(|a, b| b.extra_ns().total_cmp(&a.extra_ns()));
     differences
+}
+
+/// Each function's share in `profile`, by name: a full profile has thousands of functions.
+fn shares(profile: &Profile) -> std::collections::HashMap<&str, f64> {
+    profile
+        .functions
+        .iter()
+        .map(|(name, share)| (name.as_str(), *share))
+        .collect()
 }
 
 /// How [`readable`] marks a JITed program.
@@ -202,7 +207,8 @@ fn wait_until_recording(recorder: &mut Child, data: &Path) -> Result<()> {
 }
 
 /// The functions of `perf report --stdio --no-children --sort sym` output. All are kept: a
-/// sum over a group of functions (masq's, netfilter's) is then a measurement, not a bound.
+/// sum over a group of functions (masq's, netfilter's) then counts every function of the
+/// group that was sampled, not only the largest (within the shares' rounding to 0.01%).
 fn parse(report: &str) -> Profile {
     let samples = report
         .lines()

@@ -6,7 +6,7 @@
 //! Timed one after the other, two datapaths differ by the machine's drift as much as by
 //! themselves: an earlier run had 3 CIDRs slower than 100,000, which no CIDR cost explains.
 //! Here every round times every contender once, starting with a different one each round, and
-//! the median round is taken.
+//! each contender's median over the rounds is taken.
 
 use std::{
     net::Ipv4Addr,
@@ -93,6 +93,13 @@ impl Contender {
         let egress = harness.datapath.egress()?;
         for flow in &flows {
             run(egress, flow, 1)?;
+        }
+        let mapped = harness.egress_mappings().len();
+        if mapped != flows.len() {
+            bail!(
+                "{label}: {mapped} of the {} established flows got a mapping",
+                flows.len()
+            );
         }
         mirror_mappings(&mut harness)?;
         Ok(Self {
@@ -225,14 +232,32 @@ fn new_flows(contenders: &[Contender], frames: &[Frame]) -> Result<Vec<(f64, usi
     Ok(times.into_iter().map(median).zip(admitted).collect())
 }
 
-/// Fresh new flows, ids from `next`, which moves on.
-fn fresh(next: &mut u64, count: u64) -> Vec<Frame> {
+/// New flows `start..start + count`.
+fn fresh(start: u64, count: u64) -> Vec<Frame> {
     let link = link();
-    let frames = (*next..*next + count)
+    (start..start + count)
         .map(|id| udp(&link, SINK.into(), id))
-        .collect();
-    *next += count;
-    frames
+        .collect()
+}
+
+/// The calling thread pinned to one core until dropped, when it gets its former cores back:
+/// a single-core measurement must not move between cores (the new flows' per-CPU free lists,
+/// and an LRU table's per-CPU lists, belong to the core an insert runs on).
+struct Pinned(nix::sched::CpuSet);
+
+impl Pinned {
+    fn to(core: usize) -> Result<Self> {
+        let former = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+            .context("sched_getaffinity")?;
+        pin(0, core)?;
+        Ok(Self(former))
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &self.0);
+    }
 }
 
 /// Times established and exempt packets of every contender, and with `fill`, new flows into
@@ -253,29 +278,40 @@ fn compare(
         let singles = settings.single_runs as u64;
         // Every contender gets the same flows, up to all but `room` flows of its capacity.
         let room = 2 * singles + 1;
-        let mut next = 1_000_000;
+        let first_id = 1_000_000;
         let mut largest_fill = 0;
         for contender in contenders {
             let fill =
                 u64::from(settings.nat_entries / contender.entries_per_flow).saturating_sub(room);
             let egress = contender.egress()?;
-            for frame in fresh(&mut next.clone(), fill) {
+            for frame in fresh(first_id, fill) {
                 run(egress, &frame, 1)?;
             }
             largest_fill = largest_fill.max(fill);
         }
-        next += largest_fill;
+        let mut next = first_id + largest_fill;
         // Frames new to every table.
-        let nearly_full = new_flows(contenders, &fresh(&mut next, singles))?;
+        let nearly_full = new_flows(contenders, &fresh(next, singles))?;
+        next += singles;
+        for (contender, (_, admitted)) in contenders.iter().zip(&nearly_full) {
+            if *admitted != settings.single_runs {
+                bail!(
+                    "{}: only {admitted} of {singles} new flows got a mapping in a table that \
+                     had room for them",
+                    contender.label
+                );
+            }
+        }
         // More than the room left: every table is full after these.
-        let top_up = fresh(&mut next, room);
+        let top_up = fresh(next, room);
+        next += room;
         for contender in contenders {
             let egress = contender.egress()?;
             for frame in &top_up {
                 run(egress, frame, 1)?;
             }
         }
-        let full = new_flows(contenders, &fresh(&mut next, singles))?;
+        let full = new_flows(contenders, &fresh(next, singles))?;
         let overheads = single_run_overheads(contenders, settings)?;
         let less = |times: Vec<(f64, usize)>| -> Vec<(f64, usize)> {
             times
@@ -318,6 +354,7 @@ fn compare(
 
 /// The production object with 3 CIDRs against the same with `many_cidrs`.
 pub(crate) fn flatness(settings: &SideBySideSettings, cores: Cores) -> Result<Vec<ContenderTimes>> {
+    let _pinned = Pinned::to(cores.path)?;
     let capacity = trie_capacity(settings.many_cidrs);
     let few = Harness::sized(settings.nat_entries, capacity);
     let mut many = Harness::sized(settings.nat_entries, capacity);
@@ -332,9 +369,15 @@ pub(crate) fn flatness(settings: &SideBySideSettings, cores: Cores) -> Result<Ve
 }
 
 /// What the design alternative built with `feature` (one of
-/// `masq_common::variants::VARIANTS`) changes, and the NAT entries a flow takes in it.
+/// `masq_common::variants::VARIANTS`, or the control) changes, and the NAT entries a flow
+/// takes in it.
 fn design(feature: &str) -> Result<(&'static str, u32)> {
     Ok(match feature {
+        masq_common::variants::CONTROL => (
+            "production again, built as the alternatives are (A/A control: the measurement's \
+             own noise)",
+            2,
+        ),
         "variant-shared-counters" => (
             "shared counters (one array, atomic adds) instead of per-CPU",
             2,
@@ -362,6 +405,7 @@ pub(crate) fn designs(
     cores: Cores,
     variants: &Path,
 ) -> Result<Vec<ContenderTimes>> {
+    let _pinned = Pinned::to(cores.path)?;
     let capacity = trie_capacity(3);
     let mut contenders = vec![Contender::new(
         "production: per-CPU counters, touched once a second, hash tables, two entries a flow"
@@ -369,7 +413,9 @@ pub(crate) fn designs(
         Harness::sized(settings.nat_entries, capacity),
         2,
     )?];
-    for feature in masq_common::variants::VARIANTS {
+    let built = std::iter::once(masq_common::variants::CONTROL)
+        .chain(masq_common::variants::VARIANTS.iter().copied());
+    for feature in built {
         let (label, entries_per_flow) = design(feature)?;
         let path = variants.join(format!("{feature}.o"));
         let object = std::fs::read(&path).with_context(|| {
