@@ -479,8 +479,8 @@ fn stream_bound(results: &Results, masq: &Figures, conntrack: Option<&Figures>, 
          taken one after the other, masq's programs, the helpers and map functions they call \
          and the tc hook take {masq_ns:.1} ns of CPU per 1500 bytes more than through no NAT \
          ({}; from the functions' shares of the samples, so approximate). The stream's data \
-         reaches them as GSO packets of up to 64 KiB and its ACKs one by one: few runs per \
-         1500 bytes, each in caches the stream's copies have just swept. In the windows paired \
+         reaches them as GSO packets of up to 64 KiB and its ACKs one by one. In the windows \
+         paired \
          with masq's, no NAT kept the cores busy {reference_cpu:.0} ns per 1500 bytes and took \
          {reference_wall:.0} ns of wall time: with masq's time added to the CPU the stream \
          uses, the ratio would be {cpu_ratio:.3}; in the worst case, all of it on the stream's \
