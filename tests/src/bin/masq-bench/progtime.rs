@@ -57,6 +57,14 @@ pub(crate) fn link() -> Link {
     }
 }
 
+/// The frames of new flows `start..start + count` from the pod to the sink.
+pub(crate) fn new_flow_frames(start: u64, count: u64) -> Vec<Frame> {
+    let link = link();
+    (start..start + count)
+        .map(|id| udp(&link, SINK.into(), id))
+        .collect()
+}
+
 /// Kernel nanoseconds per run of `program` on `frame`, averaged over `repeat` runs.
 pub(crate) fn run(program: &SchedClassifier, frame: &[u8], repeat: u32) -> Result<f64> {
     run_output(program, frame, repeat).map(|(time, _)| time)
@@ -227,9 +235,7 @@ pub(crate) fn measure(
     let repeat = settings.repeat;
     let mut next_id = 1_000_000u64;
     let mut fresh = |count: u64| -> Vec<Frame> {
-        let frames = (next_id..next_id + count)
-            .map(|id| udp(&link, SINK.into(), id))
-            .collect();
+        let frames = new_flow_frames(next_id, count);
         next_id += count;
         frames
     };

@@ -8,11 +8,7 @@
 //! Here every round times every contender once, starting with a different one each round, and
 //! each contender's median over the rounds is taken.
 
-use std::{
-    net::Ipv4Addr,
-    path::Path,
-    sync::{Barrier, Mutex},
-};
+use std::{net::Ipv4Addr, path::Path, sync::Barrier};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::programs::SchedClassifier;
@@ -23,7 +19,8 @@ use crate::{
     config::cidr,
     frames::{Frame, SINK, udp},
     paths::{Cores, pin, trie_capacity},
-    progtime::{link, median, mirror_mappings, run, run_output},
+    progtime::{link, median, mirror_mappings, new_flow_frames, run, run_output},
+    udp::on_core,
 };
 
 /// Sizes of the comparison.
@@ -157,35 +154,28 @@ fn both_cores(
             let contender = &contenders[index];
             let egress = contender.egress()?;
             let start = Barrier::new(2);
-            let times = Mutex::new(Vec::with_capacity(2));
-            std::thread::scope(|scope| -> Result<()> {
+            let times = std::thread::scope(|scope| -> Result<Vec<f64>> {
                 let workers: Vec<_> = [cores.generator, cores.path]
                     .into_iter()
                     .zip(&contender.flows)
                     .map(|(core, flow)| {
-                        let (start, times) = (&start, &times);
-                        scope.spawn(move || -> Result<()> {
+                        let start = &start;
+                        scope.spawn(move || -> Result<f64> {
                             pin(0, core)?;
                             start.wait();
-                            let time = run(egress, flow, settings.repeat)?;
-                            times
-                                .lock()
-                                .map_err(|_| anyhow!("a timing thread panicked"))?
-                                .push(time);
-                            Ok(())
+                            run(egress, flow, settings.repeat)
                         })
                     })
                     .collect();
-                for worker in workers {
-                    worker
-                        .join()
-                        .map_err(|_| anyhow!("a timing thread panicked"))??;
-                }
-                Ok(())
+                workers
+                    .into_iter()
+                    .map(|worker| {
+                        worker
+                            .join()
+                            .map_err(|_| anyhow!("a timing thread panicked"))?
+                    })
+                    .collect()
             })?;
-            let times = times
-                .into_inner()
-                .map_err(|_| anyhow!("a timing thread panicked"))?;
             rounds[index].push(times.iter().sum::<f64>() / times.len().max(1) as f64);
         }
     }
@@ -232,34 +222,6 @@ fn new_flows(contenders: &[Contender], frames: &[Frame]) -> Result<Vec<(f64, usi
     Ok(times.into_iter().map(median).zip(admitted).collect())
 }
 
-/// New flows `start..start + count`.
-fn fresh(start: u64, count: u64) -> Vec<Frame> {
-    let link = link();
-    (start..start + count)
-        .map(|id| udp(&link, SINK.into(), id))
-        .collect()
-}
-
-/// The calling thread pinned to one core until dropped, when it gets its former cores back:
-/// a single-core measurement must not move between cores (the new flows' per-CPU free lists,
-/// and an LRU table's per-CPU lists, belong to the core an insert runs on).
-struct Pinned(nix::sched::CpuSet);
-
-impl Pinned {
-    fn to(core: usize) -> Result<Self> {
-        let former = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
-            .context("sched_getaffinity")?;
-        pin(0, core)?;
-        Ok(Self(former))
-    }
-}
-
-impl Drop for Pinned {
-    fn drop(&mut self) {
-        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &self.0);
-    }
-}
-
 /// Times established and exempt packets of every contender, and with `fill`, new flows into
 /// nearly full and then full tables.
 fn compare(
@@ -284,14 +246,14 @@ fn compare(
             let fill =
                 u64::from(settings.nat_entries / contender.entries_per_flow).saturating_sub(room);
             let egress = contender.egress()?;
-            for frame in fresh(first_id, fill) {
+            for frame in new_flow_frames(first_id, fill) {
                 run(egress, &frame, 1)?;
             }
             largest_fill = largest_fill.max(fill);
         }
         let mut next = first_id + largest_fill;
         // Frames new to every table.
-        let nearly_full = new_flows(contenders, &fresh(next, singles))?;
+        let nearly_full = new_flows(contenders, &new_flow_frames(next, singles))?;
         next += singles;
         for (contender, (_, admitted)) in contenders.iter().zip(&nearly_full) {
             if *admitted != settings.single_runs {
@@ -303,7 +265,7 @@ fn compare(
             }
         }
         // More than the room left: every table is full after these.
-        let top_up = fresh(next, room);
+        let top_up = new_flow_frames(next, room);
         next += room;
         for contender in contenders {
             let egress = contender.egress()?;
@@ -311,7 +273,7 @@ fn compare(
                 run(egress, frame, 1)?;
             }
         }
-        let full = new_flows(contenders, &fresh(next, singles))?;
+        let full = new_flows(contenders, &new_flow_frames(next, singles))?;
         let overheads = single_run_overheads(contenders, settings)?;
         let less = |times: Vec<(f64, usize)>| -> Vec<(f64, usize)> {
             times
@@ -352,9 +314,13 @@ fn compare(
         .collect())
 }
 
-/// The production object with 3 CIDRs against the same with `many_cidrs`.
+/// The production object with 3 CIDRs against the same with `many_cidrs`, on one pinned core
+/// (see [`designs`]).
 pub(crate) fn flatness(settings: &SideBySideSettings, cores: Cores) -> Result<Vec<ContenderTimes>> {
-    let _pinned = Pinned::to(cores.path)?;
+    on_core(cores.path, || flatness_here(settings, cores))
+}
+
+fn flatness_here(settings: &SideBySideSettings, cores: Cores) -> Result<Vec<ContenderTimes>> {
     let capacity = trie_capacity(settings.many_cidrs);
     let few = Harness::sized(settings.nat_entries, capacity);
     let mut many = Harness::sized(settings.nat_entries, capacity);
@@ -399,13 +365,22 @@ fn design(feature: &str) -> Result<(&'static str, u32)> {
     })
 }
 
-/// The production object against each alternative built in `variants` (`<feature>.o`).
+/// The production object against each alternative built in `variants` (`<feature>.o`), on
+/// one pinned core: a single-core measurement must not move between cores (the tables'
+/// per-CPU free lists, and an LRU table's per-CPU lists, belong to the core an insert runs on).
 pub(crate) fn designs(
     settings: &SideBySideSettings,
     cores: Cores,
     variants: &Path,
 ) -> Result<Vec<ContenderTimes>> {
-    let _pinned = Pinned::to(cores.path)?;
+    on_core(cores.path, || designs_here(settings, cores, variants))
+}
+
+fn designs_here(
+    settings: &SideBySideSettings,
+    cores: Cores,
+    variants: &Path,
+) -> Result<Vec<ContenderTimes>> {
     let capacity = trie_capacity(3);
     let mut contenders = vec![Contender::new(
         "production: per-CPU counters, touched once a second, hash tables, two entries a flow"
