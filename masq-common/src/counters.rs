@@ -125,6 +125,16 @@ pub const MIN_ALLOC_ROUND: u32 = 16;
 /// Most ports tried for one new flow before it is dropped and counted: 128 + 64 + 32 + 16, as
 /// many as the kernel's NAT tries.
 pub const MAX_ALLOC_ATTEMPTS: u32 = 240;
+/// Ports one run of the allocator program tries before it hands the search on to its next run
+/// (a tail call to itself). Every round is a whole number of chunks. The verifier walks each
+/// port tried in a run as a state of its own, so the chunk, not the whole search, sets the
+/// program's verification cost: the search of all 240 ports in one run passes Linux 6.18's
+/// verifier but exceeds 6.1's million instructions.
+pub const ALLOC_CHUNK: u32 = 16;
+/// Allocator runs a search that tries every port takes: the first run, then one tail call per
+/// further chunk. With the egress program's tail calls before it and the new-flow program's
+/// after, this stays well under the kernel's limit of 33 tail calls in a chain.
+pub const MAX_ALLOC_RUNS: u32 = MAX_ALLOC_ATTEMPTS / ALLOC_CHUNK;
 /// Buckets of attempt counts in the allocation histogram: bucket `i` counts flows that found a
 /// port within `2^i` attempts and not within `2^(i-1)` (1, 2, 3-4, 5-8, ..., 129-256).
 pub const ALLOC_ATTEMPT_BUCKETS: u32 = 9;
@@ -154,6 +164,20 @@ mod tests {
         let buckets = [1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 129, 240, 1000].map(alloc_bucket);
         assert_eq!(buckets, [0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 8, 8, 8]);
         assert!(alloc_bucket(MAX_ALLOC_ATTEMPTS) < ALLOC_ATTEMPT_BUCKETS);
+    }
+
+    #[test]
+    fn every_round_is_whole_chunks_and_the_chain_fits_the_tail_call_limit() {
+        let mut round = FIRST_ALLOC_ROUND;
+        let mut total = 0;
+        while round >= MIN_ALLOC_ROUND {
+            assert_eq!(round % ALLOC_CHUNK, 0, "round of {round} ports");
+            total += round;
+            round /= 2;
+        }
+        assert_eq!(total, MAX_ALLOC_ATTEMPTS);
+        // egress, IPv6 egress, the allocator's runs, new flow: under the kernel's 33.
+        assert!(2 + MAX_ALLOC_RUNS + 1 < 33);
     }
 
     #[test]

@@ -314,20 +314,24 @@ pub struct AllocRequest<A: Address> {
     pub search: PortSearch,
 }
 
-/// The range a port search runs through and where it starts.
+/// A port search in progress: the range it runs through and how far it has come. The search
+/// runs in chunks of [`ALLOC_CHUNK`](crate::counters::ALLOC_CHUNK) ports, one allocator run
+/// each, the allocator tail-calling itself between them (see `masq-ebpf`'s `nat::allocate`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PortSearch {
     /// First port of the range.
     pub first: u16,
-    /// Keeps the layout free of implicit padding; always zero.
-    pub pad: u16,
+    /// Ports the current round tries ([`FIRST_ALLOC_ROUND`](crate::counters::FIRST_ALLOC_ROUND)
+    /// halving down to [`MIN_ALLOC_ROUND`](crate::counters::MIN_ALLOC_ROUND)); zero when no
+    /// search has begun for the request, which is how the egress program hands a new one over.
+    pub round: u16,
     /// Number of ports in the range.
     pub size: u32,
-    /// Position in the range of the first port tried.
+    /// Position in the range of the current round's first port.
     pub start: u32,
-    /// Keeps the layout free of implicit padding; always zero.
-    pub pad2: u32,
+    /// Ports of the current round already tried.
+    pub step: u32,
 }
 
 /// Key of the IPv4 fragment table.

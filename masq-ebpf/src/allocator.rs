@@ -17,11 +17,11 @@ use masq_common::{
 };
 
 use crate::{
-    counters::count_in,
+    counters::{count_in, record_allocation},
     egress,
     family::Family,
     maps::{self, PROGS},
-    nat::{self, AllocError},
+    nat::{self, AllocError, Allocation},
     verdict::Verdict,
 };
 
@@ -49,12 +49,15 @@ pub(crate) fn hand_over<A: Family>(
         (*slot).snat_addr = snat_addr;
         (*slot).origin = origin;
         (*slot).flow_flags = flow_flags;
+        // A new request: the allocator begins a search rather than resuming one.
+        (*slot).search.round = 0;
         PROGS.tail_call(ctx, A::SLOT_ALLOCATOR);
     }
 }
 
 /// Entry point of `masq_allocator`: creates the mapping, then hands the packet to
-/// `masq_new_flow`.
+/// `masq_new_flow`; or, when this run's chunk of ports is taken, runs itself again for the
+/// next chunk (see `nat::allocate`).
 #[inline(always)]
 pub(crate) fn allocate<A: Family>(ctx: &TcContext) -> i32 {
     let Some(slot) = A::alloc_request().get_ptr_mut(0) else {
@@ -75,11 +78,18 @@ pub(crate) fn allocate<A: Family>(ctx: &TcContext) -> i32 {
         )
     };
     let counter = match nat::allocate::<A>(ctx, settings) {
-        Ok(()) => {
+        Ok(Allocation::Mapped) => {
             // SAFETY: the context is the program's own; the mapping is in the slot.
             unsafe { PROGS.tail_call(ctx, A::SLOT_NEW_FLOW) };
             // The mapping exists; the packet's retransmission will find it.
             Counter::EgressDropNoAllocator
+        }
+        Ok(Allocation::SearchGoesOn) => {
+            // SAFETY: as above; the search's state is in the slot.
+            unsafe { PROGS.tail_call(ctx, A::SLOT_ALLOCATOR) };
+            // Only if the kernel refused the tail call: the search cannot go on.
+            record_allocation(None);
+            Counter::EgressDropNoPort
         }
         Err(AllocError::NoPort) => {
             debug!(

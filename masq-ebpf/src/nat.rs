@@ -6,7 +6,7 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use masq_common::{
-    counters::{Counter, FIRST_ALLOC_ROUND, MIN_ALLOC_ROUND},
+    counters::{ALLOC_CHUNK, Counter, FIRST_ALLOC_ROUND, MIN_ALLOC_ROUND},
     nat::{
         Direction, FLOW_SEEN, FLOW_TCP_CLOSING, FlowMarks, NatEntry, NatKey, ORIGIN_HOST,
         ORIGIN_INBOUND, PortSearch, proto,
@@ -196,8 +196,17 @@ pub(crate) enum AllocError {
     TableFull,
 }
 
-/// Creates both halves of a mapping for the new flow in the allocator's request slot. Runs in
-/// the allocator program only (see `allocator`), so the verifier walks the port search once.
+/// What one run of the allocator achieved.
+pub(crate) enum Allocation {
+    /// Both halves of the mapping exist; it is in the request slot.
+    Mapped,
+    /// This run's chunk of ports was taken; the search goes on in the allocator's next run,
+    /// from where the request slot says.
+    SearchGoesOn,
+}
+
+/// Creates both halves of a mapping for the new flow in the allocator's request slot, or tries
+/// the next chunk of its port search. Runs in the allocator program only (see `allocator`).
 ///
 /// Ports are searched like the kernel's unique-tuple search: rounds of 128, 64, 32 and 16 ports
 /// tried in order, each from a new random start, so a range of up to 128 ports is searched
@@ -208,6 +217,14 @@ pub(crate) enum AllocError {
 /// own sockets, so no pod flow is given a tuple a node listener or connection holds. The
 /// histogram records how many ports were tried.
 ///
+/// One run tries at most [`ALLOC_CHUNK`] ports of the search; the state of the search lives in
+/// the request slot, and the allocator tail-calls itself for the next chunk (at most
+/// [`MAX_ALLOC_RUNS`](masq_common::counters::MAX_ALLOC_RUNS) runs). The verifier thus walks a chunk, not the whole search, which is
+/// what lets the search keep the kernel's persistence on kernels whose verifier prunes less
+/// than 6.18's (6.1 gave up on the whole search in one program at its million instructions).
+/// Nearly every flow finds its port in the first run, so the tail calls cost only when ports
+/// are scarce.
+///
 /// The ingress half is inserted first and only if absent: it reserves `(remote, remote port,
 /// node, port, protocol)` for this flow, so two flows never share a reply tuple. If another CPU
 /// created the same flow meanwhile, its mapping wins and ours is rolled back. The table is a
@@ -217,10 +234,43 @@ pub(crate) enum AllocError {
 /// code before them learned about its fields (which protocol, which range, whether the port is
 /// kept) would otherwise split them into one verification per combination.
 #[inline(always)]
-pub(crate) fn allocate<A: Family>(ctx: &TcContext, settings: &Settings) -> Result<(), AllocError> {
+pub(crate) fn allocate<A: Family>(
+    ctx: &TcContext,
+    settings: &Settings,
+) -> Result<Allocation, AllocError> {
     let Some(request) = request::<A>() else {
         return Err(AllocError::TableFull);
     };
+    let Some(search) = search_state::<A>() else {
+        return Err(AllocError::TableFull);
+    };
+    if search.round == 0 {
+        if let Some(decided) = begin::<A>(ctx, settings, &request) {
+            return decided.map(|()| Allocation::Mapped);
+        }
+    }
+    // One search per socket table, each with its table fixed: a choice of table inside the
+    // search would be one more branch on every port tried.
+    let chunk = match socket_table(&request) {
+        None => search_chunk::<A>(ctx, None),
+        Some(SocketTable::Tcp) => search_chunk::<A>(ctx, Some(SocketTable::Tcp)),
+        Some(SocketTable::Udp) => search_chunk::<A>(ctx, Some(SocketTable::Udp)),
+    };
+    match chunk {
+        Some(Chunk::Found(port)) => create::<A>(port).map(|()| Allocation::Mapped),
+        Some(Chunk::Taken) => Ok(Allocation::SearchGoesOn),
+        None => Err(AllocError::NoPort),
+    }
+}
+
+/// The first run for a request: maps the flow on a port it keeps, or decides that it cannot,
+/// or (`None`) sets up the port search, which starts in this same run.
+#[inline(always)]
+fn begin<A: Family>(
+    ctx: &TcContext,
+    settings: &Settings,
+    request: &NewFlow<A>,
+) -> Option<Result<(), AllocError>> {
     let origin = request.origin;
     // Ports that cannot change: SCTP's (CRC32c) and those of protocols without ports (always
     // 0). Plain values rather than an `Option`: LLVM fills the payload of a `None` from any
@@ -228,7 +278,7 @@ pub(crate) fn allocate<A: Family>(ctx: &TcContext, settings: &Settings) -> Resul
     let has_ports = matches!(request.protocol, proto::TCP | proto::UDP | proto::SCTP)
         || request.protocol == A::ICMP;
     if origin == ORIGIN_HOST && !has_ports {
-        return reserve_for_node::<A>(request.snat_addr);
+        return Some(reserve_for_node::<A>(request.snat_addr));
     }
     let fixed = request.protocol == proto::SCTP || !has_ports;
     // The node's own flows keep their port whenever it is free, as do all flows without
@@ -240,34 +290,29 @@ pub(crate) fn allocate<A: Family>(ctx: &TcContext, settings: &Settings) -> Resul
         // No lookup of the reply tuple first: the insert that reserves it refuses a taken one
         // at the cost of that lookup, and the preferred port is nearly always free. On a full
         // table the lookup was a walk of a cold bucket on every new flow.
-        if !socket_owned(ctx, &request, socket_table(&request), port) {
+        if !socket_owned(ctx, request, socket_table(request), port) {
             match create::<A>(port) {
                 Err(AllocError::NoPort) => {}
                 created => {
                     record_allocation(Some(1));
-                    return created;
+                    return Some(created);
                 }
             }
         }
         if fixed {
             record_allocation(None);
-            return Err(if request.protocol == proto::SCTP {
+            return Some(Err(if request.protocol == proto::SCTP {
                 AllocError::SctpPortInUse
             } else {
                 AllocError::NoPort
-            });
+            }));
         }
     }
-    // One search per socket table, each with its table fixed: a choice of table inside the
-    // search would be one more branch on every port tried.
-    let found = match socket_table(&request) {
-        None => search::<A>(ctx, settings, None),
-        Some(SocketTable::Tcp) => search::<A>(ctx, settings, Some(SocketTable::Tcp)),
-        Some(SocketTable::Udp) => search::<A>(ctx, settings, Some(SocketTable::Udp)),
-    };
-    match found {
-        Some(port) => create::<A>(port),
-        None => Err(AllocError::NoPort),
+    if start_search::<A>(settings) {
+        None
+    } else {
+        record_allocation(None);
+        Some(Err(AllocError::NoPort))
     }
 }
 
@@ -307,12 +352,22 @@ fn request<A: Family>() -> Option<NewFlow<A>> {
     }
 }
 
-/// Where the search starts, read back from the request slot like [`request`].
+/// The port search's state, read back from the request slot like [`request`], so that every
+/// run of the allocator and every way into the search meet one verification of it.
 #[inline(always)]
-fn search_start<A: Family>() -> Option<PortSearch> {
+fn search_state<A: Family>() -> Option<PortSearch> {
     let slot = A::alloc_request().get_ptr(0)?;
     // SAFETY: as in `request`.
     Some(unsafe { core::ptr::read_volatile(&raw const (*slot).search) })
+}
+
+/// Stores the port search's state in the request slot for the rest of this run and the next.
+#[inline(always)]
+fn store_search<A: Family>(search: PortSearch) {
+    if let Some(slot) = A::alloc_request().get_ptr_mut(0) {
+        // SAFETY: as in `request`.
+        unsafe { core::ptr::write_volatile(&raw mut (*slot).search, search) };
+    }
 }
 
 /// The reply tuple of `request`'s flow if it left from node port `port`.
@@ -374,18 +429,14 @@ fn socket_table<A: Family>(request: &NewFlow<A>) -> Option<SocketTable> {
     SocketTable::of(request.protocol)
 }
 
-/// The kernel's search for a free port: rounds from [`FIRST_ALLOC_ROUND`] ports down to
-/// [`MIN_ALLOC_ROUND`], halving, each in order from a new random start (wrapping at the range's
-/// end); a round that covered the whole range ends the search. The range is chosen once, at a
-/// random position over all ranges laid end to end, so each port is equally likely to be
-/// tried first; with several `--to-ports` ranges a flow's search stays in the range it drew.
-/// Records in the histogram how many ports it tried, or that it found none.
+/// Sets up the kernel's search for a free port: rounds from [`FIRST_ALLOC_ROUND`] ports down
+/// to [`MIN_ALLOC_ROUND`], halving, each in order from a new random start (wrapping at the
+/// range's end); a round that covered the whole range ends the search. The range is chosen
+/// once, at a random position over all ranges laid end to end, so each port is equally likely
+/// to be tried first; with several `--to-ports` ranges a flow's search stays in the range it
+/// drew. Returns false if the settings name no port.
 #[inline(always)]
-fn search<A: Family>(
-    ctx: &TcContext,
-    settings: &Settings,
-    sockets: Option<SocketTable>,
-) -> Option<u16> {
+fn start_search<A: Family>(settings: &Settings) -> bool {
     // SAFETY: the helper takes no arguments and has no preconditions.
     let random = unsafe { bpf_get_prandom_u32() };
     // `settings()` only hands out settings with ports, but the map value can change under the
@@ -394,59 +445,95 @@ fn search<A: Family>(
         .checked_rem(settings.total_ports)
         .and_then(|offset| settings.range_at(offset))
     else {
-        record_allocation(None);
-        return None;
+        return false;
     };
-    // Through the slot and back, so that every way out of `range_at` meets one search.
-    let slot = A::alloc_request().get_ptr_mut(0)?;
-    // SAFETY: as in `request`.
-    unsafe {
-        (*slot).search = PortSearch {
-            first,
-            pad: 0,
-            size,
-            start,
-            pad2: 0,
-        };
-    }
+    store_search::<A>(PortSearch {
+        first,
+        round: FIRST_ALLOC_ROUND as u16,
+        size,
+        start,
+        step: 0,
+    });
+    true
+}
+
+/// What one chunk of the port search found.
+enum Chunk {
+    /// A free port.
+    Found(u16),
+    /// Every port of the chunk was taken; the search state now points at the next chunk.
+    Taken,
+}
+
+/// Tries the next [`ALLOC_CHUNK`] ports of the search in the request slot. `None` when the
+/// search is over without a port (recorded in the histogram, as is a port found).
+#[inline(always)]
+fn search_chunk<A: Family>(ctx: &TcContext, sockets: Option<SocketTable>) -> Option<Chunk> {
     let request = request::<A>()?;
     let PortSearch {
-        first, size, start, ..
-    } = search_start::<A>()?;
-    let mut start = start.checked_rem(size)?;
-    let mut tried: u32 = 0;
-    let mut round = FIRST_ALLOC_ROUND;
-    while round >= MIN_ALLOC_ROUND {
-        let mut step: u32 = 0;
-        while step < round {
-            if step >= size {
-                break;
-            }
-            // Wrapping by subtraction, not by resetting to zero: a position the verifier
-            // knows exactly after a wrap would start a new chain of states at every step
-            // where the wrap can happen, squaring the cost of the search.
-            let mut within = start + step;
-            if within >= size {
-                within -= size;
-            }
-            let port = first.wrapping_add(within as u16);
-            step += 1;
-            if usable(ctx, &request, sockets, port) {
-                record_allocation(Some(tried + step));
-                return Some(port);
-            }
+        first,
+        round,
+        size,
+        start,
+        step,
+    } = search_state::<A>()?;
+    let round = u32::from(round);
+    let start = start.checked_rem(size)?;
+    // Ports tried in the rounds before this one: 128 + 64 + ... down to twice this round's.
+    let before = 2 * FIRST_ALLOC_ROUND.saturating_sub(round);
+    let mut index: u32 = 0;
+    while index < ALLOC_CHUNK {
+        let tried = step.wrapping_add(index);
+        if tried >= size {
+            // The round has covered the whole range.
+            record_allocation(None);
+            return None;
         }
-        tried += step;
-        if step >= size {
-            break;
+        // Wrapping by subtraction, not by resetting to zero: a position the verifier knows
+        // exactly after a wrap would start a new chain of states at every step where the wrap
+        // can happen.
+        let mut within = start + tried;
+        if within >= size {
+            within -= size;
         }
-        // SAFETY: as above.
-        let random = unsafe { bpf_get_prandom_u32() };
-        start = random.checked_rem(size)?;
-        round /= 2;
+        let port = first.wrapping_add(within as u16);
+        index += 1;
+        if usable(ctx, &request, sockets, port) {
+            record_allocation(Some(before + tried + 1));
+            return Some(Chunk::Found(port));
+        }
     }
-    record_allocation(None);
-    None
+    let step = step.wrapping_add(ALLOC_CHUNK);
+    if step >= size {
+        record_allocation(None);
+        return None;
+    }
+    let next = if step < round {
+        PortSearch {
+            first,
+            round: round as u16,
+            size,
+            start,
+            step,
+        }
+    } else {
+        let round = round / 2;
+        if round < MIN_ALLOC_ROUND {
+            record_allocation(None);
+            return None;
+        }
+        // SAFETY: the helper takes no arguments and has no preconditions.
+        let random = unsafe { bpf_get_prandom_u32() };
+        PortSearch {
+            first,
+            round: round as u16,
+            size,
+            start: random.checked_rem(size)?,
+            step: 0,
+        }
+    };
+    store_search::<A>(next);
+    Some(Chunk::Taken)
 }
 
 /// Inserts both halves of the mapping of the request's flow through node port `port`, and

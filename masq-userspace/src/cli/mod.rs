@@ -3,6 +3,7 @@
 mod agent;
 mod args;
 mod check_config;
+mod check_kernel;
 mod explain;
 mod inspect;
 mod pause;
@@ -58,6 +59,9 @@ pub(crate) enum Command {
     /// Validate the config as the agent would and print the effective config, or upstream's
     /// error message (exit status 1).
     CheckConfig(check_config::CheckConfigArgs),
+    /// Load the datapath (without attaching it) to prove this kernel runs it, and report each
+    /// program's verified size; refuse an unsupported kernel in one line (exit status 1).
+    CheckKernel(check_kernel::CheckKernelArgs),
     /// Tell, for each destination, whether traffic to it is masqueraded and which rule decides.
     Explain(explain::ExplainArgs),
     /// Print the input ip-masq-agent passes to iptables-restore for this config and these flags.
@@ -118,6 +122,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Agent(args) => agent::run(&args),
         Command::CheckConfig(args) => check_config::run(&args),
+        Command::CheckKernel(args) => check_kernel::run(&args),
         Command::Explain(args) => explain::run(&args),
         Command::RenderIptables(args) => render::run(&args),
         Command::Status(args) => inspect::status(&args),

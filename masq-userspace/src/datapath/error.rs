@@ -40,6 +40,18 @@ pub enum DatapathError {
         #[source]
         source: ProgramError,
     },
+    /// The kernel refused to load a program: its verifier's verdict, in one line (the whole
+    /// verifier log goes to the debug log, where it belongs).
+    #[error("the kernel refused program {program} ({source}): {verdict}")]
+    Refused {
+        /// Which program.
+        program: &'static str,
+        /// The `BPF_PROG_LOAD` syscall's error.
+        #[source]
+        source: std::io::Error,
+        /// What the verifier said last, or which helper the kernel lacks.
+        verdict: String,
+    },
     /// Pinning or unpinning failed.
     #[error("pinning {what} at {path} failed: {source}")]
     Pin {
@@ -129,10 +141,66 @@ impl DatapathError {
         operation: &'static str,
         program: &'static str,
     ) -> impl FnOnce(ProgramError) -> Self {
-        move |source| Self::Program {
-            operation,
-            program,
-            source,
+        move |source| match source {
+            ProgramError::LoadError {
+                io_error,
+                verifier_log,
+            } => {
+                let log = verifier_log.to_string();
+                tracing::debug!(program, verifier_log = %log, "the verifier refused a program");
+                Self::Refused {
+                    program,
+                    source: io_error,
+                    verdict: verifier_verdict(&log),
+                }
+            }
+            source => Self::Program {
+                operation,
+                program,
+                source,
+            },
         }
+    }
+}
+
+/// The verifier's verdict on a program it refused, in one line: the helper the kernel lacks
+/// if that is the reason, else the last line the verifier wrote.
+fn verifier_verdict(log: &str) -> String {
+    /// What the verifier says of a helper number it does not know (`unknown#160`).
+    const UNKNOWN_HELPER: &str = "invalid func unknown#";
+    if let Some(at) = log.find(UNKNOWN_HELPER) {
+        let number: String = log[at + UNKNOWN_HELPER.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        return format!(
+            "it calls BPF helper #{number}, which this kernel does not have (a newer kernel is \
+             needed)"
+        );
+    }
+    log.lines()
+        .map(str::trim)
+        .rfind(|line| !line.is_empty())
+        .map_or_else(|| "the verifier gave no reason".to_owned(), str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verifier_verdict;
+
+    #[test]
+    fn the_verdict_is_the_verifiers_last_line_or_the_missing_helper() {
+        let too_large = "0: (bf) r6 = r1\n1: (85) call bpf_get_prandom_u32#7\n...\nBPF program \
+                         is too large. Processed 1000001 insn\nprocessed 1000001 insns (limit \
+                         1000000) max_states_per_insn 4\n\n";
+        assert_eq!(
+            verifier_verdict(too_large),
+            "processed 1000001 insns (limit 1000000) max_states_per_insn 4"
+        );
+        let old = "0: (85) call unknown#160\ninvalid func unknown#160\nprocessed 1 insns\n";
+        let verdict = verifier_verdict(old);
+        assert!(verdict.contains("#160"), "{verdict}");
+        assert!(!verdict.contains('\n'), "{verdict}");
+        assert_eq!(verifier_verdict("\n \n"), "the verifier gave no reason");
     }
 }

@@ -68,6 +68,20 @@ pub struct StagedMaps {
     pub names: Vec<&'static str>,
 }
 
+/// Every program of the object, in the order they are loaded.
+pub const PROGRAMS: [&str; 10] = [
+    PROG_EGRESS,
+    PROG_INGRESS,
+    PROG_ALLOCATOR,
+    PROG_NEW_FLOW,
+    PROG_EGRESS_V6,
+    PROG_INGRESS_V6,
+    PROG_ALLOCATOR_V6,
+    PROG_NEW_FLOW_V6,
+    PROG_ICMP_ERROR_EGRESS_V6,
+    PROG_ICMP_ERROR_INGRESS_V6,
+];
+
 /// aya-log's runtime level global in the eBPF object.
 const LOG_LEVEL_GLOBAL: &str = "AYA_LOG_LEVEL";
 
@@ -132,18 +146,7 @@ impl Datapath {
             }
         }
         let mut ebpf = loader.load(object)?;
-        for name in [
-            PROG_EGRESS,
-            PROG_INGRESS,
-            PROG_ALLOCATOR,
-            PROG_NEW_FLOW,
-            PROG_EGRESS_V6,
-            PROG_INGRESS_V6,
-            PROG_ALLOCATOR_V6,
-            PROG_NEW_FLOW_V6,
-            PROG_ICMP_ERROR_EGRESS_V6,
-            PROG_ICMP_ERROR_INGRESS_V6,
-        ] {
+        for name in PROGRAMS {
             classifier_mut(&mut ebpf, name)?
                 .load()
                 .map_err(DatapathError::program("loading", name))?;
@@ -164,6 +167,21 @@ impl Datapath {
     ) -> Result<aya_log::EbpfLogger<&'static dyn log::Log>, DatapathError> {
         aya_log::EbpfLogger::init(&mut self.ebpf)
             .map_err(|error| DatapathError::Logger(error.to_string()))
+    }
+
+    /// How many instructions the verifier processed for each program of [`PROGRAMS`], in that
+    /// order: the measure of how close a program is to the verifier's limit on this kernel.
+    /// `None` where the kernel does not tell (before Linux 5.16).
+    pub fn verified_sizes(&self) -> Result<Vec<(&'static str, Option<u32>)>, DatapathError> {
+        PROGRAMS
+            .into_iter()
+            .map(|name| {
+                let info = classifier(&self.ebpf, name)?
+                    .info()
+                    .map_err(DatapathError::program("reading the info of", name))?;
+                Ok((name, info.verified_instruction_count()))
+            })
+            .collect()
     }
 
     /// The egress classifier.

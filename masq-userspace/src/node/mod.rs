@@ -3,5 +3,6 @@
 //! take, and the memory the NAT table is sized from.
 
 pub mod interfaces;
+pub mod kernel;
 pub mod memory;
 pub mod reserved_ports;
