@@ -686,6 +686,40 @@ fn every_free_port_of_a_small_range_is_found() {
     );
 }
 
+/// The allocator searches 16 ports a run and tail-calls itself for the next 16 (Linux 6.1's
+/// verifier refuses the whole search in one program): the first round, 128 ports, spans eight
+/// runs, and a range of that size is still searched whole, to its last free port.
+#[test]
+fn a_search_across_every_chunk_of_the_first_round_finds_the_last_port() {
+    let harness = Harness::with_ports(&[PortRange::new(20_000, 20_127)], true);
+    let mut ports = std::collections::BTreeSet::new();
+    for flow in 0..128u16 {
+        let source = format!("10.244.1.5:{}", 40_000 + flow);
+        let out = egress_ok(&harness, &Packet::udp(&source, "203.0.113.10:53"));
+        assert!(
+            ports.insert(out.src_port()),
+            "flow {flow}: port given twice"
+        );
+    }
+    assert_eq!(ports.len(), 128);
+    let overflow = harness.egress(&Packet::udp("10.244.1.5:39999", "203.0.113.10:53").frame());
+    assert_eq!(overflow.action, Action::Drop);
+    assert_eq!(harness.counter(Counter::EgressDropNoPort), 1);
+    // Every run handed on to the next: none found its tail call refused.
+    assert_eq!(harness.counter(Counter::EgressDropNoAllocator), 0);
+    let histogram = harness.alloc_histogram();
+    assert_eq!(histogram[ALLOC_FAILED_SLOT as usize], 1, "{histogram:?}");
+    // The last port was found after trying more ports than one run holds.
+    assert!(
+        histogram[..ALLOC_FAILED_SLOT as usize]
+            .iter()
+            .skip(5)
+            .sum::<u64>()
+            > 0,
+        "no search needed more than 16 tries: {histogram:?}"
+    );
+}
+
 #[test]
 fn sctp_keeps_its_port_and_conflicts_are_dropped() {
     let harness = Harness::new();

@@ -77,7 +77,11 @@ pub(crate) fn allocate<A: Family>(ctx: &TcContext) -> i32 {
             (*slot).key.protocol,
         )
     };
-    let counter = match nat::allocate::<A>(ctx, settings) {
+    let allocated = nat::allocate::<A>(ctx, settings);
+    if !matches!(allocated, Ok(Allocation::SearchGoesOn)) {
+        nat::end_search::<A>();
+    }
+    let counter = match allocated {
         Ok(Allocation::Mapped) => {
             // SAFETY: the context is the program's own; the mapping is in the slot.
             unsafe { PROGS.tail_call(ctx, A::SLOT_NEW_FLOW) };

@@ -160,6 +160,13 @@ pub(crate) static SHARED_RETRIES: Array<u64, { ALLOC_HISTOGRAM_BUCKETS as usize 
 #[btf_map(name = "masq_alloc_request_v6")]
 pub(crate) static ALLOC_REQUEST_V6: PerCpuArray<AllocRequest<V6>, 1> = PerCpuArray::new();
 
+/// What the IPv6 extension-header walk found, per CPU: the walk's results pass through it
+/// (see `packet::parse_ipv6`), so that the verifier meets the rest of an IPv6 program once,
+/// not once for each number and kind of extension headers. Written and read back by the IPv6
+/// programs within one run; not pinned, private to each load.
+#[btf_map(name = "masq_walk_v6")]
+pub(crate) static WALK_V6: PerCpuArray<crate::packet::Walked, 1> = PerCpuArray::new();
+
 /// The settings in force, or `None` before the agent configured the datapath.
 #[inline(always)]
 pub(crate) fn settings() -> Option<&'static Settings> {

@@ -370,6 +370,17 @@ fn store_search<A: Family>(search: PortSearch) {
     }
 }
 
+/// Marks the request's search as over, whatever its outcome, so that the next request finds
+/// no search to resume even if it comes from an egress program older than this allocator
+/// (during an upgrade, which shares the request slot), which does not reset it.
+#[inline(always)]
+pub(crate) fn end_search<A: Family>() {
+    if let Some(slot) = A::alloc_request().get_ptr_mut(0) {
+        // SAFETY: as in `request`.
+        unsafe { core::ptr::write_volatile(&raw mut (*slot).search.round, 0) };
+    }
+}
+
 /// The reply tuple of `request`'s flow if it left from node port `port`.
 #[inline(always)]
 fn reply_key<A: Family>(request: &NewFlow<A>, port: u16) -> NatKey<A> {

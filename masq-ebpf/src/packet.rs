@@ -368,15 +368,31 @@ pub(crate) fn parse_ipv6(ctx: &TcContext) -> Frame6 {
                 8
             }
             protocol => {
+                let Some(walked) = forget_path(Walked {
+                    l4_len: (end - offset) as u32,
+                    id,
+                    l4_off: offset as u16,
+                    fragment_offset,
+                    protocol,
+                    more_fragments: u8::from(more_fragments),
+                    pad: [0; 2],
+                }) else {
+                    return Frame6::Malformed;
+                };
+                // What the walk already knew, told the verifier again: packet access needs
+                // offsets it can bound well below 64 KiB.
+                if usize::from(walked.l4_off) > IPV6_MAX_L4_OFF {
+                    return Frame6::Malformed;
+                }
                 return Frame6::Ipv6(Ipv6 {
                     src: V6(header.src),
                     dst: V6(header.dst),
-                    protocol,
-                    l4_off: offset,
-                    l4_len: end - offset,
-                    id,
-                    more_fragments,
-                    fragment_offset,
+                    protocol: walked.protocol,
+                    l4_off: usize::from(walked.l4_off),
+                    l4_len: walked.l4_len as usize,
+                    id: walked.id,
+                    more_fragments: walked.more_fragments != 0,
+                    fragment_offset: walked.fragment_offset,
                 });
             }
         };
@@ -386,6 +402,43 @@ pub(crate) fn parse_ipv6(ctx: &TcContext) -> Frame6 {
         }
     }
     Frame6::TooManyExtensions
+}
+
+/// The furthest the transport header of an IPv6 frame can lie: after the IPv6 header and the
+/// most extension headers the walk follows, each of at most 2 KiB (a length byte in 8-byte
+/// units, plus one).
+const IPV6_MAX_L4_OFF: usize = IP_OFF + IPV6_HEADER_LEN + IPV6_MAX_EXTENSION_HEADERS * 2048;
+
+/// What the IPv6 extension-header walk found (see [`forget_path`]).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Walked {
+    l4_len: u32,
+    id: u32,
+    l4_off: u16,
+    fragment_offset: u16,
+    protocol: u8,
+    more_fragments: u8,
+    pad: [u8; 2],
+}
+
+/// `walked`, stored and read back through the per-CPU [`WALK_V6`](crate::maps::WALK_V6) slot.
+///
+/// The verifier knows each path through the extension-header walk by its exact offsets and
+/// values, so every number and kind of extension headers would verify the rest of the program
+/// anew: the IPv6 egress program then took more than half a million instructions on Linux
+/// 6.18, and far more on older verifiers. A value read from a map is only known by its width,
+/// so every path reaches the rest of the program in the same state. The fields are narrow on
+/// purpose: the transport offset is a `u16`, which bounds it as packet access needs.
+#[inline(always)]
+fn forget_path(walked: Walked) -> Option<Walked> {
+    let slot = crate::maps::WALK_V6.get_ptr_mut(0)?;
+    // SAFETY: per-CPU array slots are private to this CPU while the program runs; volatile, so
+    // the compiler reads back what the verifier cannot know rather than what it wrote.
+    unsafe {
+        core::ptr::write_volatile(slot, walked);
+        Some(core::ptr::read_volatile(slot))
+    }
 }
 
 /// Counters for the ways a frame can fall out before classification.

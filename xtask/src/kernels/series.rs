@@ -1,0 +1,305 @@
+//! The kernel series of the matrix, pinned here, and the steps each guest runs.
+//!
+//! A series names where Debian publishes it and the shape of its image packages' names; the
+//! build is not pinned: every run takes the newest build of the series the archive has, and
+//! prints which one ran. Steps are data, so a series gains a test by gaining a line.
+
+/// One of Debian's two archives, on the mirror host the machine's own apt sources use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Archive {
+    /// `…/debian`: releases, their point-release updates and backports.
+    Main,
+    /// `…/debian-security`: security updates, where most kernel builds appear first.
+    Security,
+}
+
+/// A suite of an archive (component `main`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Suite {
+    pub(crate) archive: Archive,
+    pub(crate) name: &'static str,
+}
+
+const fn main(name: &'static str) -> Suite {
+    Suite {
+        archive: Archive::Main,
+        name,
+    }
+}
+
+const fn security(name: &'static str) -> Suite {
+    Suite {
+        archive: Archive::Security,
+        name,
+    }
+}
+
+/// Debian 12's suites: the machines' own release, which also provides kmod for the guests.
+pub(crate) const BOOKWORM: &[Suite] = &[
+    main("bookworm"),
+    main("bookworm-updates"),
+    security("bookworm-security"),
+];
+
+/// Debian 11's suites.
+const BULLSEYE: &[Suite] = &[
+    main("bullseye"),
+    main("bullseye-updates"),
+    security("bullseye-security"),
+];
+
+/// Debian 12's backports alone, so the newest 6.12 is the backport (bookworm-security also
+/// carries 6.12 builds, as `…~deb12u1`; listing it here would pick those).
+const BOOKWORM_BACKPORTS: &[Suite] = &[main("bookworm-backports")];
+
+/// A package taken from a private apt configuration: the one with the highest version among
+/// those whose name is `prefix`, a build tag without `-`, then `suffix`.
+///
+/// The build tag excludes `-`, so `linux-image-6.1.0-` + tag + `-amd64` matches
+/// `linux-image-6.1.0-56-amd64` but neither the flavours (`…-56-rt-amd64`, `…-cloud-amd64`),
+/// nor the debug and unsigned packages (`…-amd64-dbg`), nor the meta package
+/// `linux-image-6.1-amd64`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PackagePattern {
+    pub(crate) prefix: &'static str,
+    pub(crate) suffix: &'static str,
+}
+
+impl PackagePattern {
+    /// Whether `name` is a build of this pattern.
+    pub(crate) fn matches(&self, name: &str) -> bool {
+        name.strip_prefix(self.prefix)
+            .and_then(|rest| rest.strip_suffix(self.suffix))
+            .is_some_and(|tag| {
+                !tag.is_empty()
+                    && tag
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+' | '~'))
+            })
+    }
+}
+
+/// The package of depmod (run on the host) and modprobe (in the guests), from [`BOOKWORM`].
+pub(crate) const KMOD: &str = "kmod";
+
+/// A kernel series of the matrix.
+#[derive(Debug)]
+pub(crate) struct Series {
+    /// What `--kernel` selects, and the results directory's name.
+    pub(crate) name: &'static str,
+    /// Where it comes from, for the log.
+    pub(crate) release: &'static str,
+    pub(crate) suites: &'static [Suite],
+    pub(crate) image: PackagePattern,
+    pub(crate) steps: &'static [Step],
+}
+
+/// What a guest runs, in order; every step runs even when an earlier one failed, so one boot
+/// reports everything.
+#[derive(Debug)]
+pub(crate) struct Step {
+    /// Unique within a series; names the step's files in the results directory.
+    pub(crate) name: &'static str,
+    pub(crate) action: Action,
+    /// The guest kills the step after this long (TCG is slow: verifying masq's programs alone
+    /// takes 20-40 s).
+    pub(crate) timeout_secs: u64,
+}
+
+/// The arguments `masq` is refused with on too old a kernel: an agent on the loopback
+/// interface, pinning under a path no other test uses.
+const AGENT_ON_LO: &[&str] = &[
+    "agent",
+    "--interface",
+    "lo",
+    "--pin-path",
+    "/sys/fs/bpf/masq-matrix",
+];
+
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// `masq check-kernel --output json` under the DaemonSet's capabilities exits 0 with its
+    /// JSON report (the verified instruction counts of the table), naming the running kernel
+    /// and this attach mode.
+    CheckKernel { attach_mode: &'static str },
+    /// `masq ARGS` under the DaemonSet's capabilities fails: a non-zero status and one line on
+    /// stderr naming the kernel's version and the oldest supported one, `minimum`.
+    Refused {
+        args: &'static [&'static str],
+        minimum: &'static str,
+    },
+    /// A test executable of `masq-testbed` (by its target name), as root (the tests drop the
+    /// agent to the DaemonSet's capabilities themselves), with libtest arguments. With
+    /// `exact`, only those tests run (`--exact`) and each must pass; otherwise every test of
+    /// the binary runs and at least one must.
+    Tests {
+        binary: &'static str,
+        args: &'static [&'static str],
+        exact: &'static [&'static str],
+    },
+}
+
+/// The oldest kernel masq supports (memlock-free map accounting, BPF helpers it uses).
+const MINIMUM: &str = "5.11";
+
+const CHECK_TC: Step = Step {
+    name: "check-kernel",
+    action: Action::CheckKernel { attach_mode: "tc" },
+    timeout_secs: 240,
+};
+
+const CHECK_TCX: Step = Step {
+    name: "check-kernel",
+    action: Action::CheckKernel { attach_mode: "tcx" },
+    timeout_secs: 240,
+};
+
+/// Every test of a datapath binary: crafted packets through BPF_PROG_TEST_RUN.
+const fn datapath(binary: &'static str) -> Step {
+    Step {
+        name: binary,
+        action: Action::Tests {
+            binary,
+            args: &["--test-threads", "2"],
+            exact: &[],
+        },
+        timeout_secs: 600,
+    }
+}
+
+const DATAPATH_V4: Step = datapath("datapath");
+const DATAPATH_V6: Step = datapath("datapath_v6");
+
+/// One end-to-end test of `e2e_datapath`: an agent, namespaces, real traffic.
+const fn e2e(test: &'static [&'static str]) -> Step {
+    Step {
+        name: test[0],
+        action: Action::Tests {
+            binary: "e2e_datapath",
+            args: &["--test-threads", "1"],
+            exact: test,
+        },
+        timeout_secs: 300,
+    }
+}
+
+/// Through tc filters (`AttachMode::Tc`).
+const E2E_TC: Step = e2e(&["traffic_through_tc_filters_with_checksum_offload_on"]);
+/// Through tcx links (`AttachMode::Tcx`, Linux 6.6 and later).
+const E2E_TCX: Step = e2e(&["traffic_with_checksum_offload_on"]);
+
+/// The matrix, in the order it runs. `flows_opened_from_outside_are_answered_by_the_pod` runs
+/// in tcx mode (the sandbox's default), so 6.1 runs only the tc end-to-end test.
+pub(crate) const MATRIX: &[Series] = &[
+    Series {
+        name: "6.1",
+        release: "Debian 12 bookworm",
+        suites: BOOKWORM,
+        image: PackagePattern {
+            prefix: "linux-image-6.1.0-",
+            suffix: "-amd64",
+        },
+        steps: &[CHECK_TC, DATAPATH_V4, DATAPATH_V6, E2E_TC],
+    },
+    Series {
+        name: "6.12",
+        release: "Debian 12 bookworm-backports",
+        suites: BOOKWORM_BACKPORTS,
+        image: PackagePattern {
+            prefix: "linux-image-6.12.",
+            suffix: "-amd64",
+        },
+        steps: &[CHECK_TCX, DATAPATH_V4, DATAPATH_V6, E2E_TCX, E2E_TC],
+    },
+    Series {
+        name: "5.10",
+        release: "Debian 11 bullseye",
+        suites: BULLSEYE,
+        image: PackagePattern {
+            prefix: "linux-image-5.10.0-",
+            suffix: "-amd64",
+        },
+        steps: &[
+            Step {
+                name: "check-kernel-refuses",
+                action: Action::Refused {
+                    args: &["check-kernel", "--output", "json"],
+                    minimum: MINIMUM,
+                },
+                timeout_secs: 60,
+            },
+            Step {
+                name: "agent-refuses",
+                action: Action::Refused {
+                    args: AGENT_ON_LO,
+                    minimum: MINIMUM,
+                },
+                timeout_secs: 60,
+            },
+        ],
+    },
+];
+
+/// The series `names` select, in the matrix's order; all of them when `names` is empty.
+pub(crate) fn select(names: &[String]) -> anyhow::Result<Vec<&'static Series>> {
+    if let Some(unknown) = names
+        .iter()
+        .find(|name| !MATRIX.iter().any(|series| series.name == name.as_str()))
+    {
+        let known: Vec<&str> = MATRIX.iter().map(|series| series.name).collect();
+        anyhow::bail!(
+            "no kernel series {unknown:?} in the matrix; known: {}",
+            known.join(", ")
+        );
+    }
+    Ok(MATRIX
+        .iter()
+        .filter(|series| names.is_empty() || names.iter().any(|name| name == series.name))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_take_the_plain_flavour_only() {
+        let pattern = MATRIX[0].image;
+        assert!(pattern.matches("linux-image-6.1.0-56-amd64"));
+        for other in [
+            "linux-image-6.1.0-56-rt-amd64",
+            "linux-image-6.1.0-56-cloud-amd64",
+            "linux-image-6.1.0-56-amd64-dbg",
+            "linux-image-6.1.0-56-amd64-unsigned",
+            "linux-image-6.1.0--amd64",
+            "linux-image-6.1-amd64",
+            "linux-image-amd64",
+        ] {
+            assert!(!pattern.matches(other), "{other}");
+        }
+        let backports = MATRIX[1].image;
+        assert!(backports.matches("linux-image-6.12.95+deb12-amd64"));
+        assert!(backports.matches("linux-image-6.12.90+deb12.1-amd64"));
+        assert!(!backports.matches("linux-image-6.12-amd64"));
+        assert!(!backports.matches("linux-image-6.12.95+deb12-cloud-amd64"));
+    }
+
+    #[test]
+    fn step_names_are_unique_within_a_series() {
+        for series in MATRIX {
+            let mut names: Vec<&str> = series.steps.iter().map(|step| step.name).collect();
+            names.sort_unstable();
+            names.dedup();
+            assert_eq!(names.len(), series.steps.len(), "{}", series.name);
+        }
+    }
+
+    #[test]
+    fn selection_keeps_the_matrix_order_and_rejects_unknown_series() {
+        let picked = select(&["5.10".to_owned(), "6.1".to_owned()]).unwrap();
+        let names: Vec<&str> = picked.iter().map(|series| series.name).collect();
+        assert_eq!(names, ["6.1", "5.10"]);
+        assert_eq!(select(&[]).unwrap().len(), MATRIX.len());
+        assert!(select(&["4.19".to_owned()]).is_err());
+    }
+}
