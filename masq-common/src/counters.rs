@@ -135,6 +135,18 @@ pub const ALLOC_CHUNK: u32 = 16;
 /// further chunk. With the egress program's tail calls before it and the new-flow program's
 /// after, this stays well under the kernel's limit of 33 tail calls in a chain.
 pub const MAX_ALLOC_RUNS: u32 = MAX_ALLOC_ATTEMPTS / ALLOC_CHUNK;
+
+/// The kernel's limit on tail calls in one chain (`MAX_TAIL_CALL_CNT`: 33 from Linux 5.18, 32
+/// before).
+const TAIL_CALL_LIMIT: u32 = 32;
+// The egress program and the IPv6 egress program before the allocator's runs, the new-flow
+// program after them.
+#[expect(
+    clippy::int_plus_one,
+    reason = "the sum names each program of the chain: egress, IPv6 egress, runs, new flow"
+)]
+const _: () = assert!(2 + MAX_ALLOC_RUNS + 1 <= TAIL_CALL_LIMIT);
+
 /// Buckets of attempt counts in the allocation histogram: bucket `i` counts flows that found a
 /// port within `2^i` attempts and not within `2^(i-1)` (1, 2, 3-4, 5-8, ..., 129-256).
 pub const ALLOC_ATTEMPT_BUCKETS: u32 = 9;
@@ -176,8 +188,6 @@ mod tests {
             round /= 2;
         }
         assert_eq!(total, MAX_ALLOC_ATTEMPTS);
-        // egress, IPv6 egress, the allocator's runs, new flow: under the kernel's 33.
-        assert!(2 + MAX_ALLOC_RUNS + 1 < 33);
     }
 
     #[test]

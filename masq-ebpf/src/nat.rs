@@ -244,10 +244,10 @@ pub(crate) fn allocate<A: Family>(
     let Some(search) = search_state::<A>() else {
         return Err(AllocError::TableFull);
     };
-    if search.round == 0 {
-        if let Some(decided) = begin::<A>(ctx, settings, &request) {
-            return decided.map(|()| Allocation::Mapped);
-        }
+    if search.round == 0
+        && let Some(decided) = begin::<A>(ctx, settings, &request)
+    {
+        return decided.map(|()| Allocation::Mapped);
     }
     // One search per socket table, each with its table fixed: a choice of table inside the
     // search would be one more branch on every port tried.

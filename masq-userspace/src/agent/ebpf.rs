@@ -18,7 +18,7 @@ use masq_common::{
 
 use super::{
     AgentError, AgentOptions, Backend,
-    status::{SharedStatus, UplinkIpv6, UplinkStatus},
+    status::{KernelStatus, SharedStatus, UplinkIpv6, UplinkStatus},
 };
 use crate::{
     config::cidr::Family,
@@ -34,6 +34,7 @@ use crate::{
     iptables::apply::Iptables,
     node::{
         interfaces::{self, InterfaceError},
+        kernel::supported_kernel,
         reserved_ports,
     },
     policy::Policy,
@@ -114,6 +115,7 @@ impl EbpfBackend {
     /// once the trie and the settings are right.
     pub(super) fn start(options: &AgentOptions, status: &SharedStatus) -> Result<Self, AgentError> {
         // Everything the operator named is checked before anything changes on the node.
+        let kernel = supported_kernel()?;
         let wanted = wanted_uplinks(options, Strictness::Startup)?;
         let attach_mode = match options.attach_mode {
             Some(AttachMode::Tcx) if AttachMode::best_for_kernel() != AttachMode::Tcx => {
@@ -187,15 +189,32 @@ impl EbpfBackend {
             spawn_logger(&mut datapath)?;
         }
         let enabled = adopted && datapath.maps.settings()?.enabled();
+        if let Err(error) = datapath.pin_programs(&pins) {
+            tracing::warn!(%error, "could not pin the programs; `masq status` will not show their verified sizes");
+        }
+        let verified = datapath.verified_sizes()?;
         {
             let mut state = status.lock();
             state.nat_capacity = datapath.maps.nat_v4_capacity();
             state.nat_capacity_v6 = datapath.maps.nat_v6_capacity();
             state.adopted = adopted;
+            state.kernel = Some(KernelStatus {
+                release: kernel.release.clone(),
+                attach_mode: attach_mode.name(),
+                verified_sizes: verified.clone(),
+            });
         }
         let names: Vec<&str> = wanted.iter().map(|uplink| uplink.name.as_str()).collect();
+        let sizes: Vec<String> = verified
+            .iter()
+            .map(|(program, size)| match size {
+                Some(size) => format!("{program}={size}"),
+                None => format!("{program}=?"),
+            })
+            .collect();
         tracing::info!(
             interfaces = ?names, %attach_mode, pin_path = %pins.root().display(), adopted, nat_max_entries,
+            kernel = %kernel.release, verified_instructions = %sizes.join(","),
             "datapath loaded{}", if adopted { " (adopted the pinned maps: live flows continue)" } else { "" }
         );
         Ok(Self {

@@ -423,6 +423,30 @@ fn encode_agent(
             1i64,
         )]),
     )?;
+    if let Some(kernel) = &status.kernel {
+        family(
+            encoder,
+            "masq_kernel_info",
+            "The kernel the datapath is loaded into, and the attach mode new attachments use on it.",
+            MetricType::Gauge,
+            gauges([(
+                [
+                    ("release", kernel.release.as_str()),
+                    ("attach_mode", kernel.attach_mode),
+                ],
+                1i64,
+            )]),
+        )?;
+        family(
+            encoder,
+            "masq_program_verified_instructions",
+            "Instructions the kernel's verifier processed for each datapath program (its limit is 1,000,000); absent where the kernel does not report it (before Linux 5.16).",
+            MetricType::Gauge,
+            gauges(kernel.verified_sizes.iter().filter_map(|(program, size)| {
+                size.map(|size| ([("program", *program)], i64::from(size)))
+            })),
+        )?;
+    }
     let node_ips: Vec<String> = status
         .uplinks
         .iter()
@@ -839,6 +863,11 @@ mod tests {
             last_success: Some(SystemTime::now()),
             last_failure: Some(SystemTime::now()),
             started: Some(SystemTime::now()),
+            kernel: Some(crate::agent::status::KernelStatus {
+                release: "6.1.0-28-amd64".to_owned(),
+                attach_mode: "tc",
+                verified_sizes: vec![("masq_egress", Some(42_744)), ("masq_ingress", None)],
+            }),
             ..AgentStatus::default()
         };
         let readings = DatapathReadings {
@@ -892,6 +921,32 @@ mod tests {
             shape(&page),
             golden,
             "the exported families changed; the page was:\n{page}"
+        );
+    }
+
+    #[test]
+    fn the_kernel_and_each_programs_verified_size_are_exported() {
+        let (status, readings) = representative();
+        let page = render(&status, &readings);
+        assert_eq!(
+            sample(
+                &page,
+                r#"masq_kernel_info{release="6.1.0-28-amd64",attach_mode="tc"}"#
+            ),
+            Some(1.0),
+            "{page}"
+        );
+        assert_eq!(
+            sample(
+                &page,
+                r#"masq_program_verified_instructions{program="masq_egress"}"#
+            ),
+            Some(42_744.0),
+            "{page}"
+        );
+        assert!(
+            !page.contains(r#"program="masq_ingress""#),
+            "a size the kernel did not report has no series: {page}"
         );
     }
 

@@ -125,6 +125,9 @@ pub enum AgentError {
     /// The eBPF datapath failed.
     #[error(transparent)]
     Datapath(#[from] DatapathError),
+    /// The kernel cannot run the datapath.
+    #[error(transparent)]
+    Kernel(#[from] crate::node::kernel::KernelError),
     /// A sysctl could not be changed.
     #[error(transparent)]
     Sysctl(#[from] SysctlError),

@@ -49,6 +49,19 @@ pub struct AgentStatus {
     pub started: Option<SystemTime>,
     /// Whether the pinned state was adopted from a previous agent.
     pub adopted: bool,
+    /// The kernel the datapath was loaded into, once it is.
+    pub kernel: Option<KernelStatus>,
+}
+
+/// The kernel the datapath runs on, and what its verifier made of the programs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelStatus {
+    /// The kernel's release (`uname -r`).
+    pub release: String,
+    /// The attach mode of new attachments on this kernel.
+    pub attach_mode: &'static str,
+    /// Instructions the verifier processed for each program (`None` before Linux 5.16).
+    pub verified_sizes: Vec<(&'static str, Option<u32>)>,
 }
 
 /// Why the last config load failed.

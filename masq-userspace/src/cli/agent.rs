@@ -13,7 +13,7 @@ use masq::{
     agent::{self, AgentOptions, BackendKind},
     config::GoDuration,
     datapath::{attach::AttachMode, pins::DEFAULT_PIN_PATH},
-    node::{self, reserved_ports::DEFAULT_SYSCTL_DIR},
+    node::{self, kernel::supported_kernel, reserved_ports::DEFAULT_SYSCTL_DIR},
     ports::parse_port_range,
 };
 use masq_common::{
@@ -182,6 +182,13 @@ fn parse_positive_duration(text: &str) -> Result<Duration, String> {
 }
 
 pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
+    // A kernel that cannot run the datapath is refused in one line, before anything is logged
+    // or changed on the node.
+    if args.backend == BackendArg::Ebpf
+        && let Err(error) = supported_kernel()
+    {
+        return Ok(fail(&error.to_string()));
+    }
     if args.node_ip.is_some() && args.interfaces.len() != 1 {
         return Ok(fail(
             "--node-ip sets the address of one interface; name exactly one --interface with it",

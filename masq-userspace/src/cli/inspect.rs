@@ -17,7 +17,7 @@ use masq::{
         maps::DatapathMaps,
         pins::{DEFAULT_PIN_PATH, Hook, PinDir},
     },
-    node::reserved_ports::DEFAULT_SYSCTL_DIR,
+    node::{kernel::Kernel, reserved_ports::DEFAULT_SYSCTL_DIR},
 };
 use masq_common::{
     layout::{MapMeta, NOMASQ_KIND_LINK_LOCAL},
@@ -85,6 +85,10 @@ fn open(pin_path: &std::path::Path) -> Result<DatapathMaps, ExitCode> {
 struct StatusJson {
     pin_path: String,
     layout_version: u32,
+    /// The running kernel's release, or why it could not be read.
+    kernel: String,
+    /// The datapath's programs as pinned by the agent, with what the verifier made of them.
+    programs: Vec<PinnedProgramJson>,
     translating: bool,
     random_fully: bool,
     snat_ports: Vec<String>,
@@ -130,6 +134,27 @@ struct ProgramJson {
     name: Option<String>,
     masq: bool,
     how: String,
+}
+
+#[derive(Serialize)]
+struct PinnedProgramJson {
+    name: String,
+    /// Instructions the verifier processed; `None` where the kernel does not report it (before
+    /// Linux 5.16) or the pin cannot be read.
+    verified_insns: Option<u32>,
+}
+
+/// The programs pinned under `pins`, with their verified sizes.
+fn pinned_programs(pins: &PinDir) -> Vec<PinnedProgramJson> {
+    pins.programs()
+        .into_iter()
+        .map(|(name, path)| PinnedProgramJson {
+            verified_insns: aya::programs::ProgramInfo::from_pin(&path)
+                .ok()
+                .and_then(|info| info.verified_instruction_count()),
+            name,
+        })
+        .collect()
 }
 
 fn port_list(ranges: &[PortRange]) -> Vec<String> {
@@ -207,6 +232,8 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let status = StatusJson {
         pin_path: args.pins.pin_path.display().to_string(),
         layout_version: meta.layout_version,
+        kernel: Kernel::current().map_or_else(|error| error.to_string(), |kernel| kernel.release),
+        programs: pinned_programs(&pins),
         translating: settings.enabled(),
         random_fully: settings.random_fully(),
         snat_ports: port_list(settings.ranges()),
@@ -265,6 +292,27 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             status.reserved_ports.join(",")
         }
     )?;
+    writeln!(out, "kernel:       Linux {}", status.kernel)?;
+    if status.programs.is_empty() {
+        writeln!(
+            out,
+            "programs:     none pinned (an agent older than this one?)"
+        )?;
+    } else {
+        let sizes: Vec<String> = status
+            .programs
+            .iter()
+            .map(|program| match program.verified_insns {
+                Some(size) => format!("{} {size}", program.name),
+                None => format!("{} ?", program.name),
+            })
+            .collect();
+        writeln!(
+            out,
+            "programs:     verified instructions (limit 1000000): {}",
+            sizes.join(", ")
+        )?;
+    }
     for uplink in &status.uplinks {
         let addresses = match (&uplink.node_ip, &uplink.node_ipv6) {
             (Some(ipv4), Some(ipv6)) => format!("{ipv4} and {ipv6}"),

@@ -184,6 +184,39 @@ impl Datapath {
             .collect()
     }
 
+    /// Pins every program at `pins.program(name)`, replacing the previous agent's pins.
+    pub fn pin_programs(&mut self, pins: &super::pins::PinDir) -> Result<(), DatapathError> {
+        for name in PROGRAMS {
+            let path = pins.program(name);
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|source| DatapathError::Io {
+                    what: "creating",
+                    path: dir.to_path_buf(),
+                    source,
+                })?;
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(DatapathError::Io {
+                        what: "replacing",
+                        path,
+                        source,
+                    });
+                }
+            }
+            classifier_mut(&mut self.ebpf, name)?
+                .pin(&path)
+                .map_err(|source| DatapathError::Pin {
+                    what: format!("program {name}"),
+                    path,
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
     /// The egress classifier.
     pub fn egress(&self) -> Result<&SchedClassifier, DatapathError> {
         classifier(&self.ebpf, PROG_EGRESS)

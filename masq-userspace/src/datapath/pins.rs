@@ -347,11 +347,36 @@ impl PinDir {
         })
     }
 
-    /// Removes every pin: links first (which detaches the programs), then the maps.
-    /// Returns what was removed.
+    /// Where the running datapath's programs are pinned: `programs/<name>`. The filters and
+    /// links keep the programs alive; the pins are there so that `masq status` can read what
+    /// the verifier made of them, which needs only bpffs permissions on a pin (by program id,
+    /// it would need `CAP_SYS_ADMIN`).
+    pub fn program(&self, name: &str) -> PathBuf {
+        self.root.join("programs").join(name)
+    }
+
+    /// The pinned programs, as `(name, path)`, sorted by name.
+    pub fn programs(&self) -> Vec<(String, PathBuf)> {
+        let Ok(entries) = fs::read_dir(self.root.join("programs")) else {
+            return Vec::new();
+        };
+        let mut programs: Vec<(String, PathBuf)> = entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| Some((entry.file_name().to_str()?.to_owned(), entry.path())))
+            .collect();
+        programs.sort();
+        programs
+    }
+
+    /// Removes every pin: links first (which detaches the programs), then the programs and
+    /// the maps. Returns what was removed.
     pub fn remove_all(&self) -> Result<Vec<PathBuf>, DatapathError> {
         let mut removed = Vec::new();
         for (_, _, path) in self.links() {
+            remove_file(&path)?;
+            removed.push(path);
+        }
+        for (_, path) in self.programs() {
             remove_file(&path)?;
             removed.push(path);
         }
@@ -362,7 +387,11 @@ impl PinDir {
                 removed.push(path);
             }
         }
-        for dir in [self.root.join("links"), self.root.clone()] {
+        for dir in [
+            self.root.join("links"),
+            self.root.join("programs"),
+            self.root.clone(),
+        ] {
             match fs::remove_dir(&dir) {
                 Ok(()) => removed.push(dir),
                 Err(error) if error.kind() == io::ErrorKind::NotFound => {}
