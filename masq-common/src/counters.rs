@@ -96,10 +96,10 @@ counters! {
     IngressPassed = "ingress_passed",
     /// Ingress packets dropped because rewriting them failed half-way.
     IngressDropRewriteFailed = "ingress_drop_rewrite_failed",
-    /// Ingress packets to the node's address and a port in the SNAT range that match no
-    /// mapping and no node socket: replies of flows whose mapping is gone. The node would answer
-    /// them with a reset or a port unreachable and tear down the remote end.
-    IngressDropNoMapping = "ingress_drop_no_mapping",
+    /// Ingress TCP and UDP packets to the node's address and a port in the SNAT range that
+    /// match no mapping, handed to the stack as the kernel hands them: a `hostPort` or
+    /// `externalIPs` DNAT, a node socket or a flow netfilter still translates takes them there.
+    IngressNoMappingPassed = "ingress_no_mapping_passed",
     /// Ingress frames that are not IPv4, left alone.
     IngressNotIpv4 = "ingress_not_ipv4",
     /// Ingress IPv4 packets too short or inconsistent to parse, left alone.

@@ -18,7 +18,6 @@ use crate::{
     frag, maps, nat,
     packet::{self, EarlyOutcomes, Frame6, Ip, Kind},
     rewrite::{self, End},
-    sockets,
     verdict::Verdict,
 };
 
@@ -125,16 +124,19 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
         Direction::Ingress,
     );
     let Some(entry) = nat::lookup(&key, transport.flow_flags(), tcp_opens) else {
-        // A connection attempt is not a reply: the stack answers it as it always would.
-        let maybe_reply = matches!(ip.protocol, proto::TCP | proto::UDP)
+        // No mapping: the stack gets the packet, as it does under conntrack. "No mapping and no
+        // socket" does not make a stale reply: PREROUTING may DNAT it to a pod (a hostPort, a
+        // Service's externalIPs), TPROXY may take it, or netfilter may still translate its
+        // flow (one ip-masq-agent mapped before masq took over). Those in the SNAT range are
+        // counted apart, for the operator who wonders where replies of expired flows went.
+        let unmatched_in_range = matches!(ip.protocol, proto::TCP | proto::UDP)
             && !tcp_opens
             && settings.port_in_range(dst_port);
-        if maybe_reply && !sockets::node_owns(ctx, ip.protocol, ip.src, src_port, ip.dst, dst_port)
-        {
-            count_in::<A>(Counter::IngressDropNoMapping);
-            return Verdict::Drop;
-        }
-        count_in::<A>(Counter::IngressPassed);
+        count_in::<A>(if unmatched_in_range {
+            Counter::IngressNoMappingPassed
+        } else {
+            Counter::IngressPassed
+        });
         return Verdict::Pass;
     };
     let rewritten =

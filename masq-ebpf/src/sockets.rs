@@ -35,26 +35,10 @@ impl SocketTable {
     }
 }
 
-/// Whether a socket of this network namespace would receive `protocol` traffic from
+/// Whether a socket of this network namespace in `table` would receive traffic from
 /// `remote:remote_port` to `local:local_port` (a listener or a connected socket; for TCP also
-/// connections in their handshake or time-wait).
-#[inline(always)]
-pub(crate) fn node_owns<A: Family>(
-    ctx: &TcContext,
-    protocol: u8,
-    remote: A,
-    remote_port: u16,
-    local: A,
-    local_port: u16,
-) -> bool {
-    match SocketTable::of(protocol) {
-        Some(table) => owned_in(ctx, table, remote, remote_port, local, local_port),
-        None => false,
-    }
-}
-
-/// [`node_owns`] for a table known in advance: callers that ask in a loop choose the table once,
-/// outside it, so the verifier does not walk a branch per protocol on every pass.
+/// connections in their handshake or time-wait). Callers that ask in a loop choose the table
+/// once, outside it, so the verifier does not walk a branch per protocol on every pass.
 #[inline(always)]
 pub(crate) fn owned_in<A: Family>(
     ctx: &TcContext,

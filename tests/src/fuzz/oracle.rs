@@ -70,6 +70,7 @@ pub const UNTOUCHED: &[Counter] = &[
     Counter::IngressFragmentUnmatched,
     Counter::IngressInboundTracked,
     Counter::IngressPassed,
+    Counter::IngressNoMappingPassed,
     Counter::IngressNotIpv4,
     Counter::IngressMalformed,
     Counter::IngressNotConfigured,
@@ -95,8 +96,6 @@ pub const DROPS: &[Counter] = &[
     Counter::EgressDropNoAllocator,
     // A new flow refused because the NAT table is full: nothing else to check in a frame.
     Counter::EgressDropTableFull,
-    // A reply into the SNAT range that matches no mapping and no node socket.
-    Counter::IngressDropNoMapping,
     Counter::EgressDropRewriteFailed,
     Counter::IngressDropRewriteFailed,
     // A packet to be masqueraded on an uplink without IPv4 (never in the fuzzer's uplinks).
