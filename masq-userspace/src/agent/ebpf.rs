@@ -426,6 +426,24 @@ impl EbpfBackend {
             wanted.warn_if_ipv6_missing();
         }
         self.datapath.maps.set_uplink(wanted.ifindex, &updated)?;
+        // New flows take the new address from here on; flows bound to the old one are
+        // flushed, so that their next packet is mapped afresh (MASQUERADE's notifier does the
+        // same with conntrack's entries), unless another uplink still has that address.
+        let uplinks = self.datapath.maps.uplinks()?;
+        let v4_still_held = uplinks
+            .iter()
+            .any(|(_, uplink)| uplink.has_v4() && uplink.snat_addr == previous.snat_addr);
+        let v6_still_held = uplinks
+            .iter()
+            .any(|(_, uplink)| uplink.has_v6 != 0 && uplink.snat_addr_v6 == previous.snat_addr_v6);
+        if previous.has_v4() && previous.snat_addr != updated.snat_addr && !v4_still_held {
+            let flushed = gc::flush_address(&mut self.datapath.maps, previous.snat_addr)?;
+            tracing::info!(interface = %wanted.name, old = %Ipv4Addr::from(previous.snat_addr), flushed, "flows masqueraded to the old address flushed");
+        }
+        if previous.has_v6 != 0 && previous.snat_addr_v6 != updated.snat_addr_v6 && !v6_still_held {
+            let flushed = gc::flush_address(&mut self.datapath.maps, previous.snat_addr_v6)?;
+            tracing::info!(interface = %wanted.name, old = %Ipv6Addr::from(previous.snat_addr_v6), flushed, "IPv6 flows masqueraded to the old address flushed");
+        }
         Ok(())
     }
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use masq_common::{
     layout::MAP_FRAGS_V4,
-    nat::{Direction, FRAG_LIFETIME_NS, FlowMarks, NatEntry, NatKey, ORIGIN_INBOUND},
+    nat::{Direction, FRAG_LIFETIME_NS, FlowMarks, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND},
     timeouts::FlowTimeouts,
 };
 
@@ -135,6 +135,34 @@ where
         }
     }
     Ok(report)
+}
+
+/// Removes every flow masqueraded to `address`, both halves, and returns how many: the address
+/// has left its uplink, and MASQUERADE's address notifier flushes the conntrack entries bound
+/// to it, so that the next packet of each flow gets a new mapping on the address the uplink has
+/// now instead of leaving from one the node no longer owns. The node's own flows (identity
+/// entries) are left to expire: their sockets are bound to the old address and end with it.
+pub fn flush_address<A: NatTable>(
+    maps: &mut DatapathMaps,
+    address: A,
+) -> Result<usize, DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    let mut flushed = 0;
+    for (key, entry) in maps.nat_entries_of::<A>()? {
+        let masqueraded_to_it = key.direction() == Some(Direction::Egress)
+            && entry.addr == address
+            && entry.origin != ORIGIN_HOST
+            && entry.origin != ORIGIN_INBOUND;
+        if masqueraded_to_it {
+            remove(maps, &key)?;
+            remove(maps, &key.peer(&entry))?;
+            flushed += 1;
+        }
+    }
+    Ok(flushed)
 }
 
 /// Removes the IPv4 fragment decisions older than a fragment may live; returns how many.
