@@ -16,7 +16,7 @@ use masq_testbed::{
     sandbox::{
         AttachMode, NODE_IP, OUTSIDE_IP, ROUTER_NODE_SIDE, Sandbox, SandboxOptions, UPLINK, pod_ip,
     },
-    traffic::{tcp_server, tcp_transfer, udp_request, udp_server},
+    traffic::{HeldConnection, tcp_server, tcp_transfer, udp_request, udp_server},
 };
 
 /// Ports of the node's address that a CNI portmap plugin forwards to a pod (`hostPort`), both
@@ -198,5 +198,83 @@ fn a_live_udp_stream_follows_the_uplinks_new_address() {
         "two seconds after the renumbering the stream still leaves from {:?}; counters {:?}",
         last_second,
         agent.status()["counters"]
+    );
+}
+
+/// Issue 24, point 2: upstream's `MASQUERADE --random-fully` maps pod flows to ports in
+/// 1024-65535, and after `--take-over-iptables` netfilter keeps translating them from their
+/// conntrack entries. masq must neither drop their replies nor hand the same (node port,
+/// remote, protocol) to a new pod flow. Here masq's range is cut down to the held flow's port
+/// and the one after it, and two new flows towards the same server ask for both before the
+/// held flow sends again: only the other port may be handed out.
+#[test]
+fn a_take_over_keeps_upstreams_live_flows_and_their_ports() {
+    let sandbox = Sandbox::new("takeover", SandboxOptions::default());
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let _server = tcp_server(
+        &sandbox.outside,
+        SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080),
+    );
+    let server = SocketAddrV4::new(OUTSIDE_IP, 8080);
+    let timeout = Duration::from_secs(3);
+    let mut agent = Agent::start(&sandbox, &["--config", &absent, "--backend", "iptables"]);
+    // A flow netfilter mapped into masq's default range (as 45 % of upstream's are).
+    let mut held = (0..40)
+        .find_map(|attempt| {
+            let connection = sandbox
+                .pod(1)
+                .enter(|| HeldConnection::open(server, &format!("held{attempt}"), None, timeout))
+                .expect("a connection through upstream's chain");
+            (connection.peer.ip() == IpAddr::V4(NODE_IP)
+                && (1024..=29_998).contains(&connection.peer.port()))
+            .then_some(connection)
+        })
+        .expect("40 connections through upstream's chain, none mapped into 1024-29998");
+    let port = held.peer.port();
+    held.echo("before")
+        .expect("the held flow works under upstream's chain");
+    assert_eq!(agent.terminate().code(), Some(0));
+
+    let ports = format!("{port}-{}", port + 1);
+    agent.relaunch(&[
+        "--config",
+        &absent,
+        "--take-over-iptables",
+        "--to-ports",
+        &ports,
+    ]);
+    agent.wait_ready();
+    let new_flows: Vec<Option<SocketAddr>> = (0..2)
+        .map(|flow| {
+            sandbox.pod(2).enter(|| {
+                tcp_transfer(server, &format!("new{flow}"), b"new", timeout)
+                    .ok()
+                    .map(|transfer| transfer.peer)
+            })
+        })
+        .collect();
+    let mut failures = Vec::new();
+    let echoed = (0..13)
+        .filter(|round| {
+            thread::sleep(Duration::from_millis(100));
+            held.echo(&format!("after {round}"))
+                .map_err(|error| failures.push(error.to_string()))
+                .is_ok()
+        })
+        .count();
+    let status = agent.status();
+    assert_eq!(
+        echoed,
+        13,
+        "echoes of upstream's live flow after the take-over ({failures:?}); counters {:?}; \
+         flows {}",
+        status["counters"],
+        String::from_utf8_lossy(&sandbox.node.exec("iptables", &["-t", "nat", "-S"]).stdout)
+    );
+    assert_eq!(
+        new_flows,
+        [Some(SocketAddr::from((NODE_IP, port + 1))), None],
+        "the held flow's port {port} was handed to a new flow (ports {ports}); counters {:?}",
+        status["counters"]
     );
 }

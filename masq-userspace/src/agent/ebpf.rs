@@ -3,7 +3,7 @@
 use std::{
     collections::BTreeMap,
     fmt,
-    net::{Ipv4Addr, Ipv6Addr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
     path::{Path, PathBuf},
 };
 
@@ -26,13 +26,14 @@ use crate::{
         DatapathError,
         attach::{AttachMode, attach_uplink, detach_uplink},
         gc,
-        maps::{DatapathMaps, NomasqTrie as _},
+        maps::{DatapathMaps, KernelFlow, NomasqTrie as _},
         object::{Datapath, LoadOptions, StagedMaps},
         pins::{PinDir, PinnedState, is_on_bpffs},
         sync::{TrieView, check_trie_capacity, settings, sync_nomasq},
     },
     iptables::apply::Iptables,
     node::{
+        conntrack,
         interfaces::{self, InterfaceError},
         kernel::supported_kernel,
         reserved_ports,
@@ -130,7 +131,7 @@ impl EbpfBackend {
         }
         pins.create()?;
         let lock = pins.lock()?;
-        take_over_upstream_chain(options)?;
+        let took_over = take_over_upstream_chain(options)?;
         if pins.remove_staging()? {
             tracing::warn!(staging = %pins.staging().display(), "removed the maps of an install that was interrupted");
         }
@@ -189,6 +190,15 @@ impl EbpfBackend {
             spawn_logger(&mut datapath)?;
         }
         let enabled = adopted && datapath.maps.settings()?.enabled();
+        let node_addresses: Vec<IpAddr> = wanted
+            .iter()
+            .flat_map(|uplink| {
+                let ipv4 = uplink.address.map(IpAddr::V4);
+                let ipv6 = uplink.ipv6_address().map(IpAddr::V6);
+                ipv4.into_iter().chain(ipv6)
+            })
+            .collect();
+        take_in_kernel_nat_flows(&mut datapath, &node_addresses, options, took_over);
         if let Err(error) = datapath.pin_programs(&pins) {
             tracing::warn!(%error, "could not pin the programs; `masq status` will not show their verified sizes");
         }
@@ -538,7 +548,23 @@ impl Backend for EbpfBackend {
 
     fn resync(&mut self, options: &AgentOptions, status: &SharedStatus) {
         self.follow_uplinks(options, status);
-        status.lock().upstream_chain = recheck_upstream_chain(options);
+        let (chain, took_over) = recheck_upstream_chain(options);
+        status.lock().upstream_chain = chain;
+        if took_over {
+            let node_addresses: Vec<IpAddr> = self
+                .datapath
+                .maps
+                .uplinks()
+                .unwrap_or_default()
+                .iter()
+                .flat_map(|(_, uplink)| {
+                    let ipv4 = uplink.has_v4().then(|| IpAddr::from(uplink.snat_addr));
+                    let ipv6 = (uplink.has_v6 != 0).then(|| IpAddr::from(uplink.snat_addr_v6));
+                    ipv4.into_iter().chain(ipv6)
+                })
+                .collect();
+            take_in_kernel_nat_flows(&mut self.datapath, &node_addresses, options, true);
+        }
     }
 
     fn collect_garbage(&mut self, options: &AgentOptions, status: &SharedStatus) {
@@ -679,6 +705,106 @@ pub fn uninstall(
     }
     report(UninstallStep::Done);
     Ok(())
+}
+
+/// Takes in the flows netfilter source-NATs to an uplink's address (read from conntrack),
+/// before the programs are attached:
+///
+/// * after a take-over (`took_over`), upstream's flows (pod flows netfilter masqueraded, with
+///   no destination NAT) are adopted: masq maps them to the node port they have, and their
+///   conntrack entries are deleted. With its chain gone, netfilter does not reliably keep
+///   translating them (an iptables-nft node sent the next packet out with the pod's address),
+///   so masq translates them from then on, on the same port: they keep working to their end.
+/// * every other such flow with a port in masq's ranges (another MASQUERADE rule's) keeps
+///   its translation in netfilter, and its tuple is reserved: no pod flow gets its port.
+///
+/// A conntrack that cannot be read is logged, not fatal: masq's egress program reserves the
+/// port of a flow netfilter translates at its next packet anyway.
+fn take_in_kernel_nat_flows(
+    datapath: &mut Datapath,
+    node_addresses: &[IpAddr],
+    options: &AgentOptions,
+    took_over: bool,
+) {
+    let in_range = |port: u16| options.snat_ranges.iter().any(|range| range.contains(port));
+    let is_node = |address: IpAddr| node_addresses.contains(&address);
+    let now_ns = gc::monotonic_now_ns();
+    let (mut adopted, mut reserved, mut taken) = (0_usize, 0_usize, 0_usize);
+    let families = if options.enable_ipv6 {
+        &[false, true][..]
+    } else {
+        &[false][..]
+    };
+    for &ipv6 in families {
+        let flows = match conntrack::source_nat_flows(ipv6) {
+            Ok(flows) => flows,
+            Err(error) => {
+                tracing::warn!(%error, "could not read the flows netfilter translates; their ports are reserved at their next packet instead");
+                continue;
+            }
+        };
+        for flow in flows.iter().filter(|flow| is_node(flow.node)) {
+            let adopt = took_over && !flow.dst_nat && !is_node(flow.source);
+            if !adopt && !in_range(flow.node_port) {
+                continue;
+            }
+            let inserted = match (flow.source, flow.node, flow.remote) {
+                (IpAddr::V4(source), IpAddr::V4(node), IpAddr::V4(remote)) => {
+                    let flow = kernel_flow(flow, source.octets(), node.octets(), remote.octets());
+                    datapath
+                        .maps
+                        .insert_kernel_flow(&if adopt { flow } else { flow.reserved() }, now_ns)
+                }
+                (IpAddr::V6(source), IpAddr::V6(node), IpAddr::V6(remote)) => {
+                    let flow = kernel_flow(flow, source.octets(), node.octets(), remote.octets());
+                    datapath
+                        .maps
+                        .insert_kernel_flow(&if adopt { flow } else { flow.reserved() }, now_ns)
+                }
+                _ => continue,
+            };
+            match inserted {
+                Ok(true) if adopt => match conntrack::forget(flow) {
+                    Ok(()) => adopted += 1,
+                    Err(error) => {
+                        tracing::warn!(%error, source = %flow.source, remote = %flow.remote, "adopted a flow but could not delete its conntrack entry; netfilter may translate it too");
+                    }
+                },
+                Ok(true) => reserved += 1,
+                Ok(false) => taken += 1,
+                Err(error) => {
+                    tracing::warn!(%error, "could not record a flow netfilter translates");
+                }
+            }
+        }
+    }
+    if adopted + reserved + taken > 0 {
+        tracing::info!(
+            adopted,
+            reserved,
+            already_mapped_by_masq = taken,
+            "took in the flows netfilter translates to the uplinks' addresses: upstream's are masq's now, on their ports; the others keep their ports"
+        );
+    }
+}
+
+/// `flow` in one family's addresses.
+const fn kernel_flow<A: Copy>(
+    flow: &conntrack::KernelNatFlow,
+    source: A,
+    node: A,
+    remote: A,
+) -> KernelFlow<A> {
+    KernelFlow {
+        protocol: flow.protocol,
+        source,
+        source_port: flow.source_port,
+        node,
+        node_port: flow.node_port,
+        remote,
+        remote_port: flow.remote_port,
+        replied: flow.replied,
+    }
 }
 
 /// A fresh map set: created and pinned in the staging directory, stamped with the layout
@@ -954,20 +1080,22 @@ fn spawn_logger(datapath: &mut Datapath) -> Result<(), AgentError> {
 
 /// Looks for an upstream ip-masq-agent chain again (a reconciled ip-masq-agent on AKS or GKE
 /// recreates it): removes it with `--take-over-iptables`, and otherwise reports it, since it
-/// masquerades before masq sees the packets. Returns the chain's name while it stays installed.
-fn recheck_upstream_chain(options: &AgentOptions) -> Option<String> {
+/// masquerades before masq sees the packets. Returns the chain's name while it stays installed,
+/// and whether it was removed now (its flows are then masq's to take over).
+fn recheck_upstream_chain(options: &AgentOptions) -> (Option<String>, bool) {
     match take_over_upstream_chain(options) {
-        Ok(()) => None,
+        Ok(took_over) => (None, took_over),
         Err(error) => {
             tracing::error!(chain = %options.masq_chain, %error, "an ip-masq-agent chain is back: pods are masqueraded by it, not by masq");
-            Some(options.masq_chain.clone())
+            (Some(options.masq_chain.clone()), false)
         }
     }
 }
 
 /// An upstream ip-masq-agent chain masquerading at the same time as masq would translate
 /// twice and break flows. Refuse to start next to one unless told to remove it.
-fn take_over_upstream_chain(options: &AgentOptions) -> Result<(), AgentError> {
+fn take_over_upstream_chain(options: &AgentOptions) -> Result<bool, AgentError> {
+    let mut took_over = false;
     for family in [Family::Ipv4, Family::Ipv6] {
         let iptables = match Iptables::detect(family) {
             Ok(iptables) => iptables,
@@ -1003,7 +1131,8 @@ fn take_over_upstream_chain(options: &AgentOptions) -> Result<(), AgentError> {
             });
         }
         let removed = iptables.remove_chain(&options.masq_chain)?;
+        took_over = true;
         tracing::warn!(chain = %options.masq_chain, %family, jumps = removed, "took over from iptables: removed the chain and its POSTROUTING jumps");
     }
-    Ok(())
+    Ok(took_over)
 }

@@ -18,14 +18,49 @@ use masq_common::{
         MapMeta, UPLINK_INDEX_SLOTS, Uplink, UplinkSlot,
     },
     nat::{
-        Address, FragEntryV4, FragKeyV4, NatEntry, NatEntryV4, NatEntryV6, NatKey, NatKeyV4,
-        NatKeyV6,
+        Address, Direction, FLOW_SEEN, FlowMarks, FragEntryV4, FragKeyV4, NatEntry, NatEntryV4,
+        NatEntryV6, NatKey, NatKeyV4, NatKeyV6, ORIGIN_HOST, ORIGIN_POD,
     },
     settings::Settings,
 };
 
 use super::error::DatapathError;
 use crate::policy::{NomasqEntries, TrieAddress};
+
+/// A flow the kernel's own NAT translates, in one family's addresses (see
+/// [`DatapathMaps::insert_kernel_flow`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelFlow<A> {
+    /// IP protocol number.
+    pub protocol: u8,
+    /// Where the flow comes from: a pod, or the node itself.
+    pub source: A,
+    /// Its source port.
+    pub source_port: u16,
+    /// The node address the flow leaves with.
+    pub node: A,
+    /// The node port it leaves from.
+    pub node_port: u16,
+    /// The remote end.
+    pub remote: A,
+    /// The remote port.
+    pub remote_port: u16,
+    /// Whether conntrack saw a reply.
+    pub replied: bool,
+}
+
+impl<A: Copy> KernelFlow<A> {
+    /// The same flow as the node's own: its translated packets pass masq unchanged, and its
+    /// node port is kept from pod flows.
+    #[must_use]
+    pub const fn reserved(self) -> Self {
+        Self {
+            source: self.node,
+            source_port: self.node_port,
+            ..self
+        }
+    }
+}
 
 /// Owned, typed handles on every datapath map.
 pub struct DatapathMaps {
@@ -314,6 +349,85 @@ impl DatapathMaps {
         }
         uplinks.sort_by_key(|(ifindex, _)| *ifindex);
         Ok(uplinks)
+    }
+
+    /// Records a flow the kernel's own NAT translated (netfilter's MASQUERADE, as read from
+    /// conntrack) in the NAT table, both halves: its source leaves as `node:node_port`, and
+    /// replies to that go back to the source. A flow of the node's own (source = node, as
+    /// [`KernelFlow::reserved`] makes it) passes masq unchanged both ways, which keeps its port
+    /// from every pod flow; a pod's flow is translated by masq from then on, as upstream's
+    /// flows are after a take-over. Returns false, changing nothing, if masq already maps
+    /// another flow to that reply tuple.
+    pub fn insert_kernel_flow<A: NatTable>(
+        &mut self,
+        flow: &KernelFlow<A>,
+        now_ns: u64,
+    ) -> Result<bool, DatapathError>
+    where
+        NatKey<A>: aya::Pod,
+        NatEntry<A>: aya::Pod,
+    {
+        /// `BPF_ANY` and `BPF_NOEXIST`: insert whatever the key holds, or only if it is free.
+        const ANY: u64 = 0;
+        const NOEXIST: u64 = 1;
+        let origin = if flow.source == flow.node {
+            ORIGIN_HOST
+        } else {
+            ORIGIN_POD
+        };
+        let half = |addr, port, marks| {
+            NatEntry::new(
+                addr,
+                port,
+                origin,
+                FlowMarks::from_bits(marks),
+                now_ns,
+                now_ns,
+            )
+        };
+        let reply_key = NatKey::new(
+            flow.remote,
+            flow.node,
+            flow.remote_port,
+            flow.node_port,
+            flow.protocol,
+            Direction::Ingress,
+        );
+        let reply_marks = if flow.replied { FLOW_SEEN } else { 0 };
+        let reply_half = half(flow.source, flow.source_port, reply_marks);
+        // A pod flow may replace the node's own record of the same tuple: the node's packets
+        // were the flow's, translated by netfilter, which masq now does itself.
+        let replaces_identity = origin == ORIGIN_POD
+            && A::table(self).get(&reply_key, 0).is_ok_and(|existing| {
+                existing.origin == ORIGIN_HOST
+                    && existing.addr == flow.node
+                    && existing.port == flow.node_port
+            });
+        let flags = if replaces_identity { ANY } else { NOEXIST };
+        match A::table_mut(self).insert(reply_key, reply_half, flags) {
+            Ok(()) => {}
+            Err(MapError::SyscallError(error))
+                if error.io_error.raw_os_error() == Some(libc::EEXIST) =>
+            {
+                return Ok(false);
+            }
+            Err(error) => return Err(DatapathError::map("writing", A::MAP_NAME)(error)),
+        }
+        let egress_key = reply_key.peer(&reply_half);
+        match A::table_mut(self).insert(
+            egress_key,
+            half(flow.node, flow.node_port, FLOW_SEEN),
+            NOEXIST,
+        ) {
+            Ok(()) => Ok(true),
+            // The node's packets of this flow were tracked already.
+            Err(MapError::SyscallError(error))
+                if error.io_error.raw_os_error() == Some(libc::EEXIST) =>
+            {
+                Ok(true)
+            }
+            Err(error) => Err(DatapathError::map("writing", A::MAP_NAME)(error)),
+        }
     }
 
     /// Records (or updates) interface `ifindex`; its packets are translated from the next one.

@@ -2,6 +2,7 @@
 //! interfaces traffic leaves by (and their changes), the ports the node's own sockets may
 //! take, and the memory the NAT table is sized from.
 
+pub mod conntrack;
 pub mod interfaces;
 pub mod kernel;
 pub mod memory;
