@@ -712,6 +712,105 @@ fn a_search_across_every_chunk_of_the_first_round_finds_the_last_port() {
     );
 }
 
+/// Issue 24, point 3: a full table refused every new flow for as long as one pod's
+/// never-answered SYNs held it (120 s). conntrack admits a new flow by evicting one that was
+/// never answered (`early_drop`), and never an assured one: so does masq, oldest first.
+#[test]
+fn a_full_table_admits_new_flows_by_evicting_only_unanswered_ones() {
+    // 64 entries: 32 flows.
+    let harness = Harness::sized(64, 64);
+    // One answered flow, then SYNs to a black hole until the table is full.
+    let answered = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.2.7:50000", "203.0.113.10:443", TCP_SYN),
+    );
+    let reply = tcp_reply_to(&answered, TCP_SYN | TCP_ACK).payload(b"");
+    ingress_ok(&harness, &reply.frame());
+    let mut flood = 0u16;
+    while harness.counter(Counter::EgressDropTableFull) == 0
+        && harness.counter(Counter::NatEvictedTcpUnanswered) == 0
+        && flood < 100
+    {
+        let syn = Packet::tcp(
+            &format!("10.244.1.5:{}", 40_000 + flood),
+            "203.0.113.99:80",
+            TCP_SYN,
+        );
+        flood += 1;
+        let _ = harness.egress(&syn.frame());
+    }
+    assert!(
+        harness.counter(Counter::NatEvictedTcpUnanswered) > 0,
+        "the flood never filled the table ({flood} SYNs): {:?}",
+        harness.counters()
+    );
+    // Every further new flow is admitted, each in place of an unanswered one.
+    let evicted_before = harness.counter(Counter::NatEvictedTcpUnanswered);
+    for flow in 0..20u16 {
+        let out = harness.egress(
+            &Packet::udp(&format!("10.244.3.9:{}", 30_000 + flow), "198.51.100.53:53").frame(),
+        );
+        assert_eq!(
+            out.action,
+            Action::Pass,
+            "flow {flow}: {:?}",
+            harness.counters()
+        );
+    }
+    assert_eq!(
+        harness.counter(Counter::EgressDropTableFull),
+        0,
+        "{:?}",
+        harness.counters()
+    );
+    assert_eq!(
+        harness.counter(Counter::NatEvictedTcpUnanswered) - evicted_before,
+        20,
+        "{:?}",
+        harness.counters()
+    );
+    // The answered flow was never evicted: it keeps its mapping.
+    let again = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.2.7:50000", "203.0.113.10:443", TCP_ACK),
+    );
+    assert_eq!(again.src_port(), answered.src_port());
+    assert_eq!(harness.counter(Counter::EgressMasqueraded), 1);
+}
+
+/// The answered flows of a full table stay, and a new flow is refused then, as conntrack
+/// refuses one when no entry near it is unassured.
+#[test]
+fn a_table_full_of_answered_flows_refuses_new_ones_and_evicts_none() {
+    let harness = Harness::sized(8, 64);
+    let mut answered = Vec::new();
+    for flow in 0..4u16 {
+        let out = egress_ok(
+            &harness,
+            &Packet::tcp(
+                &format!("10.244.1.5:{}", 40_000 + flow),
+                "203.0.113.10:443",
+                TCP_SYN,
+            ),
+        );
+        ingress_ok(
+            &harness,
+            &tcp_reply_to(&out, TCP_SYN | TCP_ACK).payload(b"").frame(),
+        );
+        answered.push(out.src_port());
+    }
+    let refused =
+        harness.egress(&Packet::tcp("10.244.2.7:50000", "203.0.113.10:443", TCP_SYN).frame());
+    assert_eq!(refused.action, Action::Drop);
+    assert_eq!(harness.counter(Counter::EgressDropTableFull), 1);
+    assert_eq!(harness.counter(Counter::NatEvictedTcpUnanswered), 0);
+    assert_eq!(
+        harness.nat().len(),
+        8,
+        "every answered flow keeps both halves"
+    );
+}
+
 #[test]
 fn sctp_keeps_its_port_and_conflicts_are_dropped() {
     let harness = Harness::new();

@@ -278,3 +278,108 @@ fn a_take_over_keeps_upstreams_live_flows_and_their_ports() {
         status["counters"]
     );
 }
+
+/// Issue 24, point 3: one pod opening connections to a black hole (a port scan, a retry storm
+/// against a dead endpoint) filled a 1024-entry table with never-answered SYNs, and then no
+/// pod of the node could open a connection (0 of 10) while they were held (120 s). As
+/// conntrack's `early_drop`, a new flow now evicts a never-answered one; assured flows stay.
+#[test]
+fn a_syn_flood_from_one_pod_leaves_the_other_pods_new_connections_working() {
+    use std::os::fd::OwnedFd;
+
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, connect, socket};
+
+    let sandbox = Sandbox::new("synflood", SandboxOptions::default());
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let agent = Agent::start(
+        &sandbox,
+        &["--config", &absent, "--nat-max-entries", "1024"],
+    );
+    let _tcp = tcp_server(
+        &sandbox.outside,
+        SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080),
+    );
+    let _dns = udp_server(
+        &sandbox.outside,
+        SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 53),
+    );
+    let black_hole = sandbox.outside.exec(
+        "iptables",
+        &["-A", "INPUT", "-p", "tcp", "--dport", "9999", "-j", "DROP"],
+    );
+    assert!(black_hole.status.success(), "{black_hole:?}");
+    let timeout = Duration::from_secs(3);
+    let mut held = sandbox
+        .pod(2)
+        .enter(|| HeldConnection::open(SocketAddrV4::new(OUTSIDE_IP, 8080), "held", None, timeout))
+        .expect("an assured connection before the flood");
+
+    // 700 connection attempts that are never answered: more flows than the table holds.
+    let flood: Vec<OwnedFd> = sandbox.pod(1).enter(|| {
+        (0..700)
+            .map(|_| {
+                let attempt = socket(
+                    AddressFamily::Inet,
+                    SockType::Stream,
+                    SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+                    None,
+                )
+                .expect("a socket");
+                let target = SockaddrIn::from(SocketAddrV4::new(OUTSIDE_IP, 9999));
+                // EINPROGRESS: the SYN is on its way.
+                let _ = connect(std::os::fd::AsRawFd::as_raw_fd(&attempt), &target);
+                attempt
+            })
+            .collect()
+    });
+    let evicted =
+        "masq_datapath_packets_total{outcome=\"nat_evicted_tcp_unanswered\",family=\"ipv4\"}";
+    masq_testbed::wait_for(
+        "the flood to fill the table",
+        Duration::from_secs(10),
+        || {
+            agent.metric(evicted) > Some(0.0)
+                || agent.status()["nat_entries"].as_u64() >= Some(1000)
+        },
+    );
+
+    let (connections, queries) = sandbox.pod(2).enter(|| {
+        let connections = (0..10)
+            .filter(|index| {
+                tcp_transfer(
+                    SocketAddrV4::new(OUTSIDE_IP, 8080),
+                    &format!("new{index}"),
+                    b"during the flood",
+                    timeout,
+                )
+                .is_ok()
+            })
+            .count();
+        let queries = (0..3)
+            .filter(|index| {
+                udp_request(
+                    SocketAddrV4::new(OUTSIDE_IP, 53),
+                    format!("query {index}").as_bytes(),
+                    timeout,
+                )
+                .is_ok()
+            })
+            .count();
+        (connections, queries)
+    });
+    let status = agent.status();
+    assert_eq!(
+        (connections, queries),
+        (10, 3),
+        "new connections and DNS queries during the flood; counters {:?}",
+        status["counters"]
+    );
+    held.echo("after the flood")
+        .expect("the assured connection opened before the flood still works");
+    assert!(
+        agent.metric(evicted) > Some(0.0),
+        "no never-answered flow was evicted: {:?}",
+        status["counters"]
+    );
+    drop(flood);
+}

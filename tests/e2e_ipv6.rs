@@ -523,10 +523,11 @@ fn an_ipv6_only_node_is_found_by_its_ipv6_route_and_masquerades_ipv6() {
     assert_eq!(sandbox.checksum_errors(), Vec::new());
 }
 
-/// As the IPv4 table's test (`e2e_nat.rs`): an IPv6 NAT table at capacity refuses new flows,
-/// counted, and every live IPv6 flow, TCP or UDP, keeps working with the port it had.
+/// As the IPv4 table's test (`e2e_nat.rs`): an IPv6 NAT table at capacity admits new flows by
+/// evicting unassured ones, counted, and every live IPv6 flow, TCP or UDP, keeps working with
+/// the port it had.
 #[test]
-fn a_full_ipv6_nat_table_refuses_new_flows_and_never_breaks_a_live_one() {
+fn a_full_ipv6_nat_table_admits_new_flows_and_never_breaks_a_live_one() {
     let (sandbox, _servers) = dual_stack("v6full", AttachMode::Tcx);
     let absent = absent_config(&sandbox);
     let entries = TABLE_ENTRIES.to_string();

@@ -1,5 +1,6 @@
-//! NAT state under pressure, as a busy node sees it: a table at capacity must refuse new flows
-//! (counted) and never break a live one, whatever the new-flow load.
+//! NAT state under pressure, as a busy node sees it: a table at capacity admits new flows by
+//! evicting flows that are not assured (counted), as conntrack does, and never breaks a live,
+//! assured one, whatever the new-flow load.
 
 use std::{
     net::{Ipv4Addr, SocketAddrV4, UdpSocket},
@@ -14,7 +15,7 @@ use masq_testbed::{
 };
 
 #[test]
-fn a_full_nat_table_refuses_new_flows_and_never_breaks_a_live_one() {
+fn a_full_nat_table_admits_new_flows_by_evicting_unassured_ones_and_never_breaks_a_live_one() {
     let sandbox = Sandbox::new("full", SandboxOptions::default());
     let absent = format!("/tmp/{}-absent", sandbox.tag);
     let entries = TABLE_ENTRIES.to_string();

@@ -110,6 +110,14 @@ counters! {
     MappingRepaired = "mapping_repaired",
     /// Mappings dropped because their missing half could not be recreated.
     MappingConflict = "mapping_conflict",
+    /// TCP flows never answered (SYN sent), evicted from a full NAT table to admit a new flow.
+    NatEvictedTcpUnanswered = "nat_evicted_tcp_unanswered",
+    /// UDP (and other) flows that were not an answered stream, evicted from a full NAT table
+    /// to admit a new flow.
+    NatEvictedUnassured = "nat_evicted_unassured",
+    /// Inbound UDP flows (towards a pod) the pod never answered, evicted from a full NAT table
+    /// to admit a new flow.
+    NatEvictedInbound = "nat_evicted_inbound",
 }
 
 /// Number of counters, the size of the counters map.

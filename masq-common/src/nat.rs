@@ -113,6 +113,9 @@ pub const FLOW_TCP_FIN: u8 = 1 << 1;
 pub const FLOW_TCP_RST: u8 = 1 << 2;
 /// At least one packet matched this half after it was created (for the ingress half: a reply).
 pub const FLOW_SEEN: u8 = 1 << 3;
+/// Set by the egress program on every entry it finds: on an inbound flow's one entry, that the
+/// pod has answered (its other packets, the remote's, are marked only [`FLOW_SEEN`]).
+pub const FLOW_ANSWERED: u8 = 1 << 4;
 /// Flags that mark a TCP connection as closing.
 pub const FLOW_TCP_CLOSING: u8 = FLOW_TCP_FIN | FLOW_TCP_RST;
 
@@ -332,6 +335,40 @@ pub struct PortSearch {
     pub start: u32,
     /// Ports of the current round already tried.
     pub step: u32,
+}
+
+/// Whether a flow may be evicted to admit a new one when the NAT table is full, as conntrack's
+/// `early_drop` evicts what is not assured: a flow never answered, and a UDP (or other
+/// protocol's) flow that is not an answered stream. An answered TCP flow, or an answered
+/// stream still active two seconds after it began, is never evicted. `egress` and `ingress`
+/// are the flow's halves (an inbound flow has one entry: pass it as both).
+pub const fn unassured<A: Address>(
+    protocol: u8,
+    egress: &NatEntry<A>,
+    ingress: &NatEntry<A>,
+) -> bool {
+    let replied = if egress.origin == ORIGIN_INBOUND {
+        egress.marks.bits() & FLOW_ANSWERED != 0
+    } else {
+        ingress.marks.bits() & FLOW_SEEN != 0
+    };
+    if !replied {
+        return true;
+    }
+    if protocol == proto::TCP {
+        return false;
+    }
+    let began = if egress.created_ns > ingress.created_ns {
+        egress.created_ns
+    } else {
+        ingress.created_ns
+    };
+    let last = if egress.last_seen_ns > ingress.last_seen_ns {
+        egress.last_seen_ns
+    } else {
+        ingress.last_seen_ns
+    };
+    last.saturating_sub(began) <= crate::timeouts::UDP_STREAM_AFTER_NS
 }
 
 /// Key of the IPv4 fragment table.

@@ -18,7 +18,7 @@ use masq_common::{
 
 use crate::{
     counters::{count_in, record_allocation},
-    egress,
+    egress, evict,
     family::Family,
     maps::{self, PROGS},
     nat::{self, AllocError, Allocation},
@@ -83,6 +83,9 @@ pub(crate) fn allocate<A: Family>(ctx: &TcContext) -> i32 {
     }
     let counter = match allocated {
         Ok(Allocation::Mapped) => {
+            // SAFETY: only this CPU writes its slot; the key is copied out.
+            let key = unsafe { (*slot).key };
+            evict::remember::<A>(&key);
             // SAFETY: the context is the program's own; the mapping is in the slot.
             unsafe { PROGS.tail_call(ctx, A::SLOT_NEW_FLOW) };
             // The mapping exists; the packet's retransmission will find it.
@@ -103,6 +106,12 @@ pub(crate) fn allocate<A: Family>(ctx: &TcContext) -> i32 {
             Counter::EgressDropNoPort
         }
         Err(AllocError::TableFull) => {
+            // Room made by evicting a flow that was never answered: the request starts over
+            // (its search ended above), as conntrack admits a new flow after `early_drop`.
+            if evict::make_room::<A>() {
+                // SAFETY: the context is the program's own; the request is in the slot.
+                unsafe { PROGS.tail_call(ctx, A::SLOT_ALLOCATOR) };
+            }
             debug!(ctx, "NAT table full: new flow refused");
             Counter::EgressDropTableFull
         }

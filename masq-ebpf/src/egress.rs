@@ -15,7 +15,9 @@ use aya_ebpf::programs::TcContext;
 use masq_common::{
     counters::Counter,
     layout::{NOMASQ_KIND_LINK_LOCAL, PROG_SLOT_EGRESS_V6},
-    nat::{Direction, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND, ORIGIN_POD, proto},
+    nat::{
+        Direction, FLOW_ANSWERED, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND, ORIGIN_POD, proto,
+    },
     settings::Settings,
 };
 
@@ -131,7 +133,10 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
     );
     let flow_flags = transport.flow_flags();
 
-    if let Some(entry) = nat::lookup(&key, flow_flags, tcp_opens) {
+    // Marked answered: on an inbound flow's one entry, that tells the pod replied (see
+    // `FLOW_ANSWERED`); the egress halves masq creates carry it from the start, so it costs
+    // them no write.
+    if let Some(entry) = nat::lookup(&key, flow_flags | FLOW_ANSWERED, tcp_opens) {
         let counter = if entry.origin == ORIGIN_INBOUND {
             Counter::EgressInboundReply
         } else if ip.src == node_ip {

@@ -75,6 +75,8 @@ pub(crate) trait Family: Address + Counted + 'static {
     fn frags() -> &'static Frags<Self>;
     /// The per-CPU slot in which the egress program hands a new flow to the allocator.
     fn alloc_request() -> &'static PerCpuArray<AllocRequest<Self>, 1>;
+    /// The ring of the family's last new flows (see `evict`).
+    fn young() -> &'static crate::evict::YoungFlowsMap<Self>;
     /// The `NOMASQ_KIND_*` of the non-masquerade entry that holds `addr`, if one does.
     fn exempt(addr: Self) -> Option<u32>;
     /// The socket lookup tuple `remote:remote_port -> local:local_port`, and how many of its
@@ -154,6 +156,10 @@ impl Family for [u8; 4] {
     #[inline(always)]
     fn alloc_request() -> &'static PerCpuArray<AllocRequest<Self>, 1> {
         &ALLOC_REQUEST
+    }
+
+    fn young() -> &'static crate::evict::YoungFlowsMap<Self> {
+        &crate::maps::YOUNG_V4
     }
 
     #[inline(always)]
@@ -316,6 +322,10 @@ impl Family for V6 {
     #[inline(always)]
     fn alloc_request() -> &'static PerCpuArray<AllocRequest<Self>, 1> {
         &ALLOC_REQUEST_V6
+    }
+
+    fn young() -> &'static crate::evict::YoungFlowsMap<Self> {
+        &crate::maps::YOUNG_V6
     }
 
     #[inline(always)]

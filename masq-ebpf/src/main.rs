@@ -22,6 +22,7 @@
 mod allocator;
 mod counters;
 mod egress;
+mod evict;
 mod family;
 mod frag;
 mod icmp;

@@ -167,6 +167,16 @@ pub(crate) static ALLOC_REQUEST_V6: PerCpuArray<AllocRequest<V6>, 1> = PerCpuArr
 #[btf_map(name = "masq_walk_v6")]
 pub(crate) static WALK_V6: PerCpuArray<crate::packet::Walked, 1> = PerCpuArray::new();
 
+/// The last IPv4 flows created, the candidates for eviction when the NAT table is full (see
+/// `evict`). Written by the allocator and the ingress program's inbound tracking, read by the
+/// allocator; not pinned: a new program starts with an empty ring.
+#[btf_map(name = "masq_young_v4")]
+pub(crate) static YOUNG_V4: crate::evict::YoungFlowsMap<[u8; 4]> = Array::new();
+
+/// [`YOUNG_V4`] for IPv6.
+#[btf_map(name = "masq_young_v6")]
+pub(crate) static YOUNG_V6: crate::evict::YoungFlowsMap<V6> = Array::new();
+
 /// The settings in force, or `None` before the agent configured the datapath.
 #[inline(always)]
 pub(crate) fn settings() -> Option<&'static Settings> {

@@ -8,8 +8,8 @@ use aya_ebpf::{
 use masq_common::{
     counters::{ALLOC_CHUNK, Counter, FIRST_ALLOC_ROUND, MIN_ALLOC_ROUND},
     nat::{
-        Direction, FLOW_SEEN, FLOW_TCP_CLOSING, FlowMarks, NatEntry, NatKey, ORIGIN_HOST,
-        ORIGIN_INBOUND, PortSearch, proto,
+        Direction, FLOW_ANSWERED, FLOW_SEEN, FLOW_TCP_CLOSING, FlowMarks, NatEntry, NatKey,
+        ORIGIN_HOST, ORIGIN_INBOUND, PortSearch, proto,
     },
     settings::Settings,
 };
@@ -591,7 +591,7 @@ fn create<A: Family>(port: u16) -> Result<(), AllocError> {
             snat_addr,
             port,
             origin,
-            FlowMarks::from_bits(flow_flags | FLOW_SEEN),
+            FlowMarks::from_bits(flow_flags | FLOW_SEEN | FLOW_ANSWERED),
             now,
             now,
         );
@@ -706,7 +706,7 @@ fn reserve_for_node<A: Family>(node_ip: A) -> Result<(), AllocError> {
             node_ip,
             0,
             ORIGIN_HOST,
-            FlowMarks::from_bits(FLOW_SEEN),
+            FlowMarks::from_bits(FLOW_SEEN | FLOW_ANSWERED),
             now,
             now,
         );
@@ -745,7 +745,11 @@ pub(crate) fn track_inbound<A: Family>(key: &NatKey<A>) -> bool {
         now,
         now,
     );
-    A::nat()
+    let tracked = A::nat()
         .insert(key, identity, u64::from(BPF_NOEXIST))
-        .is_ok()
+        .is_ok();
+    if tracked {
+        crate::evict::remember::<A>(key);
+    }
+    tracked
 }

@@ -9,8 +9,8 @@ use std::{
 
 use masq_common::{
     layout::{
-        IPV6_DISABLED_ENTRIES, MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAX_RESERVED_RANGES,
-        MapMeta, Uplink,
+        IPV6_DISABLED_ENTRIES, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_NAT_V6, MAP_NOMASQ_V4,
+        MAP_NOMASQ_V6, MAX_RESERVED_RANGES, MapMeta, Uplink,
     },
     ports::PortRange,
     settings::Settings,
@@ -131,7 +131,10 @@ impl EbpfBackend {
         }
         pins.create()?;
         let lock = pins.lock()?;
-        let took_over = take_over_upstream_chain(options)?;
+        // Refused here if upstream's chain is installed without --take-over-iptables; removed
+        // only once masq's programs are attached (`finish_startup`), so that no packet of a
+        // live flow leaves untranslated in between.
+        take_over_upstream_chain(options, false)?;
         if pins.remove_staging()? {
             tracing::warn!(staging = %pins.staging().display(), "removed the maps of an install that was interrupted");
         }
@@ -153,6 +156,7 @@ impl EbpfBackend {
                 nomasq_max_entries,
                 nat_v6_max_entries,
                 nomasq_v6_max_entries,
+                counters_resized,
             } => {
                 if nat_max_entries != options.nat_max_entries {
                     tracing::warn!(
@@ -165,6 +169,7 @@ impl EbpfBackend {
                     nomasq: nomasq_max_entries,
                     nat_v6: nat_v6_max_entries,
                     nomasq_v6: nomasq_v6_max_entries,
+                    counters_resized,
                 };
                 (true, nat_max_entries, Some(capacities))
             }
@@ -198,7 +203,7 @@ impl EbpfBackend {
                 ipv4.into_iter().chain(ipv6)
             })
             .collect();
-        take_in_kernel_nat_flows(&mut datapath, &node_addresses, options, took_over);
+        take_in_kernel_nat_flows(&mut datapath, &node_addresses, options, false);
         if let Err(error) = datapath.pin_programs(&pins) {
             tracing::warn!(%error, "could not pin the programs; `masq status` will not show their verified sizes");
         }
@@ -409,6 +414,24 @@ impl EbpfBackend {
         Ok(())
     }
 
+    /// Makes masq translate the flows upstream's chain masqueraded, just removed (see
+    /// [`take_in_kernel_nat_flows`]), on the uplinks' current addresses.
+    fn adopt_upstream_flows(&mut self, options: &AgentOptions) {
+        let node_addresses: Vec<IpAddr> = self
+            .datapath
+            .maps
+            .uplinks()
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|(_, uplink)| {
+                let ipv4 = uplink.has_v4().then(|| IpAddr::from(uplink.snat_addr));
+                let ipv6 = (uplink.has_v6 != 0).then(|| IpAddr::from(uplink.snat_addr_v6));
+                ipv4.into_iter().chain(ipv6)
+            })
+            .collect();
+        take_in_kernel_nat_flows(&mut self.datapath, &node_addresses, options, true);
+    }
+
     /// Updates the addresses of an interface this process attached to, when they changed
     /// (DHCP, router advertisements, an operator's change).
     fn follow_address(
@@ -534,7 +557,11 @@ impl Backend for EbpfBackend {
     ) -> Result<(), AgentError> {
         self.write_settings(options)?;
         self.reserve_ports(options)?;
-        self.reconcile_uplinks(options, status, Strictness::Startup)
+        self.reconcile_uplinks(options, status, Strictness::Startup)?;
+        if take_over_upstream_chain(options, true)? {
+            self.adopt_upstream_flows(options);
+        }
+        Ok(())
     }
 
     fn translates_on_uplinks(&self) -> bool {
@@ -551,19 +578,7 @@ impl Backend for EbpfBackend {
         let (chain, took_over) = recheck_upstream_chain(options);
         status.lock().upstream_chain = chain;
         if took_over {
-            let node_addresses: Vec<IpAddr> = self
-                .datapath
-                .maps
-                .uplinks()
-                .unwrap_or_default()
-                .iter()
-                .flat_map(|(_, uplink)| {
-                    let ipv4 = uplink.has_v4().then(|| IpAddr::from(uplink.snat_addr));
-                    let ipv6 = (uplink.has_v6 != 0).then(|| IpAddr::from(uplink.snat_addr_v6));
-                    ipv4.into_iter().chain(ipv6)
-                })
-                .collect();
-            take_in_kernel_nat_flows(&mut self.datapath, &node_addresses, options, true);
+            self.adopt_upstream_flows(options);
         }
     }
 
@@ -843,6 +858,8 @@ struct PinnedCapacities {
     nomasq: u32,
     nat_v6: u32,
     nomasq_v6: u32,
+    /// The counters maps hold another version's set of counters.
+    counters_resized: bool,
 }
 
 /// Adopts the pinned maps, replacing those whose capacity no longer fits the options: a trie
@@ -883,6 +900,12 @@ fn adopt_maps(
                 replaced.push(name);
             }
         }
+    }
+    if pinned.counters_resized {
+        tracing::info!(
+            "this version counts other datapath events: the counters start again from zero"
+        );
+        replaced.extend([MAP_COUNTERS, MAP_COUNTERS_V6]);
     }
     let load = |staged| {
         Datapath::load(&LoadOptions {
@@ -1083,7 +1106,7 @@ fn spawn_logger(datapath: &mut Datapath) -> Result<(), AgentError> {
 /// masquerades before masq sees the packets. Returns the chain's name while it stays installed,
 /// and whether it was removed now (its flows are then masq's to take over).
 fn recheck_upstream_chain(options: &AgentOptions) -> (Option<String>, bool) {
-    match take_over_upstream_chain(options) {
+    match take_over_upstream_chain(options, true) {
         Ok(took_over) => (None, took_over),
         Err(error) => {
             tracing::error!(chain = %options.masq_chain, %error, "an ip-masq-agent chain is back: pods are masqueraded by it, not by masq");
@@ -1092,9 +1115,12 @@ fn recheck_upstream_chain(options: &AgentOptions) -> (Option<String>, bool) {
     }
 }
 
-/// An upstream ip-masq-agent chain masquerading at the same time as masq would translate
-/// twice and break flows. Refuse to start next to one unless told to remove it.
-fn take_over_upstream_chain(options: &AgentOptions) -> Result<bool, AgentError> {
+/// An upstream ip-masq-agent chain left masquerading next to masq takes every new flow before
+/// masq sees it. Refuses to start next to one unless told to take over; with `remove`, takes
+/// over: removes the chain and its jumps, and says whether it did (the caller then adopts the
+/// flows it masqueraded). Without `remove` it only checks, for the start: masq attaches first,
+/// so that the flows netfilter translated never leave untranslated while masq loads.
+fn take_over_upstream_chain(options: &AgentOptions, remove: bool) -> Result<bool, AgentError> {
     let mut took_over = false;
     for family in [Family::Ipv4, Family::Ipv6] {
         let iptables = match Iptables::detect(family) {
@@ -1129,6 +1155,9 @@ fn take_over_upstream_chain(options: &AgentOptions) -> Result<bool, AgentError> 
                 family,
                 jumps: jumps.len(),
             });
+        }
+        if !remove {
+            continue;
         }
         let removed = iptables.remove_chain(&options.masq_chain)?;
         took_over = true;

@@ -18,8 +18,8 @@ use masq_common::{
         MapMeta, UPLINK_INDEX_SLOTS, Uplink, UplinkSlot,
     },
     nat::{
-        Address, Direction, FLOW_SEEN, FlowMarks, FragEntryV4, FragKeyV4, NatEntry, NatEntryV4,
-        NatEntryV6, NatKey, NatKeyV4, NatKeyV6, ORIGIN_HOST, ORIGIN_POD,
+        Address, Direction, FLOW_ANSWERED, FLOW_SEEN, FlowMarks, FragEntryV4, FragKeyV4, NatEntry,
+        NatEntryV4, NatEntryV6, NatKey, NatKeyV4, NatKeyV6, ORIGIN_HOST, ORIGIN_POD,
     },
     settings::Settings,
 };
@@ -416,7 +416,7 @@ impl DatapathMaps {
         let egress_key = reply_key.peer(&reply_half);
         match A::table_mut(self).insert(
             egress_key,
-            half(flow.node, flow.node_port, FLOW_SEEN),
+            half(flow.node, flow.node_port, FLOW_SEEN | FLOW_ANSWERED),
             NOEXIST,
         ) {
             Ok(()) => Ok(true),

@@ -72,6 +72,9 @@ pub enum PinnedState {
         nat_v6_max_entries: u32,
         /// Capacity the IPv6 non-masquerade trie was created with.
         nomasq_v6_max_entries: u32,
+        /// The counters maps were made by a version with another set of counters: they are
+        /// replaced by empty ones (counts restart; nothing a flow needs is lost).
+        counters_resized: bool,
     },
     /// Pins this version must not adopt, and why.
     Incompatible(String),
@@ -291,6 +294,7 @@ impl PinDir {
         }
         let (mut nat_max_entries, mut nomasq_max_entries) = (0, 0);
         let (mut nat_v6_max_entries, mut nomasq_v6_max_entries) = (0, 0);
+        let mut counters_resized = false;
         for expected in expected_maps() {
             let path = self.map(expected.name);
             let info = MapInfo::from_pin(&path)
@@ -315,7 +319,10 @@ impl PinDir {
                     expected.value_size
                 )));
             }
-            if let Some(max_entries) = expected.max_entries
+            let counters = matches!(expected.name, MAP_COUNTERS | MAP_COUNTERS_V6);
+            if counters && expected.max_entries != Some(info.max_entries()) {
+                counters_resized = true;
+            } else if let Some(max_entries) = expected.max_entries
                 && info.max_entries() != max_entries
             {
                 return Ok(PinnedState::Incompatible(format!(
@@ -344,6 +351,7 @@ impl PinDir {
             nomasq_max_entries,
             nat_v6_max_entries,
             nomasq_v6_max_entries,
+            counters_resized,
         })
     }
 

@@ -104,7 +104,13 @@ pub const DROPS: &[Counter] = &[
 
 /// Counters of events that happen besides a packet's outcome (an evicted half rebuilt, a
 /// conflicting half removed).
-pub const EVENTS: &[Counter] = &[Counter::MappingRepaired, Counter::MappingConflict];
+pub const EVENTS: &[Counter] = &[
+    Counter::MappingRepaired,
+    Counter::MappingConflict,
+    Counter::NatEvictedTcpUnanswered,
+    Counter::NatEvictedUnassured,
+    Counter::NatEvictedInbound,
+];
 
 /// Where a byte that must not change sits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
