@@ -6,7 +6,9 @@
 //! * `demo`: a sandbox of namespaces showing what masq masquerades;
 //! * `bench`: masq against iptables MASQUERADE and no NAT, side by side (`--quick`: the harness
 //!   at tiny sizes, which `test` runs too);
-//! * `image`: the container image, from scratch, with buildah.
+//! * `image`: the container image, from scratch, with buildah;
+//! * `kernels`: the tests inside Debian's 5.10, 6.1 and 6.12 kernels under qemu (`test` runs
+//!   the whole matrix too).
 
 #![expect(clippy::print_stderr, reason = "xtask reports progress on stderr")]
 #![expect(
@@ -16,6 +18,7 @@
 
 mod command;
 mod image;
+mod kernels;
 mod setup;
 
 use std::{
@@ -61,8 +64,21 @@ enum Task {
     /// both iptables backends), store it where podman finds it, and export it to
     /// target/image/masq-<version>.tar for loading onto nodes. Needs root.
     Image,
+    /// Boot Debian's kernels of the matrix (5.10, 6.1, 6.12; the newest build of each, cached
+    /// in /var/cache/masq/kernels) under qemu and run masq's checks and tests inside each;
+    /// outputs go to target/kernels/, the verifier's instruction counts to
+    /// target/kernels/matrix.md. Needs root.
+    Kernels {
+        /// Only this series (repeatable), e.g. `--kernel 6.12`.
+        #[arg(long = "kernel", value_name = "SERIES")]
+        kernels: Vec<String>,
+        /// Boot the remaining kernels after one failed.
+        #[arg(long)]
+        keep_going: bool,
+    },
     /// Prepare the machine (toolchain, packages, bpffs, podman), then check formatting and
-    /// lints, validate the manifests, build the image and run every test. Needs root.
+    /// lints, validate the manifests, build the image, run every test, then the kernel matrix
+    /// (see `kernels`) and the quick benchmark. Needs root.
     Test {
         /// Skip `cargo fmt --check` and clippy.
         #[arg(long)]
@@ -80,6 +96,10 @@ fn main() -> Result<()> {
         Task::Demo => demo(),
         Task::Bench { quick } => bench(quick),
         Task::Image => build_image(None).map(|_| ()),
+        Task::Kernels {
+            kernels,
+            keep_going,
+        } => kernels::run_matrix(&kernels, keep_going),
         Task::Test { no_lint, test_args } => test(no_lint, &test_args),
     }
 }
@@ -392,6 +412,11 @@ fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
         tests.arg("--").args(test_args);
     }
     run(&mut tests)?;
+    // The same tests inside the other kernels masq supports (and the refusal of an older one).
+    // Every kernel runs even after one failed, so one run reports the whole matrix.
+    if test_args.is_empty() {
+        kernels::run_matrix(&[], true).context("the kernel matrix failed")?;
+    }
     // The benchmark harness at tiny sizes, so it never rots (it checks that every part runs,
     // never a timing). Skipped when the tests were filtered.
     if test_args.is_empty() {
