@@ -45,15 +45,39 @@ pub(crate) fn remember<A: Family>(ip: &Ip<A>, direction: Direction, addr: Option
         // Any address: an untouched datagram's is never used.
         None => (ip.src, FRAG_UNTOUCHED),
     };
-    let entry = FragEntry {
-        addr,
-        decision,
-        pad: [0; 3],
-        align: A::ENTRY_PAD,
-        created_ns: now_ns(),
+    // Built field by field, the padding zeroed one volatile store per byte: from a literal,
+    // LLVM merges the seven zero bytes of an IPv6 entry into a call to `memset`, a bpf-to-bpf
+    // call whose frame Linux 6.1's verifier adds to the program's own (rounded up), which
+    // pushed `masq_icmp6_egress` past 512 bytes.
+    let mut entry = core::mem::MaybeUninit::<FragEntry<A>>::uninit();
+    let fields = entry.as_mut_ptr();
+    // SAFETY: every field of `entry` is written before it is read; the padding fields are
+    // plain bytes (`[u8; N]`).
+    let entry = unsafe {
+        (&raw mut (*fields).addr).write(addr);
+        (&raw mut (*fields).decision).write(decision);
+        zero_volatile((&raw mut (*fields).pad).cast(), size_of::<[u8; 3]>());
+        zero_volatile((&raw mut (*fields).align).cast(), size_of::<A::EntryPad>());
+        (&raw mut (*fields).created_ns).write(now_ns());
+        entry.assume_init()
     };
     // A full table only costs the later fragments their translation; nothing to do about it.
     let _ = A::frags().insert(key(ip, direction), entry, u64::from(BPF_ANY));
+}
+
+/// Zeroes the `len` bytes at `bytes` with a volatile store each, which LLVM cannot merge into
+/// a `memset`.
+///
+/// # Safety
+/// The `len` bytes at `bytes` must be valid for writes.
+#[inline(always)]
+unsafe fn zero_volatile(bytes: *mut u8, len: usize) {
+    let mut index = 0;
+    while index < len {
+        // SAFETY: within the caller's `len` writable bytes.
+        unsafe { core::ptr::write_volatile(bytes.add(index), 0) };
+        index += 1;
+    }
 }
 
 /// The decision remembered for `ip`'s datagram: its new address, or `None` when it was left

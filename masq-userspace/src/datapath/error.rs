@@ -178,9 +178,15 @@ fn verifier_verdict(log: &str) -> String {
              needed)"
         );
     }
+    // The verifier ends its log with statistics, after the reason.
+    let statistics = |line: &str| {
+        ["processed ", "verification time", "stack depth"]
+            .iter()
+            .any(|prefix| line.starts_with(prefix))
+    };
     log.lines()
         .map(str::trim)
-        .rfind(|line| !line.is_empty())
+        .rfind(|line| !line.is_empty() && !statistics(line))
         .map_or_else(|| "the verifier gave no reason".to_owned(), str::to_owned)
 }
 
@@ -195,7 +201,14 @@ mod tests {
                          1000000) max_states_per_insn 4\n\n";
         assert_eq!(
             verifier_verdict(too_large),
-            "processed 1000001 insns (limit 1000000) max_states_per_insn 4"
+            "BPF program is too large. Processed 1000001 insn"
+        );
+        let stack = "combined stack size of 2 calls is 544. Too large\nverification time 11424 \
+                     usec\nstack depth 488+0\nprocessed 7941 insns (limit 1000000) \
+                     max_states_per_insn 10\n";
+        assert_eq!(
+            verifier_verdict(stack),
+            "combined stack size of 2 calls is 544. Too large"
         );
         let old = "0: (85) call unknown#160\ninvalid func unknown#160\nprocessed 1 insns\n";
         let verdict = verifier_verdict(old);
