@@ -119,10 +119,22 @@ impl SandboxOptions {
     }
 }
 
+impl AttachMode {
+    /// What `--attach-mode auto` uses on the running kernel: tcx from Linux 6.6, tc before. The
+    /// sandboxes of tests that do not name a mode use it, so they also run in the kernel
+    /// matrix's older guests.
+    pub fn native() -> Self {
+        match masq::datapath::attach::AttachMode::best_for_kernel() {
+            masq::datapath::attach::AttachMode::Tcx => Self::Tcx,
+            masq::datapath::attach::AttachMode::Tc => Self::Tc,
+        }
+    }
+}
+
 impl Default for SandboxOptions {
     fn default() -> Self {
         Self {
-            attach_mode: AttachMode::Tcx,
+            attach_mode: AttachMode::native(),
             pods: 2,
             offload: Offload::On,
             outside_mtu: 1500,

@@ -10,6 +10,21 @@ pub enum DatapathError {
     /// The embedded object could not be parsed or its maps created.
     #[error("loading the eBPF object failed: {0}")]
     Load(#[from] EbpfError),
+    /// The kernel refused to create a map for lack of permission: on a kernel that charges
+    /// BPF memory to `RLIMIT_MEMLOCK`, the DaemonSet's capabilities cannot raise the limit.
+    #[error(
+        "the kernel refused to create map {map} (EPERM): it needs CAP_BPF, and a kernel that \
+         charges BPF memory to RLIMIT_MEMLOCK (Linux before 5.11, or a vendor kernel that \
+         still does) also needs the memory under the memlock limit ({memlock}): grant the \
+         container CAP_SYS_RESOURCE, or raise its memlock limit (LimitMEMLOCK=infinity for \
+         the container runtime)"
+    )]
+    MapCreationRefused {
+        /// Which map.
+        map: String,
+        /// The process's memlock limit, as a person reads it.
+        memlock: String,
+    },
     /// The object lacks a map or program this version of masq expects.
     #[error("the eBPF object has no {kind} named {name}")]
     Missing {
@@ -129,6 +144,22 @@ pub enum DatapathError {
 }
 
 impl DatapathError {
+    /// The error of loading the object: a map the kernel refused to create for lack of
+    /// permission is said so, with what to grant.
+    pub(crate) fn loading(error: EbpfError) -> Self {
+        match error {
+            EbpfError::MapError(MapError::CreateError { name, io_error })
+                if io_error.raw_os_error() == Some(libc::EPERM) =>
+            {
+                Self::MapCreationRefused {
+                    map: name,
+                    memlock: memlock_limit(),
+                }
+            }
+            error => Self::Load(error),
+        }
+    }
+
     pub(crate) fn map(operation: &'static str, map: &'static str) -> impl FnOnce(MapError) -> Self {
         move |source| Self::Map {
             operation,
@@ -163,6 +194,15 @@ impl DatapathError {
     }
 }
 
+/// The process's `RLIMIT_MEMLOCK`, for the map-creation error.
+fn memlock_limit() -> String {
+    match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK) {
+        Ok((soft, _)) if soft == nix::sys::resource::RLIM_INFINITY => "unlimited here".to_owned(),
+        Ok((soft, _)) => format!("{} KiB here", soft / 1024),
+        Err(error) => format!("unknown: {error}"),
+    }
+}
+
 /// The verifier's verdict on a program it refused, in one line: the helper the kernel lacks
 /// if that is the reason, else the last line the verifier wrote.
 fn verifier_verdict(log: &str) -> String {
@@ -192,7 +232,25 @@ fn verifier_verdict(log: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::verifier_verdict;
+    use super::*;
+
+    #[test]
+    fn a_map_the_kernel_refuses_to_create_says_what_to_grant() {
+        let refused = DatapathError::loading(EbpfError::MapError(MapError::CreateError {
+            name: "masq_nat_v4".to_owned(),
+            io_error: std::io::Error::from_raw_os_error(libc::EPERM),
+        }))
+        .to_string();
+        assert!(!refused.contains('\n'), "{refused}");
+        assert!(refused.contains("masq_nat_v4"), "{refused}");
+        assert!(refused.contains("RLIMIT_MEMLOCK"), "{refused}");
+        assert!(refused.contains("CAP_SYS_RESOURCE"), "{refused}");
+        let other = DatapathError::loading(EbpfError::MapError(MapError::CreateError {
+            name: "masq_nat_v4".to_owned(),
+            io_error: std::io::Error::from_raw_os_error(libc::ENOMEM),
+        }));
+        assert!(matches!(other, DatapathError::Load(_)), "{other}");
+    }
 
     #[test]
     fn the_verdict_is_the_verifiers_last_line_or_the_missing_helper() {

@@ -145,7 +145,7 @@ impl Datapath {
                 loader.map_pin_path(name, dir.join(name));
             }
         }
-        let mut ebpf = loader.load(object)?;
+        let mut ebpf = loader.load(object).map_err(DatapathError::loading)?;
         for name in PROGRAMS {
             classifier_mut(&mut ebpf, name)?
                 .load()

@@ -172,26 +172,54 @@ const fn datapath(binary: &'static str) -> Step {
 const DATAPATH_V4: Step = datapath("datapath");
 const DATAPATH_V6: Step = datapath("datapath_v6");
 
-/// One end-to-end test of `e2e_datapath`: an agent, namespaces, real traffic.
-const fn e2e(test: &'static [&'static str]) -> Step {
+/// End-to-end tests of one `masq-testbed` binary: an agent, namespaces, real traffic. Tests
+/// that name no attach mode use the kernel's own (tc before 6.6).
+const fn e2e(
+    name: &'static str,
+    binary: &'static str,
+    test: &'static [&'static str],
+    timeout_secs: u64,
+) -> Step {
     Step {
-        name: test[0],
+        name,
         action: Action::Tests {
-            binary: "e2e_datapath",
+            binary,
             args: &["--test-threads", "1"],
             exact: test,
         },
-        timeout_secs: 150,
+        timeout_secs,
     }
 }
 
 /// Through tc filters (`AttachMode::Tc`).
-const E2E_TC: Step = e2e(&["traffic_through_tc_filters_with_checksum_offload_on"]);
+const E2E_TC: Step = e2e(
+    "traffic_through_tc_filters_with_checksum_offload_on",
+    "e2e_datapath",
+    &["traffic_through_tc_filters_with_checksum_offload_on"],
+    150,
+);
 /// Through tcx links (`AttachMode::Tcx`, Linux 6.6 and later).
-const E2E_TCX: Step = e2e(&["traffic_with_checksum_offload_on"]);
+const E2E_TCX: Step = e2e(
+    "traffic_with_checksum_offload_on",
+    "e2e_datapath",
+    &["traffic_with_checksum_offload_on"],
+    150,
+);
+/// Conntrack parity on a node: a hostPort's DNAT, a take-over under a live flow, a SYN flood
+/// against a full table, a renumbered uplink (in the kernel's own attach mode).
+const E2E_CONNTRACK: Step = e2e(
+    "e2e_conntrack",
+    "e2e_conntrack",
+    &[
+        "host_ports_reach_their_pod_tc",
+        "a_take_over_keeps_upstreams_live_flows_and_their_ports",
+        "a_syn_flood_from_one_pod_leaves_the_other_pods_new_connections_working",
+        "a_live_udp_stream_follows_the_uplinks_new_address",
+    ],
+    300,
+);
 
-/// The matrix, in the order it runs. `flows_opened_from_outside_are_answered_by_the_pod` runs
-/// in tcx mode (the sandbox's default), so 6.1 runs only the tc end-to-end test.
+/// The matrix, in the order it runs.
 pub(crate) const MATRIX: &[Series] = &[
     Series {
         name: "6.1",
@@ -201,7 +229,7 @@ pub(crate) const MATRIX: &[Series] = &[
             prefix: "linux-image-6.1.0-",
             suffix: "-amd64",
         },
-        steps: &[CHECK_TC, DATAPATH_V4, DATAPATH_V6, E2E_TC],
+        steps: &[CHECK_TC, DATAPATH_V4, DATAPATH_V6, E2E_TC, E2E_CONNTRACK],
     },
     Series {
         name: "6.12",
@@ -211,7 +239,14 @@ pub(crate) const MATRIX: &[Series] = &[
             prefix: "linux-image-6.12.",
             suffix: "-amd64",
         },
-        steps: &[CHECK_TCX, DATAPATH_V4, DATAPATH_V6, E2E_TCX, E2E_TC],
+        steps: &[
+            CHECK_TCX,
+            DATAPATH_V4,
+            DATAPATH_V6,
+            E2E_TCX,
+            E2E_TC,
+            E2E_CONNTRACK,
+        ],
     },
     Series {
         name: "5.10",
