@@ -67,30 +67,11 @@ pub enum ConntrackError {
 /// Every TCP and UDP flow of `family` (IPv4 or IPv6) that the kernel source-NATs. A kernel
 /// without conntrack (the module not loaded: no netfilter NAT either) has none.
 pub fn source_nat_flows(ipv6: bool) -> Result<Vec<KernelNatFlow>, ConntrackError> {
-    let mut socket = Socket::new(NETLINK_NETFILTER).map_err(ConntrackError::Socket)?;
-    socket.bind_auto().map_err(ConntrackError::Socket)?;
-    socket
-        .connect(&SocketAddr::new(0, 0))
-        .map_err(ConntrackError::Socket)?;
-    let family = if ipv6 {
-        NetfilterProtoFamily::IPv6
-    } else {
-        NetfilterProtoFamily::IPv4
-    };
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
-    let mut request = NetlinkMessage::new(
-        header,
-        NetlinkPayload::from(NetfilterMessage::new(
-            NetfilterHeader::new(family, 0, 0),
-            ConntrackMessage::Get(Vec::new()),
-        )),
-    );
-    request.finalize();
-    let mut buffer = vec![0; request.buffer_len()];
-    request.serialize(&mut buffer);
-    socket.send(&buffer, 0).map_err(ConntrackError::Socket)?;
-
+    let socket = send(
+        family(ipv6),
+        NLM_F_REQUEST | NLM_F_DUMP,
+        ConntrackMessage::Get(Vec::new()),
+    )?;
     let mut flows = Vec::new();
     let mut receive = vec![0; 64 * 1024];
     loop {
@@ -137,16 +118,6 @@ pub fn source_nat_flows(ipv6: bool) -> Result<Vec<KernelNatFlow>, ConntrackError
 /// reverses its replies any more: masq has taken the flow over (see the agent's take-over).
 /// An entry that is already gone is no error.
 pub fn forget(flow: &KernelNatFlow) -> Result<(), ConntrackError> {
-    let mut socket = Socket::new(NETLINK_NETFILTER).map_err(ConntrackError::Socket)?;
-    socket.bind_auto().map_err(ConntrackError::Socket)?;
-    socket
-        .connect(&SocketAddr::new(0, 0))
-        .map_err(ConntrackError::Socket)?;
-    let family = if flow.source.is_ipv6() {
-        NetfilterProtoFamily::IPv6
-    } else {
-        NetfilterProtoFamily::IPv4
-    };
     let original = vec![
         Tuple::Ip(vec![
             IPTuple::SourceAddress(flow.source),
@@ -158,19 +129,11 @@ pub fn forget(flow: &KernelNatFlow) -> Result<(), ConntrackError> {
             ProtoTuple::DestinationPort(flow.destination_port),
         ]),
     ];
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | NLM_F_ACK;
-    let mut request = NetlinkMessage::new(
-        header,
-        NetlinkPayload::from(NetfilterMessage::new(
-            NetfilterHeader::new(family, 0, 0),
-            ConntrackMessage::Delete(vec![ConntrackAttribute::CtaTupleOrig(original)]),
-        )),
-    );
-    request.finalize();
-    let mut buffer = vec![0; request.buffer_len()];
-    request.serialize(&mut buffer);
-    socket.send(&buffer, 0).map_err(ConntrackError::Socket)?;
+    let socket = send(
+        family(flow.source.is_ipv6()),
+        NLM_F_REQUEST | NLM_F_ACK,
+        ConntrackMessage::Delete(vec![ConntrackAttribute::CtaTupleOrig(original)]),
+    )?;
     let mut receive = vec![0; 8192];
     let size = socket
         .recv(&mut &mut receive[..], 0)
@@ -188,6 +151,42 @@ pub fn forget(flow: &KernelNatFlow) -> Result<(), ConntrackError> {
         },
         _ => Ok(()),
     }
+}
+
+/// The netfilter family of IPv6 (or IPv4) flows.
+const fn family(ipv6: bool) -> NetfilterProtoFamily {
+    if ipv6 {
+        NetfilterProtoFamily::IPv6
+    } else {
+        NetfilterProtoFamily::IPv4
+    }
+}
+
+/// Sends one conntrack request, and returns the socket its answer comes on.
+fn send(
+    family: NetfilterProtoFamily,
+    flags: u16,
+    message: ConntrackMessage,
+) -> Result<Socket, ConntrackError> {
+    let mut socket = Socket::new(NETLINK_NETFILTER).map_err(ConntrackError::Socket)?;
+    socket.bind_auto().map_err(ConntrackError::Socket)?;
+    socket
+        .connect(&SocketAddr::new(0, 0))
+        .map_err(ConntrackError::Socket)?;
+    let mut header = NetlinkHeader::default();
+    header.flags = flags;
+    let mut request = NetlinkMessage::new(
+        header,
+        NetlinkPayload::from(NetfilterMessage::new(
+            NetfilterHeader::new(family, 0, 0),
+            message,
+        )),
+    );
+    request.finalize();
+    let mut buffer = vec![0; request.buffer_len()];
+    request.serialize(&mut buffer);
+    socket.send(&buffer, 0).map_err(ConntrackError::Socket)?;
+    Ok(socket)
 }
 
 /// The flow a conntrack entry describes, if the kernel source-NATs it and it is TCP or UDP.
