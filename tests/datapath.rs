@@ -246,16 +246,17 @@ fn traffic_not_belonging_to_a_mapping_is_untouched_on_ingress() {
     let to_node = Packet::tcp("203.0.113.10:443", "192.0.2.1:40000", TCP_SYN | TCP_ACK).frame();
     let out = harness.ingress(&to_node);
     assert_eq!((out.action, out.frame), (Action::Pass, to_node));
-    // Not to the node at all (routed to a pod directly): untouched, though a UDP flow from a
-    // masqueraded address is remembered for the pod's answers.
+    // Not to the node at all (routed to a pod directly): untouched, though a TCP connection
+    // (from its SYN) or a UDP flow from a masqueraded address is remembered for the pod's
+    // answers.
     let to_pod = Packet::tcp("203.0.113.10:53", "10.244.1.5:5353", TCP_SYN).frame();
     let out = harness.ingress(&to_pod);
     assert_eq!((out.action, out.frame), (Action::Pass, to_pod));
     let udp_to_pod = Packet::udp("203.0.113.10:53", "10.244.1.5:5353").frame();
     let out = harness.ingress(&udp_to_pod);
     assert_eq!((out.action, out.frame), (Action::Pass, udp_to_pod));
-    assert_eq!(harness.counter(Counter::IngressPassed), 2);
-    assert_eq!(harness.counter(Counter::IngressInboundTracked), 1);
+    assert_eq!(harness.counter(Counter::IngressPassed), 1);
+    assert_eq!(harness.counter(Counter::IngressInboundTracked), 2);
 }
 
 #[test]
@@ -916,17 +917,44 @@ fn node_traffic_is_untouched_but_reserves_ports_in_the_snat_range() {
     assert_eq!(harness.ingress(&reply).frame, reply);
 }
 
+/// Issue 24, point 5: a pod's segment of a connection masq had no mapping for (it expired, or
+/// the garbage collector raced a refresh) left with the pod's own address. Now a plain ACK is
+/// picked up as a new flow, as conntrack's `tcp_loose` does, and anything else is dropped, as
+/// kube-proxy drops what conntrack finds invalid. Replies of connections opened from outside
+/// still leave untouched: their SYN was tracked at ingress.
 #[test]
-fn tcp_segments_that_cannot_open_a_connection_create_no_mapping() {
+fn tcp_segments_without_a_mapping_are_picked_up_or_dropped_never_leaked() {
     let harness = Harness::new();
-    // A SYN-ACK from a pod answers a connection opened from outside: conntrack would not
-    // masquerade it, and neither does masq.
-    let synack = Packet::tcp("10.244.1.5:8080", "203.0.113.10:50000", TCP_SYN | TCP_ACK).frame();
-    assert_eq!(harness.egress(&synack).frame, synack);
-    let data = Packet::tcp("10.244.1.5:8080", "203.0.113.10:50000", TCP_ACK).frame();
-    assert_eq!(harness.egress(&data).frame, data);
-    assert_eq!(harness.counter(Counter::EgressTcpMidstreamPassed), 2);
-    assert!(harness.nat().is_empty());
+    let ack = Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_ACK).payload(b"data");
+    let out = egress_ok(&harness, &ack);
+    assert_eq!(
+        out.src,
+        node_ip(),
+        "a plain ACK is picked up and masqueraded"
+    );
+    assert_eq!(harness.counter(Counter::TcpPickedUp), 1);
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 1);
+    for flags in [TCP_SYN | TCP_ACK, TCP_FIN | TCP_ACK, TCP_RST] {
+        let segment = Packet::tcp("10.244.2.7:40001", "203.0.113.10:443", flags).frame();
+        assert_eq!(
+            harness.egress(&segment).action,
+            Action::Drop,
+            "flags {flags:#x}: never sent with the pod's address"
+        );
+    }
+    assert_eq!(harness.counter(Counter::EgressDropTcpUnmapped), 3);
+
+    // A connection opened from outside towards a pod's routed address: the SYN is tracked at
+    // ingress, and the pod's answers leave as they are.
+    let syn = Packet::tcp("203.0.113.10:50000", "10.244.1.5:8080", TCP_SYN).frame();
+    assert_eq!(harness.ingress(&syn).frame, syn);
+    assert_eq!(harness.counter(Counter::IngressInboundTracked), 1);
+    for flags in [TCP_SYN | TCP_ACK, TCP_ACK, TCP_FIN | TCP_ACK] {
+        let answer = Packet::tcp("10.244.1.5:8080", "203.0.113.10:50000", flags).frame();
+        let out = harness.egress(&answer);
+        assert_eq!((out.action, &out.frame), (Action::Pass, &answer));
+    }
+    assert_eq!(harness.counter(Counter::EgressInboundReply), 3);
 }
 
 #[test]
@@ -965,6 +993,52 @@ fn tcp_close_is_recorded_for_the_garbage_collector() {
             "{entry:?}"
         );
     }
+}
+
+/// Issue 24, point 5: any RST gave its flow the 10 s reset lifetime, so a spoofed RST that
+/// guessed the node port killed an idle-prone live connection. The endpoint ignores a RST
+/// outside its window and carries on; a RST whose side carries on a refresh interval later is
+/// forgotten, and a real one (after which that side sends nothing) stays.
+#[test]
+fn a_rst_the_endpoint_ignored_does_not_shorten_the_flow() {
+    let harness = Harness::new();
+    let out = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
+    );
+    ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_SYN | TCP_ACK).payload(b"").frame(),
+    );
+    let reply_half_marks = |harness: &Harness| {
+        harness
+            .nat()
+            .into_iter()
+            .find(|(key, _)| key.direction() == Some(Direction::Ingress))
+            .map(|(_, entry)| entry.marks.bits())
+            .expect("reply half")
+    };
+    // A spoofed RST "from the remote": marked, as conntrack cannot know yet either.
+    ingress_ok(&harness, &tcp_reply_to(&out, TCP_RST).frame());
+    assert_ne!(reply_half_marks(&harness) & FLOW_TCP_RST, 0);
+    // The remote carries on: the RST was not its own.
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_ACK).payload(b"still here").frame(),
+    );
+    assert_eq!(
+        reply_half_marks(&harness) & FLOW_TCP_RST,
+        0,
+        "the flow keeps the established lifetime"
+    );
+    // A real RST: nothing follows from that side, so it stays.
+    ingress_ok(&harness, &tcp_reply_to(&out, TCP_RST).frame());
+    egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_ACK),
+    );
+    assert_ne!(reply_half_marks(&harness) & FLOW_TCP_RST, 0);
 }
 
 #[test]

@@ -8,8 +8,8 @@ use aya_ebpf::{
 use masq_common::{
     counters::{ALLOC_CHUNK, Counter, FIRST_ALLOC_ROUND, MIN_ALLOC_ROUND},
     nat::{
-        Direction, FLOW_ANSWERED, FLOW_SEEN, FLOW_TCP_CLOSING, FlowMarks, NatEntry, NatKey,
-        ORIGIN_HOST, ORIGIN_INBOUND, PortSearch, proto,
+        Direction, FLOW_ANSWERED, FLOW_SEEN, FLOW_TCP_CLOSING, FLOW_TCP_RST, FlowMarks, NatEntry,
+        NatKey, ORIGIN_HOST, ORIGIN_INBOUND, PortSearch, proto,
     },
     settings::Settings,
 };
@@ -80,6 +80,14 @@ pub(crate) fn lookup<A: Family>(
     }
     let now = now_ns();
     if refresh_due(observed, marked, entry, now) {
+        // A RST marked on this half, and this side carries on a refresh interval later: the
+        // endpoint ignored it (a RST outside its window, spoofed by someone who guessed the
+        // port), so the flow keeps its lifetime. A real RST ends its side's packets: none
+        // clears it. conntrack checks the window instead; masq keeps no sequence numbers,
+        // which would cost a write per packet.
+        if marked & FLOW_TCP_RST != 0 && observed & FLOW_TCP_RST == 0 {
+            unmark(&mut entry.marks, FLOW_TCP_RST);
+        }
         mark(&mut entry.marks, observed);
         entry.last_seen_ns = now;
         ensure_peer(key, entry);
@@ -721,8 +729,8 @@ fn reserve_for_node<A: Family>(node_ip: A) -> Result<(), AllocError> {
     Ok(())
 }
 
-/// Remembers a UDP flow that a masqueraded address opened towards a pod; `key` is the tuple
-/// the pod's replies will carry on egress. The replies are then recognised and left alone, as
+/// Remembers a UDP flow (or, from its SYN, a TCP connection) that a masqueraded address opened
+/// towards a pod; `key` is the tuple the pod's replies will carry on egress. The replies are then recognised and left alone, as
 /// conntrack would treat them, instead of being masqueraded as new flows. Flows from
 /// non-masquerade addresses need nothing: their replies are exempt anyway. Returns whether a
 /// new flow was recorded.

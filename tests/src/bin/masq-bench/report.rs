@@ -306,8 +306,9 @@ fn side_by_side(results: &Results, out: &mut String) {
          noise. New flows: {} single runs per datapath, interleaved frame by frame, medians less \
          what timing a single run of a frame the programs only parse costs; first into tables \
          filled to all but {} flows (every one of them got a mapping), then into full tables, \
-         where the hash table refuses a new flow and an LRU table evicts an entry (half of some \
-         flow) to admit it (\"in\": how many got a mapping). An LRU table with per-CPU lists \
+         where the production hash table admits a new flow by evicting one never answered (the \
+         fill's flows are; an answered flow it would refuse instead) and an LRU table evicts an \
+         entry (half of some flow) to admit it (\"in\": how many got a mapping). An LRU table with per-CPU lists \
          gives each core its share of the capacity, and one core fills it here, so its \
          \"nearly full\" flows already evict.\n",
         side_by_side.nat_entries,
