@@ -1266,8 +1266,8 @@ mod tests {
     fn translations_follow_the_mappings_seen() {
         let model = mapped();
         let ack = Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_ACK).frame();
-        // The mapping was lost: the packet was dropped rather than translated.
-        let moved = [(Counter::EgressDropTcpUnmapped, 1)];
+        // The flow is mapped, yet the packet went out untranslated.
+        let moved = [(Counter::EgressExemptCidr, 1)];
         assert_eq!(
             kinds(Direction::Egress, &ack, &ack, &moved, &model),
             [Kind::Missed]
