@@ -604,12 +604,18 @@ fn the_iptables_backend_masquerades_the_same_destinations_and_ebpf_takes_over(at
 }
 
 in_both_attach_modes! {
-fn incompatible_pinned_state_is_refused_unless_replacement_is_requested(attach_mode) {
-    let sandbox = Sandbox::new("inc", SandboxOptions::in_mode(attach_mode));
+/// A version that counts other datapath events pinned counters maps of another size: they are
+/// replaced by empty ones, and everything else (flows first) is adopted.
+fn counters_of_another_version_are_replaced_and_flows_kept(attach_mode) {
+    let sandbox = Sandbox::new("ctrs", SandboxOptions::in_mode(attach_mode));
     let absent = format!("/tmp/{}-absent", sandbox.tag);
     let mut agent = Agent::start(&sandbox, &["--config", &absent]);
+    let _server = tcp_server(&sandbox.outside, any(8080));
+    let mut held = sandbox
+        .pod(1)
+        .enter(|| HeldConnection::open(outside(8080), "held", None, TIMEOUT))
+        .expect("a connection before the restart");
     agent.kill();
-    // Pretend an older masq pinned a counters map of another size.
     let counters = agent.pin_path().join("masq_counters");
     fs::remove_file(&counters).unwrap();
     let created = std::process::Command::new("bpftool")
@@ -635,6 +641,46 @@ fn incompatible_pinned_state_is_refused_unless_replacement_is_requested(attach_m
         "{}",
         String::from_utf8_lossy(&created.stderr)
     );
+    agent.relaunch(&["--config", &absent]);
+    agent.wait_ready();
+    assert!(agent.log().contains("counters start again from zero"), "{}", agent.log());
+    held.echo("after the upgrade").expect("the live flow survives the upgrade");
+}
+}
+
+in_both_attach_modes! {
+fn incompatible_pinned_state_is_refused_unless_replacement_is_requested(attach_mode) {
+    let sandbox = Sandbox::new("inc", SandboxOptions::in_mode(attach_mode));
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let mut agent = Agent::start(&sandbox, &["--config", &absent]);
+    agent.kill();
+    // Pretend an older masq pinned a fragment table of another size: a map whose shape the
+    // programs depend on.
+    let frags = agent.pin_path().join("masq_frags_v4");
+    fs::remove_file(&frags).unwrap();
+    let created = std::process::Command::new("bpftool")
+        .args([
+            "map",
+            "create",
+            frags.to_str().unwrap(),
+            "type",
+            "lru_hash",
+            "key",
+            "16",
+            "value",
+            "16",
+            "entries",
+            "3",
+            "name",
+            "masq_frags_v4",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
 
     agent.relaunch(&["--config", &absent]);
     let status = agent
@@ -643,7 +689,7 @@ fn incompatible_pinned_state_is_refused_unless_replacement_is_requested(attach_m
     assert!(!status.success());
     let log = agent.log();
     assert!(
-        log.contains("incompatible layout") && log.contains("masq_counters holds 3 entries"),
+        log.contains("incompatible layout") && log.contains("masq_frags_v4 holds 3 entries"),
         "{log}"
     );
 
