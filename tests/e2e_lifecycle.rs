@@ -603,6 +603,24 @@ fn the_iptables_backend_masquerades_the_same_destinations_and_ebpf_takes_over(at
 }
 }
 
+/// Replaces the agent's pinned map `name` by an empty one of `map_type` with the given key and
+/// value sizes and 3 entries, as an older masq would have pinned it.
+fn replace_pinned_map(agent: &Agent, name: &str, map_type: &str, key: u32, value: u32) {
+    let pin = agent.pin_path().join(name);
+    fs::remove_file(&pin).unwrap();
+    let (key, value) = (key.to_string(), value.to_string());
+    let created = std::process::Command::new("bpftool")
+        .args(["map", "create", pin.to_str().unwrap(), "type", map_type])
+        .args(["key", &key, "value", &value, "entries", "3", "name", name])
+        .output()
+        .unwrap();
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+}
+
 in_both_attach_modes! {
 /// A version that counts other datapath events pinned counters maps of another size: they are
 /// replaced by empty ones, and everything else (flows first) is adopted.
@@ -616,31 +634,7 @@ fn counters_of_another_version_are_replaced_and_flows_kept(attach_mode) {
         .enter(|| HeldConnection::open(outside(8080), "held", None, TIMEOUT))
         .expect("a connection before the restart");
     agent.kill();
-    let counters = agent.pin_path().join("masq_counters");
-    fs::remove_file(&counters).unwrap();
-    let created = std::process::Command::new("bpftool")
-        .args([
-            "map",
-            "create",
-            counters.to_str().unwrap(),
-            "type",
-            "percpu_array",
-            "key",
-            "4",
-            "value",
-            "8",
-            "entries",
-            "3",
-            "name",
-            "masq_counters",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        created.status.success(),
-        "{}",
-        String::from_utf8_lossy(&created.stderr)
-    );
+    replace_pinned_map(&agent, "masq_counters", "percpu_array", 4, 8);
     agent.relaunch(&["--config", &absent]);
     agent.wait_ready();
     assert!(agent.log().contains("counters start again from zero"), "{}", agent.log());
@@ -656,31 +650,7 @@ fn incompatible_pinned_state_is_refused_unless_replacement_is_requested(attach_m
     agent.kill();
     // Pretend an older masq pinned a fragment table of another size: a map whose shape the
     // programs depend on.
-    let frags = agent.pin_path().join("masq_frags_v4");
-    fs::remove_file(&frags).unwrap();
-    let created = std::process::Command::new("bpftool")
-        .args([
-            "map",
-            "create",
-            frags.to_str().unwrap(),
-            "type",
-            "lru_hash",
-            "key",
-            "16",
-            "value",
-            "16",
-            "entries",
-            "3",
-            "name",
-            "masq_frags_v4",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        created.status.success(),
-        "{}",
-        String::from_utf8_lossy(&created.stderr)
-    );
+    replace_pinned_map(&agent, "masq_frags_v4", "lru_hash", 16, 16);
 
     agent.relaunch(&["--config", &absent]);
     let status = agent
