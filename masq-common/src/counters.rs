@@ -44,10 +44,9 @@ counters! {
     EgressExemptLinkLocal = "egress_exempt_link_local",
     /// Egress packets sent by the node itself, left alone.
     EgressHostPassed = "egress_host_passed",
-    /// Egress TCP segments of a pod's connection masq has no mapping for that are not a plain
-    /// ACK (a SYN-ACK, FIN or RST): dropped rather than sent with the pod's address. conntrack
-    /// finds them invalid (it picks up only plain ACKs), and kube-proxy drops invalid packets.
-    EgressDropTcpUnmapped = "egress_drop_tcp_unmapped",
+    /// Egress TCP packets without a mapping that do not open a connection (for example replies
+    /// of connections opened from outside), left alone as conntrack would.
+    EgressTcpMidstreamPassed = "egress_tcp_midstream_passed",
     /// Egress packets of the node's own flows that use a port in the SNAT range (tracked).
     EgressHostTracked = "egress_host_tracked",
     /// Egress packets of UDP flows opened from outside, and ICMP errors about such flows, left
@@ -119,10 +118,6 @@ counters! {
     /// Inbound UDP flows (towards a pod) the pod never answered, evicted from a full NAT table
     /// to admit a new flow.
     NatEvictedInbound = "nat_evicted_inbound",
-    /// A pod's TCP connection already under way that masq had no mapping for (it expired, or
-    /// was lost), picked up from a plain ACK as a new flow, as conntrack's `tcp_loose` does,
-    /// rather than sent with the pod's address. Counted besides the packet's outcome.
-    TcpPickedUp = "tcp_picked_up",
 }
 
 /// Number of counters, the size of the counters map.

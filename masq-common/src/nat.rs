@@ -124,10 +124,9 @@ pub const ORIGIN_POD: u8 = 0;
 /// The flow was started by the node itself with a port inside the SNAT range; it is tracked so
 /// that no pod flow is given the same port towards the same remote endpoint.
 pub const ORIGIN_HOST: u8 = 1;
-/// A UDP flow or TCP connection opened from outside towards a pod (routed to the pod's address
-/// directly). Only an egress entry exists, translating to the pod's own address and port: it
-/// makes the pod's replies leave untouched, as conntrack would, instead of being masqueraded
-/// as new flows.
+/// A UDP flow opened from outside towards a pod (routed to the pod's address directly). Only
+/// an egress entry exists, translating to the pod's own address and port: it makes the pod's
+/// replies leave untouched, as conntrack would, instead of being masqueraded as new flows.
 pub const ORIGIN_INBOUND: u8 = 2;
 
 /// The `FLOW_*` bits of a half, one byte per bit (byte `i` is 1 when bit `1 << i` was seen).

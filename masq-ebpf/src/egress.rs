@@ -181,21 +181,9 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
             None => ORIGIN_POD,
         }
     };
-    // A segment of a connection under way that masq has no mapping for: its mapping expired
-    // or was lost (replies of connections opened from outside found their inbound entry
-    // above). conntrack's `tcp_loose` picks such a connection up from a plain ACK, and
-    // MASQUERADE translates it; anything else is invalid to conntrack, and kube-proxy drops
-    // invalid packets. A pod's segment is never sent with the pod's address.
     if ip.protocol == proto::TCP && !tcp_opens {
-        if !transport.tcp_loose {
-            if origin == ORIGIN_HOST {
-                count_in::<A>(Counter::EgressHostPassed);
-                return Verdict::Pass;
-            }
-            count_in::<A>(Counter::EgressDropTcpUnmapped);
-            return Verdict::Drop;
-        }
-        count_in::<A>(Counter::TcpPickedUp);
+        count_in::<A>(Counter::EgressTcpMidstreamPassed);
+        return Verdict::Pass;
     }
     allocator::hand_over(ctx, &key, node_ip, origin, flow_flags);
     // Only reached when the tail call failed: the allocator is not in its slot.

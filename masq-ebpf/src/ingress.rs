@@ -9,7 +9,7 @@ use aya_log_ebpf::debug;
 use masq_common::{
     counters::Counter,
     layout::PROG_SLOT_INGRESS_V6,
-    nat::{Direction, FLOW_TCP_CLOSING, FLOW_TCP_SYN, NatKey, proto},
+    nat::{Direction, NatKey, proto},
 };
 
 use crate::{
@@ -73,22 +73,9 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
     // Replies come back to the address of the interface they arrive on, as with MASQUERADE on
     // a node whose routing is symmetric.
     if ip.dst != node_ip {
-        // Routed to a pod directly. A flow from a masqueraded address is remembered so the
-        // pod's answers are not masqueraded as new flows: a UDP flow from its first datagram,
-        // a TCP connection from its SYN (whose close is marked too, for the garbage collector).
-        if ip.protocol == proto::TCP
-            && !ip.is_later_fragment()
-            && let Some((src, dst, flags)) = packet::tcp_segment(ctx, &ip)
-        {
-            let key = NatKey::new(ip.dst, ip.src, dst, src, proto::TCP, Direction::Egress);
-            if flags & FLOW_TCP_SYN != 0 && nat::track_inbound(&key) {
-                count_in::<A>(Counter::IngressInboundTracked);
-                return Verdict::Pass;
-            }
-            if flags & FLOW_TCP_CLOSING != 0 {
-                let _ = nat::lookup(&key, flags, false);
-            }
-        }
+        // Routed to a pod directly. A UDP flow from a masqueraded address is remembered so the
+        // pod's answers are not masqueraded as new flows (TCP needs nothing: only a SYN opens
+        // a mapping).
         if ip.protocol == proto::UDP
             && !ip.is_later_fragment()
             && let Some((src, dst)) = packet::udp_ports(ctx, &ip)

@@ -729,8 +729,8 @@ fn reserve_for_node<A: Family>(node_ip: A) -> Result<(), AllocError> {
     Ok(())
 }
 
-/// Remembers a UDP flow (or, from its SYN, a TCP connection) that a masqueraded address opened
-/// towards a pod; `key` is the tuple the pod's replies will carry on egress. The replies are then recognised and left alone, as
+/// Remembers a UDP flow that a masqueraded address opened towards a pod; `key` is the tuple
+/// the pod's replies will carry on egress. The replies are then recognised and left alone, as
 /// conntrack would treat them, instead of being masqueraded as new flows. Flows from
 /// non-masquerade addresses need nothing: their replies are exempt anyway. Returns whether a
 /// new flow was recorded.

@@ -492,22 +492,6 @@ pub(crate) fn udp_ports<A>(ctx: &TcContext, ip: &Ip<A>) -> Option<(u16, u16)> {
     ))
 }
 
-/// A TCP segment's ports (source, destination) and its `FLOW_TCP_*` bits, read without the
-/// rest of [`transport`] (for segments routed to a pod).
-#[inline(always)]
-pub(crate) fn tcp_segment<A>(ctx: &TcContext, ip: &Ip<A>) -> Option<(u16, u16, u8)> {
-    if ip.l4_len < 20 {
-        return None;
-    }
-    let ports = read::<[u8; 4]>(ctx, ip.l4_off)?;
-    let [_, raw] = read::<[u8; 2]>(ctx, ip.l4_off + 12)?;
-    Some((
-        u16::from_be_bytes([ports[0], ports[1]]),
-        u16::from_be_bytes([ports[2], ports[3]]),
-        tcp_flow_flags(raw),
-    ))
-}
-
 /// What kind of transport a packet carries.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -539,9 +523,6 @@ pub(crate) struct Transport {
     pub(crate) tcp_flags: u8,
     /// A TCP SYN without ACK: the only segment that may open a connection.
     pub(crate) tcp_opens: bool,
-    /// A plain TCP ACK (no SYN, FIN or RST): what conntrack's `tcp_loose` picks up as a
-    /// connection already under way when it has no entry for it.
-    pub(crate) tcp_loose: bool,
 }
 
 impl Transport {
@@ -553,7 +534,6 @@ impl Transport {
             request: false,
             tcp_flags: 0,
             tcp_opens: false,
-            tcp_loose: false,
         }
     }
 
@@ -599,24 +579,22 @@ pub(crate) fn transport<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Result<Transp
                 return Err(());
             }
             let ports = read::<[u8; 4]>(ctx, ip.l4_off).ok_or(())?;
-            let (tcp_flags, tcp_opens, tcp_loose) = if ip.protocol == proto::TCP {
+            let (tcp_flags, tcp_opens) = if ip.protocol == proto::TCP {
                 // Two bytes (data offset and flags) for one: LLVM turns a one-byte bounds
                 // check into a comparison the verifier does not accept as proof of the byte.
                 let [_, raw] = read::<[u8; 2]>(ctx, ip.l4_off + 12).ok_or(())?;
                 (
                     tcp_flow_flags(raw),
                     raw & (TCP_SYN | TCP_ACK | TCP_RST) == TCP_SYN,
-                    raw & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) == TCP_ACK,
                 )
             } else {
-                (0, false, false)
+                (0, false)
             };
             Ok(Transport {
                 src: u16::from_be_bytes([ports[0], ports[1]]),
                 dst: u16::from_be_bytes([ports[2], ports[3]]),
                 tcp_flags,
                 tcp_opens,
-                tcp_loose,
                 ..Transport::of(Kind::Ports)
             })
         }

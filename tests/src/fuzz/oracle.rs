@@ -59,6 +59,7 @@ pub const UNTOUCHED: &[Counter] = &[
     Counter::EgressExemptCidr,
     Counter::EgressExemptLinkLocal,
     Counter::EgressHostPassed,
+    Counter::EgressTcpMidstreamPassed,
     // Replies of flows opened from outside "translate" to the pod's own address and port.
     Counter::EgressInboundReply,
     Counter::EgressFragmentPassed,
@@ -97,8 +98,6 @@ pub const DROPS: &[Counter] = &[
     Counter::EgressDropTableFull,
     Counter::EgressDropRewriteFailed,
     Counter::IngressDropRewriteFailed,
-    // A pod's SYN-ACK, FIN or RST of a connection masq has no mapping for.
-    Counter::EgressDropTcpUnmapped,
     // A packet to be masqueraded on an uplink without IPv4 (never in the fuzzer's uplinks).
     Counter::EgressDropNoAddress,
 ];
@@ -111,7 +110,6 @@ pub const EVENTS: &[Counter] = &[
     Counter::NatEvictedTcpUnanswered,
     Counter::NatEvictedUnassured,
     Counter::NatEvictedInbound,
-    Counter::TcpPickedUp,
 ];
 
 /// Where a byte that must not change sits.
@@ -296,12 +294,10 @@ fn outcome(
         if node_takes_over && (*counter, *by) == (Counter::MappingConflict, 1) {
             continue;
         }
-        // A pod's plain ACK without a mapping is picked up as a new flow (tcp_loose), and a
-        // new flow into a full table evicts an unanswered one: events beside the outcome.
+        // A new flow into a full table evicts an unanswered one: an event beside the outcome.
         let accompanies_new_flow = matches!(
             counter,
-            Counter::TcpPickedUp
-                | Counter::NatEvictedTcpUnanswered
+            Counter::NatEvictedTcpUnanswered
                 | Counter::NatEvictedUnassured
                 | Counter::NatEvictedInbound
         );
@@ -1346,7 +1342,7 @@ mod tests {
             DatagramKey::of(&ip),
             FirstFragment {
                 left_with: Some([10, 244, 1, 5]),
-                counter: Some(Counter::EgressDropTcpUnmapped),
+                counter: Some(Counter::EgressTcpMidstreamPassed),
             },
         );
         let mut translated = later.clone();
