@@ -134,6 +134,7 @@ impl Plan<'_> {
         let mut script = String::new();
         let r = GUEST_RESULTS;
         let kmod = quote_path(self.kmod);
+        let workspace = quote_path(self.workspace);
         let _ = write!(
             script,
             r#"#!/bin/sh
@@ -144,8 +145,12 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t bpf bpf /sys/fs/bpf
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+# The checkout may live under /tmp or /run (CI clones anywhere): keep it visible through the
+# guest's own tmpfs there.
+mkdir -p /mnt/masq-workspace && mount --bind {workspace} /mnt/masq-workspace
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs -o mode=0755 tmpfs /run
+mkdir -p {workspace} && mount --bind /mnt/masq-workspace {workspace}
 mkdir -p /dev/shm /dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 mount -t devpts devpts /dev/pts
