@@ -11,15 +11,11 @@ use masq::{
         attach::AttachMode,
         object::{Datapath, LoadOptions},
     },
-    node::kernel::{Kernel, supported_kernel},
+    node::kernel::{Kernel, VERIFIER_LIMIT, supported_kernel},
 };
 use serde::Serialize;
 
 use super::{OutputFormat, check_config::fail};
-
-/// The verifier's limit on instructions processed per program (`BPF_COMPLEXITY_LIMIT_INSNS`,
-/// the same on every kernel masq supports).
-pub(crate) const VERIFIER_LIMIT: u32 = 1_000_000;
 
 /// NAT table entries of the trial load: the programs are the same whatever the table's size,
 /// and a small table keeps the check from taking the agent's memory.

@@ -17,7 +17,10 @@ use masq::{
         maps::DatapathMaps,
         pins::{DEFAULT_PIN_PATH, Hook, PinDir},
     },
-    node::{kernel::Kernel, reserved_ports::DEFAULT_SYSCTL_DIR},
+    node::{
+        kernel::{Kernel, VERIFIER_LIMIT},
+        reserved_ports::DEFAULT_SYSCTL_DIR,
+    },
 };
 use masq_common::{
     layout::{MapMeta, NOMASQ_KIND_LINK_LOCAL},
@@ -309,7 +312,7 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             .collect();
         writeln!(
             out,
-            "programs:     verified instructions (limit 1000000): {}",
+            "programs:     verified instructions (limit {VERIFIER_LIMIT}): {}",
             sizes.join(", ")
         )?;
     }

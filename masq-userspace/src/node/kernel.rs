@@ -12,6 +12,10 @@ pub const MINIMUM: KernelVersion = KernelVersion {
     minor: 11,
 };
 
+/// The verifier's limit on instructions processed per program (`BPF_COMPLEXITY_LIMIT_INSNS`,
+/// the same on every kernel masq supports).
+pub const VERIFIER_LIMIT: u32 = 1_000_000;
+
 /// What a kernel older than [`MINIMUM`] lacks, for the refusal.
 const MISSING_BELOW_MINIMUM: &str = "the bpf_ktime_get_coarse_ns helper that dates every flow, \
      and BPF memory charged to the memory cgroup (older kernels charge it to RLIMIT_MEMLOCK, \

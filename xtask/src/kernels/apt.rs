@@ -402,16 +402,12 @@ pub(crate) fn fetch(
         };
         if let Some(candidate) = candidate {
             let dir = build_dir(store, &candidate.package, &candidate.version);
-            if dir.is_dir() {
-                prune(store, &dir);
-                return Ok(Extracted {
-                    package: candidate.package,
-                    version: candidate.version,
-                    origin: candidate.origin,
-                    root: dir,
-                });
-            }
-            match download_and_extract(apt, store, &candidate, &dir, prepare) {
+            let ready = if dir.is_dir() {
+                Ok(())
+            } else {
+                download_and_extract(apt, store, &candidate, &dir, prepare)
+            };
+            match ready {
                 Ok(()) => {
                     prune(store, &dir);
                     return Ok(Extracted {
