@@ -8,9 +8,10 @@ use masq_common::{
     layout::NOMASQ_KIND_CIDR,
     nat::{
         Direction, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, FlowMarks, NatEntryV4, NatKeyV4,
-        ORIGIN_HOST,
+        ORIGIN_HOST, SeqLow, proto,
     },
     ports::PortRange,
+    timeouts::FlowTimeouts,
 };
 use masq_testbed::{
     check::Ipv4View,
@@ -940,7 +941,8 @@ fn tcp_close_is_recorded_for_the_garbage_collector() {
         &harness,
         &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_FIN | TCP_ACK),
     );
-    ingress_ok(&harness, &tcp_reply_to(&out, TCP_RST).frame());
+    // At the pod's last acknowledgement: a RST the window check lets in.
+    ingress_ok(&harness, &tcp_reply_to(&out, TCP_RST).seq(2000).frame());
     let table = harness.nat();
     let egress = table
         .iter()
@@ -1011,6 +1013,146 @@ fn a_rst_the_endpoint_ignored_does_not_shorten_the_flow() {
         &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_ACK),
     );
     assert_ne!(reply_half_marks(&harness) & FLOW_TCP_RST, 0);
+}
+
+/// Issue 24, point 5: any RST or FIN from the remote moved its flow to the 10 s / 120 s
+/// lifetimes, so a spoofed RST that guessed the node port ended a connection left idle for
+/// 10 s. conntrack checks RSTs and FINs against the window it tracks; masq checks them against
+/// the pod's last acknowledgement (`RST_WINDOW`, `FIN_WINDOW`).
+#[test]
+fn a_rst_or_fin_outside_the_pods_window_does_not_shorten_the_flow() {
+    let harness = Harness::new();
+    let pod = "10.244.1.5:40000";
+    let out = egress_ok(
+        &harness,
+        &Packet::tcp(pod, "203.0.113.10:443", TCP_SYN).seq(7_000),
+    );
+    ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_SYN | TCP_ACK)
+            .seq(0x00ab_0000)
+            .ack(7_001)
+            .payload(b"")
+            .frame(),
+    );
+    // The pod acknowledges the remote's SYN: what the remote's next RST must match.
+    let acked: u32 = 0x00ab_0001;
+    egress_ok(
+        &harness,
+        &Packet::tcp(pod, "203.0.113.10:443", TCP_ACK)
+            .seq(7_001)
+            .ack(acked)
+            .payload(b""),
+    );
+    let flow = |harness: &Harness| {
+        let table = harness.nat();
+        let half = |direction| {
+            table
+                .iter()
+                .find(|(key, _)| key.direction() == Some(direction))
+                .map(|(_, entry)| *entry)
+                .expect("both halves")
+        };
+        (half(Direction::Egress), half(Direction::Ingress))
+    };
+    let lifetime = |harness: &Harness| {
+        let (egress, ingress) = flow(harness);
+        FlowTimeouts::LINUX_DEFAULTS.idle_limit(proto::TCP, &egress, &ingress)
+    };
+    assert_eq!(flow(&harness).0.ack_low, SeqLow::of(acked));
+    assert_eq!(
+        lifetime(&harness),
+        FlowTimeouts::LINUX_DEFAULTS.tcp_established
+    );
+
+    // Spoofed: a RST far past the window, one just before the acknowledgement (conntrack's
+    // "invalid rst"), a FIN half the sequence space away. Each is delivered to the pod
+    // (whose stack ignores it) and counted; the flow keeps its lifetime.
+    for spoofed in [
+        tcp_reply_to(&out, TCP_RST).seq(acked + (1 << 20)),
+        tcp_reply_to(&out, TCP_RST | TCP_ACK)
+            .seq(acked - 1)
+            .ack(7_001),
+        tcp_reply_to(&out, TCP_FIN | TCP_ACK)
+            .seq(acked + (1 << 23))
+            .ack(7_001),
+    ] {
+        let delivered = ingress_ok(&harness, &spoofed.frame());
+        assert_eq!(delivered.dst.to_string(), POD);
+    }
+    assert_eq!(harness.counter(Counter::TcpCloseOutOfWindow), 3);
+    assert_eq!(
+        flow(&harness).1.marks.bits() & (FLOW_TCP_FIN | FLOW_TCP_RST),
+        0
+    );
+    assert_eq!(
+        lifetime(&harness),
+        FlowTimeouts::LINUX_DEFAULTS.tcp_established
+    );
+
+    // The remote's own FIN, a segment of data ahead of what the pod acknowledged: counted.
+    ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_FIN | TCP_ACK)
+            .seq(acked + 1_400)
+            .ack(7_001)
+            .frame(),
+    );
+    assert_eq!(lifetime(&harness), FlowTimeouts::LINUX_DEFAULTS.tcp_closing);
+    // And a RST ending data still in flight towards the pod: the flow is over.
+    ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_RST).seq(acked + 1_500).frame(),
+    );
+    assert_eq!(lifetime(&harness), FlowTimeouts::LINUX_DEFAULTS.tcp_reset);
+    assert_eq!(harness.counter(Counter::TcpCloseOutOfWindow), 3);
+}
+
+/// The pod's acknowledgement is recorded as it moves, and a SYN reopening the tuple clears it:
+/// the refused connection's RST (sequence 0) must end the new attempt, not be checked against
+/// the old connection's numbers.
+#[test]
+fn a_reopened_tuple_forgets_the_old_connections_acknowledgement() {
+    let harness = Harness::new();
+    let pod = "10.244.1.5:40000";
+    let out = egress_ok(&harness, &Packet::tcp(pod, "203.0.113.10:443", TCP_SYN));
+    ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_SYN | TCP_ACK)
+            .seq(50)
+            .payload(b"")
+            .frame(),
+    );
+    for ack in [51, 1_000_051] {
+        egress_ok(
+            &harness,
+            &Packet::tcp(pod, "203.0.113.10:443", TCP_ACK).ack(ack),
+        );
+        let egress_half = harness
+            .nat()
+            .into_iter()
+            .find(|(key, _)| key.direction() == Some(Direction::Egress))
+            .map(|(_, entry)| entry)
+            .expect("egress half");
+        assert_eq!(egress_half.ack_low, SeqLow::of(ack));
+    }
+    egress_ok(
+        &harness,
+        &Packet::tcp(pod, "203.0.113.10:443", TCP_FIN | TCP_ACK).ack(1_000_051),
+    );
+    egress_ok(&harness, &Packet::tcp(pod, "203.0.113.10:443", TCP_SYN));
+    ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_RST | TCP_ACK).seq(0).frame(),
+    );
+    assert_eq!(harness.counter(Counter::TcpCloseOutOfWindow), 0);
+    let reply_half = harness
+        .nat()
+        .into_iter()
+        .find(|(key, _)| key.direction() == Some(Direction::Ingress))
+        .map(|(_, entry)| entry)
+        .expect("reply half");
+    assert_ne!(reply_half.marks.bits() & FLOW_TCP_RST, 0);
 }
 
 #[test]
@@ -1274,6 +1416,83 @@ fn the_ipv6_trie_is_diff_synced_like_the_ipv4_one() {
             unchanged: 2
         }
     );
+}
+
+/// Issue 24, point 5: the collector re-read an expired flow ("still expired") and then deleted
+/// it; a packet between the two refreshed the flow, which lost its mapping all the same and
+/// went on mid-stream without one. Now the halves are taken out with their values at that
+/// instant, and a flow a packet refreshed after the judgement (from either end) is put back.
+#[test]
+fn the_collector_keeps_a_flow_a_packet_refreshed_after_it_was_judged() {
+    use masq::datapath::gc;
+
+    let mut harness = Harness::new();
+    let pod = "10.244.1.5:40000";
+    let out = egress_ok(&harness, &Packet::tcp(pod, "203.0.113.10:443", TCP_SYN));
+    ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_SYN | TCP_ACK).payload(b"").frame(),
+    );
+    let halves = |harness: &Harness| {
+        let table = harness.nat();
+        let key = |direction| {
+            table
+                .iter()
+                .find(|(key, _)| key.direction() == Some(direction))
+                .map(|(key, _)| *key)
+        };
+        (key(Direction::Egress), key(Direction::Ingress))
+    };
+    let (Some(egress_key), Some(ingress_key)) = halves(&harness) else {
+        panic!("the flow has two halves: {:?}", harness.nat());
+    };
+    // The collector's clock: the flow idle for longer than an established flow may be.
+    let timeouts = FlowTimeouts::LINUX_DEFAULTS;
+    let judge = |harness: &Harness| {
+        let late = gc::monotonic_now_ns() + timeouts.tcp_established + 1_000_000_000;
+        gc::judge(
+            &harness.datapath.maps,
+            &egress_key,
+            Some(&ingress_key),
+            &timeouts,
+            late,
+        )
+        .expect("judging")
+        .expect("expired by the collector's clock")
+    };
+    let pod_packet = Packet::tcp(pod, "203.0.113.10:443", TCP_ACK).payload(b"more");
+    let reply_packet = tcp_reply_to(&out, TCP_ACK).seq(1_000).payload(b"more");
+
+    // A packet a refresh interval after the last refresh writes to its half. Between the
+    // judgement and the removal: the pod's, then (another round) the remote's.
+    let from_the_pod = |harness: &Harness| drop(egress_ok(harness, &pod_packet));
+    let from_the_remote = |harness: &Harness| drop(ingress_ok(harness, &reply_packet.frame()));
+    let refreshes: [&dyn Fn(&Harness); 2] = [&from_the_pod, &from_the_remote];
+    for refresh in refreshes {
+        std::thread::sleep(std::time::Duration::from_millis(1_100));
+        let judged = judge(&harness);
+        refresh(&harness);
+        assert!(
+            !gc::retire(&mut harness.datapath.maps, &judged).expect("retiring"),
+            "a refreshed flow was removed"
+        );
+        assert_eq!(
+            halves(&harness),
+            (Some(egress_key), Some(ingress_key)),
+            "both halves are back"
+        );
+        let next = egress_ok(&harness, &pod_packet);
+        assert_eq!(
+            (next.src, next.src_port()),
+            (out.src, out.src_port()),
+            "the flow keeps its mapping"
+        );
+    }
+
+    // Without a packet in between, the judgement stands.
+    let judged = judge(&harness);
+    assert!(gc::retire(&mut harness.datapath.maps, &judged).expect("retiring"));
+    assert!(harness.nat().is_empty(), "{:?}", harness.nat());
 }
 
 /// Expired IPv6 flows are collected by the same collector as IPv4 ones, and live ones stay.

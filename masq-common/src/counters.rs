@@ -118,6 +118,10 @@ counters! {
     /// Inbound UDP flows (towards a pod) the pod never answered, evicted from a full NAT table
     /// to admit a new flow.
     NatEvictedInbound = "nat_evicted_inbound",
+    /// TCP RSTs and FINs from a remote end outside the window of what the local end has
+    /// acknowledged (spoofed, or stale): delivered, but the flow keeps its lifetime, as
+    /// conntrack ignores them.
+    TcpCloseOutOfWindow = "tcp_close_out_of_window",
 }
 
 /// Number of counters, the size of the counters map.

@@ -138,30 +138,74 @@ pub const ORIGIN_INBOUND: u8 = 2;
 /// concurrent stores to different bytes cannot undo each other.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FlowMarks(pub [u8; 8]);
+pub struct FlowMarks(pub [u8; 5]);
 
 impl FlowMarks {
     /// Marks with the given `FLOW_*` bits set.
     #[inline(always)]
     pub const fn from_bits(bits: u8) -> Self {
-        let mut bytes = [0; 8];
+        let mut bytes = [0; 5];
         let mut index = 0;
-        while index < 8 {
+        while index < 5 {
             bytes[index] = (bits >> index) & 1;
             index += 1;
         }
         Self(bytes)
     }
 
-    /// The `FLOW_*` bits set. Every packet of a flow asks, so it is one load and a multiply,
-    /// without a branch per byte: each byte is 0 or 1 (only those are ever stored), and the
-    /// multiplication gathers byte `i`'s value into bit `i` of the top byte.
+    /// The `FLOW_*` bits set. Every packet of a flow asks, so it is a few loads and a
+    /// multiply, without a branch per byte: each byte is 0 or 1 (only those are ever stored),
+    /// and the multiplication gathers byte `i`'s value into bit `i` of the top byte.
     #[inline(always)]
     pub const fn bits(&self) -> u8 {
         const GATHER: u64 = 0x0102_0408_1020_4080;
-        (u64::from_le_bytes(self.0).wrapping_mul(GATHER) >> 56) as u8
+        let [b0, b1, b2, b3, b4] = self.0;
+        (u64::from_le_bytes([b0, b1, b2, b3, b4, 0, 0, 0]).wrapping_mul(GATHER) >> 56) as u8
     }
 }
+
+/// The low 24 bits of a TCP sequence or acknowledgement number, as an entry stores them
+/// (little-endian bytes). 24 bits are what the entry had spare; they make a spoofed segment
+/// land in a tracked window 1 time in 2^24 / window, on top of guessing the node port.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SeqLow(pub [u8; 3]);
+
+impl SeqLow {
+    /// Nothing recorded: no acknowledgement seen yet (or one whose low bits are all zero,
+    /// 1 time in 2^24, which then counts as nothing recorded).
+    pub const UNKNOWN: Self = Self([0; 3]);
+
+    /// The low 24 bits of `number`.
+    #[inline(always)]
+    pub const fn of(number: u32) -> Self {
+        let [b0, b1, b2, _] = number.to_le_bytes();
+        Self([b0, b1, b2])
+    }
+
+    /// How far `number` lies after this one, modulo 2^24 (sequence space wraps).
+    #[inline(always)]
+    pub const fn distance_to(self, number: u32) -> u32 {
+        let [b0, b1, b2] = self.0;
+        number.wrapping_sub(u32::from_le_bytes([b0, b1, b2, 0])) & SEQ_LOW_MASK
+    }
+}
+
+/// The bits of a sequence number [`SeqLow`] keeps.
+pub const SEQ_LOW_MASK: u32 = 0x00ff_ffff;
+
+/// A RST from the remote end of a flow ends the flow's lifetime only if its sequence number
+/// is the local end's last acknowledgement or at most this far past it. conntrack accepts a
+/// RST exactly at the last acknowledgement, or ending the remote's last segment (data in flight
+/// the local end has not acknowledged yet); this bound covers that flight.
+pub const RST_WINDOW: u32 = 1 << 16;
+
+/// A FIN from the remote end changes the flow's lifetime only if its sequence number lies
+/// within this distance of the local end's last acknowledgement, either way: ahead, a receive
+/// window (Linux's default `tcp_rmem` maximum advertises about 3 MiB); behind, a retransmitted
+/// FIN. conntrack checks a FIN against the window it tracks; half the 24-bit space is the
+/// honest bound without the window scale.
+pub const FIN_WINDOW: u32 = 1 << 22;
 
 /// Value of a NAT table.
 #[repr(C)]
@@ -177,6 +221,10 @@ pub struct NatEntry<A: Address> {
     pub pad: u8,
     /// `FLOW_*` bits seen in this direction.
     pub marks: FlowMarks,
+    /// TCP egress halves: the low bits of the last acknowledgement the local end (pod or node)
+    /// sent, written by the egress program; what a RST or FIN from the remote end is checked
+    /// against (see [`RST_WINDOW`]). [`SeqLow::UNKNOWN`] elsewhere.
+    pub ack_low: SeqLow,
     /// Keeps the layout free of implicit padding (see [`Address::EntryPad`]); always zero.
     pub align: A::EntryPad,
     /// When the flow was created (`bpf_ktime_get_coarse_ns`, CLOCK_MONOTONIC).
@@ -206,6 +254,7 @@ impl<A: Address> NatEntry<A> {
             origin,
             pad: 0,
             marks,
+            ack_low: SeqLow::UNKNOWN,
             align: A::ENTRY_PAD,
             created_ns,
             last_seen_ns,
@@ -285,7 +334,9 @@ impl<A: Address> NatKey<A> {
     }
 }
 
-crate::impl_pod!(NatKeyV4, NatKeyV6, NatEntryV4, NatEntryV6, FlowMarks);
+crate::impl_pod!(
+    NatKeyV4, NatKeyV6, NatEntryV4, NatEntryV6, FlowMarks, SeqLow
+);
 
 /// The IPv4 allocator's request.
 pub type AllocRequestV4 = AllocRequest<[u8; 4]>;
@@ -446,13 +497,34 @@ mod tests {
 
     #[test]
     fn marks_hold_each_bit_in_its_own_byte() {
-        for bits in 0..=u8::MAX {
+        for bits in 0..32 {
             assert_eq!(FlowMarks::from_bits(bits).bits(), bits);
         }
         assert_eq!(
             FlowMarks::from_bits(FLOW_TCP_FIN | FLOW_SEEN).0,
-            [0, 1, 0, 1, 0, 0, 0, 0]
+            [0, 1, 0, 1, 0]
         );
+    }
+
+    #[test]
+    fn entries_keep_the_layout_pinned_tables_have() {
+        // The acknowledgement's bytes took the marks' three unused bytes: tables pinned by an
+        // older masq stay compatible, their zero bytes reading as nothing recorded.
+        assert_eq!(size_of::<NatEntryV4>(), 32);
+        assert_eq!(size_of::<NatEntryV6>(), 48);
+        assert_eq!(core::mem::offset_of!(NatEntryV4, ack_low), 13);
+        let entry = entry(NODE, 1);
+        assert_eq!(entry.ack_low, SeqLow::UNKNOWN);
+    }
+
+    #[test]
+    fn sequence_distances_wrap_in_24_bits() {
+        let ack = SeqLow::of(0x1234_5678);
+        assert_eq!(ack.0, [0x78, 0x56, 0x34]);
+        assert_eq!(ack.distance_to(0x1234_5678), 0);
+        assert_eq!(ack.distance_to(0xff34_5679), 1);
+        assert_eq!(ack.distance_to(0x1234_5677), SEQ_LOW_MASK);
+        assert_eq!(SeqLow::of(0x00ff_fff0).distance_to(0x0100_0010), 0x20);
     }
 
     #[test]

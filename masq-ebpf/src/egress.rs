@@ -136,7 +136,13 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
     // Marked answered: on an inbound flow's one entry, that tells the pod replied (see
     // `FLOW_ANSWERED`); the egress halves masq creates carry it from the start, so it costs
     // them no write.
-    if let Some(entry) = nat::lookup(&key, flow_flags | FLOW_ANSWERED, tcp_opens) {
+    if let Some(entry) = nat::lookup(
+        &key,
+        flow_flags | FLOW_ANSWERED,
+        tcp_opens,
+        transport.tcp,
+        nat::Sender::Local,
+    ) {
         let counter = if entry.origin == ORIGIN_INBOUND {
             Counter::EgressInboundReply
         } else if ip.src == node_ip {

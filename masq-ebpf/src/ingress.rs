@@ -123,7 +123,13 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
         ip.protocol,
         Direction::Ingress,
     );
-    let Some(entry) = nat::lookup(&key, transport.flow_flags(), tcp_opens) else {
+    let Some(entry) = nat::lookup(
+        &key,
+        transport.flow_flags(),
+        tcp_opens,
+        transport.tcp,
+        nat::Sender::Remote,
+    ) else {
         // No mapping: the stack gets the packet, as it does under conntrack. "No mapping and no
         // socket" does not make a stale reply: PREROUTING may DNAT it to a pod (a hostPort, a
         // Service's externalIPs), TPROXY may take it, or netfilter may still translate its

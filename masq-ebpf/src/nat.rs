@@ -8,8 +8,9 @@ use aya_ebpf::{
 use masq_common::{
     counters::{ALLOC_CHUNK, Counter, FIRST_ALLOC_ROUND, MIN_ALLOC_ROUND},
     nat::{
-        Direction, FLOW_ANSWERED, FLOW_SEEN, FLOW_TCP_CLOSING, FLOW_TCP_RST, FlowMarks, NatEntry,
-        NatKey, ORIGIN_HOST, ORIGIN_INBOUND, PortSearch, proto,
+        Direction, FIN_WINDOW, FLOW_ANSWERED, FLOW_SEEN, FLOW_TCP_CLOSING, FLOW_TCP_RST, FlowMarks,
+        NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND, PortSearch, RST_WINDOW, SEQ_LOW_MASK,
+        SeqLow, proto,
     },
     settings::Settings,
 };
@@ -17,6 +18,7 @@ use masq_common::{
 use crate::{
     counters::{count_in, record_allocation},
     family::Family,
+    packet::TcpNumbers,
     sockets::{self, SocketTable},
 };
 
@@ -57,34 +59,55 @@ pub(crate) fn now_ns() -> u64 {
     }
 }
 
-/// The mapping stored under `key`, refreshed for a packet carrying `flow_flags`.
+/// Which end of a flow sent the packet being looked up.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sender {
+    /// The pod or the node (egress): its TCP flags are its own stack's, and are trusted.
+    Local,
+    /// The remote end (ingress): a RST or FIN counts only inside the tracked window.
+    Remote,
+}
+
+/// The mapping stored under `key`, refreshed for a packet carrying `flow_flags` (and, for TCP,
+/// the sequence numbers `tcp`) from `sender`.
 ///
 /// The refresh writes to the entry only when a new TCP flag shows up or the last refresh is
 /// more than [`TOUCH_INTERVAL_NS`](masq_common::nat::TOUCH_INTERVAL_NS) old, so an established
 /// flow costs one lookup per packet. At each refresh the other half is checked and recreated
 /// if it is missing (one half deleted alone, or evicted in the LRU benchmark variants).
+/// A local TCP segment also records its acknowledgement when it moved (see `record_ack`).
 #[inline(always)]
 pub(crate) fn lookup<A: Family>(
     key: &NatKey<A>,
     flow_flags: u8,
     tcp_opens: bool,
+    tcp: TcpNumbers,
+    sender: Sender,
 ) -> Option<NatEntry<A>> {
     let entry = A::nat().get_ptr_mut(key)?;
     // SAFETY: the pointer comes from a successful lookup and stays valid for this program run;
     // concurrent writers only ever store whole fields, and a torn timestamp is harmless.
     let entry = unsafe { &mut *entry };
-    let observed = flow_flags | FLOW_SEEN;
+    let mut observed = flow_flags | FLOW_SEEN;
     let marked = entry.marks.bits();
+    if sender == Sender::Remote
+        && observed & FLOW_TCP_CLOSING & !marked != 0
+        && !closes_in_window(key, entry, observed, tcp.seq)
+    {
+        observed &= !FLOW_TCP_CLOSING;
+        count_in::<A>(Counter::TcpCloseOutOfWindow);
+    }
     if tcp_opens && marked & FLOW_TCP_CLOSING != 0 {
         reopen(key, entry);
+    }
+    if sender == Sender::Local {
+        record_ack(entry, tcp.ack);
     }
     let now = now_ns();
     if refresh_due(observed, marked, entry, now) {
         // A RST marked on this half, and this side carries on a refresh interval later: the
-        // endpoint ignored it (a RST outside its window, spoofed by someone who guessed the
-        // port), so the flow keeps its lifetime. A real RST ends its side's packets: none
-        // clears it. conntrack checks the window instead; masq keeps no sequence numbers,
-        // which would cost a write per packet.
+        // endpoint ignored it (a RST in the window masq checks, yet not the one the endpoint
+        // expected), so the flow keeps its lifetime. A real RST ends its side's packets.
         if marked & FLOW_TCP_RST != 0 && observed & FLOW_TCP_RST == 0 {
             unmark(&mut entry.marks, FLOW_TCP_RST);
         }
@@ -93,6 +116,52 @@ pub(crate) fn lookup<A: Family>(
         ensure_peer(key, entry);
     }
     Some(*entry)
+}
+
+/// Records the acknowledgement a local TCP segment carries (zero for a segment without one, and
+/// for other protocols, which then store nothing): the remote end's RST and FIN are checked
+/// against it. Written whenever it moves, which is every segment that acknowledges new data:
+/// a store into the entry the lookup just read, made by the egress program alone, so no other
+/// CPU's half shares the line. Concurrent segments of one flow on two CPUs may leave bytes of
+/// both acknowledgements (each byte is a plain store): a RST then checked against it is kept
+/// out rather than let in, what conntrack does with one it doubts.
+#[inline(always)]
+fn record_ack<A: Family>(entry: &mut NatEntry<A>, ack: u32) {
+    let seen = SeqLow::of(ack);
+    for (index, byte) in entry.ack_low.0.iter_mut().enumerate() {
+        let value = seen.0[index];
+        if *byte != value {
+            // SAFETY: `byte` is a valid, aligned byte of the entry.
+            unsafe { core::ptr::write_volatile(byte, value) };
+        }
+    }
+}
+
+/// Whether a RST or FIN (in `observed`) with sequence number `seq`, arriving from the remote end
+/// on the reply half `(key, entry)`, lies where the local end's last acknowledgement says it
+/// may (see `RST_WINDOW`, `FIN_WINDOW`). Without an acknowledgement to check against (a flow not
+/// yet answered, one an older masq made), it counts, as conntrack's does before it saw one.
+#[inline(always)]
+fn closes_in_window<A: Family>(
+    key: &NatKey<A>,
+    entry: &NatEntry<A>,
+    observed: u8,
+    seq: u32,
+) -> bool {
+    let Some(local) = A::nat().get_ptr(key.peer(entry)) else {
+        return true;
+    };
+    // SAFETY: as in `lookup`; a volatile read, as the egress program writes it meanwhile.
+    let acked = unsafe { core::ptr::read_volatile(&raw const (*local).ack_low) };
+    if acked == SeqLow::UNKNOWN {
+        return true;
+    }
+    let distance = acked.distance_to(seq);
+    if observed & FLOW_TCP_RST != 0 {
+        distance < RST_WINDOW
+    } else {
+        !(FIN_WINDOW..=SEQ_LOW_MASK - FIN_WINDOW).contains(&distance)
+    }
 }
 
 /// Whether a packet with `observed` flags refreshes `entry`, marked `marked`. Flags are
@@ -741,7 +810,7 @@ pub(crate) fn track_inbound<A: Family>(key: &NatKey<A>) -> bool {
     if A::exempt(key.dst_addr).is_some() {
         return false;
     }
-    if lookup(key, FLOW_SEEN, false).is_some() {
+    if lookup(key, FLOW_SEEN, false, TcpNumbers::default(), Sender::Remote).is_some() {
         return false;
     }
     let now = now_ns();

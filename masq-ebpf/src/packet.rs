@@ -523,6 +523,16 @@ pub(crate) struct Transport {
     pub(crate) tcp_flags: u8,
     /// A TCP SYN without ACK: the only segment that may open a connection.
     pub(crate) tcp_opens: bool,
+    /// TCP: the segment's sequence and acknowledgement numbers (see [`TcpNumbers`]).
+    pub(crate) tcp: TcpNumbers,
+}
+
+/// A TCP segment's sequence numbers, zero for other protocols. `ack` is zero when the ACK flag
+/// is clear (a zero acknowledgement counts as none, see `SeqLow::UNKNOWN`).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TcpNumbers {
+    pub(crate) seq: u32,
+    pub(crate) ack: u32,
 }
 
 impl Transport {
@@ -534,6 +544,7 @@ impl Transport {
             request: false,
             tcp_flags: 0,
             tcp_opens: false,
+            tcp: TcpNumbers { seq: 0, ack: 0 },
         }
     }
 
@@ -578,23 +589,31 @@ pub(crate) fn transport<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Result<Transp
             if ip.l4_len < needed {
                 return Err(());
             }
+            if ip.protocol == proto::TCP {
+                // Ports, sequence numbers, data offset and flags in one read.
+                let header = read::<[u8; 16]>(ctx, ip.l4_off).ok_or(())?;
+                let raw = header[13];
+                let ack = if raw & TCP_ACK != 0 {
+                    u32::from_be_bytes([header[8], header[9], header[10], header[11]])
+                } else {
+                    0
+                };
+                return Ok(Transport {
+                    src: u16::from_be_bytes([header[0], header[1]]),
+                    dst: u16::from_be_bytes([header[2], header[3]]),
+                    tcp_flags: tcp_flow_flags(raw),
+                    tcp_opens: raw & (TCP_SYN | TCP_ACK | TCP_RST) == TCP_SYN,
+                    tcp: TcpNumbers {
+                        seq: u32::from_be_bytes([header[4], header[5], header[6], header[7]]),
+                        ack,
+                    },
+                    ..Transport::of(Kind::Ports)
+                });
+            }
             let ports = read::<[u8; 4]>(ctx, ip.l4_off).ok_or(())?;
-            let (tcp_flags, tcp_opens) = if ip.protocol == proto::TCP {
-                // Two bytes (data offset and flags) for one: LLVM turns a one-byte bounds
-                // check into a comparison the verifier does not accept as proof of the byte.
-                let [_, raw] = read::<[u8; 2]>(ctx, ip.l4_off + 12).ok_or(())?;
-                (
-                    tcp_flow_flags(raw),
-                    raw & (TCP_SYN | TCP_ACK | TCP_RST) == TCP_SYN,
-                )
-            } else {
-                (0, false)
-            };
             Ok(Transport {
                 src: u16::from_be_bytes([ports[0], ports[1]]),
                 dst: u16::from_be_bytes([ports[2], ports[3]]),
-                tcp_flags,
-                tcp_opens,
                 ..Transport::of(Kind::Ports)
             })
         }

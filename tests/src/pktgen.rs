@@ -72,6 +72,10 @@ pub struct Packet {
     fragment_offset_units: u16,
     /// Raw bytes standing in for the transport header of a non-first fragment.
     fragment_body: Option<Vec<u8>>,
+    /// TCP sequence number.
+    tcp_seq: u32,
+    /// TCP acknowledgement number, written only when the ACK flag is set.
+    tcp_ack: u32,
 }
 
 impl Packet {
@@ -86,6 +90,8 @@ impl Packet {
             more_fragments: false,
             fragment_offset_units: 0,
             fragment_body: None,
+            tcp_seq: 1000,
+            tcp_ack: 2000,
         }
     }
 
@@ -154,6 +160,18 @@ impl Packet {
         self
     }
 
+    /// TCP: the sequence number (default 1000).
+    pub fn seq(mut self, seq: u32) -> Self {
+        self.tcp_seq = seq;
+        self
+    }
+
+    /// TCP: the acknowledgement number, sent when the ACK flag is set (default 2000).
+    pub fn ack(mut self, ack: u32) -> Self {
+        self.tcp_ack = ack;
+        self
+    }
+
     /// IPv4 options (padded to a multiple of 4 bytes with end-of-options).
     pub fn options(mut self, options: &[u8]) -> Self {
         let mut options = options.to_vec();
@@ -204,9 +222,14 @@ impl Packet {
                 let mut header = vec![0u8; 20];
                 header[0..2].copy_from_slice(&src_port);
                 header[2..4].copy_from_slice(&dst_port);
-                header[4..8].copy_from_slice(&1000u32.to_be_bytes());
+                header[4..8].copy_from_slice(&self.tcp_seq.to_be_bytes());
                 header[8..12].copy_from_slice(
-                    &(if flags & TCP_ACK != 0 { 2000u32 } else { 0 }).to_be_bytes(),
+                    &(if flags & TCP_ACK != 0 {
+                        self.tcp_ack
+                    } else {
+                        0
+                    })
+                    .to_be_bytes(),
                 );
                 header[12] = 5 << 4;
                 header[13] = *flags;

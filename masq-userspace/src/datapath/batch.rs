@@ -1,8 +1,12 @@
-//! Reading a whole hash map with `BPF_MAP_LOOKUP_BATCH` (Linux 5.6), which aya does not offer.
+//! Map operations aya does not offer on hash maps.
 //!
-//! Walking a map key by key costs two system calls per entry (next key, then lookup): over a
-//! full NAT table of half a million entries that is seconds of the agent's CPU for every
-//! garbage collection pass. A batch call copies thousands of entries at once.
+//! * Reading a whole hash map with `BPF_MAP_LOOKUP_BATCH` (Linux 5.6). Walking a map key by key
+//!   costs two system calls per entry (next key, then lookup): over a full NAT table of half a
+//!   million entries that is seconds of the agent's CPU for every garbage collection pass. A
+//!   batch call copies thousands of entries at once.
+//! * Removing an entry and getting the value it had at that instant with
+//!   `BPF_MAP_LOOKUP_AND_DELETE_ELEM` (hash maps from Linux 5.14), which lets the garbage
+//!   collector see whether a packet refreshed a flow after it decided to remove it.
 
 use std::{
     io,
@@ -11,6 +15,12 @@ use std::{
 };
 
 use aya::{Pod, maps::MapError, sys::SyscallError};
+
+/// `BPF_MAP_LOOKUP_AND_DELETE_ELEM` in `enum bpf_cmd`.
+const BPF_MAP_LOOKUP_AND_DELETE_ELEM: libc::c_long = 21;
+/// The kernel's `ENOTSUPP` (not in libc: it is internal to the kernel, yet reaches user space
+/// from the bpf system call), what kernels before 5.14 answer the call above on a hash map.
+const ENOTSUPP: i32 = 524;
 
 /// `BPF_MAP_LOOKUP_BATCH` in `enum bpf_cmd`.
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
@@ -105,6 +115,67 @@ pub(crate) fn lookup_all<K: Pod, V: Pod>(fd: BorrowedFd<'_>) -> Result<Vec<(K, V
         started = true;
     }
 }
+
+/// The element member of `union bpf_attr` (`include/uapi/linux/bpf.h`).
+#[repr(C)]
+#[derive(Default)]
+struct ElementAttr {
+    map_fd: u32,
+    pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// What [`take`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Taken<V> {
+    /// The entry was removed; it held this value at that instant.
+    Removed(V),
+    /// There was no such entry.
+    Absent,
+    /// This kernel cannot do it on this map (hash maps before Linux 5.14).
+    Unsupported,
+}
+
+/// Removes `key` from the hash map `fd` (keys `K`, values `V`) and returns the value it held
+/// when it was removed: no update made before the removal is missed, as one between a read
+/// and a separate delete would be.
+pub(crate) fn take<K: Pod, V: Pod>(fd: BorrowedFd<'_>, key: &K) -> Result<Taken<V>, MapError> {
+    let mut value = MaybeUninit::<V>::uninit();
+    let mut attr = ElementAttr {
+        map_fd: u32::try_from(fd.as_raw_fd()).unwrap_or(u32::MAX),
+        key: std::ptr::from_ref(key) as u64,
+        value: value.as_mut_ptr() as u64,
+        ..ElementAttr::default()
+    };
+    // SAFETY: `attr` is a valid `bpf_attr` prefix of the size passed; the kernel reads one key
+    // and writes at most one value of the map's value size, which `V` is.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_LOOKUP_AND_DELETE_ELEM,
+            &raw mut attr,
+            size_of::<ElementAttr>(),
+        )
+    };
+    if result == 0 {
+        // SAFETY: the call succeeded, so the kernel wrote the value; `Pod` is valid for any
+        // bytes.
+        return Ok(Taken::Removed(unsafe { value.assume_init() }));
+    }
+    let io_error = io::Error::last_os_error();
+    match io_error.raw_os_error() {
+        Some(libc::ENOENT) => Ok(Taken::Absent),
+        Some(ENOTSUPP | libc::EINVAL) => Ok(Taken::Unsupported),
+        _ => Err(MapError::SyscallError(SyscallError {
+            call: "bpf_map_lookup_and_delete_elem",
+            io_error,
+        })),
+    }
+}
+
+const _: () = assert!(size_of::<ElementAttr>() == 32);
 
 // The kernel reads the attribute by size: a layout that drifted from the header would hand it
 // the wrong descriptor.

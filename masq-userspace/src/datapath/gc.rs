@@ -14,8 +14,9 @@ use masq_common::{
 };
 
 use super::{
+    batch::Taken,
     error::DatapathError,
-    maps::{DatapathMaps, NatTable},
+    maps::{BPF_NOEXIST, DatapathMaps, NatTable},
 };
 
 /// What one collection found and did, per family.
@@ -100,18 +101,14 @@ where
                 match table.get(&peer_key) {
                     Some(peer)
                         if timeouts.expired(key.protocol, entry, peer, now_ns)
-                        // A packet may have refreshed the flow since the snapshot.
-                        && still_expired(maps, key, timeouts, now_ns, Some(&peer_key))? =>
+                            && collect_flow(maps, key, Some(&peer_key), timeouts, now_ns)? =>
                     {
-                        remove(maps, key)?;
-                        remove(maps, &peer_key)?;
                         report.expired += 1;
                     }
                     Some(_) => {}
                     None if timeouts.expired(key.protocol, entry, &alone(entry), now_ns)
-                        && still_expired(maps, key, timeouts, now_ns, None)? =>
+                        && collect_flow(maps, key, None, timeouts, now_ns)? =>
                     {
-                        remove(maps, key)?;
                         report.orphans += 1;
                     }
                     None => {}
@@ -121,9 +118,8 @@ where
                 let peer_key = key.peer(entry);
                 if !table.contains_key(&peer_key)
                     && timeouts.expired(key.protocol, entry, &alone(entry), now_ns)
-                    && still_expired(maps, key, timeouts, now_ns, None)?
+                    && collect_flow(maps, key, None, timeouts, now_ns)?
                 {
-                    remove(maps, key)?;
                     report.orphans += 1;
                 }
             }
@@ -135,6 +131,156 @@ where
         }
     }
     Ok(report)
+}
+
+/// A flow the collector judged expired on a fresh read: what each half held then.
+#[derive(Clone, Copy, Debug)]
+pub struct Judged<A: NatTable>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    key: NatKey<A>,
+    entry: NatEntry<A>,
+    /// The other half's key, and what it held (`None`: it had none).
+    peer: Option<(NatKey<A>, Option<NatEntry<A>>)>,
+}
+
+/// Reads the flow whose half is `key` (and whose other half, if it has one, is `peer_key`)
+/// afresh and judges it: `Some` if it is expired at `now_ns`. The snapshot a collection works
+/// from is seconds old; this read is what [`retire`] compares against.
+pub fn judge<A: NatTable>(
+    maps: &DatapathMaps,
+    key: &NatKey<A>,
+    peer_key: Option<&NatKey<A>>,
+    timeouts: &FlowTimeouts,
+    now_ns: u64,
+) -> Result<Option<Judged<A>>, DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    let Some(entry) = get(maps, key)? else {
+        return Ok(None);
+    };
+    let peer = match peer_key {
+        Some(peer_key) => Some((*peer_key, get(maps, peer_key)?)),
+        None => None,
+    };
+    let peer_for_timeouts = peer
+        .and_then(|(_, peer)| peer)
+        .unwrap_or_else(|| alone(&entry));
+    Ok(timeouts
+        .expired(key.protocol, &entry, &peer_for_timeouts, now_ns)
+        .then_some(Judged {
+            key: *key,
+            entry,
+            peer,
+        }))
+}
+
+/// Removes a flow [`judge`] found expired, unless a packet refreshed it since; returns whether
+/// it did.
+///
+/// Each half is taken out with its value at that instant (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`), so
+/// no refresh between the judgement and the removal goes unseen, as one between a read and a
+/// separate delete would: a half that changed since the judgement was refreshed by a packet,
+/// and what was taken out is put back at once, so the flow lives on. A packet in the
+/// microseconds a half is out finds no mapping (one refreshing the other half recreates the
+/// missing one); no refreshed flow is lost for good. The egress half goes first: while it is
+/// out, the reply half still translates replies. Kernels before 5.14 cannot take hash entries
+/// out; there the judgement's read is the last check.
+pub fn retire<A: NatTable>(
+    maps: &mut DatapathMaps,
+    judged: &Judged<A>,
+) -> Result<bool, DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    match take(maps, &judged.key)? {
+        Taken::Unsupported => {
+            remove(maps, &judged.key)?;
+            if let Some((peer_key, _)) = &judged.peer {
+                remove(maps, peer_key)?;
+            }
+            return Ok(true);
+        }
+        Taken::Removed(taken) if taken != judged.entry => {
+            put_back(maps, &judged.key, &taken)?;
+            return Ok(false);
+        }
+        Taken::Removed(_) | Taken::Absent => {}
+    }
+    let Some((peer_key, judged_peer)) = &judged.peer else {
+        return Ok(true);
+    };
+    match take(maps, peer_key)? {
+        Taken::Removed(taken) if Some(taken) != *judged_peer => {
+            put_back(maps, peer_key, &taken)?;
+            put_back(maps, &judged.key, &judged.entry)?;
+            Ok(false)
+        }
+        Taken::Unsupported => {
+            remove(maps, peer_key)?;
+            Ok(true)
+        }
+        Taken::Removed(_) | Taken::Absent => Ok(true),
+    }
+}
+
+/// Judges the flow whose half is `key` afresh and removes it if it is expired (see [`judge`],
+/// [`retire`]); returns whether it did.
+fn collect_flow<A: NatTable>(
+    maps: &mut DatapathMaps,
+    key: &NatKey<A>,
+    peer_key: Option<&NatKey<A>>,
+    timeouts: &FlowTimeouts,
+    now_ns: u64,
+) -> Result<bool, DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    match judge(maps, key, peer_key, timeouts, now_ns)? {
+        Some(judged) => retire(maps, &judged),
+        None => Ok(false),
+    }
+}
+
+/// Takes `key`'s entry out of its table (see [`retire`]).
+fn take<A: NatTable>(
+    maps: &DatapathMaps,
+    key: &NatKey<A>,
+) -> Result<Taken<NatEntry<A>>, DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    super::batch::take(A::table_fd(maps), key)
+        .map_err(DatapathError::map("removing from", A::MAP_NAME))
+}
+
+/// Puts a half taken out by [`retire`] back, unless a packet created one meanwhile (which wins:
+/// it is newer).
+fn put_back<A: NatTable>(
+    maps: &mut DatapathMaps,
+    key: &NatKey<A>,
+    entry: &NatEntry<A>,
+) -> Result<(), DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    match A::table_mut(maps).insert(key, entry, BPF_NOEXIST) {
+        Ok(()) => Ok(()),
+        Err(aya::maps::MapError::SyscallError(error))
+            if error.io_error.raw_os_error() == Some(libc::EEXIST) =>
+        {
+            Ok(())
+        }
+        Err(error) => Err(DatapathError::map("restoring in", A::MAP_NAME)(error)),
+    }
 }
 
 /// Removes every flow masqueraded to `address`, both halves, and returns how many: the address
@@ -202,28 +348,6 @@ where
         last_seen_ns: 0,
         ..*entry
     }
-}
-
-/// Re-reads the entries of a flow and checks it is still expired.
-fn still_expired<A: NatTable>(
-    maps: &DatapathMaps,
-    key: &NatKey<A>,
-    timeouts: &FlowTimeouts,
-    now_ns: u64,
-    peer_key: Option<&NatKey<A>>,
-) -> Result<bool, DatapathError>
-where
-    NatKey<A>: aya::Pod,
-    NatEntry<A>: aya::Pod,
-{
-    let Some(entry) = get(maps, key)? else {
-        return Ok(false);
-    };
-    let peer = match peer_key {
-        Some(peer_key) => get(maps, peer_key)?.unwrap_or_else(|| alone(&entry)),
-        None => alone(&entry),
-    };
-    Ok(timeouts.expired(key.protocol, &entry, &peer, now_ns))
 }
 
 fn get<A: NatTable>(

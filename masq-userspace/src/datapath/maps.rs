@@ -108,6 +108,9 @@ pub type NatSnapshot<A> = Vec<(NatKey<A>, NatEntry<A>)>;
 /// A non-masquerade trie's entries as ((address, prefix length), `NOMASQ_KIND_*`).
 pub type TrieEntries<A> = Vec<((A, u8), u32)>;
 
+/// Map update flag `BPF_NOEXIST`: insert only if the key is free.
+pub(crate) const BPF_NOEXIST: u64 = 1;
+
 /// An address family's NAT table, so that reading and collecting it is written once for both
 /// families. Implemented for the addresses as the tables store them.
 pub trait NatTable: Address
@@ -367,9 +370,8 @@ impl DatapathMaps {
         NatKey<A>: aya::Pod,
         NatEntry<A>: aya::Pod,
     {
-        /// `BPF_ANY` and `BPF_NOEXIST`: insert whatever the key holds, or only if it is free.
+        /// `BPF_ANY`: insert whatever the key holds.
         const ANY: u64 = 0;
-        const NOEXIST: u64 = 1;
         let origin = if flow.source == flow.node {
             ORIGIN_HOST
         } else {
@@ -403,7 +405,7 @@ impl DatapathMaps {
                     && existing.addr == flow.node
                     && existing.port == flow.node_port
             });
-        let flags = if replaces_identity { ANY } else { NOEXIST };
+        let flags = if replaces_identity { ANY } else { BPF_NOEXIST };
         match A::table_mut(self).insert(reply_key, reply_half, flags) {
             Ok(()) => {}
             Err(MapError::SyscallError(error))
@@ -417,7 +419,7 @@ impl DatapathMaps {
         match A::table_mut(self).insert(
             egress_key,
             half(flow.node, flow.node_port, FLOW_SEEN | FLOW_ANSWERED),
-            NOEXIST,
+            BPF_NOEXIST,
         ) {
             Ok(()) => Ok(true),
             // The node's packets of this flow were tracked already.

@@ -110,6 +110,7 @@ pub const EVENTS: &[Counter] = &[
     Counter::NatEvictedTcpUnanswered,
     Counter::NatEvictedUnassured,
     Counter::NatEvictedInbound,
+    Counter::TcpCloseOutOfWindow,
 ];
 
 /// Where a byte that must not change sits.
@@ -302,6 +303,13 @@ fn outcome(
                 | Counter::NatEvictedInbound
         );
         if observation.direction == Direction::Egress && accompanies_new_flow && *by == 1 {
+            continue;
+        }
+        // A RST or FIN from outside the tracked window is delivered and counted beside it.
+        if observation.direction == Direction::Ingress
+            && *counter == Counter::TcpCloseOutOfWindow
+            && *by == 1
+        {
             continue;
         }
         violate(
