@@ -1495,6 +1495,68 @@ fn the_collector_keeps_a_flow_a_packet_refreshed_after_it_was_judged() {
     assert!(harness.nat().is_empty(), "{:?}", harness.nat());
 }
 
+/// Issue 24, point 5: a TCP segment that needs masquerading but whose mapping is gone (the flow
+/// idled past its lifetime, or its address left the uplink) left with the pod's own address.
+/// A flow masq removed is remembered: its next segment gets its old mapping back, or a new one
+/// on a new address, as conntrack picks a lost flow up.
+#[test]
+fn a_late_segment_of_a_removed_connection_never_leaves_with_the_pods_address() {
+    use masq::datapath::gc;
+
+    let mut harness = Harness::new();
+    let pod = "10.244.1.5:40000";
+    let remote = "203.0.113.10:443";
+    let open = |harness: &Harness| {
+        let out = egress_ok(harness, &Packet::tcp(pod, remote, TCP_SYN));
+        ingress_ok(
+            harness,
+            &tcp_reply_to(&out, TCP_SYN | TCP_ACK).payload(b"").frame(),
+        );
+        out
+    };
+    let out = open(&harness);
+    let segment = Packet::tcp(pod, remote, TCP_ACK | TCP_PSH).payload(b"after a long pause");
+
+    // Idle past the established lifetime: collected.
+    let timeouts = FlowTimeouts::LINUX_DEFAULTS;
+    let late = gc::monotonic_now_ns() + timeouts.tcp_established + 1_000_000_000;
+    let report = gc::collect(&mut harness.datapath.maps, &timeouts, late).expect("collect");
+    assert_eq!(report.ipv4.expired, 1, "{report:?}");
+    assert!(harness.nat().is_empty());
+
+    let back = egress_ok(&harness, &segment);
+    assert_eq!(
+        (back.src, back.src_port()),
+        (out.src, out.src_port()),
+        "the connection gets its node port back"
+    );
+    assert_eq!(harness.counter(Counter::EgressTcpRevived), 1);
+    assert_eq!(harness.counter(Counter::EgressTcpMidstreamPassed), 0);
+    let reply = ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_ACK).payload(b"welcome back").frame(),
+    );
+    assert_eq!(reply.dst.to_string(), POD);
+    assert_eq!(reply.dst_port(), 40_000);
+
+    // The uplink is renumbered: the flow is flushed, and its next segment is picked up on the
+    // new address.
+    let renumbered: Ipv4Addr = "192.0.2.3".parse().expect("address");
+    harness.set_uplink(Some(renumbered));
+    let flushed =
+        gc::flush_address(&mut harness.datapath.maps, node_ip().octets()).expect("flushing");
+    assert_eq!(flushed, 1);
+    let moved = egress_ok(&harness, &segment);
+    assert_eq!(moved.src, renumbered, "picked up on the new address");
+    assert_eq!(harness.counter(Counter::EgressTcpMidstreamPassed), 0);
+
+    // A segment of a connection masq never translated (one opened from outside) still passes
+    // as it is, as conntrack leaves the flows it holds untranslated.
+    let inbound = Packet::tcp("10.244.1.5:8080", "203.0.113.10:50000", TCP_ACK).frame();
+    assert_eq!(harness.egress(&inbound).frame, inbound);
+    assert_eq!(harness.counter(Counter::EgressTcpMidstreamPassed), 1);
+}
+
 /// Expired IPv6 flows are collected by the same collector as IPv4 ones, and live ones stay.
 #[test]
 fn expired_ipv6_flows_are_collected() {

@@ -44,8 +44,10 @@ counters! {
     EgressExemptLinkLocal = "egress_exempt_link_local",
     /// Egress packets sent by the node itself, left alone.
     EgressHostPassed = "egress_host_passed",
-    /// Egress TCP packets without a mapping that do not open a connection (for example replies
-    /// of connections opened from outside), left alone as conntrack would.
+    /// Egress TCP packets without a mapping that do not open a connection and belong to no
+    /// flow masq translated (replies of connections opened from outside, connections older
+    /// than masq on this node or than a config change that masquerades their destination),
+    /// left alone as conntrack leaves the flows it holds untranslated.
     EgressTcpMidstreamPassed = "egress_tcp_midstream_passed",
     /// Egress packets of the node's own flows that use a port in the SNAT range (tracked).
     EgressHostTracked = "egress_host_tracked",
@@ -122,6 +124,9 @@ counters! {
     /// acknowledged (spoofed, or stale): delivered, but the flow keeps its lifetime, as
     /// conntrack ignores them.
     TcpCloseOutOfWindow = "tcp_close_out_of_window",
+    /// Egress TCP segments of a flow whose mapping the agent had removed (expired while
+    /// idle), given their old mapping back; conntrack would pick the flow up on a new port.
+    EgressTcpRevived = "egress_tcp_revived",
 }
 
 /// Number of counters, the size of the counters map.

@@ -48,7 +48,19 @@ pub const MAP_FRAGS_V6: &str = "masq_frags_v6";
 /// The IPv6 allocator's [`MAP_ALLOC_REQUEST`].
 pub const MAP_ALLOC_REQUEST_V6: &str = "masq_alloc_request_v6";
 
-/// Every map the datapath defines, in the order the agent pins and reports them.
+/// LRU hash of the egress halves of IPv4 TCP flows the agent removed (expired, or bound to an
+/// address their uplink lost), by egress key: what lets a late segment of such a flow get its
+/// mapping back instead of leaving with the pod's address. Not pinned: a cache each load
+/// starts empty.
+pub const MAP_EXPIRED_V4: &str = "masq_expired_v4";
+/// [`MAP_EXPIRED_V4`] for IPv6.
+pub const MAP_EXPIRED_V6: &str = "masq_expired_v6";
+/// Capacity of each of [`MAP_EXPIRED_V4`] and [`MAP_EXPIRED_V6`]: the flows removed most
+/// recently are the ones whose segments may still come.
+pub const EXPIRED_MAX_ENTRIES: u32 = 8_192;
+
+/// Every map the datapath defines and the agent pins, in the order the agent pins and reports
+/// them.
 pub const ALL_MAPS: [&str; 16] = [
     MAP_META,
     MAP_SETTINGS,

@@ -8,8 +8,10 @@
 //!    range, which are tracked (keeping their port when free) so no pod flow can take it;
 //! 3. destinations in the non-masquerade trie keep the pod address;
 //! 4. everything else gets a new mapping to the node address, except TCP segments that cannot
-//!    open a connection (replies of connections opened from outside). The mapping is made by
-//!    the allocator program, which this one tail-calls (see `allocator`).
+//!    open a connection: those of a flow the agent removed get their mapping back (or a new
+//!    one, see `nat::revive`), the others (replies of connections opened from outside) pass.
+//!    New mappings are made by the allocator program, which this one tail-calls (see
+//!    `allocator`).
 
 use aya_ebpf::programs::TcContext;
 use masq_common::{
@@ -188,8 +190,25 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
         }
     };
     if ip.protocol == proto::TCP && !tcp_opens {
-        count_in::<A>(Counter::EgressTcpMidstreamPassed);
-        return Verdict::Pass;
+        let revival = if origin == ORIGIN_POD {
+            nat::revive::<A>(ctx, &key, node_ip)
+        } else {
+            nat::Revival::Unknown
+        };
+        match revival {
+            nat::Revival::Revived => {
+                if let Some(entry) = A::nat().get_ptr(key) {
+                    // SAFETY: the pointer comes from a successful lookup; copied at once.
+                    let entry = unsafe { *entry };
+                    return translate(ctx, ip, &key, &entry, Counter::EgressTcpRevived);
+                }
+            }
+            nat::Revival::PickUp => {}
+            nat::Revival::Unknown => {
+                count_in::<A>(Counter::EgressTcpMidstreamPassed);
+                return Verdict::Pass;
+            }
+        }
     }
     allocator::hand_over(ctx, &key, node_ip, origin, flow_flags);
     // Only reached when the tail call failed: the allocator is not in its slot.

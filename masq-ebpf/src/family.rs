@@ -77,6 +77,8 @@ pub(crate) trait Family: Address + Counted + 'static {
     fn alloc_request() -> &'static PerCpuArray<AllocRequest<Self>, 1>;
     /// The ring of the family's last new flows (see `evict`).
     fn young() -> &'static crate::evict::YoungFlowsMap<Self>;
+    /// The family's removed TCP flows (see `nat::revive`).
+    fn expired() -> &'static crate::maps::ExpiredFlows<Self>;
     /// The `NOMASQ_KIND_*` of the non-masquerade entry that holds `addr`, if one does.
     fn exempt(addr: Self) -> Option<u32>;
     /// The socket lookup tuple `remote:remote_port -> local:local_port`, and how many of its
@@ -160,6 +162,10 @@ impl Family for [u8; 4] {
 
     fn young() -> &'static crate::evict::YoungFlowsMap<Self> {
         &crate::maps::YOUNG_V4
+    }
+
+    fn expired() -> &'static crate::maps::ExpiredFlows<Self> {
+        &crate::maps::EXPIRED_V4
     }
 
     #[inline(always)]
@@ -326,6 +332,10 @@ impl Family for V6 {
 
     fn young() -> &'static crate::evict::YoungFlowsMap<Self> {
         &crate::maps::YOUNG_V6
+    }
+
+    fn expired() -> &'static crate::maps::ExpiredFlows<Self> {
+        &crate::maps::EXPIRED_V6
     }
 
     #[inline(always)]

@@ -9,8 +9,9 @@ use aya_ebpf::{
 use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
     layout::{
-        FRAGS_V4_MAX_ENTRIES, MapMeta, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES,
-        PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
+        EXPIRED_MAX_ENTRIES, FRAGS_V4_MAX_ENTRIES, MapMeta, NAT_V4_DEFAULT_MAX_ENTRIES,
+        NOMASQ_V4_MAX_ENTRIES, PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink,
+        UplinkSlot,
     },
     nat::{
         AllocRequest, AllocRequestV4, FragEntry, FragEntryV4, FragKey, FragKeyV4, NatEntry, NatKey,
@@ -176,6 +177,21 @@ pub(crate) static YOUNG_V4: crate::evict::YoungFlowsMap<[u8; 4]> = Array::new();
 /// [`YOUNG_V4`] for IPv6.
 #[btf_map(name = "masq_young_v6")]
 pub(crate) static YOUNG_V6: crate::evict::YoungFlowsMap<V6> = Array::new();
+
+/// The type of the tables of removed TCP flows (see [`EXPIRED_V4`]).
+pub(crate) type ExpiredFlows<A> =
+    LruHashMap<NatKey<A>, NatEntry<A>, { EXPIRED_MAX_ENTRIES as usize }>;
+
+/// Egress halves of TCP flows the agent removed (expired while idle, or bound to an address the
+/// uplink lost), by egress key. Written by the agent's garbage collector and address follower;
+/// read and removed by the egress program when a segment of such a flow comes without a
+/// mapping (see `nat::revive`). An LRU: the flows removed last are kept. Not pinned.
+#[btf_map(name = "masq_expired_v4")]
+pub(crate) static EXPIRED_V4: ExpiredFlows<[u8; 4]> = LruHashMap::new();
+
+/// [`EXPIRED_V4`] for IPv6.
+#[btf_map(name = "masq_expired_v6")]
+pub(crate) static EXPIRED_V6: ExpiredFlows<V6> = LruHashMap::new();
 
 /// The settings in force, or `None` before the agent configured the datapath.
 #[inline(always)]

@@ -798,6 +798,84 @@ fn reserve_for_node<A: Family>(node_ip: A) -> Result<(), AllocError> {
     Ok(())
 }
 
+/// What became of a TCP segment that needs masquerading, opens no connection and has no
+/// mapping (see [`revive`]).
+pub(crate) enum Revival {
+    /// Its flow's old mapping is back in the table.
+    Revived,
+    /// Its flow was masqueraded but cannot have its old mapping back (the address is gone, or
+    /// the port taken): it gets a new one, as conntrack picks up a flow it lost.
+    PickUp,
+    /// masq never translated its flow (or forgot it): it leaves as it is, as conntrack leaves
+    /// the flows it holds untranslated.
+    Unknown,
+}
+
+/// Gives the flow of `key`, whose mapping the agent removed, its mapping back, if its egress half
+/// is among the removed ones and the uplink's address is still `node_ip`.
+///
+/// The agent removes a flow idle past conntrack's timeout for its state, or bound to an
+/// address the uplink lost. conntrack (`tcp_loose`) picks such a flow up again from any
+/// segment, on a new port under MASQUERADE's `--random-fully`, which the remote end answers
+/// with a reset. masq gives it back its own port when it is still free, and the connection
+/// lives; on a new address it picks the flow up as conntrack does. The flows masq never saw
+/// translated are not among the removed ones: they pass as before.
+#[inline(always)]
+pub(crate) fn revive<A: Family>(ctx: &TcContext, key: &NatKey<A>, node_ip: A) -> Revival {
+    let Some(removed) = A::expired().get_ptr(key) else {
+        return Revival::Unknown;
+    };
+    // SAFETY: the pointer comes from a successful lookup; the entry is copied at once.
+    let removed = unsafe { *removed };
+    let _ = A::expired().remove(key);
+    if removed.addr != node_ip
+        || sockets::owned_in(
+            ctx,
+            SocketTable::Tcp,
+            key.dst_addr,
+            key.dst_port,
+            removed.addr,
+            removed.port,
+        )
+    {
+        return Revival::PickUp;
+    }
+    let now = now_ns();
+    let egress = NatEntry::new(
+        removed.addr,
+        removed.port,
+        removed.origin,
+        FlowMarks::from_bits(FLOW_SEEN | FLOW_ANSWERED),
+        now,
+        now,
+    );
+    let reply_key = key.peer(&egress);
+    let reply = NatEntry::new(
+        key.src_addr,
+        key.src_port,
+        removed.origin,
+        FlowMarks::from_bits(FLOW_SEEN),
+        now,
+        now,
+    );
+    // The reply half first, as the allocator inserts: it is the lock on the reply tuple.
+    if A::nat()
+        .insert(reply_key, reply, u64::from(BPF_NOEXIST))
+        .is_err()
+    {
+        return Revival::PickUp;
+    }
+    if A::nat()
+        .insert(key, egress, u64::from(BPF_NOEXIST))
+        .is_err()
+    {
+        // Another CPU mapped the flow meanwhile: its mapping stands.
+        let _ = A::nat().remove(reply_key);
+        return Revival::PickUp;
+    }
+    Revival::Revived
+}
+
 /// Remembers a UDP flow that a masqueraded address opened towards a pod; `key` is the tuple
 /// the pod's replies will carry on egress. The replies are then recognised and left alone, as
 /// conntrack would treat them, instead of being masqueraded as new flows. Flows from

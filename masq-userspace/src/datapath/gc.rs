@@ -9,7 +9,10 @@ use std::collections::HashMap;
 
 use masq_common::{
     layout::MAP_FRAGS_V4,
-    nat::{Direction, FRAG_LIFETIME_NS, FlowMarks, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND},
+    nat::{
+        Direction, FLOW_SEEN, FRAG_LIFETIME_NS, FlowMarks, NatEntry, NatKey, ORIGIN_HOST,
+        ORIGIN_INBOUND, ORIGIN_POD, proto,
+    },
     timeouts::FlowTimeouts,
 };
 
@@ -242,9 +245,44 @@ where
     NatKey<A>: aya::Pod,
     NatEntry<A>: aya::Pod,
 {
-    match judge(maps, key, peer_key, timeouts, now_ns)? {
-        Some(judged) => retire(maps, &judged),
-        None => Ok(false),
+    let Some(judged) = judge(maps, key, peer_key, timeouts, now_ns)? else {
+        return Ok(false);
+    };
+    if !retire(maps, &judged)? {
+        return Ok(false);
+    }
+    let answered = judged
+        .peer
+        .and_then(|(_, peer)| peer)
+        .is_some_and(|peer| peer.marks.bits() & FLOW_SEEN != 0);
+    if answered {
+        bury(maps, &judged.key, &judged.entry)?;
+    }
+    Ok(true)
+}
+
+/// Keeps the egress half of a removed flow where the egress program finds it if a segment of
+/// the flow still comes (`nat::revive` in the datapath): a masqueraded TCP connection gets its
+/// mapping back instead of leaving with the pod's address. Other flows need nothing: a UDP or
+/// ICMP packet without a mapping gets a new one, as under conntrack, and the node's own flows
+/// are not translated. An LRU table: the flows removed last are kept.
+fn bury<A: NatTable>(
+    maps: &mut DatapathMaps,
+    key: &NatKey<A>,
+    entry: &NatEntry<A>,
+) -> Result<(), DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    let masqueraded_tcp = key.protocol == proto::TCP
+        && key.direction() == Some(Direction::Egress)
+        && entry.origin == ORIGIN_POD;
+    match A::expired_mut(maps) {
+        Some(expired) if masqueraded_tcp => expired
+            .insert(key, entry, 0)
+            .map_err(DatapathError::map("writing", A::EXPIRED_MAP_NAME)),
+        _ => Ok(()),
     }
 }
 
@@ -305,6 +343,9 @@ where
         if masqueraded_to_it {
             remove(maps, &key)?;
             remove(maps, &key.peer(&entry))?;
+            // A TCP connection's next segment is then picked up on the new address rather
+            // than leaving with the pod's, as conntrack picks up a flow after the flush.
+            bury(maps, &key, &entry)?;
             flushed += 1;
         }
     }

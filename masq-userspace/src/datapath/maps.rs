@@ -13,9 +13,9 @@ use aya::{
 use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, Counter},
     layout::{
-        MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_FRAGS_V4, MAP_META, MAP_NAT_V4,
-        MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS,
-        MapMeta, UPLINK_INDEX_SLOTS, Uplink, UplinkSlot,
+        MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_EXPIRED_V4, MAP_EXPIRED_V6,
+        MAP_FRAGS_V4, MAP_META, MAP_NAT_V4, MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_SETTINGS,
+        MAP_UPLINK_SLOTS, MAP_UPLINKS, MapMeta, UPLINK_INDEX_SLOTS, Uplink, UplinkSlot,
     },
     nat::{
         Address, Direction, FLOW_ANSWERED, FLOW_SEEN, FlowMarks, FragEntryV4, FragKeyV4, NatEntry,
@@ -88,6 +88,11 @@ pub struct DatapathMaps {
     pub nat_v6: HashMap<MapData, NatKeyV6, NatEntryV6>,
     /// Per-CPU IPv6 packet counters.
     pub counters_v6: PerCpuArray<MapData, u64>,
+    /// Egress halves of the TCP flows the agent removed, which a late segment may take back
+    /// (see `gc::bury`). Only in a freshly loaded datapath: they are not pinned.
+    pub expired_v4: Option<HashMap<MapData, NatKeyV4, NatEntryV4>>,
+    /// The same for IPv6.
+    pub expired_v6: Option<HashMap<MapData, NatKeyV6, NatEntryV6>>,
     /// The NAT tables' own descriptors, for batch reads (aya's typed map does not lend its).
     nat_fd: OwnedFd,
     nat_v6_fd: OwnedFd,
@@ -120,19 +125,26 @@ where
 {
     /// The table's map name.
     const MAP_NAME: &'static str;
+    /// The map name of the family's table of removed TCP flows.
+    const EXPIRED_MAP_NAME: &'static str;
     /// The family's table.
     fn table(maps: &DatapathMaps) -> &HashMap<MapData, NatKey<Self>, NatEntry<Self>>;
     /// The family's table, for deleting.
     fn table_mut(maps: &mut DatapathMaps) -> &mut HashMap<MapData, NatKey<Self>, NatEntry<Self>>;
     /// The table's descriptor, for batch reads.
     fn table_fd(maps: &DatapathMaps) -> BorrowedFd<'_>;
+    /// The family's table of removed TCP flows, if this handle has it.
+    fn expired_mut(
+        maps: &mut DatapathMaps,
+    ) -> Option<&mut HashMap<MapData, NatKey<Self>, NatEntry<Self>>>;
 }
 
 /// Implements [`NatTable`] for one family's address: its table, and the table's descriptor.
 macro_rules! nat_table {
-    ($address:ty, $map_name:expr, $table:ident, $fd:ident) => {
+    ($address:ty, $map_name:expr, $table:ident, $fd:ident, $expired_name:expr, $expired:ident) => {
         impl NatTable for $address {
             const MAP_NAME: &'static str = $map_name;
+            const EXPIRED_MAP_NAME: &'static str = $expired_name;
             fn table(maps: &DatapathMaps) -> &HashMap<MapData, NatKey<Self>, NatEntry<Self>> {
                 &maps.$table
             }
@@ -144,12 +156,31 @@ macro_rules! nat_table {
             fn table_fd(maps: &DatapathMaps) -> BorrowedFd<'_> {
                 maps.$fd.as_fd()
             }
+            fn expired_mut(
+                maps: &mut DatapathMaps,
+            ) -> Option<&mut HashMap<MapData, NatKey<Self>, NatEntry<Self>>> {
+                maps.$expired.as_mut()
+            }
         }
     };
 }
 
-nat_table!([u8; 4], MAP_NAT_V4, nat_v4, nat_fd);
-nat_table!([u8; 16], MAP_NAT_V6, nat_v6, nat_v6_fd);
+nat_table!(
+    [u8; 4],
+    MAP_NAT_V4,
+    nat_v4,
+    nat_fd,
+    MAP_EXPIRED_V4,
+    expired_v4
+);
+nat_table!(
+    [u8; 16],
+    MAP_NAT_V6,
+    nat_v6,
+    nat_v6_fd,
+    MAP_EXPIRED_V6,
+    expired_v6
+);
 
 /// An address family's non-masquerade trie, so that syncing and reading it is written once
 /// for both families.
@@ -283,7 +314,13 @@ fn from_pin(dir: &Path, name: &'static str) -> Result<Map, DatapathError> {
 impl DatapathMaps {
     /// Takes the maps out of a loaded object (the programs keep their own references).
     pub fn take(ebpf: &mut Ebpf) -> Result<Self, DatapathError> {
-        Self::assemble(|name| take(ebpf, name))
+        let expired_v4 = typed(take(ebpf, MAP_EXPIRED_V4)?, MAP_EXPIRED_V4)?;
+        let expired_v6 = typed(take(ebpf, MAP_EXPIRED_V6)?, MAP_EXPIRED_V6)?;
+        Ok(Self {
+            expired_v4: Some(expired_v4),
+            expired_v6: Some(expired_v6),
+            ..Self::assemble(|name| take(ebpf, name))?
+        })
     }
 
     /// Opens the maps pinned under `dir` by a running or previous agent.
@@ -321,6 +358,8 @@ impl DatapathMaps {
             nat_v6_fd,
             nat_v6_capacity,
             counters_v6: typed(get(MAP_COUNTERS_V6)?, MAP_COUNTERS_V6)?,
+            expired_v4: None,
+            expired_v6: None,
             nomasq_last_synced: None,
             nomasq_v6_last_synced: None,
         })

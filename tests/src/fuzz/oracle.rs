@@ -81,6 +81,8 @@ pub const TRANSLATING: &[Counter] = &[
     Counter::EgressMasqueraded,
     Counter::EgressNewMapping,
     Counter::EgressHostTracked,
+    // A removed flow's segment given its mapping back (the fuzzer never removes flows).
+    Counter::EgressTcpRevived,
     Counter::EgressIcmpErrorTranslated,
     Counter::EgressFragmentTranslated,
     Counter::IngressReverseNat,
