@@ -1059,7 +1059,7 @@ fn a_rst_or_fin_outside_the_pods_window_does_not_shorten_the_flow() {
         let (egress, ingress) = flow(harness);
         FlowTimeouts::LINUX_DEFAULTS.idle_limit(proto::TCP, &egress, &ingress)
     };
-    assert_eq!(flow(&harness).0.ack_low, SeqLow::of(acked));
+    assert_eq!(flow(&harness).0.marks.ack_low(), SeqLow::of(acked));
     assert_eq!(
         lifetime(&harness),
         FlowTimeouts::LINUX_DEFAULTS.tcp_established
@@ -1134,7 +1134,7 @@ fn a_reopened_tuple_forgets_the_old_connections_acknowledgement() {
             .find(|(key, _)| key.direction() == Some(Direction::Egress))
             .map(|(_, entry)| entry)
             .expect("egress half");
-        assert_eq!(egress_half.ack_low, SeqLow::of(ack));
+        assert_eq!(egress_half.marks.ack_low(), SeqLow::of(ack));
     }
     egress_ok(
         &harness,

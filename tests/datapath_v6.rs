@@ -503,3 +503,31 @@ fn a_full_ipv6_nat_table_refuses_new_flows_and_keeps_live_ones() {
 fn a_full_ipv4_nat_table_refuses_new_flows_and_keeps_live_ones() {
     a_full_nat_table_refuses_new_flows_and_keeps_live_ones(&IPV4);
 }
+
+/// Issue 24, point 5, for IPv6: a removed TCP flow's late segment gets its mapping back rather
+/// than leaving with the pod's address.
+#[test]
+fn a_late_ipv6_segment_of_a_removed_connection_gets_its_mapping_back() {
+    use masq::datapath::gc;
+    use masq_common::timeouts::FlowTimeouts;
+
+    let mut harness = harness();
+    let out = egress_translated(&harness, &Packet6::tcp(POD, 40_000, REMOTE, 443, TCP_SYN));
+    let (port, _) = out.ports();
+    let answer = Packet6::tcp(REMOTE, 443, NODE, port, TCP_SYN | TCP_ACK);
+    assert_eq!(harness.ingress(&answer.frame()).action, Action::Pass);
+
+    let timeouts = FlowTimeouts::LINUX_DEFAULTS;
+    let late = gc::monotonic_now_ns() + timeouts.tcp_established + 1_000_000_000;
+    let report = gc::collect(&mut harness.datapath.maps, &timeouts, late).expect("collect");
+    assert_eq!(report.ipv6.expired, 1, "{report:?}");
+    assert!(harness.nat_v6().is_empty());
+
+    let late_segment = Packet6::tcp(POD, 40_000, REMOTE, 443, TCP_ACK);
+    assert_eq!(
+        egress_translated(&harness, &late_segment).ports(),
+        (port, 443)
+    );
+    assert_eq!(harness.counter_v6(Counter::EgressTcpRevived), 1);
+    assert_eq!(harness.nat_v6().len(), 2);
+}

@@ -129,42 +129,60 @@ pub const ORIGIN_HOST: u8 = 1;
 /// replies leave untouched, as conntrack would, instead of being masqueraded as new flows.
 pub const ORIGIN_INBOUND: u8 = 2;
 
-/// The `FLOW_*` bits of a half, one byte per bit (byte `i` is 1 when bit `1 << i` was seen).
+/// The `FLOW_*` bits of a half, one byte per bit (byte `i` is 1 when bit `1 << i` was seen), in
+/// bytes 0 to 4; and in bytes 5 to 7, on a TCP flow's egress half, the low bits of the last
+/// acknowledgement the local end (pod or node) sent ([`FlowMarks::ack_low`]), written by the
+/// egress program: what a RST or FIN from the remote end is checked against (see
+/// [`RST_WINDOW`]). Those three bytes were unused (zero) before, so tables pinned by an older
+/// masq read as "nothing recorded".
 ///
 /// Packets of one direction may be handled on several CPUs at once. A bit set by reading,
 /// or-ing and writing back one shared byte can be lost when another CPU does the same (a FIN
 /// lost holds a closed flow 5 days), and the atomic OR that would prevent it needs Linux 5.12.
 /// With a byte per bit every update is a plain store of a constant to its own byte, and
-/// concurrent stores to different bytes cannot undo each other.
+/// concurrent stores to different bytes cannot undo each other. Eight bytes, not five and
+/// three: LLVM zeroes an odd run of bytes with a call to `memset`, a bpf-to-bpf call in every
+/// program that builds an entry.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FlowMarks(pub [u8; 5]);
+pub struct FlowMarks(pub [u8; 8]);
+
+/// Bytes of [`FlowMarks`] that hold one `FLOW_*` bit each.
+pub const FLOW_FLAG_BYTES: usize = 5;
+/// Where [`FlowMarks`] keeps the acknowledgement's low bits.
+pub const FLOW_ACK_BYTES: core::ops::Range<usize> = FLOW_FLAG_BYTES..8;
 
 impl FlowMarks {
-    /// Marks with the given `FLOW_*` bits set.
+    /// Marks with the given `FLOW_*` bits set, and no acknowledgement recorded.
     #[inline(always)]
     pub const fn from_bits(bits: u8) -> Self {
-        let mut bytes = [0; 5];
+        let mut bytes = [0; 8];
         let mut index = 0;
-        while index < 5 {
+        while index < FLOW_FLAG_BYTES {
             bytes[index] = (bits >> index) & 1;
             index += 1;
         }
         Self(bytes)
     }
 
-    /// The `FLOW_*` bits set. Every packet of a flow asks, so it is a few loads and a
-    /// multiply, without a branch per byte: each byte is 0 or 1 (only those are ever stored),
-    /// and the multiplication gathers byte `i`'s value into bit `i` of the top byte.
+    /// The `FLOW_*` bits set. Every packet of a flow asks, so it is one load, a mask and a
+    /// multiply, without a branch per byte: each flag byte is 0 or 1 (only those are ever
+    /// stored), and the multiplication gathers byte `i`'s value into bit `i` of the top byte.
     #[inline(always)]
     pub const fn bits(&self) -> u8 {
         const GATHER: u64 = 0x0102_0408_1020_4080;
-        let [b0, b1, b2, b3, b4] = self.0;
-        (u64::from_le_bytes([b0, b1, b2, b3, b4, 0, 0, 0]).wrapping_mul(GATHER) >> 56) as u8
+        const FLAGS: u64 = (1 << (8 * FLOW_FLAG_BYTES)) - 1;
+        ((u64::from_le_bytes(self.0) & FLAGS).wrapping_mul(GATHER) >> 56) as u8
+    }
+
+    /// The low bits of the last acknowledgement recorded ([`SeqLow::UNKNOWN`] if none).
+    #[inline(always)]
+    pub const fn ack_low(&self) -> SeqLow {
+        SeqLow([self.0[5], self.0[6], self.0[7]])
     }
 }
 
-/// The low 24 bits of a TCP sequence or acknowledgement number, as an entry stores them
+/// The low 24 bits of a TCP sequence or acknowledgement number, as [`FlowMarks`] stores them
 /// (little-endian bytes). 24 bits are what the entry had spare; they make a spoofed segment
 /// land in a tracked window 1 time in 2^24 / window, on top of guessing the node port.
 #[repr(C)]
@@ -219,12 +237,9 @@ pub struct NatEntry<A: Address> {
     pub origin: u8,
     /// Keeps the layout free of implicit padding; always zero.
     pub pad: u8,
-    /// `FLOW_*` bits seen in this direction.
+    /// `FLOW_*` bits seen in this direction (and, on a TCP egress half, the local end's last
+    /// acknowledgement).
     pub marks: FlowMarks,
-    /// TCP egress halves: the low bits of the last acknowledgement the local end (pod or node)
-    /// sent, written by the egress program; what a RST or FIN from the remote end is checked
-    /// against (see [`RST_WINDOW`]). [`SeqLow::UNKNOWN`] elsewhere.
-    pub ack_low: SeqLow,
     /// Keeps the layout free of implicit padding (see [`Address::EntryPad`]); always zero.
     pub align: A::EntryPad,
     /// When the flow was created (`bpf_ktime_get_coarse_ns`, CLOCK_MONOTONIC).
@@ -254,7 +269,6 @@ impl<A: Address> NatEntry<A> {
             origin,
             pad: 0,
             marks,
-            ack_low: SeqLow::UNKNOWN,
             align: A::ENTRY_PAD,
             created_ns,
             last_seen_ns,
@@ -499,10 +513,15 @@ mod tests {
     fn marks_hold_each_bit_in_its_own_byte() {
         for bits in 0..32 {
             assert_eq!(FlowMarks::from_bits(bits).bits(), bits);
+            // Whatever acknowledgement is recorded beside them.
+            let mut marks = FlowMarks::from_bits(bits);
+            marks.0[FLOW_ACK_BYTES].copy_from_slice(&[0xff, 0x13, 0x80]);
+            assert_eq!(marks.bits(), bits);
+            assert_eq!(marks.ack_low(), SeqLow([0xff, 0x13, 0x80]));
         }
         assert_eq!(
             FlowMarks::from_bits(FLOW_TCP_FIN | FLOW_SEEN).0,
-            [0, 1, 0, 1, 0]
+            [0, 1, 0, 1, 0, 0, 0, 0]
         );
     }
 
@@ -512,9 +531,9 @@ mod tests {
         // older masq stay compatible, their zero bytes reading as nothing recorded.
         assert_eq!(size_of::<NatEntryV4>(), 32);
         assert_eq!(size_of::<NatEntryV6>(), 48);
-        assert_eq!(core::mem::offset_of!(NatEntryV4, ack_low), 13);
+        assert_eq!(core::mem::offset_of!(NatEntryV4, marks), 8);
         let entry = entry(NODE, 1);
-        assert_eq!(entry.ack_low, SeqLow::UNKNOWN);
+        assert_eq!(entry.marks.ack_low(), SeqLow::UNKNOWN);
     }
 
     #[test]

@@ -8,9 +8,9 @@ use aya_ebpf::{
 use masq_common::{
     counters::{ALLOC_CHUNK, Counter, FIRST_ALLOC_ROUND, MIN_ALLOC_ROUND},
     nat::{
-        Direction, FIN_WINDOW, FLOW_ANSWERED, FLOW_SEEN, FLOW_TCP_CLOSING, FLOW_TCP_RST, FlowMarks,
-        NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND, PortSearch, RST_WINDOW, SEQ_LOW_MASK,
-        SeqLow, proto,
+        Direction, FIN_WINDOW, FLOW_ACK_BYTES, FLOW_ANSWERED, FLOW_FLAG_BYTES, FLOW_SEEN,
+        FLOW_TCP_CLOSING, FLOW_TCP_RST, FlowMarks, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND,
+        PortSearch, RST_WINDOW, SEQ_LOW_MASK, SeqLow, proto,
     },
     settings::Settings,
 };
@@ -127,12 +127,11 @@ pub(crate) fn lookup<A: Family>(
 /// out rather than let in, what conntrack does with one it doubts.
 #[inline(always)]
 fn record_ack<A: Family>(entry: &mut NatEntry<A>, ack: u32) {
-    let seen = SeqLow::of(ack);
-    for (index, byte) in entry.ack_low.0.iter_mut().enumerate() {
-        let value = seen.0[index];
-        if *byte != value {
+    let seen = SeqLow::of(ack).0;
+    for (index, byte) in entry.marks.0[FLOW_ACK_BYTES].iter_mut().enumerate() {
+        if *byte != seen[index] {
             // SAFETY: `byte` is a valid, aligned byte of the entry.
-            unsafe { core::ptr::write_volatile(byte, value) };
+            unsafe { core::ptr::write_volatile(byte, seen[index]) };
         }
     }
 }
@@ -152,7 +151,7 @@ fn closes_in_window<A: Family>(
         return true;
     };
     // SAFETY: as in `lookup`; a volatile read, as the egress program writes it meanwhile.
-    let acked = unsafe { core::ptr::read_volatile(&raw const (*local).ack_low) };
+    let acked = unsafe { core::ptr::read_volatile(&raw const (*local).marks) }.ack_low();
     if acked == SeqLow::UNKNOWN {
         return true;
     }
@@ -198,7 +197,7 @@ fn unmark(marks: &mut FlowMarks, bits: u8) {
 
 #[inline(always)]
 fn set_marks(marks: &mut FlowMarks, bits: u8, value: u8) {
-    for (index, byte) in marks.0.iter_mut().enumerate() {
+    for (index, byte) in marks.0[..FLOW_FLAG_BYTES].iter_mut().enumerate() {
         if bits & (1 << index) != 0 && *byte != value {
             // SAFETY: `byte` is a valid, aligned byte of the entry.
             unsafe { core::ptr::write_volatile(byte, value) };
