@@ -1,9 +1,9 @@
 //! Times a reload as `masq-bench` does (read, decode, validate, policy; then the trie diff and
 //! write) for configs of N CIDRs, the bench's file text: `cargo run --release -p masq-userspace
-//! --example config_apply [N...]` (as root, for the trie): a whole read of the file, the first
-//! load, and one-CIDR changes as the agent's reader takes them (in place). `--parse-only`
-//! skips the trie, `--reloads N` makes N one-CIDR changes (with `--whole`, N whole reads) for
-//! a profiler to watch, and `--phases` times the steps of a whole read one by one.
+//! --example config_apply [N...]` (as root, for the trie): a read of the file, the first load,
+//! and one-CIDR changes as the agent takes them. `--parse-only` skips the trie, `--reloads N`
+//! makes N one-CIDR changes for a profiler to watch, and `--phases` times the steps of a read
+//! one by one.
 
 #![expect(
     clippy::print_stdout,
@@ -14,13 +14,14 @@
 use std::{
     fmt::Write as _,
     net::Ipv4Addr,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use masq::{
     config::{
         GoDuration,
-        source::{ConfigReader, ConfigSource, ReadOptions, load},
+        source::{ConfigSource, ReadOptions, load},
     },
     datapath::{
         object::{Datapath, LoadOptions},
@@ -53,9 +54,10 @@ fn file_text(count: usize, changed: bool) -> String {
     text
 }
 
+/// The agent's read of a config and its trie entries.
 fn parse(source: &ConfigSource) -> masq::policy::NomasqEntries<Ipv4Addr> {
     let config = load(source, &OPTIONS).expect("valid config");
-    Policy::new(&config, false).nomasq_v4()
+    Policy::shared(Arc::new(config), false).nomasq_v4()
 }
 
 fn median(mut times: Vec<Duration>) -> Duration {
@@ -97,17 +99,11 @@ fn main() {
             std::fs::rename(&staged, &live).expect("rename");
         };
         replace(1);
-        let mut reader = ConfigReader::new(ConfigSource::File(live.clone()), OPTIONS);
+        let live = ConfigSource::File(live.clone());
         if let Some(reloads) = soak {
-            reader.load().expect("valid config");
             for round in 0..reloads {
-                if flag("--whole") {
-                    std::hint::black_box(parse(&ConfigSource::File(changed.clone())));
-                    continue;
-                }
                 replace(round);
-                let config = reader.load().expect("valid config");
-                std::hint::black_box(Policy::shared(config, false).nomasq_v4());
+                std::hint::black_box(parse(&live));
             }
             return;
         }
@@ -115,8 +111,7 @@ fn main() {
             phases(&ConfigSource::File(changed.clone()));
             continue;
         }
-        // CPU time (every thread of the process) of reading whole alone: the machine may be
-        // busy.
+        // CPU time (every thread of the process) of reading alone: the machine may be busy.
         let runs = 30;
         let source = ConfigSource::File(changed.clone());
         let cpu_started = cpu_time();
@@ -132,7 +127,7 @@ fn main() {
             })
             .collect();
         print!(
-            "{count:>6} CIDRs: read whole {:>9.3?} (CPU {parse_cpu:>9.3?})",
+            "{count:>6} CIDRs: read {:>9.3?} (CPU {parse_cpu:>9.3?})",
             median(parse_times)
         );
         if !flag("--parse-only") {
@@ -143,20 +138,19 @@ fn main() {
             })
             .expect("datapath (run as root)");
             let started = Instant::now();
-            apply(&mut reader, &mut datapath);
+            apply(&live, &mut datapath);
             let load = started.elapsed();
             let change_times = (0..u64::from(runs))
                 .map(|round| {
                     replace(round);
                     let started = Instant::now();
-                    apply(&mut reader, &mut datapath);
+                    apply(&live, &mut datapath);
                     started.elapsed()
                 })
                 .collect();
             print!(
-                "  load {load:>9.3?}  one change {:>9.3?} ({} of {runs} read in place)",
-                median(change_times),
-                reader.reads_in_place()
+                "  load {load:>9.3?}  one change {:>9.3?}",
+                median(change_times)
             );
         }
         println!("  (medians of {runs})");
@@ -165,9 +159,8 @@ fn main() {
 }
 
 /// The agent's reload: read, policy, trie.
-fn apply(reader: &mut ConfigReader, datapath: &mut Datapath) {
-    let config = reader.load().expect("valid config");
-    let desired = Policy::shared(config, false).nomasq_v4();
+fn apply(source: &ConfigSource, datapath: &mut Datapath) {
+    let desired = parse(source);
     sync_nomasq(&mut datapath.maps, &desired, TrieView::LastSynced).expect("trie");
 }
 

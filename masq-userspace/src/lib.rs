@@ -8,3 +8,4 @@ pub mod iptables;
 pub mod node;
 pub mod policy;
 pub mod ports;
+mod rtnl;

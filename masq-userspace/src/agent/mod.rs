@@ -47,7 +47,7 @@ use self::{
 use crate::{
     config::{
         cidr::Family,
-        source::{ConfigReader, ConfigSource, EffectiveConfig, ReadOptions},
+        source::{ConfigSource, EffectiveConfig, ReadOptions, load as load_config},
     },
     datapath::{DatapathError, attach::AttachMode},
     iptables::apply::IptablesError,
@@ -231,8 +231,6 @@ trait Backend {
 struct Agent {
     options: AgentOptions,
     backend: Box<dyn Backend>,
-    /// Reads the config, remembering the last file it read well.
-    reader: ConfigReader,
     /// The config in force, once one was valid.
     config: Option<Arc<EffectiveConfig>>,
     status: SharedStatus,
@@ -276,11 +274,9 @@ pub async fn run(
         BackendKind::Ebpf => Box::new(EbpfBackend::start(&options, &status)?),
         BackendKind::Iptables => Box::new(IptablesBackend::start(&options)?),
     };
-    let reader = ConfigReader::new(options.source.clone(), options.read);
     let mut agent = Agent {
         options,
         backend,
-        reader,
         config: None,
         status: status.clone(),
     };
@@ -405,7 +401,7 @@ impl Agent {
     /// Reads the config; a valid one replaces the one in force, an invalid one is reported and
     /// changes nothing.
     fn reload(&mut self, trigger: &'static str) {
-        match self.reader.load() {
+        match load_config(&self.options.source, &self.options.read).map(Arc::new) {
             Ok(config) => match self.apply(config, trigger) {
                 Ok(()) => {
                     let mut state = self.status.lock();

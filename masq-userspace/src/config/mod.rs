@@ -15,7 +15,6 @@
 pub mod cidr;
 pub mod decode;
 pub mod list;
-mod reuse;
 pub mod source;
 pub mod validate;
 

@@ -17,7 +17,6 @@ use super::{
     cidr::{Cidr, CidrText},
     decode::{self, DecodeError},
     list::ChunkedList,
-    reuse::LastFile,
     validate::{ValidationError, validate_cidrs},
 };
 use go_compat::{
@@ -293,7 +292,7 @@ fn read_file(path: &Path) -> Result<Vec<u8>, (&'static str, io::Error)> {
 
 /// Whether `file` is on a disk or memory filesystem, whose reads cannot hang: it is read
 /// inline. Any other (NFS, FUSE, ...) is read on a helper thread with a timeout, which costs
-/// a thread per read: on a 2-core node, more than reading a 10k-CIDR file in place.
+/// a thread per read: on a 2-core node, more than reading a 10k-CIDR file inline.
 fn on_local_filesystem(file: &File) -> bool {
     // The kernel's magic numbers (linux/magic.h): tmpfs, ext2/3/4, XFS, Btrfs, overlayfs and
     // F2FS. nix names only some of them for musl, which the agent is built for.
@@ -377,75 +376,6 @@ impl ConfigError {
             Self::Empty { .. } => "empty",
             Self::DirFile { source, .. } => source.reason(),
         }
-    }
-}
-
-/// Reads the config from its source again and again, as the agent does. A file whose text
-/// changed since the last good read only inside its CIDR list costs the entries that changed
-/// (see [`super::reuse`]); anything else is read whole, as [`load`] reads it.
-#[derive(Debug)]
-pub struct ConfigReader {
-    source: ConfigSource,
-    options: ReadOptions,
-    last: Option<LastFile>,
-    reads_in_place: u64,
-}
-
-impl ConfigReader {
-    /// A reader of `source` that has read nothing yet.
-    pub const fn new(source: ConfigSource, options: ReadOptions) -> Self {
-        Self {
-            source,
-            options,
-            last: None,
-            reads_in_place: 0,
-        }
-    }
-
-    /// How many reads took only the entries that changed (or nothing, the file being the
-    /// same) from the last file read well.
-    pub const fn reads_in_place(&self) -> u64 {
-        self.reads_in_place
-    }
-
-    /// Reads the config, as [`load`] does.
-    ///
-    /// # Errors
-    ///
-    /// As [`load`].
-    pub fn load(&mut self) -> Result<Arc<EffectiveConfig>, ConfigError> {
-        let ConfigSource::File(path) = &self.source else {
-            return load(&self.source, &self.options).map(Arc::new);
-        };
-        if is_missing(path) {
-            self.last = None;
-            return load_file(path, &self.options).map(Arc::new);
-        }
-        let bytes = read_bytes(path)?;
-        if let Some(reread) = self
-            .last
-            .as_ref()
-            .and_then(|last| last.reread(&bytes, self.options.enable_ipv6))
-        {
-            // Debug builds (every test) check that reading the file whole agrees.
-            #[cfg(debug_assertions)]
-            match (&reread, file_config(path, &bytes, &self.options)) {
-                (Ok((config, _)), Ok(whole)) => assert_eq!(**config, whole),
-                (reread, whole) => assert_eq!(
-                    reread.as_ref().err().map(ToString::to_string),
-                    whole.err().map(|error| error.to_string())
-                ),
-            }
-            self.reads_in_place += 1;
-            let (config, remembered) = reread?;
-            if remembered.is_some() {
-                self.last = remembered;
-            }
-            return Ok(config);
-        }
-        let config = Arc::new(file_config(path, &bytes, &self.options)?);
-        self.last = LastFile::new(bytes, Arc::clone(&config));
-        Ok(config)
     }
 }
 

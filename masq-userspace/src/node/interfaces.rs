@@ -12,11 +12,19 @@ use std::{
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
 };
 
+use netlink_packet_core::{DecodeError, NLM_F_REQUEST, ParseableParametrized as _};
+use netlink_packet_route::{
+    AddressFamily, RouteNetlinkMessage,
+    route::{RouteAddress, RouteAttribute, RouteMessage},
+};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 use nix::{
     ifaddrs::getifaddrs,
     net::if_::{InterfaceFlags, if_nametoindex},
 };
 use tokio::io::{Interest, unix::AsyncFd};
+
+use crate::rtnl::{Rtnl, RtnlError};
 
 /// Why the uplink or its address could not be determined.
 #[derive(Debug, thiserror::Error)]
@@ -494,91 +502,49 @@ const GLOBAL_PROBE: Ipv6Addr = Ipv6Addr::new(0x2000, 0, 0, 0, 0, 0, 0, 1);
 /// The source address the kernel picks for `destination` leaving by interface `ifindex`
 /// (`RTM_GETROUTE` with `RTA_OIF`, answered with `RTA_PREFSRC`); `None` when it has no route
 /// there. Needs no capability.
-fn kernel_ipv6_source(ifindex: u32, destination: Ipv6Addr) -> io::Result<Option<Ipv6Addr>> {
-    use nix::sys::socket::{
-        AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, send,
-        setsockopt, socket, sockopt,
+fn kernel_ipv6_source(ifindex: u32, destination: Ipv6Addr) -> Result<Option<Ipv6Addr>, RtnlError> {
+    let mut rtnl = Rtnl::open(1)?;
+    let request = || {
+        let mut route = RouteMessage::default();
+        route.header.address_family = AddressFamily::Inet6;
+        // A host route: the kernel's choice for this one destination.
+        route.header.destination_prefix_length = 128;
+        route.attributes = vec![
+            RouteAttribute::Destination(RouteAddress::Inet6(destination)),
+            RouteAttribute::Oif(ifindex),
+        ];
+        RouteNetlinkMessage::GetRoute(route)
     };
-    const RTM_GETROUTE: u16 = 26;
-    const NLM_F_REQUEST: u16 = 0x01;
-    const RTA_DST: u16 = 1;
-    const RTA_OIF: u16 = 4;
-    let socket = socket(
-        AddressFamily::Netlink,
-        SockType::Raw,
-        SockFlag::SOCK_CLOEXEC,
-        SockProtocol::NetlinkRoute,
-    )?;
-    bind(socket.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
-    setsockopt(
-        &socket,
-        sockopt::ReceiveTimeout,
-        &nix::sys::time::TimeVal::new(1, 0),
-    )?;
-    let mut request = crate::datapath::tc_netlink::netlink_header(RTM_GETROUTE, NLM_F_REQUEST, 1);
-    // rtmsg: family, dst_len (a host route), then zeroes (src_len, tos, table, protocol,
-    // scope, type, flags).
-    request.extend_from_slice(&[libc::AF_INET6 as u8, 128, 0, 0, 0, 0, 0, 0]);
-    request.extend_from_slice(&0_u32.to_ne_bytes());
-    for (kind, value) in [
-        (RTA_DST, destination.octets().to_vec()),
-        (RTA_OIF, ifindex.to_ne_bytes().to_vec()),
-    ] {
-        let length = u16::try_from(4 + value.len()).map_err(io::Error::other)?;
-        request.extend_from_slice(&length.to_ne_bytes());
-        request.extend_from_slice(&kind.to_ne_bytes());
-        request.extend_from_slice(&value);
+    match rtnl.exchange(NLM_F_REQUEST, request, preferred_source_in) {
+        Ok(sources) => Ok(sources.into_iter().next()),
+        // No route by that interface.
+        Err(RtnlError::Refused { .. }) => Ok(None),
+        Err(error) => Err(error),
     }
-    let length = u32::try_from(request.len()).map_err(io::Error::other)?;
-    request[..4].copy_from_slice(&length.to_ne_bytes());
-    send(socket.as_raw_fd(), &request, MsgFlags::empty())?;
-    let mut reply = vec![0_u8; 4096];
-    let read = recv(socket.as_raw_fd(), &mut reply, MsgFlags::empty())?;
-    Ok(reply.get(..read).and_then(preferred_source_in))
 }
 
-/// `RTA_PREFSRC` of the `RTM_NEWROUTE` answer in `reply`; `None` for an error answer (no route)
-/// or a route without one.
-fn preferred_source_in(reply: &[u8]) -> Option<Ipv6Addr> {
-    const RTM_NEWROUTE: u16 = 24;
-    const RTA_PREFSRC: u16 = 7;
-    const NLMSG_HEADER: usize = 16;
-    const RTMSG: usize = 12;
-    let u16_at = |offset: usize| {
-        reply
-            .get(offset..offset + 2)
-            .and_then(|bytes| bytes.try_into().ok())
-            .map(u16::from_ne_bytes)
+/// `RTA_PREFSRC` of an `RTM_NEWROUTE` answer; `None` for another message or a route without
+/// one.
+fn preferred_source_in(kind: u16, payload: &[u8]) -> Result<Option<Ipv6Addr>, DecodeError> {
+    let RouteNetlinkMessage::NewRoute(route) =
+        RouteNetlinkMessage::parse_with_param(payload, kind)?
+    else {
+        return Ok(None);
     };
-    let message_length = reply
-        .get(..4)
-        .and_then(|bytes| bytes.try_into().ok())
-        .map(u32::from_ne_bytes)
-        .and_then(|length| usize::try_from(length).ok())?;
-    if u16_at(4)? != RTM_NEWROUTE {
-        return None;
-    }
-    let end = message_length.min(reply.len());
-    let mut offset = NLMSG_HEADER + RTMSG;
-    while offset + 4 <= end {
-        let length = usize::from(u16_at(offset)?);
-        if length < 4 {
-            return None;
-        }
-        if u16_at(offset + 2)? == RTA_PREFSRC {
-            let octets: [u8; 16] = reply.get(offset + 4..offset + 20)?.try_into().ok()?;
-            return Some(Ipv6Addr::from(octets));
-        }
-        // Attributes are padded to four bytes.
-        offset += length.div_ceil(4) * 4;
-    }
-    None
+    Ok(route
+        .attributes
+        .into_iter()
+        .find_map(|attribute| match attribute {
+            RouteAttribute::PrefSource(RouteAddress::Inet6(source)) => Some(source),
+            _ => None,
+        }))
 }
 
 /// A netlink socket subscribed to link, address and route changes of both families: the
 /// events that can change which interfaces carry traffic out of the node, or an address of one.
+/// What changed is not read: any event means the interfaces are looked at again.
 pub struct InterfaceWatch {
-    socket: AsyncFd<OwnedFd>,
+    socket: AsyncFd<Socket>,
 }
 
 impl std::fmt::Debug for InterfaceWatch {
@@ -592,6 +558,8 @@ impl std::fmt::Debug for InterfaceWatch {
 impl InterfaceWatch {
     /// Subscribes in the calling thread's network namespace (no capability needed).
     pub fn new() -> io::Result<Self> {
+        // The `RTMGRP_*` multicast groups (linux/rtnetlink.h, ABI), which the crates leave to
+        // their users.
         const RTMGRP_LINK: u32 = 0x1;
         const RTMGRP_IPV4_IFADDR: u32 = 0x10;
         const RTMGRP_IPV4_ROUTE: u32 = 0x40;
@@ -600,38 +568,16 @@ impl InterfaceWatch {
         // of an IPv6-only node.
         const RTMGRP_IPV6_IFADDR: u32 = 0x100;
         const RTMGRP_IPV6_ROUTE: u32 = 0x400;
-        // SAFETY: socket(2) with constant arguments; the result is checked before it is owned.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor nobody else owns.
-        let socket = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sockaddr_nl is plain old data; all zeroes is a valid value.
-        let mut address: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        address.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        address.nl_groups = RTMGRP_LINK
-            | RTMGRP_IPV4_IFADDR
-            | RTMGRP_IPV4_ROUTE
-            | RTMGRP_IPV6_IFADDR
-            | RTMGRP_IPV6_ROUTE;
-        // SAFETY: `address` is a valid sockaddr_nl of the size given, alive across the call.
-        let bound = unsafe {
-            libc::bind(
-                socket.as_raw_fd(),
-                std::ptr::from_ref(&address).cast(),
-                u32::try_from(size_of::<libc::sockaddr_nl>()).map_err(io::Error::other)?,
-            )
-        };
-        if bound != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        socket.bind(&SocketAddr::new(
+            0,
+            RTMGRP_LINK
+                | RTMGRP_IPV4_IFADDR
+                | RTMGRP_IPV4_ROUTE
+                | RTMGRP_IPV6_IFADDR
+                | RTMGRP_IPV6_ROUTE,
+        ))?;
+        socket.set_non_blocking(true)?;
         // SAFETY: the descriptor is owned by the `AsyncFd` and is neither closed nor replaced
         // while registered.
         let socket = unsafe { AsyncFd::register_with_interest(socket, Interest::READABLE)? };
@@ -647,26 +593,15 @@ impl InterfaceWatch {
             let mut guard = self.socket.readable().await?;
             let mut seen = false;
             loop {
-                // SAFETY: `buffer` is writable for its length and outlives the call.
-                let read = unsafe {
-                    libc::recv(
-                        guard.get_inner().as_raw_fd(),
-                        buffer.as_mut_ptr().cast(),
-                        buffer.len(),
-                        libc::MSG_DONTWAIT,
-                    )
-                };
-                if read > 0 {
-                    seen = true;
-                    continue;
-                }
-                let error = io::Error::last_os_error();
-                match error.raw_os_error() {
-                    Some(libc::EAGAIN) => break,
-                    Some(libc::ENOBUFS) => seen = true,
-                    Some(libc::EINTR) => {}
-                    _ if read == 0 => break,
-                    _ => return Err(error),
+                match guard.get_inner().recv(&mut &mut buffer[..], 0) {
+                    Ok(0) => break,
+                    Ok(_) => seen = true,
+                    Err(error) => match error.raw_os_error() {
+                        Some(libc::EAGAIN) => break,
+                        Some(libc::ENOBUFS) => seen = true,
+                        Some(libc::EINTR) => {}
+                        _ => return Err(error),
+                    },
                 }
             }
             guard.clear_ready();
@@ -854,34 +789,37 @@ fe800000000000000000000000000001 02 40 20 80   up0
         );
     }
 
-    /// An `RTM_NEWROUTE` answer as the kernel writes it: header, rtmsg, RTA_TABLE, RTA_DST,
-    /// RTA_OIF, RTA_PREFSRC.
+    /// An `RTM_NEWROUTE` answer as the kernel writes it: rtmsg, RTA_TABLE, RTA_DST, RTA_OIF,
+    /// RTA_PREFSRC.
     #[test]
     fn the_kernel_route_answer_names_the_source() {
-        let mut reply = Vec::new();
-        let attribute = |reply: &mut Vec<u8>, kind: u16, value: &[u8]| {
-            let length = u16::try_from(4 + value.len()).expect("short attribute");
-            reply.extend_from_slice(&length.to_ne_bytes());
-            reply.extend_from_slice(&kind.to_ne_bytes());
-            reply.extend_from_slice(value);
-            reply.resize(reply.len().div_ceil(4) * 4, 0);
-        };
-        reply.extend_from_slice(&0_u32.to_ne_bytes());
-        reply.extend_from_slice(&24_u16.to_ne_bytes());
-        reply.extend_from_slice(&[0; 10]);
-        reply.extend_from_slice(&[10, 128, 0, 0, 254, 0, 0, 1, 0, 0, 0, 0]);
-        attribute(&mut reply, 15, &254_u32.to_ne_bytes());
-        attribute(&mut reply, 1, &v6("2000::1").octets());
-        attribute(&mut reply, 4, &2_u32.to_ne_bytes());
-        attribute(&mut reply, 7, &v6("2001:db8::7").octets());
-        let length = u32::try_from(reply.len()).expect("short reply");
-        reply[..4].copy_from_slice(&length.to_ne_bytes());
-        assert_eq!(preferred_source_in(&reply), Some(v6("2001:db8::7")));
-        // An error answer (NLMSG_ERROR: no route by that interface).
-        let mut error = reply.clone();
-        error[4..6].copy_from_slice(&2_u16.to_ne_bytes());
-        assert_eq!(preferred_source_in(&error), None);
-        assert_eq!(preferred_source_in(&reply[..20]), None);
+        use netlink_packet_core::Emitable as _;
+        const RTM_NEWROUTE: u16 = 24;
+        let mut route = RouteMessage::default();
+        route.header.address_family = AddressFamily::Inet6;
+        route.header.destination_prefix_length = 128;
+        route.header.table = 254;
+        route.attributes = vec![
+            RouteAttribute::Table(254),
+            RouteAttribute::Destination(RouteAddress::Inet6(v6("2000::1"))),
+            RouteAttribute::Oif(2),
+            RouteAttribute::PrefSource(RouteAddress::Inet6(v6("2001:db8::7"))),
+        ];
+        let mut reply = vec![0; route.buffer_len()];
+        route.emit(&mut reply);
+        assert_eq!(
+            preferred_source_in(RTM_NEWROUTE, &reply).ok(),
+            Some(Some(v6("2001:db8::7")))
+        );
+        // A route without a preferred source, and a cut answer: no address, no panic.
+        route.attributes.pop();
+        let mut bare = vec![0; route.buffer_len()];
+        route.emit(&mut bare);
+        assert_eq!(preferred_source_in(RTM_NEWROUTE, &bare).ok(), Some(None));
+        for cut in 0..reply.len() {
+            let read = preferred_source_in(RTM_NEWROUTE, &reply[..cut]);
+            assert!(!matches!(read, Ok(Some(source)) if source != v6("2001:db8::7")));
+        }
     }
 
     #[test]

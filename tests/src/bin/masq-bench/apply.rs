@@ -6,12 +6,13 @@ use std::{
     io::Write as _,
     net::Ipv4Addr,
     process::Stdio,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
 use masq::{
-    config::source::ConfigReader,
+    config::source::{ConfigSource, ReadOptions, load},
     datapath::{
         object::{Datapath, LoadOptions},
         sync::{TrieView, sync_nomasq},
@@ -50,28 +51,25 @@ pub(crate) struct ApplyTimes {
     /// written, from a list built in memory).
     pub(crate) from_config: bool,
     pub(crate) masq_load: Applied,
-    /// A one-CIDR change, the median of [`CHANGES`]: the agent reads it in place.
+    /// A one-CIDR change, the median of [`CHANGES`].
     pub(crate) masq_change: Applied,
-    /// A one-CIDR change that also changes another key (`cidrLimit`), which the agent reads
-    /// whole: the median of [`CHANGES`].
-    pub(crate) masq_change_whole: Applied,
     /// iptables-nft and iptables-legacy: (load, change), when a config could be rendered.
     pub(crate) nft: Option<(Duration, Duration)>,
     pub(crate) legacy: Option<(Duration, Duration)>,
 }
 
-/// How many changes of each kind are timed (alternating between two versions of the file).
+/// How many changes are timed (alternating between two versions of the file).
 pub(crate) const CHANGES: usize = 11;
 
-/// masq: the agent's reload (read, validate, policy, trie diff and write), by the reader that
-/// read the config before.
+/// masq: the agent's reload (read, validate, policy, trie diff and write).
 fn masq_apply(
     maps: &mut masq::datapath::maps::DatapathMaps,
-    reader: &mut ConfigReader,
+    source: &ConfigSource,
+    options: &ReadOptions,
 ) -> Result<Applied> {
     let started = Instant::now();
-    let config = reader.load()?;
-    let desired = Policy::shared(config, false).nomasq_v4();
+    let config = load(source, options)?;
+    let desired = Policy::shared(Arc::new(config), false).nomasq_v4();
     let parse = started.elapsed();
     let started = Instant::now();
     sync_nomasq(maps, &desired, TrieView::LastSynced)?;
@@ -150,35 +148,16 @@ pub(crate) fn measure(cidrs: usize) -> Result<ApplyTimes> {
     let changed = Config::write(&dir.join(format!("{tag}-changed")), Family::V4, cidrs, true)?;
     // The file the agent reads, replaced by each version in turn as the kubelet does.
     let live = Config::write(&dir.join(format!("{tag}-live")), Family::V4, cidrs, false)?;
-    let mut reader = ConfigReader::new(live.source(), Config::read_options());
+    let (source, options) = (live.source(), Config::read_options());
     let mut datapath = datapath(cidrs)?;
-    let masq_load = masq_apply(&mut datapath.maps, &mut reader)?;
-    let mut changes = |versions: [&Config; 2], reader: &mut ConfigReader| -> Result<Applied> {
-        let mut times = Vec::with_capacity(CHANGES);
-        for round in 0..CHANGES {
-            live.replace_with(versions[(round + 1) % 2])?;
-            times.push(masq_apply(&mut datapath.maps, reader)?);
-        }
-        times.sort_by_key(Applied::total);
-        Ok(times[CHANGES / 2])
-    };
-    let masq_change = changes([&full, &changed], &mut reader)?;
-    let in_place = reader.reads_in_place();
-    // The same change with another limit: a change outside the list, read whole.
-    let limited = Config::write_with_limit(
-        &dir.join(format!("{tag}-limited")),
-        cidrs,
-        true,
-        cidrs.max(64) + 1,
-    )?;
-    let masq_change_whole = changes([&full, &limited], &mut reader)?;
-    if reader.reads_in_place() != in_place || in_place < CHANGES as u64 {
-        bail!(
-            "{} of {CHANGES} one-CIDR changes were read in place, and {} changes of the limit",
-            in_place,
-            reader.reads_in_place() - in_place
-        );
+    let masq_load = masq_apply(&mut datapath.maps, &source, &options)?;
+    let mut times = Vec::with_capacity(CHANGES);
+    for round in 0..CHANGES {
+        live.replace_with([&full, &changed][(round + 1) % 2])?;
+        times.push(masq_apply(&mut datapath.maps, &source, &options)?);
     }
+    times.sort_by_key(Applied::total);
+    let masq_change = times[CHANGES / 2];
     let (full_rules, changed_rules) = (render(&full, Family::V4)?, render(&changed, Family::V4)?);
     let mut iptables = [None, None];
     for (program, times) in ["iptables-nft-restore", "iptables-legacy-restore"]
@@ -196,7 +175,6 @@ pub(crate) fn measure(cidrs: usize) -> Result<ApplyTimes> {
         from_config: true,
         masq_load,
         masq_change,
-        masq_change_whole,
         nft,
         legacy,
     })
@@ -234,10 +212,6 @@ fn measure_trie_only(cidrs: usize) -> Result<ApplyTimes> {
             write: load,
         },
         masq_change: Applied {
-            parse: Duration::ZERO,
-            write: change,
-        },
-        masq_change_whole: Applied {
             parse: Duration::ZERO,
             write: change,
         },

@@ -93,16 +93,6 @@ impl Config {
         Self::write_limited(path, family, count, changed, limit.max(64))
     }
 
-    /// An IPv4 config as [`Config::write`] writes it, with `cidrLimit: limit`.
-    pub(crate) fn write_with_limit(
-        path: &Path,
-        count: usize,
-        changed: bool,
-        limit: usize,
-    ) -> Result<Self> {
-        Self::write_limited(path, Family::V4, count, changed, limit)
-    }
-
     fn write_limited(
         path: &Path,
         family: Family,

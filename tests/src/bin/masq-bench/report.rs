@@ -1063,17 +1063,15 @@ pub(crate) fn markdown(results: &Results, plot_name: &str) -> String {
          the same config, as upstream applies it (upstream also runs `iptables -S` and `-C` \
          first, not counted). A change replaces one CIDR; upstream rewrites the whole chain. \
          masq's changes are the agent's own reader at work: the file is replaced at its path \
-         by rename, as the kubelet does, {CHANGES} times, and the median is shown. A change \
-         inside the CIDR list is read in place (only the changed entries are parsed and \
-         validated); \"read whole\" is the same change made together with one to `cidrLimit`, \
-         which makes the agent read the whole file again.\n",
+         by rename, as the kubelet does, {CHANGES} times, and the median is shown; every \
+         reload reads the whole file.\n",
         CHANGES = crate::apply::CHANGES
     );
     let _ = writeln!(
         out,
-        "| CIDRs | masq load (parse + trie) | masq one change (parse + trie) | masq one change, read whole | iptables-nft load | iptables-nft change | iptables-legacy load | iptables-legacy change |"
+        "| CIDRs | masq load (parse + trie) | masq one change (parse + trie) | iptables-nft load | iptables-nft change | iptables-legacy load | iptables-legacy change |"
     );
-    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|");
     for apply in &results.apply {
         let pair = |times: Option<(Duration, Duration)>| {
             times.map_or_else(
@@ -1095,11 +1093,10 @@ pub(crate) fn markdown(results: &Results, plot_name: &str) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} |",
             apply.cidrs,
             masq(&apply.masq_load),
             masq(&apply.masq_change),
-            masq(&apply.masq_change_whole),
             pair(apply.nft),
             pair(apply.legacy)
         );
