@@ -12,8 +12,8 @@
 //! ENOENT from EEXIST from EOPNOTSUPP. A short or corrupt reply is an error, never a panic.
 
 use netlink_packet_core::{
-    DecodeError, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
-    ParseableParametrized as _,
+    DecodeError, NLA_HEADER_SIZE, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
+    NlasIterator, ParseableParametrized as _, parse_string, parse_u32,
 };
 use netlink_packet_route::{
     RouteNetlinkMessage,
@@ -533,10 +533,20 @@ fn parse_ingress_qdisc(
     payload: &[u8],
     ifindex: u32,
 ) -> Result<Option<String>, DecodeError> {
-    let Some(RouteNetlinkMessage::NewQueueDiscipline(qdisc)) =
-        tc_message_on(kind, payload, ifindex)?
-    else {
-        return Ok(None);
+    let qdisc = match tc_message_on(kind, payload, ifindex) {
+        Ok(Some(RouteNetlinkMessage::NewQueueDiscipline(qdisc))) => qdisc,
+        Ok(_) => return Ok(None),
+        // Another qdisc of the interface (a root qdisc with options the crate cannot read) is
+        // none of masq's business; one in the ingress slot is read without the crate.
+        Err(unreadable) => {
+            let Ok(header) = TcHeader::parse(payload) else {
+                return Err(unreadable);
+            };
+            if header.parent != TcHandle::CLSACT {
+                return Ok(None);
+            }
+            return raw_kind(payload).map(Some).ok_or(unreadable);
+        }
     };
     if qdisc.header.parent != TcHandle::CLSACT {
         return Ok(None);
@@ -554,27 +564,15 @@ fn parse_ingress_qdisc(
 /// The filter the message describes, if it is one on `ifindex` (not a handle-0 classifier
 /// entry).
 fn parse_filter(kind: u16, payload: &[u8], ifindex: u32) -> Result<Option<TcFilter>, DecodeError> {
-    let Some(RouteNetlinkMessage::NewTrafficFilter(message)) =
-        tc_message_on(kind, payload, ifindex)?
-    else {
-        return Ok(None);
+    let message = match tc_message_on(kind, payload, ifindex) {
+        Ok(Some(RouteNetlinkMessage::NewTrafficFilter(message))) => message,
+        Ok(_) => return Ok(None),
+        Err(error) if kind == RTM_NEWTFILTER => return foreign_filter(payload, error),
+        Err(error) => return Err(error),
     };
     let (header, attributes) = message.into_parts();
-    let handle = u32::from(header.handle);
-    if handle == 0 {
+    let Some(mut filter) = unnamed_filter(&header) else {
         return Ok(None);
-    }
-    let [priority_high, priority_low, protocol_high, protocol_low] = header.info.to_be_bytes();
-    let mut filter = TcFilter {
-        priority: u16::from_be_bytes([priority_high, priority_low]),
-        handle,
-        // The low half of tcm_info holds the protocol in network order.
-        protocol: u16::from_be(u16::from_be_bytes([protocol_high, protocol_low])),
-        chain: 0,
-        kind: String::new(),
-        bpf_name: None,
-        bpf_prog_id: None,
-        direct_action: false,
     };
     for attribute in attributes {
         match attribute {
@@ -607,6 +605,92 @@ fn parse_filter(kind: u16, payload: &[u8], ifindex: u32) -> Result<Option<TcFilt
     Ok(Some(filter))
 }
 
+/// `RTM_NEWTFILTER`: the message type of a filter in a dump.
+const RTM_NEWTFILTER: u16 = 44;
+/// `TCA_KIND` and `TCA_CHAIN`: the filter attributes read without the crate.
+const TCA_KIND: u16 = 1;
+const TCA_CHAIN: u16 = 11;
+
+/// The filter at `header`'s place, of no kind yet and with no program, if it is a filter (not
+/// a handle-0 classifier entry).
+fn unnamed_filter(header: &TcHeader) -> Option<TcFilter> {
+    let handle = u32::from(header.handle);
+    if handle == 0 {
+        return None;
+    }
+    let [priority_high, priority_low, protocol_high, protocol_low] = header.info.to_be_bytes();
+    Some(TcFilter {
+        priority: u16::from_be_bytes([priority_high, priority_low]),
+        handle,
+        // The low half of tcm_info holds the protocol in network order.
+        protocol: u16::from_be(u16::from_be_bytes([protocol_high, protocol_low])),
+        chain: 0,
+        kind: String::new(),
+        bpf_name: None,
+        bpf_prog_id: None,
+        direct_action: false,
+    })
+}
+
+/// A filter on the interface asked about whose attributes the crate cannot read (another
+/// program's classifier with options the crate decodes strictly, or a kind newer than it):
+/// not a bpf filter, so not masq's, and what masq needs of a foreign filter
+/// (its place, its kind, so that masq never takes or removes it) is in the header and the
+/// `TCA_KIND` and `TCA_CHAIN` attributes, read here without the crate. `unreadable` is the
+/// crate's error, returned if even those cannot be read.
+fn foreign_filter(
+    payload: &[u8],
+    unreadable: DecodeError,
+) -> Result<Option<TcFilter>, DecodeError> {
+    let Ok(header) = TcHeader::parse(payload) else {
+        return Err(unreadable);
+    };
+    let Some(mut filter) = unnamed_filter(&header) else {
+        return Ok(None);
+    };
+    let Some(kind) = raw_kind(payload) else {
+        return Err(unreadable);
+    };
+    // A bpf filter the crate cannot read may be masq's own: an error, not a stranger.
+    if kind == BPF_KIND {
+        return Err(unreadable);
+    }
+    filter.kind = kind;
+    filter.chain = raw_u32_attribute(payload, TCA_CHAIN).unwrap_or_default();
+    Ok(Some(filter))
+}
+
+/// The raw attributes of the tc message `payload`, or `None` if one does not lie within it (a
+/// corrupt message, not a foreign one).
+fn raw_attributes(payload: &[u8]) -> Option<Vec<(u16, &[u8])>> {
+    NlasIterator::new(payload.get(TC_HEADER_LEN..)?)
+        .map(|attribute| {
+            let attribute = attribute.ok()?;
+            let value = attribute.into_inner();
+            let length = usize::from(u16::from_ne_bytes([*value.first()?, *value.get(1)?]));
+            let kind = u16::from_ne_bytes([*value.get(2)?, *value.get(3)?]);
+            Some((kind, value.get(NLA_HEADER_SIZE..length)?))
+        })
+        .collect()
+}
+
+/// The `TCA_KIND` of the tc message `payload`, read without the crate.
+fn raw_kind(payload: &[u8]) -> Option<String> {
+    let attributes = raw_attributes(payload)?;
+    let (_, value) = attributes.iter().find(|(kind, _)| *kind == TCA_KIND)?;
+    parse_string(value).ok().filter(|kind| !kind.is_empty())
+}
+
+/// The `u32` attribute `wanted` of the tc message `payload`, read without the crate.
+fn raw_u32_attribute(payload: &[u8], wanted: u16) -> Option<u32> {
+    let attributes = raw_attributes(payload)?;
+    let (_, value) = attributes.iter().find(|(kind, _)| *kind == wanted)?;
+    parse_u32(value).ok()
+}
+
+/// Size of `struct tcmsg`, the header before a tc message's attributes.
+const TC_HEADER_LEN: usize = 20;
+
 #[cfg(test)]
 mod tests {
     use std::num::NonZeroI32;
@@ -620,8 +704,6 @@ mod tests {
 
     use super::*;
     use crate::rtnl::{extended_ack_text, refusal, split_message};
-
-    const RTM_NEWTFILTER: u16 = 44;
 
     /// A message as the kernel sends it, encoded by the crate.
     fn encode(flags: u16, seq: u32, payload: NetlinkPayload<RouteNetlinkMessage>) -> Vec<u8> {
@@ -794,6 +876,30 @@ mod tests {
         );
     }
 
+    /// A foreign filter whose options the crate decodes strictly and finds wrong (here u32's
+    /// option 7, a nested action list, holding garbage) is still listed, as foreign: a node's
+    /// other classifiers must never stop masq from listing the hook it shares with them.
+    #[test]
+    fn a_foreign_filter_the_crate_cannot_read_is_still_listed() {
+        let bytes = filter_message(
+            2,
+            0x8000_0801,
+            vec![
+                TcAttribute::Kind("u32".to_owned()),
+                TcAttribute::Chain(4),
+                TcAttribute::Options(vec![TcOption::U32(TcFilterU32Option::Other(
+                    DefaultNla::new(7, vec![0xff; 7]),
+                ))]),
+            ],
+        );
+        let filter = filter_in(&bytes, 2).unwrap().unwrap();
+        assert_eq!(
+            (filter.kind.as_str(), filter.handle, filter.chain),
+            ("u32", 0x8000_0801, 4)
+        );
+        assert_eq!((filter.bpf_name, filter.bpf_prog_id), (None, None));
+    }
+
     #[test]
     fn ingress_slot_qdisc_is_found_and_others_ignored() {
         let clsact = qdisc_message(3, CLSACT_HANDLE, TcHandle::CLSACT, "clsact");
@@ -808,6 +914,26 @@ mod tests {
             .collect();
         assert_eq!(kinds, [None, Some("clsact".to_owned())]);
         assert_eq!(qdisc_in(&clsact, 4), None);
+    }
+
+    /// A root qdisc on the uplink whose options the crate cannot read (fq_codel's target cut to
+    /// one byte) does not stop masq finding what sits in the ingress slot.
+    #[test]
+    fn an_unreadable_qdisc_outside_the_ingress_slot_is_ignored() {
+        let mut root = qdisc_message(3, TcHandle::UNSPEC, TcHandle::ROOT, "fq_codel");
+        // TCA_OPTIONS holding TCA_FQ_CODEL_TARGET with one byte of its u32.
+        root.extend_from_slice(&[12, 0, 2, 0x80, 5, 0, 1, 0, 7, 0, 0, 0]);
+        let length = u32::try_from(root.len()).unwrap();
+        root[..4].copy_from_slice(&length.to_ne_bytes());
+        let message = messages(&root).remove(0).unwrap();
+        assert!(
+            tc_message_on(message.message_type(), message.payload(), 3).is_err(),
+            "the crate reads this qdisc: the test no longer exercises the fallback"
+        );
+        assert_eq!(
+            parse_ingress_qdisc(message.message_type(), message.payload(), 3).unwrap(),
+            None
+        );
     }
 
     #[test]
