@@ -189,7 +189,7 @@ fn phases(source: &ConfigSource) {
         let cidrs = masq::config::validate::validate_cidrs(
             raw.non_masquerade_cidrs
                 .as_ref()
-                .map(masq::config::list::ChunkedList::iter)
+                .map(|cidrs| cidrs.iter())
                 .unwrap_or_default(),
             raw.cidr_limit,
             false,

@@ -8,7 +8,7 @@
 
 use go_compat::json::{JsonValue, find_field};
 
-use super::{GoDuration, MasqConfig, cidr::CidrText, list::ChunkedList};
+use super::{GoDuration, MasqConfig, cidr::CidrText};
 
 /// A value of the wrong type or an unparsable duration, with Go's message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -94,7 +94,7 @@ pub fn decode_azure(document: JsonValue) -> Result<AzureFileConfig, DecodeError>
     Ok(AzureFileConfig {
         non_masquerade_cidrs: config
             .non_masquerade_cidrs
-            .map(|cidrs| cidrs.iter().cloned().collect())
+            .map(|cidrs| cidrs.to_vec())
             .unwrap_or_default(),
         masq_link_local: config.masq_link_local,
         masq_link_local_ipv6: config.masq_link_local_ipv6,
@@ -136,7 +136,7 @@ fn decode_fields(
 /// A `[]string` field. `null` makes it nil (`None`), an array a list, empty or not. Go decodes
 /// an array into the existing slice: a `null` element keeps the value already at that index
 /// (upstream's defaults!) or is empty past its end.
-fn decode_cidrs(value: JsonValue, target: &mut Option<ChunkedList<CidrText>>, errors: &mut Errors) {
+fn decode_cidrs(value: JsonValue, target: &mut Option<Vec<CidrText>>, errors: &mut Errors) {
     let field = NON_MASQUERADE_CIDRS;
     match value {
         JsonValue::Null => *target = None,
@@ -154,7 +154,7 @@ fn decode_cidrs(value: JsonValue, target: &mut Option<ChunkedList<CidrText>>, er
                 };
                 decoded_items.push(decoded);
             }
-            *target = Some(decoded_items.into());
+            *target = Some(decoded_items);
         }
         other => save(errors, &other, field, "[]string"),
     }

@@ -14,7 +14,7 @@
 
 pub mod cidr;
 pub mod decode;
-pub mod list;
+
 pub mod source;
 pub mod validate;
 
@@ -23,7 +23,6 @@ use std::fmt::Write as _;
 use go_compat::json::quote_string as json_string;
 
 use cidr::CidrText;
-use list::ChunkedList;
 
 /// Go's `time.Duration`, which `resyncInterval` is.
 pub use go_compat::time::GoDuration;
@@ -68,7 +67,7 @@ pub const DEFAULT_RESYNC_INTERVAL: GoDuration = GoDuration::from_secs(60);
 pub struct MasqConfig {
     /// `nonMasqueradeCIDRs`, exactly as written. `None` is Go's nil slice, what `null` decodes
     /// to; an explicit `[]` is an empty list, which Go tells apart when it prints the config.
-    pub non_masquerade_cidrs: Option<ChunkedList<CidrText>>,
+    pub non_masquerade_cidrs: Option<Vec<CidrText>>,
     /// `cidrLimit`.
     pub cidr_limit: i64,
     /// `masqLinkLocal`.

@@ -16,7 +16,6 @@ use super::{
     AZURE_CIDR_LIMIT, CONFIG_FILE_PREFIX, GoDuration, MasqConfig,
     cidr::{Cidr, CidrText},
     decode::{self, DecodeError},
-    list::ChunkedList,
     validate::{ValidationError, validate_cidrs},
 };
 use go_compat::{
@@ -133,7 +132,7 @@ pub struct EffectiveConfig {
     pub origin: ConfigOrigin,
     /// Non-masquerade CIDRs in rule order (config order; in directory mode by file, then first
     /// appearance, duplicates removed).
-    pub cidrs: ChunkedList<SourcedCidr>,
+    pub cidrs: Vec<SourcedCidr>,
     /// The config in upstream's form (directory mode: the merged flags, the `cidrLimit` that
     /// applied per file and `--resync-interval`): the flags, the interval, and the logs.
     pub raw: MasqConfig,
@@ -460,7 +459,7 @@ fn file_config(
     let cidrs = validate_cidrs(
         raw.non_masquerade_cidrs
             .as_ref()
-            .map(ChunkedList::iter)
+            .map(|cidrs| cidrs.iter())
             .unwrap_or_default(),
         raw.cidr_limit,
         options.enable_ipv6,
@@ -527,7 +526,7 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
     }
     // The Azure agent appends every file's list to a nil one, which stays nil when no file
     // lists a CIDR.
-    let cidr_texts: ChunkedList<CidrText> = merged
+    let cidr_texts: Vec<CidrText> = merged
         .iter()
         .map(|sourced| sourced.cidr.text().clone())
         .collect();
@@ -544,7 +543,7 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
     };
     Ok(EffectiveConfig {
         origin,
-        cidrs: merged.into(),
+        cidrs: merged,
         raw,
     })
 }

@@ -3,7 +3,6 @@
 
 use super::{
     cidr::{Cidr, CidrError, CidrText, Family},
-    list::ChunkedList,
     source::{CidrOrigin, SourcedCidr},
 };
 
@@ -41,7 +40,7 @@ pub fn validate_cidrs<'text>(
     limit: i64,
     enable_ipv6: bool,
     origin: CidrOrigin,
-) -> Result<ChunkedList<SourcedCidr>, ValidationError> {
+) -> Result<Vec<SourcedCidr>, ValidationError> {
     let count = cidrs.len();
     if i64::try_from(count).map_or(true, |count| count > limit) {
         return Err(ValidationError::TooManyCidrs { limit, count });
@@ -56,5 +55,5 @@ pub fn validate_cidrs<'text>(
         }
         valid.push(SourcedCidr { cidr, origin });
     }
-    Ok(valid.into())
+    Ok(valid)
 }
