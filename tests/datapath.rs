@@ -62,6 +62,14 @@ fn tcp_reply_to(view: &Ipv4View, flags: u8) -> Packet {
     Packet::tcp(&from, &to, flags)
 }
 
+/// The half of the one flow in the table that goes `direction`.
+fn half(harness: &Harness, direction: Direction) -> Option<(NatKeyV4, NatEntryV4)> {
+    harness
+        .nat()
+        .into_iter()
+        .find(|(key, _)| key.direction() == Some(direction))
+}
+
 #[test]
 fn unconfigured_datapath_leaves_everything_alone() {
     let harness = Harness::unconfigured();
@@ -1044,16 +1052,12 @@ fn a_rst_or_fin_outside_the_pods_window_does_not_shorten_the_flow() {
             .ack(acked)
             .payload(b""),
     );
-    let flow = |harness: &Harness| {
-        let table = harness.nat();
-        let half = |direction| {
-            table
-                .iter()
-                .find(|(key, _)| key.direction() == Some(direction))
-                .map(|(_, entry)| *entry)
-                .expect("both halves")
-        };
-        (half(Direction::Egress), half(Direction::Ingress))
+    let flow = |harness: &Harness| match (
+        half(harness, Direction::Egress),
+        half(harness, Direction::Ingress),
+    ) {
+        (Some((_, egress)), Some((_, ingress))) => (egress, ingress),
+        halves => panic!("the flow lost a half: {halves:?}"),
     };
     let lifetime = |harness: &Harness| {
         let (egress, ingress) = flow(harness);
@@ -1128,12 +1132,7 @@ fn a_reopened_tuple_forgets_the_old_connections_acknowledgement() {
             &harness,
             &Packet::tcp(pod, "203.0.113.10:443", TCP_ACK).ack(ack),
         );
-        let egress_half = harness
-            .nat()
-            .into_iter()
-            .find(|(key, _)| key.direction() == Some(Direction::Egress))
-            .map(|(_, entry)| entry)
-            .expect("egress half");
+        let (_, egress_half) = half(&harness, Direction::Egress).expect("egress half");
         assert_eq!(egress_half.marks.ack_low(), SeqLow::of(ack));
     }
     egress_ok(
@@ -1146,12 +1145,7 @@ fn a_reopened_tuple_forgets_the_old_connections_acknowledgement() {
         &tcp_reply_to(&out, TCP_RST | TCP_ACK).seq(0).frame(),
     );
     assert_eq!(harness.counter(Counter::TcpCloseOutOfWindow), 0);
-    let reply_half = harness
-        .nat()
-        .into_iter()
-        .find(|(key, _)| key.direction() == Some(Direction::Ingress))
-        .map(|(_, entry)| entry)
-        .expect("reply half");
+    let (_, reply_half) = half(&harness, Direction::Ingress).expect("reply half");
     assert_ne!(reply_half.marks.bits() & FLOW_TCP_RST, 0);
 }
 
@@ -1434,13 +1428,7 @@ fn the_collector_keeps_a_flow_a_packet_refreshed_after_it_was_judged() {
         &tcp_reply_to(&out, TCP_SYN | TCP_ACK).payload(b"").frame(),
     );
     let halves = |harness: &Harness| {
-        let table = harness.nat();
-        let key = |direction| {
-            table
-                .iter()
-                .find(|(key, _)| key.direction() == Some(direction))
-                .map(|(key, _)| *key)
-        };
+        let key = |direction| half(harness, direction).map(|(key, _)| key);
         (key(Direction::Egress), key(Direction::Ingress))
     };
     let (Some(egress_key), Some(ingress_key)) = halves(&harness) else {
