@@ -178,3 +178,35 @@ fn older_instruction_features_are_recognised_and_accepted() {
     );
     assert!(too_new(&usage, MIN_KERNEL_TC).is_empty());
 }
+
+/// Issue 25, point 1: arm64's JIT lets a program mix tail calls with bpf-to-bpf calls only from
+/// Linux 6.0 (x86-64 from 5.10). Every masq program tail-calls or is tail-called, so none may
+/// call a function: the calls that crept in were LLVM's, a `memset` for zeroing an odd run of
+/// bytes and a `memmove` for copying an IPv6 address or an entry out of a map value. This
+/// fails the day one comes back.
+#[test]
+fn no_program_makes_a_bpf_to_bpf_call() {
+    let object = aya_obj::Object::parse(DATAPATH_OBJECT).expect("the embedded object parses");
+    assert!(object.programs.len() >= 10, "{:?}", object.programs.keys());
+    let mut callers: Vec<&str> = object
+        .programs
+        .iter()
+        .filter(|(_, program)| {
+            let function = object
+                .functions
+                .get(&program.function_key())
+                .expect("every program has its function");
+            function.instructions.iter().any(|insn| {
+                u32::from(insn.code) == BPF_JMP | BPF_CALL
+                    && u32::from(insn.src_reg()) == BPF_PSEUDO_CALL
+            })
+        })
+        .map(|(name, _)| name.as_str())
+        .collect();
+    callers.sort_unstable();
+    assert!(
+        callers.is_empty(),
+        "these programs call functions (disassemble with llvm-objdump -dr to see which): \
+         {callers:?}"
+    );
+}

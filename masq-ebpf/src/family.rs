@@ -105,6 +105,14 @@ pub(crate) trait Family: Address + Counted + 'static {
     /// The debug record of a new mapping of `key`'s flow to port `port` (off unless the agent
     /// runs with datapath debug logging).
     fn log_new_mapping(ctx: &TcContext, key: &NatKey<Self>, port: u16);
+    /// The address at `address` (in map memory), read as 32-bit words with volatile loads.
+    /// A plain copy of an IPv6 address out of a map value compiles to a call to `memmove`, a
+    /// bpf-to-bpf call that arm64 kernels before 6.0 refuse next to tail calls; a volatile load
+    /// of the whole address crashes LLVM's BPF backend.
+    ///
+    /// # Safety
+    /// `address` must point at a valid address for the length of the call.
+    unsafe fn load(address: *const Self) -> Self;
     /// Parses the frame's headers again (the new-flow program, after the tail calls).
     fn parse_again(ctx: &TcContext) -> Option<Ip<Self>>;
     /// Replaces the `end` address `old` of `ip` by `new`, fixing every checksum that covers it.
@@ -137,6 +145,12 @@ pub(crate) trait Family: Address + Counted + 'static {
 }
 
 impl Family for [u8; 4] {
+    #[inline(always)]
+    unsafe fn load(address: *const Self) -> Self {
+        // SAFETY: as the caller promises; an IPv4 address is one unaligned word.
+        unsafe { core::ptr::read_volatile(address.cast::<[u8; 4]>()) }
+    }
+
     const ICMP: u8 = proto::ICMP;
     const ICMP_CHECKSUM_COVERS_ADDRESSES: bool = false;
     const QUOTE_SRC: usize = IP_SRC;
@@ -307,6 +321,25 @@ impl Family for [u8; 4] {
 }
 
 impl Family for V6 {
+    #[inline(always)]
+    unsafe fn load(address: *const Self) -> Self {
+        let words = address.cast::<u32>();
+        // SAFETY: as the caller promises; `V6` is four words, aligned to 4.
+        let [a, b, c, d] = unsafe {
+            [
+                core::ptr::read_volatile(words),
+                core::ptr::read_volatile(words.add(1)),
+                core::ptr::read_volatile(words.add(2)),
+                core::ptr::read_volatile(words.add(3)),
+            ]
+        };
+        let mut bytes = [0; 16];
+        for (chunk, word) in bytes.chunks_exact_mut(4).zip([a, b, c, d]) {
+            chunk.copy_from_slice(&word.to_ne_bytes());
+        }
+        V6(bytes)
+    }
+
     const ICMP: u8 = proto::ICMPV6;
     const ICMP_CHECKSUM_COVERS_ADDRESSES: bool = true;
     const QUOTE_SRC: usize = 8;

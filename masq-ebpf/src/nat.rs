@@ -147,7 +147,8 @@ fn closes_in_window<A: Family>(
     observed: u8,
     seq: u32,
 ) -> bool {
-    let Some(local) = A::nat().get_ptr(key.peer(entry)) else {
+    // SAFETY: `entry` is the reply half the lookup found.
+    let Some(local) = A::nat().get_ptr(unsafe { peer_of(key, entry) }) else {
         return true;
     };
     // SAFETY: as in `lookup`; a volatile read, as the egress program writes it meanwhile.
@@ -160,6 +161,70 @@ fn closes_in_window<A: Family>(
         distance < RST_WINDOW
     } else {
         !(FIN_WINDOW..=SEQ_LOW_MASK - FIN_WINDOW).contains(&distance)
+    }
+}
+
+/// The key of the other half of the flow whose half is `key`, its entry at `entry` (a map
+/// value): [`NatKey::peer`] with the entry's address and port read by [`Family::load`] and
+/// volatile loads, not copied (see there).
+///
+/// # Safety
+/// `entry` must point at a valid entry for the length of the call.
+#[inline(always)]
+pub(crate) unsafe fn peer_of<A: Family>(key: &NatKey<A>, entry: *const NatEntry<A>) -> NatKey<A> {
+    // SAFETY: as the caller promises.
+    let (addr, port) = unsafe {
+        (
+            A::load(&raw const (*entry).addr),
+            core::ptr::read_volatile(&raw const (*entry).port),
+        )
+    };
+    match key.direction() {
+        Some(Direction::Ingress) => NatKey::new(
+            addr,
+            key.src_addr,
+            port,
+            key.src_port,
+            key.protocol,
+            Direction::Egress,
+        ),
+        _ => NatKey::new(
+            key.dst_addr,
+            addr,
+            key.dst_port,
+            port,
+            key.protocol,
+            Direction::Ingress,
+        ),
+    }
+}
+
+/// Copies the entry at `source` to `target` (map values both) field by field with volatile
+/// loads and stores: neither a call to `memmove` (see [`Family::load`]) nor a copy of the whole
+/// entry on the stack, which the IPv6 allocator has no room for.
+///
+/// # Safety
+/// Both must point at valid entries for the length of the call.
+#[inline(always)]
+unsafe fn copy_into<A: Family>(target: *mut NatEntry<A>, source: *const NatEntry<A>) {
+    // SAFETY: as the caller promises.
+    unsafe {
+        core::ptr::write_volatile(&raw mut (*target).addr, A::load(&raw const (*source).addr));
+        macro_rules! copy_field {
+            ($name:ident) => {
+                core::ptr::write_volatile(
+                    &raw mut (*target).$name,
+                    core::ptr::read_volatile(&raw const (*source).$name),
+                )
+            };
+        }
+        copy_field!(port);
+        copy_field!(origin);
+        copy_field!(pad);
+        copy_field!(marks);
+        copy_field!(align);
+        copy_field!(created_ns);
+        copy_field!(last_seen_ns);
     }
 }
 
@@ -212,7 +277,9 @@ fn reopen<A: Family>(key: &NatKey<A>, entry: &mut NatEntry<A>) {
     let now = now_ns();
     unmark(&mut entry.marks, FLOW_TCP_CLOSING);
     entry.created_ns = now;
-    if let Some(peer) = A::nat().get_ptr_mut(key.peer(entry)) {
+    // SAFETY: `entry` is the half the lookup found.
+    let peer_key = unsafe { peer_of(key, entry) };
+    if let Some(peer) = A::nat().get_ptr_mut(peer_key) {
         // SAFETY: as in `lookup`. The reply half forgets the old connection entirely: until
         // the new one is answered it is not established.
         unsafe {
@@ -680,7 +747,7 @@ fn create<A: Family>(port: u16) -> Result<(), AllocError> {
         remove_reply_half(&reply_key);
         // Another CPU mapped this flow first: use theirs.
         if let Some(existing) = A::nat().get_ptr(&*key) {
-            (*slot).entry = *existing;
+            copy_into(&raw mut (*slot).entry, existing);
             return Ok(());
         }
     }
@@ -762,7 +829,7 @@ fn reserve_for_node<A: Family>(node_ip: A) -> Result<(), AllocError> {
         {
             // The pod flow's egress key, read straight from its entry.
             count_in::<A>(Counter::MappingConflict);
-            let _ = A::nat().remove(&reply_key.peer(&*existing));
+            let _ = A::nat().remove(&peer_of(&reply_key, existing));
         }
         (*slot).entry = NatEntry::new(
             core::ptr::read_volatile(&raw const (*key).src_addr),

@@ -70,8 +70,8 @@ const HELPERS: &[(bpf_func_id, KernelVersion)] = &[
     (bpf_func_id::BPF_FUNC_skb_load_bytes, linux(4, 5)),
     // IPv6 address changes go into the transport checksum as one difference.
     (bpf_func_id::BPF_FUNC_csum_diff, linux(4, 6)),
-    // New flows go through the allocator by tail call. A program that also makes bpf-to-bpf
-    // calls (masq's call memset) may tail-call from 5.10 on x86-64, below the minimum.
+    // New flows go through the allocator by tail call. No masq program makes bpf-to-bpf calls
+    // (a test checks), which arm64 allows next to tail calls only from 6.0.
     (bpf_func_id::BPF_FUNC_tail_call, linux(4, 2)),
     // Socket lookups for tc programs: 4.20; the one that also finds request and time-wait
     // sockets: 5.2.
