@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod config;
 pub mod datapath;
+pub mod ipsec;
 pub mod iptables;
 pub mod node;
 pub mod policy;

@@ -38,7 +38,7 @@ use prometheus_client::{
 };
 use tokio::{net::TcpListener, task::JoinHandle};
 
-use super::status::{AgentStatus, SharedStatus, UplinkIpv6};
+use super::status::{AgentStatus, IpsecStatus, SharedStatus, UplinkIpv6};
 use crate::datapath::maps::DatapathMaps;
 
 /// How long one connection may take, request and response together: a slow or stuck client
@@ -511,6 +511,25 @@ fn encode_agent(
         "1 while an upstream ip-masq-agent chain is installed next to masq (it masquerades before masq sees the packets).",
         i64::from(status.upstream_chain.is_some()),
     )?;
+    // Absent until the policies were read: an unreadable policy table is not "none".
+    if let Some(IpsecStatus::Checked(bypassed)) = &status.ipsec {
+        let count = |family: &str| {
+            i64::try_from(
+                bypassed
+                    .iter()
+                    .filter(|policy| policy.family == family)
+                    .count(),
+            )
+            .unwrap_or(i64::MAX)
+        };
+        family(
+            encoder,
+            "masq_xfrm_policies_bypassed",
+            "XFRM (IPsec) output policies that select masqueraded traffic only after translation: MASQUERADE would have applied them, under masq that traffic leaves in clear text.",
+            MetricType::Gauge,
+            gauges(["ipv4", "ipv6"].map(|name| ([("family", name)], count(name)))),
+        )?;
+    }
     if let Some(started) = seconds(status.started) {
         gauge(
             encoder,
@@ -868,6 +887,12 @@ mod tests {
                 attach_mode: "tc",
                 verified_sizes: vec![("masq_egress", Some(42_744)), ("masq_ingress", None)],
             }),
+            ipsec: Some(IpsecStatus::Checked(vec![
+                crate::agent::status::BypassedPolicy {
+                    family: "ipv4",
+                    description: "src 192.0.2.1/32 dst 198.51.100.0/24".to_owned(),
+                },
+            ])),
             ..AgentStatus::default()
         };
         let readings = DatapathReadings {
@@ -922,6 +947,19 @@ mod tests {
             golden,
             "the exported families changed; the page was:\n{page}"
         );
+    }
+
+    #[test]
+    fn bypassed_ipsec_policies_are_counted_per_family_once_read() {
+        let (mut status, readings) = representative();
+        let page = render(&status, &readings);
+        let series = |family: &str| format!(r#"masq_xfrm_policies_bypassed{{family="{family}"}}"#);
+        assert_eq!(sample(&page, &series("ipv4")), Some(1.0), "{page}");
+        assert_eq!(sample(&page, &series("ipv6")), Some(0.0), "{page}");
+        // Unreadable policies are not "none".
+        status.ipsec = Some(IpsecStatus::Unknown("EPERM".to_owned()));
+        let page = render(&status, &readings);
+        assert!(!page.contains("masq_xfrm_policies_bypassed"), "{page}");
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub use self::ebpf::{UninstallStep, uninstall};
 use self::{
     ebpf::EbpfBackend,
     iptables_backend::IptablesBackend,
-    status::{ConfigFailure, SharedStatus},
+    status::{BypassedPolicy, ConfigFailure, IpsecStatus, SharedStatus, UplinkIpv6},
     watch::DirectoryWatch,
 };
 use crate::{
@@ -50,9 +50,10 @@ use crate::{
         source::{ConfigSource, EffectiveConfig, ReadOptions, load as load_config},
     },
     datapath::{DatapathError, attach::AttachMode},
+    ipsec::{self, SnatUplink},
     iptables::apply::IptablesError,
     node::{
-        interfaces::{InterfaceError, InterfaceWatch},
+        interfaces::{self, InterfaceError, InterfaceWatch},
         reserved_ports::SysctlError,
     },
     policy::Policy,
@@ -234,6 +235,8 @@ struct Agent {
     /// The config in force, once one was valid.
     config: Option<Arc<EffectiveConfig>>,
     status: SharedStatus,
+    /// What the last IPsec check logged, so that a finding is logged once per change.
+    ipsec_logged: Option<IpsecStatus>,
 }
 
 /// The longest error text the agent repeats in logs, `/readyz` and status.
@@ -279,6 +282,7 @@ pub async fn run(
         backend,
         config: None,
         status: status.clone(),
+        ipsec_logged: None,
     };
     // Watching starts before the first read: a config swapped in while the datapath is still
     // being attached is then picked up at once, not at the next resync.
@@ -288,6 +292,7 @@ pub async fn run(
         .backend
         .finish_startup(&agent.options, &agent.status)?;
     agent.update_readiness();
+    agent.check_ipsec();
     agent.run(watch, shutdown).await;
     Ok(())
 }
@@ -315,6 +320,7 @@ impl Agent {
                     self.reload("resync");
                     self.backend.resync(&self.options, &self.status);
                     self.update_readiness();
+                    self.check_ipsec();
                     if watch.is_none() {
                         watch = self.watch();
                     }
@@ -334,6 +340,7 @@ impl Agent {
                     // The kubelet's swap is several renames; let it settle.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     self.reload("change");
+                    self.check_ipsec();
                 }
                 changed = async {
                     match interfaces.as_mut() {
@@ -353,6 +360,7 @@ impl Agent {
                     }
                     self.backend.follow_uplinks(&self.options, &self.status);
                     self.update_readiness();
+                    self.check_ipsec();
                 }
                 () = sleep_until(next_gc) => {
                     self.backend.collect_garbage(&self.options, &self.status);
@@ -458,6 +466,89 @@ impl Agent {
         }
         self.config = Some(config);
         Ok(())
+    }
+
+    /// Looks for XFRM output policies that masq's translation bypasses (see [`ipsec`]) and
+    /// reports them: in the status the metrics are read from, and in the log once per change. Run after every config load, uplink change and resync: policies change behind
+    /// masq's back (an IPsec daemon installs them), and no netlink group announces them to a
+    /// process without a subscription it would have to keep reading.
+    fn check_ipsec(&mut self) {
+        // Only the eBPF datapath translates after the lookup; nothing is translated before a
+        // config is in force.
+        if !self.backend.translates_on_uplinks() {
+            return;
+        }
+        let Some(config) = &self.config else {
+            return;
+        };
+        let policy = Policy::shared(Arc::clone(config), self.options.enable_ipv6);
+        let nomasq = policy
+            .nomasq_v4()
+            .keys()
+            .filter_map(|&(address, prefix)| ipnet::Ipv4Net::new(address, prefix).ok())
+            .map(ipnet::IpNet::V4)
+            .chain(
+                policy
+                    .nomasq_v6()
+                    .keys()
+                    .filter_map(|&(address, prefix)| ipnet::Ipv6Net::new(address, prefix).ok())
+                    .map(ipnet::IpNet::V6),
+            )
+            .collect();
+        let uplinks = self
+            .status
+            .lock()
+            .uplinks
+            .iter()
+            .map(|uplink| SnatUplink {
+                ifindex: interfaces::interface_index(&uplink.interface).unwrap_or(0),
+                name: uplink.interface.clone(),
+                ipv4: uplink.node_ip,
+                ipv6: match uplink.ipv6 {
+                    UplinkIpv6::Address(address) => Some(address),
+                    UplinkIpv6::NotTranslated | UplinkIpv6::NoAddress => None,
+                },
+            })
+            .collect();
+        let found = match ipsec::check(uplinks, nomasq) {
+            Ok(bypassed) => IpsecStatus::Checked(
+                bypassed
+                    .iter()
+                    .map(|bypass| BypassedPolicy {
+                        family: bypass.family(),
+                        description: bypass.describe(),
+                    })
+                    .collect(),
+            ),
+            Err(error) => IpsecStatus::Unknown(error.to_string()),
+        };
+        if self.ipsec_logged.as_ref() != Some(&found) {
+            match &found {
+                IpsecStatus::Checked(bypassed) if bypassed.is_empty() => {
+                    if self.ipsec_logged.is_some() {
+                        tracing::info!(
+                            "no XFRM (IPsec) output policy selects masqueraded traffic only after translation any more"
+                        );
+                    }
+                }
+                IpsecStatus::Checked(bypassed) => {
+                    let policies: Vec<&str> = bypassed
+                        .iter()
+                        .map(|policy| policy.description.as_str())
+                        .collect();
+                    tracing::warn!(
+                        count = bypassed.len(),
+                        policies = %policies.join("; "),
+                        "XFRM (IPsec) output policies select masqueraded traffic only after translation: MASQUERADE would have applied them, but masq translates after the kernel's only policy lookup, so this traffic leaves in clear text (and a block policy does not drop it). Make the policies select the pods' addresses too, or run this node with --backend iptables (see README, IPsec)"
+                    );
+                }
+                IpsecStatus::Unknown(error) => {
+                    tracing::warn!(%error, "cannot read the XFRM (IPsec) policies: masqueraded traffic a policy would select only after translation would leave in clear text unnoticed");
+                }
+            }
+            self.ipsec_logged = Some(found.clone());
+        }
+        self.status.lock().ipsec = Some(found);
     }
 
     fn update_readiness(&self) {

@@ -51,6 +51,29 @@ pub struct AgentStatus {
     pub adopted: bool,
     /// The kernel the datapath was loaded into, once it is.
     pub kernel: Option<KernelStatus>,
+    /// What the last look at the node's IPsec policies found; `None` before the first (eBPF
+    /// backend only).
+    pub ipsec: Option<IpsecStatus>,
+}
+
+/// The node's XFRM output policies that select masqueraded traffic only after translation
+/// (see [`crate::ipsec`]): MASQUERADE's second lookup would have applied them, masq's
+/// translation comes after the only one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IpsecStatus {
+    /// The policies were read; these are bypassed (none: nothing leaks).
+    Checked(Vec<BypassedPolicy>),
+    /// The policies could not be read: bypassed ones would go unnoticed.
+    Unknown(String),
+}
+
+/// One bypassed policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BypassedPolicy {
+    /// `ipv4` or `ipv6`.
+    pub family: &'static str,
+    /// The policy and the address it selects, in words.
+    pub description: String,
 }
 
 /// The kernel the datapath runs on, and what its verifier made of the programs.

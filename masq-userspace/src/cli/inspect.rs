@@ -17,6 +17,7 @@ use masq::{
         maps::DatapathMaps,
         pins::{DEFAULT_PIN_PATH, Hook, PinDir},
     },
+    ipsec::{self, SnatUplink},
     node::{
         kernel::{Kernel, VERIFIER_LIMIT},
         reserved_ports::DEFAULT_SYSCTL_DIR,
@@ -106,6 +107,11 @@ struct StatusJson {
     nat_v6_capacity: u32,
     counters: Vec<(String, u64)>,
     counters_v6: Vec<(String, u64)>,
+    /// XFRM output policies that select masqueraded traffic only after translation (so it
+    /// leaves in clear text); `None` when they could not be read.
+    ipsec_bypassed: Option<Vec<String>>,
+    /// Why the XFRM policies could not be read.
+    ipsec_error: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -231,6 +237,33 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
                 .collect(),
         })
         .collect();
+    let snat_uplinks = uplinks
+        .iter()
+        .map(|uplink| SnatUplink {
+            name: uplink.interface.clone(),
+            ifindex: uplink.ifindex,
+            ipv4: uplink.node_ip.as_deref().and_then(|ip| ip.parse().ok()),
+            ipv6: uplink.node_ipv6.as_deref().and_then(|ip| ip.parse().ok()),
+        })
+        .collect();
+    let nomasq = trie_v4
+        .iter()
+        .filter_map(|&((addr, prefix), _)| ipnet::Ipv4Net::new(addr, prefix).ok())
+        .map(ipnet::IpNet::V4)
+        .chain(
+            trie_v6
+                .iter()
+                .filter_map(|&((addr, prefix), _)| ipnet::Ipv6Net::new(addr, prefix).ok())
+                .map(ipnet::IpNet::V6),
+        )
+        .collect();
+    let (ipsec_bypassed, ipsec_error) = match ipsec::check(snat_uplinks, nomasq) {
+        Ok(bypassed) => (
+            Some(bypassed.iter().map(ipsec::Bypass::describe).collect()),
+            None,
+        ),
+        Err(error) => (None, Some(error.to_string())),
+    };
     let capacity = maps.nat_v4_capacity();
     let status = StatusJson {
         pin_path: args.pins.pin_path.display().to_string(),
@@ -259,6 +292,8 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         nat_v6_capacity: maps.nat_v6_capacity(),
         counters: nonzero(maps.counter_totals()?),
         counters_v6: nonzero(maps.counter_totals_v6()?),
+        ipsec_bypassed,
+        ipsec_error,
     };
     let mut out = io::stdout().lock();
     if args.output == OutputFormat::Json {
@@ -370,6 +405,32 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         status.nomasq_cidrs.len(),
         status.nomasq_cidrs.join(" ")
     )?;
+    match (&status.ipsec_bypassed, &status.ipsec_error) {
+        (Some(bypassed), _) if bypassed.is_empty() => writeln!(
+            out,
+            "ipsec:        no XFRM output policy selects masqueraded traffic only after translation"
+        )?,
+        (Some(bypassed), _) => {
+            writeln!(
+                out,
+                "ipsec:        {} XFRM output {} masqueraded traffic only after translation: masq translates after the policy lookup, so that traffic leaves in clear text (see README, IPsec)",
+                bypassed.len(),
+                if bypassed.len() == 1 {
+                    "policy selects"
+                } else {
+                    "policies select"
+                }
+            )?;
+            for policy in bypassed {
+                writeln!(out, "  policy:     {policy}")?;
+            }
+        }
+        (None, error) => writeln!(
+            out,
+            "ipsec:        unknown: {}",
+            error.as_deref().unwrap_or("not read")
+        )?,
+    }
     writeln!(
         out,
         "nat table:    {} flows, {} of {} entries",

@@ -7,3 +7,4 @@ pub mod interfaces;
 pub mod kernel;
 pub mod memory;
 pub mod reserved_ports;
+pub mod xfrm;

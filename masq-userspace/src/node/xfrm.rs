@@ -1,0 +1,489 @@
+//! The node's IPsec (XFRM) output policies, read over netlink (`NETLINK_XFRM`,
+//! `XFRM_MSG_GETPOLICY` dump).
+//!
+//! The kernel looks a forwarded packet's output policy up at routing, before tc egress, with
+//! the pod's source address. MASQUERADE looks it up again after SNAT (`nf_xfrm_me_harder`);
+//! masq translates at tc egress, after the lookup, so the agent needs the policies to tell
+//! which ones would have covered masqueraded traffic (see [`crate::ipsec`]).
+//!
+//! The few structures needed are parsed here by hand. `netlink-packet-xfrm` 0.5 builds on the
+//! same netlink-packet-core 0.9, but its policy parser slices its input at fixed lengths and
+//! panics on a short reply; a dump here is read defensively instead: a short or odd message is
+//! an error, never a panic. The layouts (`linux/xfrm.h`, 64-bit and 32-bit alike except where
+//! said):
+//!
+//! ```text
+//! xfrm_userpolicy_info: sel (xfrm_selector, 56 bytes) | lft (64) | curlft (32) | priority u32
+//!                       | index u32 | dir u8 | action u8 | flags u8 | share u8 | padding to u64
+//! xfrm_selector:        daddr [16] | saddr [16] | dport be16 | dport_mask be16 | sport be16
+//!                       | sport_mask be16 | family u16 | prefixlen_d u8 | prefixlen_s u8
+//!                       | proto u8 | pad [3] | ifindex i32 | user u32
+//! ```
+//!
+//! followed by attributes (`struct nlattr`, 4-byte aligned): `XFRMA_TMPL` (templates: the SAs
+//! the policy requires), `XFRMA_MARK` (`{v, m}`) and `XFRMA_IF_ID` (an XFRM interface's id).
+
+use std::{
+    io,
+    net::{Ipv4Addr, Ipv6Addr},
+};
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_XFRM};
+
+const NLMSG_HDRLEN: usize = 16;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_DUMP: u16 = 0x300;
+const XFRM_MSG_NEWPOLICY: u16 = 0x13;
+const XFRM_MSG_GETPOLICY: u16 = 0x15;
+const XFRMA_TMPL: u16 = 5;
+const XFRMA_MARK: u16 = 21;
+const XFRMA_IF_ID: u16 = 31;
+const NLA_TYPE_MASK: u16 = 0x3fff;
+const AF_INET: u16 = 2;
+const AF_INET6: u16 = 10;
+
+/// Where `xfrm_userpolicy_info`'s fields after the selector and lifetimes start.
+const PRIORITY_AT: usize = 56 + 64 + 32;
+/// The struct's size: its `__u64` lifetimes align it to 8 bytes where the ABI aligns `u64` so
+/// (64-bit targets, arm32), to 4 on i386. Attributes follow at this offset.
+const USERPOLICY_INFO_LEN: usize = (PRIORITY_AT + 12).next_multiple_of(align_of::<u64>());
+
+/// `XFRM_POLICY_OUT`.
+pub const DIR_OUT: u8 = 1;
+/// `XFRM_POLICY_BLOCK`.
+pub const ACTION_BLOCK: u8 = 1;
+
+/// One XFRM policy, as much of it as deciding which traffic it selects needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XfrmPolicy {
+    /// The selector's source network.
+    pub source: IpNet,
+    /// The selector's destination network.
+    pub destination: IpNet,
+    /// IP protocol the selector takes (0: any).
+    pub protocol: u8,
+    /// Source port and mask (host order; mask 0: any).
+    pub source_port: (u16, u16),
+    /// Destination port and mask (host order; mask 0: any).
+    pub destination_port: (u16, u16),
+    /// The output interface the selector is bound to (0: any).
+    pub ifindex: i32,
+    /// `XFRM_POLICY_IN`, `_OUT` or `_FWD` (socket policies add `XFRM_POLICY_MAX`).
+    pub direction: u8,
+    /// `XFRM_POLICY_ALLOW` (0) or `XFRM_POLICY_BLOCK` (1).
+    pub action: u8,
+    /// Lower runs first.
+    pub priority: u32,
+    /// The kernel's index of the policy.
+    pub index: u32,
+    /// How many templates (required SAs) it has: none means "pass in clear".
+    pub templates: usize,
+    /// The packet mark it is limited to, `(value, mask)`, when it has one.
+    pub mark: Option<(u32, u32)>,
+    /// The XFRM interface it belongs to (0: none; such a policy applies only to traffic routed
+    /// into that interface).
+    pub if_id: u32,
+}
+
+impl XfrmPolicy {
+    /// Whether it changes what happens to traffic it selects: it requires IPsec (has
+    /// templates) or drops it (block). An allow policy without templates lets traffic pass in
+    /// clear, as no policy at all does.
+    pub const fn protects(&self) -> bool {
+        self.action == ACTION_BLOCK || self.templates > 0
+    }
+}
+
+/// Why the policies could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum XfrmError {
+    /// The netlink socket failed.
+    #[error("reading XFRM policies over netlink: {0}")]
+    Socket(#[source] io::Error),
+    /// The kernel refused the dump (EPERM without CAP_NET_ADMIN).
+    #[error("the kernel refused the XFRM policy dump: {0}")]
+    Refused(#[source] io::Error),
+    /// A reply could not be parsed.
+    #[error("an unreadable XFRM policy reply: {0}")]
+    Decode(&'static str),
+}
+
+/// Every XFRM policy of the calling thread's network namespace. A kernel without XFRM netlink
+/// (`CONFIG_XFRM_USER` off) has none that an IPsec daemon could have installed through it.
+pub fn policies() -> Result<Vec<XfrmPolicy>, XfrmError> {
+    let mut socket = match Socket::new(NETLINK_XFRM) {
+        Ok(socket) => socket,
+        Err(error) if error.raw_os_error() == Some(libc::EPROTONOSUPPORT) => {
+            return Ok(Vec::new());
+        }
+        Err(error) => return Err(XfrmError::Socket(error)),
+    };
+    socket.bind_auto().map_err(XfrmError::Socket)?;
+    socket
+        .connect(&SocketAddr::new(0, 0))
+        .map_err(XfrmError::Socket)?;
+    let mut request = [0_u8; NLMSG_HDRLEN];
+    request[0..4].copy_from_slice(&(NLMSG_HDRLEN as u32).to_ne_bytes());
+    request[4..6].copy_from_slice(&XFRM_MSG_GETPOLICY.to_ne_bytes());
+    request[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+    request[8..12].copy_from_slice(&1_u32.to_ne_bytes());
+    socket.send(&request, 0).map_err(XfrmError::Socket)?;
+    let mut policies = Vec::new();
+    let mut receive = vec![0; 64 * 1024];
+    loop {
+        let size = socket
+            .recv(&mut &mut receive[..], 0)
+            .map_err(XfrmError::Socket)?;
+        if size == 0 {
+            return Err(XfrmError::Decode("the dump ended without NLMSG_DONE"));
+        }
+        if parse_datagram(receive.get(..size).unwrap_or_default(), &mut policies)? {
+            return Ok(policies);
+        }
+    }
+}
+
+/// Adds the policies of one datagram of the dump to `policies`; says whether it ended the
+/// dump.
+pub fn parse_datagram(datagram: &[u8], policies: &mut Vec<XfrmPolicy>) -> Result<bool, XfrmError> {
+    let mut rest = datagram;
+    while !rest.is_empty() {
+        let length = u32_at(rest, 0).ok_or(XfrmError::Decode("a truncated message header"))?;
+        let length = usize::try_from(length).unwrap_or(usize::MAX);
+        let message_type =
+            u16_at(rest, 4).ok_or(XfrmError::Decode("a truncated message header"))?;
+        if length < NLMSG_HDRLEN || length > rest.len() {
+            return Err(XfrmError::Decode("a message length beyond its datagram"));
+        }
+        let payload = rest.get(NLMSG_HDRLEN..length).unwrap_or_default();
+        match message_type {
+            NLMSG_DONE => return Ok(true),
+            NLMSG_ERROR => {
+                let code = u32_at(payload, 0)
+                    .ok_or(XfrmError::Decode("a truncated error message"))?
+                    .cast_signed();
+                if code == 0 {
+                    return Ok(true);
+                }
+                return Err(XfrmError::Refused(io::Error::from_raw_os_error(
+                    code.saturating_neg(),
+                )));
+            }
+            XFRM_MSG_NEWPOLICY => policies.extend(parse_policy(payload)?),
+            _ => {}
+        }
+        rest = rest
+            .get(length.next_multiple_of(4).min(rest.len())..)
+            .unwrap_or_default();
+    }
+    Ok(false)
+}
+
+/// One `XFRM_MSG_NEWPOLICY` payload; `None` for a selector of a family other than IPv4 and
+/// IPv6, which selects nothing masq translates.
+pub fn parse_policy(payload: &[u8]) -> Result<Option<XfrmPolicy>, XfrmError> {
+    const SHORT: XfrmError = XfrmError::Decode("a policy shorter than xfrm_userpolicy_info");
+    if payload.len() < PRIORITY_AT + 8 + 4 {
+        return Err(SHORT);
+    }
+    let family = u16_at(payload, 40).ok_or(SHORT)?;
+    let prefix_d = *payload.get(42).ok_or(SHORT)?;
+    let prefix_s = *payload.get(43).ok_or(SHORT)?;
+    let network = |at: usize, prefix: u8| -> Result<Option<IpNet>, XfrmError> {
+        let bytes = payload.get(at..at + 16).ok_or(SHORT)?;
+        let invalid = XfrmError::Decode("a selector prefix longer than its address");
+        Ok(match family {
+            AF_INET => {
+                let octets: [u8; 4] = bytes
+                    .get(..4)
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or(SHORT)?;
+                let net = Ipv4Net::new(Ipv4Addr::from(octets), prefix).map_err(|_| invalid)?;
+                Some(IpNet::V4(net.trunc()))
+            }
+            AF_INET6 => {
+                let octets: [u8; 16] = bytes.try_into().map_err(|_| SHORT)?;
+                let net = Ipv6Net::new(Ipv6Addr::from(octets), prefix).map_err(|_| invalid)?;
+                Some(IpNet::V6(net.trunc()))
+            }
+            _ => None,
+        })
+    };
+    let (Some(destination), Some(source)) = (network(0, prefix_d)?, network(16, prefix_s)?) else {
+        return Ok(None);
+    };
+    let be16 = |at: usize| {
+        payload
+            .get(at..at + 2)
+            .and_then(|bytes| bytes.try_into().ok())
+            .map(u16::from_be_bytes)
+            .ok_or(SHORT)
+    };
+    let mut policy = XfrmPolicy {
+        source,
+        destination,
+        protocol: *payload.get(44).ok_or(SHORT)?,
+        destination_port: (be16(32)?, be16(34)?),
+        source_port: (be16(36)?, be16(38)?),
+        ifindex: u32_at(payload, 48).ok_or(SHORT)?.cast_signed(),
+        priority: u32_at(payload, PRIORITY_AT).ok_or(SHORT)?,
+        index: u32_at(payload, PRIORITY_AT + 4).ok_or(SHORT)?,
+        direction: *payload.get(PRIORITY_AT + 8).ok_or(SHORT)?,
+        action: *payload.get(PRIORITY_AT + 9).ok_or(SHORT)?,
+        templates: 0,
+        mark: None,
+        if_id: 0,
+    };
+    let mut attributes = payload.get(USERPOLICY_INFO_LEN..).unwrap_or_default();
+    while attributes.len() >= 4 {
+        const BAD: XfrmError = XfrmError::Decode("an attribute length beyond its message");
+        let length = usize::from(u16_at(attributes, 0).ok_or(BAD)?);
+        let kind = u16_at(attributes, 2).ok_or(BAD)? & NLA_TYPE_MASK;
+        if length < 4 || length > attributes.len() {
+            return Err(BAD);
+        }
+        let value = attributes.get(4..length).unwrap_or_default();
+        match kind {
+            // `struct xfrm_user_tmpl` is 64 bytes; any content means at least one template.
+            XFRMA_TMPL => policy.templates = value.len().div_ceil(64),
+            XFRMA_MARK => {
+                policy.mark = u32_at(value, 0).zip(u32_at(value, 4));
+            }
+            XFRMA_IF_ID => policy.if_id = u32_at(value, 0).unwrap_or(0),
+            _ => {}
+        }
+        attributes = attributes
+            .get(length.next_multiple_of(4).min(attributes.len())..)
+            .unwrap_or_default();
+    }
+    Ok(Some(policy))
+}
+
+fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
+    bytes
+        .get(at..at.checked_add(2)?)
+        .and_then(|bytes| bytes.try_into().ok())
+        .map(u16::from_ne_bytes)
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    bytes
+        .get(at..at.checked_add(4)?)
+        .and_then(|bytes| bytes.try_into().ok())
+        .map(u32::from_ne_bytes)
+}
+
+/// The policy as the operator would recognise it next to `ip xfrm policy`'s listing.
+pub fn describe(policy: &XfrmPolicy) -> String {
+    let mut text = format!("src {} dst {}", policy.source, policy.destination);
+    if policy.protocol != 0 {
+        text.push_str(&format!(" proto {}", policy.protocol));
+    }
+    if policy.source_port.1 != 0 {
+        text.push_str(&format!(" sport {}", policy.source_port.0));
+    }
+    if policy.destination_port.1 != 0 {
+        text.push_str(&format!(" dport {}", policy.destination_port.0));
+    }
+    if let Some((value, mask)) = policy.mark {
+        text.push_str(&format!(" mark {value:#x}/{mask:#x}"));
+    }
+    text.push_str(&format!(
+        " dir out {} (index {}, priority {})",
+        if policy.action == ACTION_BLOCK {
+            "block"
+        } else {
+            "with IPsec"
+        },
+        policy.index,
+        policy.priority
+    ));
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An `xfrm_userpolicy_info` as the kernel lays it out, then `attributes`.
+    fn payload(
+        family: u16,
+        source: &[u8],
+        prefix_s: u8,
+        destination: &[u8],
+        prefix_d: u8,
+        attributes: &[(u16, Vec<u8>)],
+    ) -> Vec<u8> {
+        let mut bytes = vec![0_u8; USERPOLICY_INFO_LEN];
+        bytes[..destination.len()].copy_from_slice(destination);
+        bytes[16..16 + source.len()].copy_from_slice(source);
+        bytes[32..34].copy_from_slice(&8080_u16.to_be_bytes());
+        bytes[34..36].copy_from_slice(&0xffff_u16.to_be_bytes());
+        bytes[40..42].copy_from_slice(&family.to_ne_bytes());
+        bytes[42] = prefix_d;
+        bytes[43] = prefix_s;
+        bytes[44] = 6;
+        bytes[48..52].copy_from_slice(&3_i32.to_ne_bytes());
+        bytes[PRIORITY_AT..PRIORITY_AT + 4].copy_from_slice(&100_u32.to_ne_bytes());
+        bytes[PRIORITY_AT + 4..PRIORITY_AT + 8].copy_from_slice(&7_u32.to_ne_bytes());
+        bytes[PRIORITY_AT + 8] = DIR_OUT;
+        for (kind, value) in attributes {
+            let length = u16::try_from(4 + value.len()).unwrap_or(u16::MAX);
+            bytes.extend_from_slice(&length.to_ne_bytes());
+            bytes.extend_from_slice(&kind.to_ne_bytes());
+            bytes.extend_from_slice(value);
+            bytes.resize(bytes.len().next_multiple_of(4), 0);
+        }
+        bytes
+    }
+
+    fn message(kind: u16, payload: &[u8]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let length = u32::try_from(NLMSG_HDRLEN + payload.len()).unwrap_or(u32::MAX);
+        bytes.extend_from_slice(&length.to_ne_bytes());
+        bytes.extend_from_slice(&kind.to_ne_bytes());
+        bytes.extend_from_slice(&[0; 10]);
+        bytes.extend_from_slice(payload);
+        bytes.resize(bytes.len().next_multiple_of(4), 0);
+        bytes
+    }
+
+    fn marked(value: u32, mask: u32) -> Vec<u8> {
+        [value.to_ne_bytes(), mask.to_ne_bytes()].concat()
+    }
+
+    #[test]
+    fn a_policy_is_read_with_its_selector_and_attributes() {
+        let bytes = payload(
+            AF_INET,
+            &[192, 0, 2, 1],
+            32,
+            &[198, 51, 100, 7],
+            24,
+            &[
+                (XFRMA_TMPL, vec![0; 128]),
+                (XFRMA_MARK, marked(1, 0xff)),
+                (99, vec![1, 2, 3]),
+            ],
+        );
+        let policy = parse_policy(&bytes).ok().flatten();
+        assert_eq!(
+            policy,
+            Some(XfrmPolicy {
+                source: "192.0.2.1/32".parse().unwrap_or_else(|_| unreachable!()),
+                destination: "198.51.100.0/24".parse().unwrap_or_else(|_| unreachable!()),
+                protocol: 6,
+                source_port: (0, 0),
+                destination_port: (8080, 0xffff),
+                ifindex: 3,
+                direction: DIR_OUT,
+                action: 0,
+                priority: 100,
+                index: 7,
+                templates: 2,
+                mark: Some((1, 0xff)),
+                if_id: 0,
+            })
+        );
+        let v6 = payload(
+            AF_INET6,
+            &[0x20, 0x01, 0x0d, 0xb8, 0, 1],
+            48,
+            &[],
+            0,
+            &[(XFRMA_IF_ID, 5_u32.to_ne_bytes().to_vec())],
+        );
+        let policy = parse_policy(&v6).ok().flatten();
+        assert_eq!(
+            policy.as_ref().map(|policy| policy.source.to_string()),
+            Some("2001:db8:1::/48".to_owned())
+        );
+        assert_eq!(
+            policy.as_ref().map(|policy| policy.destination.to_string()),
+            Some("::/0".to_owned())
+        );
+        assert_eq!(
+            policy.map(|policy| (policy.if_id, policy.templates)),
+            Some((5, 0))
+        );
+    }
+
+    #[test]
+    fn short_and_odd_policies_are_errors_or_skipped_never_panics() {
+        let good = payload(
+            AF_INET,
+            &[192, 0, 2, 1],
+            32,
+            &[198, 51, 100, 0],
+            24,
+            &[(XFRMA_TMPL, vec![0; 64])],
+        );
+        for cut in 0..good.len() {
+            // Cut inside the fixed part: an error; inside the attributes: an error too.
+            let parsed = parse_policy(&good[..cut]);
+            if cut < PRIORITY_AT + 12 {
+                assert!(parsed.is_err(), "cut at {cut}");
+            }
+        }
+        let too_long_prefix = payload(AF_INET, &[192, 0, 2, 1], 33, &[0; 4], 0, &[]);
+        assert!(parse_policy(&too_long_prefix).is_err());
+        let other_family = payload(0, &[], 0, &[], 0, &[]);
+        assert!(matches!(parse_policy(&other_family), Ok(None)));
+        let mut bad_attribute = payload(AF_INET, &[192, 0, 2, 1], 32, &[0; 4], 0, &[]);
+        bad_attribute.extend_from_slice(&200_u16.to_ne_bytes());
+        bad_attribute.extend_from_slice(&XFRMA_TMPL.to_ne_bytes());
+        assert!(parse_policy(&bad_attribute).is_err());
+        let mut zero_attribute = payload(AF_INET, &[192, 0, 2, 1], 32, &[0; 4], 0, &[]);
+        zero_attribute.extend_from_slice(&[0; 4]);
+        assert!(parse_policy(&zero_attribute).is_err());
+    }
+
+    #[test]
+    fn a_dump_ends_at_done_and_reports_refusals() {
+        let policy = payload(
+            AF_INET,
+            &[192, 0, 2, 1],
+            32,
+            &[198, 51, 100, 0],
+            24,
+            &[(XFRMA_TMPL, vec![0; 64])],
+        );
+        let mut policies = Vec::new();
+        let first = [
+            message(XFRM_MSG_NEWPOLICY, &policy),
+            message(0x10, &[1, 2, 3]),
+        ]
+        .concat();
+        assert!(matches!(parse_datagram(&first, &mut policies), Ok(false)));
+        assert!(matches!(
+            parse_datagram(&message(NLMSG_DONE, &[0; 4]), &mut policies),
+            Ok(true)
+        ));
+        assert_eq!(policies.len(), 1);
+
+        let refused = message(NLMSG_ERROR, &(-libc::EPERM).to_ne_bytes());
+        match parse_datagram(&refused, &mut policies) {
+            Err(XfrmError::Refused(error)) => assert_eq!(error.raw_os_error(), Some(libc::EPERM)),
+            other => panic!("{other:?}"),
+        }
+        let datagram = [
+            message(XFRM_MSG_NEWPOLICY, &policy),
+            message(NLMSG_DONE, &[0; 4]),
+        ]
+        .concat();
+        for cut in 1..datagram.len() {
+            let mut policies = Vec::new();
+            // Whatever the cut, an answer: never a panic.
+            let _ = parse_datagram(&datagram[..cut], &mut policies);
+        }
+        let mut short_header = message(NLMSG_DONE, &[]);
+        short_header[0..4].copy_from_slice(&8_u32.to_ne_bytes());
+        assert!(parse_datagram(&short_header, &mut policies).is_err());
+        let mut long_header = message(NLMSG_DONE, &[]);
+        long_header[0..4].copy_from_slice(&64_u32.to_ne_bytes());
+        assert!(parse_datagram(&long_header, &mut policies).is_err());
+    }
+}
