@@ -22,7 +22,10 @@ use masq_testbed::{
         SECOND_OUTSIDE_IP, SECOND_OUTSIDE_IPV6, SECOND_UPLINK, Sandbox, SandboxOptions, UPLINK,
         route_second_network,
     },
-    traffic::{tcp_server, tcp_source, tcp_transfer, udp_request, udp_server},
+    traffic::{
+        HeldConnection, ping, tcp_server, tcp_source, tcp_transfer, udp_request, udp_server,
+    },
+    tunwire::TunWire,
     wait_for,
 };
 
@@ -458,4 +461,106 @@ fn a_node_ip_the_interface_does_not_have_is_used_but_reported() {
         )),
         Some(0.0)
     );
+}
+
+/// The tun uplink's address on the node, and its peer's on the router.
+const TUN_NODE_IP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 9);
+const TUN_ROUTER_IP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
+
+in_both_attach_modes! {
+/// Issue 25, point 2: a tun uplink (a device without a link-layer header, as WireGuard, IP
+/// tunnels and VPN clients are) was refused by name ("not an Ethernet device") and skipped when
+/// uplinks are found, so pods' traffic routed through it left with their own addresses, where
+/// MASQUERADE translates on any device. It is now found by its route and translated like an
+/// Ethernet uplink: TCP, UDP, ping and ICMP errors, across a restart.
+fn a_tun_uplink_found_by_its_route_is_translated_like_an_ethernet_one(attach_mode) {
+    let sandbox = Sandbox::new("tun", SandboxOptions::in_mode(attach_mode));
+    let _wire = TunWire::new(&sandbox.node, "tun0", &sandbox.router, "tun1");
+    let (node_side, router_side) = (TUN_NODE_IP.to_string(), TUN_ROUTER_IP.to_string());
+    sandbox
+        .node
+        .ip(&["addr", "add", &node_side, "peer", &router_side, "dev", "tun0"]);
+    sandbox.node.ip(&["link", "set", "tun0", "up"]);
+    // The outside host is reached through the tunnel, everything else by the default route.
+    sandbox
+        .node
+        .ip(&["route", "add", &format!("{OUTSIDE_IP}/32"), "dev", "tun0"]);
+    sandbox
+        .router
+        .ip(&["addr", "add", &router_side, "peer", &node_side, "dev", "tun1"]);
+    sandbox.router.ip(&["link", "set", "tun1", "up"]);
+    let _tcp = tcp_server(&sandbox.outside, any(8080));
+    let _udp = udp_server(&sandbox.outside, any(5353));
+    // Without masq, the pod's own address goes out through the tunnel.
+    assert_eq!(
+        arrives_from(&sandbox, 1, OUTSIDE_IP),
+        IpAddr::V4(masq_testbed::sandbox::pod_ip(1))
+    );
+
+    // No --interface: the uplinks are found.
+    let mut agent = Agent::start_on(&sandbox, &[], &[]);
+    let listed = uplinks(&agent);
+    assert!(
+        listed.contains(&uplink("tun0", TUN_NODE_IP, attach_mode))
+            && listed.contains(&uplink(UPLINK, NODE_IP, attach_mode)),
+        "{listed:?}"
+    );
+    assert_eq!(arrives_from(&sandbox, 1, OUTSIDE_IP), IpAddr::V4(TUN_NODE_IP));
+    let (peer, _) = sandbox
+        .pod(1)
+        .enter(|| udp_request(SocketAddrV4::new(OUTSIDE_IP, 5353), b"over the tunnel", TIMEOUT))
+        .expect("a UDP answer through the tunnel");
+    assert_eq!(peer.ip(), IpAddr::V4(TUN_NODE_IP));
+    assert!(
+        ping(sandbox.pod(1), &OUTSIDE_IP.to_string(), 3),
+        "ping through the tunnel"
+    );
+    // The outside host's port unreachable comes back through the tunnel to the pod's socket.
+    let refused = sandbox.pod(1).enter(|| {
+        let socket = std::net::UdpSocket::bind(any(0))?;
+        socket.connect(SocketAddrV4::new(OUTSIDE_IP, 9))?;
+        socket.set_read_timeout(Some(TIMEOUT))?;
+        socket.send(b"anyone?")?;
+        socket.recv(&mut [0; 64])
+    });
+    assert_eq!(
+        refused.map_err(|error| error.kind()),
+        Err(std::io::ErrorKind::ConnectionRefused),
+        "the ICMP error reached the pod"
+    );
+
+    // A connection held across a restart keeps its mapping on the tunnel.
+    let mut held = sandbox
+        .pod(1)
+        .enter(|| HeldConnection::open(SocketAddrV4::new(OUTSIDE_IP, 8080), "held", None, TIMEOUT))
+        .expect("a held connection");
+    assert_eq!(held.peer.ip(), IpAddr::V4(TUN_NODE_IP));
+    agent.restart();
+    held.echo("after the restart").expect("the held connection carries on");
+    assert_eq!(arrives_from(&sandbox, 1, OUTSIDE_IP), IpAddr::V4(TUN_NODE_IP));
+    drop(agent);
+}
+}
+
+/// A tun device named with `--interface` is taken, where it was refused as not Ethernet.
+#[test]
+fn a_tun_device_named_as_the_uplink_is_taken() {
+    let sandbox = Sandbox::new("tunname", SandboxOptions::default());
+    let _wire = TunWire::new(&sandbox.node, "tun0", &sandbox.router, "tun1");
+    sandbox.node.ip(&[
+        "addr",
+        "add",
+        &TUN_NODE_IP.to_string(),
+        "peer",
+        &TUN_ROUTER_IP.to_string(),
+        "dev",
+        "tun0",
+    ]);
+    sandbox.node.ip(&["link", "set", "tun0", "up"]);
+    let agent = Agent::start_on(&sandbox, &["tun0"], &[]);
+    let listed: Vec<String> = uplinks(&agent)
+        .into_iter()
+        .map(|(name, _, _)| name)
+        .collect();
+    assert_eq!(listed, ["tun0"]);
 }

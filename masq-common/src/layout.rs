@@ -221,13 +221,22 @@ pub struct Uplink {
     pub created_clsact: u8,
     /// 1 when IPv6 is translated on this interface, to `snat_addr_v6`.
     pub has_v6: u8,
-    /// Keeps the layout free of implicit padding; always zero.
-    pub pad: u8,
+    /// What the interface's frames start with: [`LINK_ETHERNET`] or [`LINK_IP`]. (Padding,
+    /// always zero, before masq translated on other links: old records read as Ethernet.)
+    pub link: u8,
     /// The interface's name when masq attached, NUL-padded.
     pub ifname: [u8; IFNAME_SIZE],
     /// The global IPv6 address masqueraded IPv6 traffic leaving by this interface gets.
     pub snat_addr_v6: [u8; 16],
 }
+
+/// [`Uplink::link`] of an Ethernet device (veth, NICs, bridges, bonds, VLANs): frames start
+/// with a 14-byte Ethernet header.
+pub const LINK_ETHERNET: u8 = 0;
+/// [`Uplink::link`] of a device without a link-layer header (tun, WireGuard, IPIP and SIT
+/// tunnels, raw-IP cloud interfaces): frames start with the IP header, and the family is the
+/// skb's protocol.
+pub const LINK_IP: u8 = 1;
 
 /// What the programs need of an uplink, at its interface index in an array, so that finding it
 /// costs a bounds check and a load: the kernel inlines array lookups, where a hash lookup is
@@ -243,8 +252,10 @@ pub struct UplinkSlot {
     pub present: u8,
     /// 1 when IPv6 is translated on this uplink, to `snat_addr_v6`.
     pub has_v6: u8,
+    /// As [`Uplink::link`].
+    pub link: u8,
     /// Keeps the layout free of implicit padding; always zero.
-    pub pad: [u8; 2],
+    pub pad: u8,
     /// The global IPv6 address masqueraded IPv6 traffic leaving by this uplink gets.
     pub snat_addr_v6: [u8; 16],
 }
@@ -256,7 +267,8 @@ impl UplinkSlot {
             snat_addr: uplink.snat_addr,
             present: 1,
             has_v6: uplink.has_v6,
-            pad: [0; 2],
+            link: uplink.link,
+            pad: 0,
             snat_addr_v6: uplink.snat_addr_v6,
         }
     }
@@ -276,7 +288,7 @@ impl Uplink {
             attach_mode,
             created_clsact: 0,
             has_v6: 0,
-            pad: 0,
+            link: LINK_ETHERNET,
             ifname,
             snat_addr_v6: [0; 16],
         }

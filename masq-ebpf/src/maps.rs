@@ -9,9 +9,9 @@ use aya_ebpf::{
 use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
     layout::{
-        EXPIRED_MAX_ENTRIES, FRAGS_V4_MAX_ENTRIES, MapMeta, NAT_V4_DEFAULT_MAX_ENTRIES,
-        NOMASQ_V4_MAX_ENTRIES, PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink,
-        UplinkSlot,
+        EXPIRED_MAX_ENTRIES, FRAGS_V4_MAX_ENTRIES, LINK_ETHERNET, LINK_IP, MapMeta,
+        NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES, PROG_SLOTS, UPLINK_INDEX_SLOTS,
+        UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
     },
     nat::{
         AllocRequest, AllocRequestV4, FragEntry, FragEntryV4, FragKey, FragKeyV4, NatEntry, NatKey,
@@ -197,6 +197,29 @@ pub(crate) static EXPIRED_V6: ExpiredFlows<V6> = LruHashMap::new();
 #[inline(always)]
 pub(crate) fn settings() -> Option<&'static Settings> {
     SETTINGS.get(0).filter(|settings| settings.enabled())
+}
+
+/// Where the IP header starts in a frame on the packet's device: after the Ethernet header,
+/// or at once on an uplink without a link-layer header (`LINK_IP`: tun, WireGuard, IP tunnels).
+///
+/// Computed rather than chosen by a branch, from a value read out of a map: the verifier then
+/// knows the offset only as 0 or 14 and meets the rest of the program once, not once per kind
+/// of link.
+#[inline(always)]
+pub(crate) fn ip_offset(ctx: &TcContext) -> usize {
+    // SAFETY: as in `snat_addr`.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let link = if ifindex < UPLINK_INDEX_SLOTS {
+        UPLINK_SLOTS
+            .get(ifindex)
+            .map_or(LINK_ETHERNET, |slot| slot.link)
+    } else {
+        // SAFETY: the entry is read at once; the agent replaces entries whole.
+        UPLINKS
+            .get_ptr(ifindex)
+            .map_or(LINK_ETHERNET, |uplink| unsafe { (*uplink).link })
+    };
+    usize::from((link & LINK_IP) ^ LINK_IP) * crate::packet::ETH_HLEN
 }
 
 /// The address of family `A` masqueraded traffic on the packet's device gets, or `None` when

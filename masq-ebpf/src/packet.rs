@@ -15,13 +15,12 @@ use masq_common::{
 use crate::{
     counters::count,
     family::{Family, V6},
-    maps::PROGS,
+    maps::{self, PROGS},
 };
 
-/// Length of the Ethernet header; the uplink is an Ethernet device.
+/// Length of the Ethernet header, before the IP header on an Ethernet uplink (on an uplink
+/// without a link-layer header, the IP header comes first: see [`maps::ip_offset`]).
 pub(crate) const ETH_HLEN: usize = 14;
-/// Offset of the IPv4 header in the frame.
-pub(crate) const IP_OFF: usize = ETH_HLEN;
 /// Offset of the IPv4 header checksum within the header.
 pub(crate) const IP_CHECK: usize = 10;
 /// Offset of the IPv4 source address within the header.
@@ -187,6 +186,9 @@ pub(crate) struct Ip<A> {
     pub(crate) dst: A,
     /// The transport protocol (for IPv6: the header after the extension headers).
     pub(crate) protocol: u8,
+    /// Offset of the IP header in the frame: after the Ethernet header, or 0 on an uplink
+    /// without a link-layer header.
+    pub(crate) l3_off: usize,
     /// Offset of the transport header in the frame.
     pub(crate) l4_off: usize,
     /// Bytes of transport header and payload the IP header accounts for.
@@ -225,10 +227,11 @@ pub(crate) enum Frame {
     Ipv4(Ipv4),
 }
 
-/// Parses the Ethernet and IPv4 headers.
+/// Parses the link-layer and IPv4 headers.
 #[inline(always)]
 pub(crate) fn parse(ctx: &TcContext) -> Frame {
-    let Some(ethertype) = read::<[u8; 2]>(ctx, 12) else {
+    let l3_off = maps::ip_offset(ctx);
+    let Some(ethertype) = network_protocol(ctx, l3_off) else {
         return Frame::Malformed;
     };
     if ethertype == ETH_P_IPV6 {
@@ -240,13 +243,13 @@ pub(crate) fn parse(ctx: &TcContext) -> Frame {
     // Each way of reading the header turns it into plain numbers at once: a header value that
     // both ways filled would be a copy on the stack, written byte by byte and read back wider,
     // which stalls the CPU on every packet.
-    let start = ctx.data() + IP_OFF;
+    let start = ctx.data() + l3_off;
     let header = if start + size_of::<Ipv4Header>() <= ctx.data_end() {
         // SAFETY: the bytes lie inside the linear part, as the check above proves to the
         // verifier; unaligned, as headers are.
         Ipv4Fields::of(unsafe { (start as *const Ipv4Header).read_unaligned() })
     } else {
-        let Ok(header) = ctx.load::<Ipv4Header>(IP_OFF) else {
+        let Ok(header) = ctx.load::<Ipv4Header>(l3_off) else {
             return Frame::Malformed;
         };
         Ipv4Fields::of(header)
@@ -255,7 +258,7 @@ pub(crate) fn parse(ctx: &TcContext) -> Frame {
         return Frame::Malformed;
     };
     let frame_len = ctx.len() as usize;
-    let available = frame_len.saturating_sub(IP_OFF);
+    let available = frame_len.saturating_sub(l3_off);
     let total_len = usize::from(header.total_len);
     // A zero total length marks a BIG TCP aggregate larger than 64 KiB: the skb length counts.
     let total_len = if total_len == 0 && available > 0xffff {
@@ -271,12 +274,27 @@ pub(crate) fn parse(ctx: &TcContext) -> Frame {
         src: header.src.to_ne_bytes(),
         dst: header.dst.to_ne_bytes(),
         protocol: header.protocol,
-        l4_off: IP_OFF + header_len,
+        l3_off,
+        l4_off: l3_off + header_len,
         l4_len: total_len - header_len,
         id: u32::from(header.id),
         more_fragments: frag & IP_MF != 0,
         fragment_offset: frag & IPV4_FRAGMENT_OFFSET_MASK,
     })
+}
+
+/// The frame's network protocol, as the ethertype's bytes: read from the Ethernet header, or,
+/// on an uplink without one (`l3_off` 0), taken from the skb, which the device set.
+#[inline(always)]
+fn network_protocol(ctx: &TcContext, l3_off: usize) -> Option<[u8; 2]> {
+    if l3_off == 0 {
+        // SAFETY: `skb` points at the context the kernel passed; `protocol` is a plain field a
+        // classifier may read, the big-endian protocol in its low 16 bits as it lies in memory.
+        let protocol = unsafe { (*ctx.skb.skb).protocol };
+        let [low, high, _, _] = protocol.to_ne_bytes();
+        return Some([low, high]);
+    }
+    read::<[u8; 2]>(ctx, ETH_HLEN - 2)
 }
 
 const ETH_P_IPV6: [u8; 2] = [0x86, 0xdd];
@@ -316,13 +334,14 @@ pub(crate) enum Frame6 {
 /// header (or to a header it does not know, which it treats as the transport).
 #[inline(always)]
 pub(crate) fn parse_ipv6(ctx: &TcContext) -> Frame6 {
-    let Some(header) = read::<Ipv6Header>(ctx, IP_OFF) else {
+    let l3_off = maps::ip_offset(ctx);
+    let Some(header) = read::<Ipv6Header>(ctx, l3_off) else {
         return Frame6::Malformed;
     };
     if header.version_class_flow[0] >> 4 != 6 {
         return Frame6::Malformed;
     }
-    let available = (ctx.len() as usize).saturating_sub(IP_OFF + IPV6_HEADER_LEN);
+    let available = (ctx.len() as usize).saturating_sub(l3_off + IPV6_HEADER_LEN);
     let payload_len = usize::from(u16::from_be_bytes(header.payload_len));
     // A zero payload length marks a BIG TCP aggregate larger than 64 KiB: the skb length counts.
     let payload_len = if payload_len == 0 && available > 0xffff {
@@ -333,9 +352,9 @@ pub(crate) fn parse_ipv6(ctx: &TcContext) -> Frame6 {
     if payload_len > available {
         return Frame6::Malformed;
     }
-    let end = IP_OFF + IPV6_HEADER_LEN + payload_len;
+    let end = l3_off + IPV6_HEADER_LEN + payload_len;
     let mut next = header.next_header;
-    let mut offset = IP_OFF + IPV6_HEADER_LEN;
+    let mut offset = l3_off + IPV6_HEADER_LEN;
     let mut id = 0;
     let mut more_fragments = false;
     let mut fragment_offset = 0;
@@ -388,6 +407,7 @@ pub(crate) fn parse_ipv6(ctx: &TcContext) -> Frame6 {
                     src: V6(header.src),
                     dst: V6(header.dst),
                     protocol: walked.protocol,
+                    l3_off,
                     l4_off: usize::from(walked.l4_off),
                     l4_len: walked.l4_len as usize,
                     id: walked.id,
@@ -407,7 +427,7 @@ pub(crate) fn parse_ipv6(ctx: &TcContext) -> Frame6 {
 /// The furthest the transport header of an IPv6 frame can lie: after the IPv6 header and the
 /// most extension headers the walk follows, each of at most 2 KiB (a length byte in 8-byte
 /// units, plus one).
-const IPV6_MAX_L4_OFF: usize = IP_OFF + IPV6_HEADER_LEN + IPV6_MAX_EXTENSION_HEADERS * 2048;
+const IPV6_MAX_L4_OFF: usize = ETH_HLEN + IPV6_HEADER_LEN + IPV6_MAX_EXTENSION_HEADERS * 2048;
 
 /// What the IPv6 extension-header walk found (see [`forget_path`]).
 #[repr(C)]
@@ -422,7 +442,7 @@ pub(crate) struct Walked {
     pad: [u8; 2],
 }
 
-/// `walked`, stored and read back through the per-CPU [`WALK_V6`](crate::maps::WALK_V6) slot.
+/// `walked`, stored and read back through the per-CPU [`WALK_V6`](maps::WALK_V6) slot.
 ///
 /// The verifier knows each path through the extension-header walk by its exact offsets and
 /// values, so every number and kind of extension headers would verify the rest of the program
@@ -432,7 +452,7 @@ pub(crate) struct Walked {
 /// purpose: the transport offset is a `u16`, which bounds it as packet access needs.
 #[inline(always)]
 fn forget_path(walked: Walked) -> Option<Walked> {
-    let slot = crate::maps::WALK_V6.get_ptr_mut(0)?;
+    let slot = maps::WALK_V6.get_ptr_mut(0)?;
     // SAFETY: per-CPU array slots are private to this CPU while the program runs; volatile, so
     // the compiler reads back what the verifier cannot know rather than what it wrote.
     unsafe {

@@ -32,7 +32,7 @@ use masq_common::{
 
 use crate::{
     family::{Family, V6},
-    packet::{IP_CHECK, IP_OFF, Ip, Ipv4, Ipv6, read},
+    packet::{IP_CHECK, Ip, Ipv4, Ipv6, read},
 };
 
 /// Which end of the packet to rewrite.
@@ -101,14 +101,14 @@ pub(crate) fn address_v4(
     }
     // Read afresh: an earlier rewrite of this packet (an ICMP error's quote) may have changed
     // the header since it was parsed.
-    let mut fields = read::<AddressFields>(ctx, IP_OFF + IP_CHECK).ok_or(())?;
+    let mut fields = read::<AddressFields>(ctx, ip.l3_off + IP_CHECK).ok_or(())?;
     let check = u16::from_be_bytes(fields.check);
     fields.check = replace32(check, old, new).to_be_bytes();
     match end {
         End::Source => fields.src = new,
         End::Destination => fields.dst = new,
     }
-    ctx.store(IP_OFF + IP_CHECK, &fields, 0).map_err(|_| ())
+    ctx.store(ip.l3_off + IP_CHECK, &fields, 0).map_err(|_| ())
 }
 
 /// The IPv4 header from its checksum to the end of a 20-byte header, and the ports of the
@@ -123,8 +123,8 @@ struct FlowFields {
     dst_port: [u8; 2],
 }
 
-/// The offset of a transport header after an IPv4 header without options.
-const PLAIN_L4_OFF: usize = IP_OFF + 20;
+/// The length of an IPv4 header without options.
+const PLAIN_IPV4_HEADER: usize = 20;
 
 /// Replaces a flow's `end` address by `new` and its port `old_port` by `new_port` (for ICMP
 /// queries, the identifier): [`address`] then [`port`], in as few helper calls as the packet
@@ -158,7 +158,8 @@ pub(crate) fn address_and_port_v4(
     (old, new): ([u8; 4], [u8; 4]),
     (old_port, new_port): (u16, u16),
 ) -> Result<(), ()> {
-    let one_store = if ip.l4_off == PLAIN_L4_OFF && !ip.is_later_fragment() {
+    let plain_l4_off = ip.l3_off + PLAIN_IPV4_HEADER;
+    let one_store = if ip.l4_off == plain_l4_off && !ip.is_later_fragment() {
         l4_checksum(ip.protocol)
     } else {
         None
@@ -188,11 +189,11 @@ pub(crate) fn address_and_port_v4(
     // The fields are built whole from numbers: the header checksum and the ports read as
     // such, the addresses as parsed. A copy of the bytes changed in place would be written
     // to the stack byte by byte and read back wider, which stalls the CPU.
-    let mut check = u16::from_be_bytes(read::<[u8; 2]>(ctx, IP_OFF + IP_CHECK).ok_or(())?);
+    let mut check = u16::from_be_bytes(read::<[u8; 2]>(ctx, ip.l3_off + IP_CHECK).ok_or(())?);
     if old != new {
         check = replace32(check, old, new);
     }
-    let [src_high, src_low, dst_high, dst_low] = read::<[u8; 4]>(ctx, PLAIN_L4_OFF).ok_or(())?;
+    let [src_high, src_low, dst_high, dst_low] = read::<[u8; 4]>(ctx, plain_l4_off).ok_or(())?;
     let (src_port, dst_port) = ([src_high, src_low], [dst_high, dst_low]);
     let new_port = new_port.to_be_bytes();
     let fields = match end {
@@ -211,11 +212,11 @@ pub(crate) fn address_and_port_v4(
             dst_port: new_port,
         },
     };
-    ctx.store(IP_OFF + IP_CHECK, &fields, 0).map_err(|_| ())
+    ctx.store(ip.l3_off + IP_CHECK, &fields, 0).map_err(|_| ())
 }
 
-/// Offset of the IPv6 source address in the frame; the destination follows it.
-const IPV6_SRC: usize = IP_OFF + 8;
+/// Offset of the source address in the IPv6 header; the destination follows it.
+const IPV6_SRC: usize = 8;
 
 /// [`address`] for IPv6, which has no header checksum: the difference of the two addresses
 /// goes into the transport checksum (ICMPv6's covers a pseudo-header too), then the address is
@@ -228,8 +229,8 @@ pub(crate) fn address_v6(ctx: &TcContext, ip: &Ipv6, end: End, old: V6, new: V6)
         replace_v6_in_l4_checksum(ctx, ip.l4_off + offset, flags, old, new)?;
     }
     let field = match end {
-        End::Source => IPV6_SRC,
-        End::Destination => IPV6_SRC + 16,
+        End::Source => ip.l3_off + IPV6_SRC,
+        End::Destination => ip.l3_off + IPV6_SRC + 16,
     };
     ctx.store(field, &new.0, 0).map_err(|_| ())
 }
@@ -289,8 +290,8 @@ struct FlowFieldsV6 {
     dst_port: [u8; 2],
 }
 
-/// The offset of a transport header after an IPv6 header without extension headers.
-const PLAIN_L4_OFF_V6: usize = IP_OFF + 40;
+/// The length of an IPv6 header without extension headers.
+const PLAIN_IPV6_HEADER: usize = 40;
 
 /// [`address_and_port`] for IPv6, as [`address_and_port_v4`] does for IPv4: for TCP or UDP right
 /// after the IPv6 header, the transport checksum's updates and one store of addresses and
@@ -303,7 +304,7 @@ pub(crate) fn address_and_port_v6(
     (old, new): (V6, V6),
     (old_port, new_port): (u16, u16),
 ) -> Result<(), ()> {
-    let one_store = if ip.l4_off == PLAIN_L4_OFF_V6 && !ip.is_later_fragment() {
+    let one_store = if ip.l4_off == ip.l3_off + PLAIN_IPV6_HEADER && !ip.is_later_fragment() {
         l4_checksum(ip.protocol)
     } else {
         None
@@ -324,13 +325,13 @@ pub(crate) fn address_and_port_v6(
     if old_port != new_port {
         replace_port_in_l4_checksum(ctx, checksum, flags, old_port, new_port)?;
     }
-    let mut fields = read::<FlowFieldsV6>(ctx, IPV6_SRC).ok_or(())?;
+    let mut fields = read::<FlowFieldsV6>(ctx, ip.l3_off + IPV6_SRC).ok_or(())?;
     let new_port = new_port.to_be_bytes();
     match end {
         End::Source => (fields.src, fields.src_port) = (new, new_port),
         End::Destination => (fields.dst, fields.dst_port) = (new, new_port),
     }
-    ctx.store(IPV6_SRC, &fields, 0).map_err(|_| ())
+    ctx.store(ip.l3_off + IPV6_SRC, &fields, 0).map_err(|_| ())
 }
 
 /// Puts a port change into the transport checksum at `checksum` (not a pseudo-header field:

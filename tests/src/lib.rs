@@ -29,6 +29,7 @@ pub mod pktgen6;
 pub mod pressure;
 pub mod sandbox;
 pub mod traffic;
+pub mod tunwire;
 
 /// Polls `condition` until it holds, failing the test with `what` after `timeout`.
 pub fn wait_for(what: &str, timeout: std::time::Duration, mut condition: impl FnMut() -> bool) {

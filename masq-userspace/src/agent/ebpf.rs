@@ -9,8 +9,8 @@ use std::{
 
 use masq_common::{
     layout::{
-        IPV6_DISABLED_ENTRIES, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_NAT_V6, MAP_NOMASQ_V4,
-        MAP_NOMASQ_V6, MAX_RESERVED_RANGES, MapMeta, Uplink,
+        IPV6_DISABLED_ENTRIES, LINK_ETHERNET, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_NAT_V6,
+        MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAX_RESERVED_RANGES, MapMeta, Uplink,
     },
     ports::PortRange,
     settings::Settings,
@@ -68,6 +68,8 @@ struct WantedUplink {
     address_is_local: bool,
     /// What IPv6 traffic leaving by it is masqueraded to.
     ipv6: UplinkIpv6,
+    /// What its frames start with (`LINK_*`).
+    link: u8,
 }
 
 impl WantedUplink {
@@ -83,6 +85,7 @@ impl WantedUplink {
     fn with_addresses(&self, record: Uplink) -> Uplink {
         let address = self.ipv6_address();
         Uplink {
+            link: self.link,
             snat_addr: self.address.as_ref().map_or([0; 4], Ipv4Addr::octets),
             has_v6: u8::from(address.is_some()),
             snat_addr_v6: address.as_ref().map_or([0; 16], Ipv6Addr::octets),
@@ -991,6 +994,7 @@ fn wanted_uplinks(
         let chosen: Vec<WantedUplink> = interfaces::uplink_candidates(&present, &gateways)
             .into_iter()
             .map(|interface| WantedUplink {
+                link: interfaces::link_of(interface.link_type).unwrap_or(LINK_ETHERNET),
                 address: interface.global_ipv4.first().copied(),
                 address_is_local: true,
                 ipv6: ipv6_of(options, &interface.name),
@@ -1017,7 +1021,8 @@ fn wanted_uplinks(
             }
             Err(error) => return Err(error.into()),
         };
-        let problem = if interface.link_type == interfaces::ARPHRD_ETHER {
+        let link = interfaces::link_of(interface.link_type);
+        let problem = if link.is_some() {
             match options
                 .node_ip
                 .or_else(|| interface.global_ipv4.first().copied())
@@ -1030,13 +1035,13 @@ fn wanted_uplinks(
                 None => Err(InterfaceError::NoAddress(name.clone())),
             }
         } else {
-            Err(InterfaceError::NotEthernet {
+            Err(InterfaceError::UnsupportedLink {
                 name: name.clone(),
                 link_type: interface.link_type,
             })
         };
-        match problem {
-            Ok(address) => {
+        match problem.map(|address| (address, link.unwrap_or(LINK_ETHERNET))) {
+            Ok((address, link)) => {
                 let address_is_local =
                     address.is_none_or(|address| interface.global_ipv4.contains(&address));
                 if !address_is_local && strictness == Strictness::Startup {
@@ -1046,6 +1051,7 @@ fn wanted_uplinks(
                     );
                 }
                 chosen.push(WantedUplink {
+                    link,
                     ipv6: ipv6_of(options, &interface.name),
                     name: interface.name,
                     ifindex: interface.index,

@@ -24,6 +24,8 @@ use nix::{
 };
 use tokio::io::{Interest, unix::AsyncFd};
 
+use masq_common::layout::{LINK_ETHERNET, LINK_IP};
+
 use crate::rtnl::{Rtnl, RtnlError};
 
 /// Why the uplink or its address could not be determined.
@@ -50,12 +52,13 @@ pub enum InterfaceError {
     /// Listing addresses failed.
     #[error("listing interface addresses: {0}")]
     Addresses(#[source] nix::Error),
-    /// The interface carries no Ethernet header, which the datapath parses.
+    /// The interface's frames start with a link-layer header the datapath does not parse.
     #[error(
-        "interface {name} is not an Ethernet device (link type {link_type}); masq translates on \
-         Ethernet devices only"
+        "interface {name} has link type {link_type}, whose frames masq cannot parse; masq \
+         translates on Ethernet devices and on devices without a link-layer header (tun, \
+         WireGuard, IPIP and SIT tunnels, raw-IP interfaces)"
     )]
-    NotEthernet {
+    UnsupportedLink {
         /// The interface.
         name: String,
         /// Its `ARPHRD_*` type.
@@ -74,6 +77,25 @@ pub enum InterfaceError {
 
 /// `ARPHRD_ETHER`: the link type of Ethernet devices (veth, bridges, bonds, VLANs and NICs).
 pub const ARPHRD_ETHER: u16 = 1;
+
+/// The `LINK_*` of an interface of link type `link_type` (`ARPHRD_*`): how the datapath finds
+/// the IP header in its frames, or `None` where it cannot. Devices without a link-layer header
+/// hand tc the IP packet itself: tun (`ARPHRD_NONE`, as WireGuard), raw-IP interfaces
+/// (`ARPHRD_RAWIP`), IPv4-in-IPv4 and IPv6 tunnels (`ARPHRD_TUNNEL`, `ARPHRD_TUNNEL6`) and SIT.
+/// GRE devices may carry a header of their own, and others (InfiniBand, PPP over hardware
+/// framing) another layout: MASQUERADE translates there, masq refuses them by name.
+pub const fn link_of(link_type: u16) -> Option<u8> {
+    const ARPHRD_RAWIP: u16 = 519;
+    const ARPHRD_TUNNEL: u16 = 768;
+    const ARPHRD_TUNNEL6: u16 = 769;
+    const ARPHRD_SIT: u16 = 776;
+    const ARPHRD_NONE: u16 = 0xfffe;
+    match link_type {
+        ARPHRD_ETHER => Some(LINK_ETHERNET),
+        ARPHRD_NONE | ARPHRD_RAWIP | ARPHRD_TUNNEL | ARPHRD_TUNNEL6 | ARPHRD_SIT => Some(LINK_IP),
+        _ => None,
+    }
+}
 
 /// One interface of the node as the uplink choice sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -216,7 +238,9 @@ fn gateway_interfaces_v6_in(table: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The interfaces of the node's gateway routes, per family: see [`gateway_interfaces`].
+/// The interfaces of the node's gateway routes, per family: see [`gateway_interfaces`]; and
+/// the interfaces any route goes through, which is what makes a device without a link-layer
+/// header (a tunnel, a VPN) an uplink: its routes have no gateway.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Gateways {
     /// Interfaces of IPv4 routes towards a gateway (the default route included).
@@ -224,20 +248,66 @@ pub struct Gateways {
     /// Interfaces of IPv6 routes towards a gateway (the default route included); empty when
     /// IPv6 is not translated, so IPv6 routes then choose nothing.
     pub ipv6: BTreeSet<String>,
+    /// Interfaces of any IPv4 route.
+    pub routed_ipv4: BTreeSet<String>,
+    /// Interfaces of any IPv6 route; empty when IPv6 is not translated.
+    pub routed_ipv6: BTreeSet<String>,
 }
 
 impl Gateways {
     /// Reads both routing tables (the IPv6 one only when `ipv6`: IPv6 is translated).
     pub fn read(ipv6: bool) -> Result<Self, InterfaceError> {
+        let table = fs::read_to_string("/proc/net/route").map_err(InterfaceError::RouteTable)?;
+        let table_v6 = if ipv6 {
+            match fs::read_to_string("/proc/self/net/ipv6_route") {
+                Ok(table) => table,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => String::new(),
+                Err(error) => return Err(InterfaceError::RouteTableV6(error)),
+            }
+        } else {
+            String::new()
+        };
         Ok(Self {
-            ipv4: gateway_interfaces()?,
-            ipv6: if ipv6 {
-                gateway_interfaces_v6()?
-            } else {
-                BTreeSet::new()
-            },
+            ipv4: gateway_interfaces_in(&table),
+            ipv6: gateway_interfaces_v6_in(&table_v6),
+            routed_ipv4: routed_interfaces_in(&table),
+            routed_ipv6: routed_interfaces_v6_in(&table_v6),
         })
     }
+}
+
+/// Interfaces any usable IPv4 route of `/proc/net/route` goes through.
+fn routed_interfaces_in(table: &str) -> BTreeSet<String> {
+    const RTF_UP: u32 = 0x1;
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let interface = fields.first()?;
+            let flags = u32::from_str_radix(fields.get(3)?, 16).ok()?;
+            (flags & RTF_UP != 0).then(|| (*interface).to_owned())
+        })
+        .collect()
+}
+
+/// Interfaces any usable IPv6 route of `/proc/net/ipv6_route` goes through (not the local
+/// table's routes to the node's own addresses, nor rejecting routes).
+fn routed_interfaces_v6_in(table: &str) -> BTreeSet<String> {
+    const RTF_UP: u32 = 0x1;
+    const RTF_REJECT: u32 = 0x200;
+    const RTF_LOCAL: u32 = 0x8000_0000;
+    table
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let interface = fields.get(9)?;
+            let flags = u32::from_str_radix(fields.get(8)?, 16).ok()?;
+            (flags & RTF_UP != 0 && flags & (RTF_REJECT | RTF_LOCAL) == 0)
+                .then(|| (*interface).to_owned())
+        })
+        .filter(|interface| interface != "lo")
+        .collect()
 }
 
 fn gateway_interfaces_in(table: &str) -> BTreeSet<String> {
@@ -257,24 +327,35 @@ fn gateway_interfaces_in(table: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The interfaces masq translates on when none are named: up, Ethernet, with an address other
-/// hosts can answer to, and either backed by hardware or carrying routes towards a gateway, in
-/// the same family. That takes every NIC and the interface of the default route, and leaves out
-/// pod veths and pod bridges (no hardware, only routes to directly attached pods) and loopback.
-/// An interface with a global IPv6 address and IPv6 gateway routes (`gateways.ipv6`, read only
-/// with `--enable-ipv6`) is an uplink without any IPv4 address: the uplink of an IPv6-only node.
+/// The interfaces masq translates on when none are named: up, with an address other hosts can
+/// answer to, and, in the same family:
+/// * an Ethernet device either backed by hardware or carrying routes towards a gateway. That
+///   takes every NIC and the interface of the default route, and leaves out pod veths and pod
+///   bridges (no hardware, only routes to directly attached pods) and loopback;
+/// * a device without a link-layer header (a tunnel, WireGuard, tun: see [`link_of`]) that any
+///   route goes through: its routes have no gateway, and pods never sit behind one.
+///
+/// An interface with a global IPv6 address and IPv6 routes (`gateways.ipv6`, read only with
+/// `--enable-ipv6`) is an uplink without any IPv4 address: the uplink of an IPv6-only node.
 pub fn uplink_candidates(interfaces: &[NetInterface], gateways: &Gateways) -> Vec<NetInterface> {
     interfaces
         .iter()
         .filter(|interface| {
-            let ipv4 = !interface.global_ipv4.is_empty()
-                && (interface.physical || gateways.ipv4.contains(&interface.name));
-            let ipv6 = interface.global_ipv6
-                && (interface.physical || gateways.ipv6.contains(&interface.name));
-            interface.up
-                && !interface.loopback
-                && interface.link_type == ARPHRD_ETHER
-                && (ipv4 || ipv6)
+            let name = &interface.name;
+            let (ipv4_routes, ipv6_routes) = match link_of(interface.link_type) {
+                Some(LINK_ETHERNET) => (
+                    interface.physical || gateways.ipv4.contains(name),
+                    interface.physical || gateways.ipv6.contains(name),
+                ),
+                Some(_) => (
+                    gateways.routed_ipv4.contains(name),
+                    gateways.routed_ipv6.contains(name),
+                ),
+                None => (false, false),
+            };
+            let ipv4 = !interface.global_ipv4.is_empty() && ipv4_routes;
+            let ipv6 = interface.global_ipv6 && ipv6_routes;
+            interface.up && !interface.loopback && (ipv4 || ipv6)
         })
         .cloned()
         .collect()
@@ -694,7 +775,7 @@ ff000000000000000000000000000000 08 00000000000000000000000000000000 00 00000000
         };
         let mut gateways = Gateways {
             ipv4: ["eth0".to_owned(), "eth1".to_owned()].into(),
-            ipv6: BTreeSet::new(),
+            ..Gateways::default()
         };
         // An IPv4 route does not make an interface without IPv4 an uplink; a NIC with a global
         // IPv6 address is one.
@@ -703,12 +784,20 @@ ff000000000000000000000000000000 08 00000000000000000000000000000000 00 00000000
         assert_eq!(names(&gateways), ["eth0", "ens5"]);
     }
 
+    /// Issue 25, point 2: a tun or WireGuard device that routes use was refused when named and
+    /// skipped in auto mode, so pods' traffic through it left untranslated. A device without a
+    /// link-layer header is an uplink when any route goes through it (its routes have no
+    /// gateway); an Ethernet device still needs hardware or a gateway route, and other link
+    /// types are never chosen.
     #[test]
-    fn pod_veths_loopback_and_l3_devices_are_not_uplinks() {
+    fn pod_veths_loopback_and_unroutable_devices_are_not_uplinks() {
         let address = [Ipv4Addr::new(192, 0, 2, 1)];
         let routed: BTreeSet<String> = ["veth-routed".to_owned()].into();
-        let mut tun = candidate("tun0", true, &address);
-        tun.link_type = 65534;
+        let l3 = |name: &str, link_type: u16| {
+            let mut device = candidate(name, false, &address);
+            device.link_type = link_type;
+            device
+        };
         let mut down = candidate("eth2", true, &address);
         down.up = false;
         let mut lo = candidate("lo", false, &[Ipv4Addr::LOCALHOST]);
@@ -718,19 +807,40 @@ ff000000000000000000000000000000 08 00000000000000000000000000000000 00 00000000
             candidate("veth-routed", false, &address),
             candidate("vpod1", false, &[Ipv4Addr::new(10, 244, 1, 1)]),
             candidate("eth1", true, &[]),
-            tun,
+            l3("tun0", 0xfffe),
+            l3("wg0", 0xfffe),
+            l3("ib0", 32),
             down,
             lo,
         ];
         let gateways = Gateways {
             ipv4: routed,
             ipv6: ["eth1".to_owned()].into(),
+            // Routes through tun0 (none has a gateway), and through the InfiniBand device,
+            // whose frames masq cannot parse; wg0 carries none.
+            routed_ipv4: ["tun0".to_owned(), "ib0".to_owned(), "vpod1".to_owned()].into(),
+            routed_ipv6: BTreeSet::new(),
         };
         let chosen: Vec<String> = uplink_candidates(&all, &gateways)
             .into_iter()
             .map(|interface| interface.name)
             .collect();
-        assert_eq!(chosen, ["eth0", "veth-routed"]);
+        assert_eq!(chosen, ["eth0", "veth-routed", "tun0"]);
+        assert_eq!(link_of(0xfffe), Some(LINK_IP));
+        assert_eq!(link_of(ARPHRD_ETHER), Some(LINK_ETHERNET));
+        assert_eq!(link_of(32), None);
+    }
+
+    #[test]
+    fn any_route_marks_the_interface_it_goes_through() {
+        // A route without a gateway (a tunnel's, here on tun0) marks its interface too; a
+        // route that is not up does not.
+        let table = format!(
+            "{TABLE}tun0\t0071CBC0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
+             wg9\t0071CBC0\t00000000\t0000\t0\t0\t0\t00FFFFFF\t0\t0\t0\n"
+        );
+        let routed: Vec<String> = routed_interfaces_in(&table).into_iter().collect();
+        assert_eq!(routed, ["eth0", "eth1", "tun0"]);
     }
 
     #[test]
