@@ -292,17 +292,11 @@ fn agent_fails(agent: &Agent, args: &[&str]) -> (bool, String) {
 #[test]
 fn bad_interface_choices_are_refused_with_a_clear_error_and_change_nothing() {
     let sandbox = Sandbox::new("badif", SandboxOptions::default());
-    // An Ethernet interface without an address, and a layer-3 one.
+    // An Ethernet interface without an address.
     sandbox.node.ip(&[
         "link", "add", "noaddr0", "type", "veth", "peer", "name", "noaddr1",
     ]);
     sandbox.node.ip(&["link", "set", "noaddr0", "up"]);
-    sandbox
-        .node
-        .ip(&["tuntap", "add", "dev", "l3tun0", "mode", "tun"]);
-    sandbox
-        .node
-        .ip(&["addr", "add", "192.0.2.77/32", "dev", "l3tun0"]);
     let absent = format!("/tmp/{}-absent", sandbox.tag);
     // Only to name the pin path and run commands; never started.
     let probe = Agent::unstarted(&sandbox);
@@ -328,10 +322,8 @@ fn bad_interface_choices_are_refused_with_a_clear_error_and_change_nothing() {
             &["--interface", "noaddr0", "--enable-ipv6"],
             "interface noaddr0 has neither an IPv4 address nor a global IPv6 address",
         ),
-        (
-            &["--interface", "l3tun0"],
-            "interface l3tun0 is not an Ethernet device",
-        ),
+        // Loopback's frames are neither Ethernet nor bare IP (tun devices are taken now).
+        (&["--interface", "lo"], "interface lo has link type 772"),
         (
             &["--interface", UPLINK, "--node-ip", "0.0.0.0"],
             "0.0.0.0 cannot be a source address",

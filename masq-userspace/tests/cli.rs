@@ -368,8 +368,9 @@ fn agent_errors_are_logged_as_json_when_asked() {
     assert!(
         record["message"]
             .as_str()
-            // Interfaces are checked before anything else (loopback is no Ethernet device).
-            .is_some_and(|message| message.contains("lo is not an Ethernet device")),
+            // Interfaces are checked before anything else (loopback's frames are neither
+            // Ethernet nor bare IP).
+            .is_some_and(|message| message.contains("lo has link type 772")),
         "{record}"
     );
 }

@@ -24,6 +24,7 @@ pub mod harness;
 pub mod kernel_compat;
 pub mod manifest;
 pub mod netns;
+pub mod observer;
 pub mod pktgen;
 pub mod pktgen6;
 pub mod pressure;

@@ -404,6 +404,7 @@ impl EbpfBackend {
             wanted.ifindex,
             mode,
             previous.filter(|_| recorded_mode == Some(mode)),
+            options.hook_positions,
         )?;
         let record = wanted.with_addresses(record);
         // The entry turns translation on for the interface, so it comes after the programs.

@@ -91,6 +91,8 @@ pub struct AgentOptions {
     pub node_ip: Option<Ipv4Addr>,
     /// How the programs are attached; `None`: tcx where the kernel has it, else tc.
     pub attach_mode: Option<AttachMode>,
+    /// Where masq's programs sit among other programs on each hook.
+    pub hook_positions: crate::datapath::attach::HookPositions,
     /// The bpffs directory for pins.
     pub pin_path: PathBuf,
     /// Ports masqueraded flows may use (eBPF).

@@ -12,7 +12,10 @@ use clap::{Args, ValueEnum};
 use masq::{
     agent::{self, AgentOptions, BackendKind},
     config::GoDuration,
-    datapath::{attach::AttachMode, pins::DEFAULT_PIN_PATH},
+    datapath::{
+        attach::{AttachMode, HookPosition, HookPositions},
+        pins::DEFAULT_PIN_PATH,
+    },
     node::{self, kernel::supported_kernel, reserved_ports::DEFAULT_SYSCTL_DIR},
     ports::parse_port_range,
 };
@@ -45,6 +48,24 @@ enum AttachModeArg {
     Tcx,
     /// clsact qdisc and direct-action cls_bpf filters.
     Tc,
+}
+
+/// `--egress-hook-position` and `--ingress-hook-position`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum HookPositionArg {
+    /// Before every other program on the hook.
+    First,
+    /// After every other program on the hook.
+    Last,
+}
+
+impl HookPositionArg {
+    const fn position(self) -> HookPosition {
+        match self {
+            Self::First => HookPosition::First,
+            Self::Last => HookPosition::Last,
+        }
+    }
 }
 
 /// A `--node-ip` other hosts can answer: not unspecified, loopback, multicast or broadcast.
@@ -83,9 +104,10 @@ pub(crate) struct AgentArgs {
     /// An interface to translate on; repeat for several. Each masquerades to its own address, as
     /// MASQUERADE does; with --enable-ipv6 it may have no IPv4 address (IPv4 to be masqueraded
     /// leaving by it is then dropped) [default: every interface traffic leaves the node by: up,
-    /// Ethernet, with a global address, and backed by a NIC or routing towards a gateway in that
-    /// address's family (IPv6 with --enable-ipv6 only); followed as interfaces, addresses and
-    /// routes come and go].
+    /// with a global address, and either an Ethernet device backed by a NIC or routing towards
+    /// a gateway, or a device without a link-layer header (WireGuard, tun, IP tunnels) that a
+    /// route goes through, in that address's family (IPv6 with --enable-ipv6 only); followed
+    /// as interfaces, addresses and routes come and go].
     #[arg(long = "interface", value_name = "IFACE")]
     interfaces: Vec<String>,
 
@@ -99,6 +121,18 @@ pub(crate) struct AgentArgs {
     /// keeps what a previous agent used on an interface.
     #[arg(long, value_enum, default_value_t = AttachModeArg::Auto)]
     attach_mode: AttachModeArg,
+
+    /// Where masq's egress program runs among other tc programs on an uplink: first (later
+    /// programs see the node's address and port, as under iptables) or last.
+    #[arg(long, value_enum, default_value_t = HookPositionArg::First)]
+    egress_hook_position: HookPositionArg,
+
+    /// Where masq's ingress program runs among other tc programs on an uplink: first (no
+    /// program before it can keep a reply from being translated back) or last (programs before
+    /// it see the node's address and port, as under iptables, but one that ends the chain skips
+    /// masq and its replies never reach the pods).
+    #[arg(long, value_enum, default_value_t = HookPositionArg::First)]
+    ingress_hook_position: HookPositionArg,
 
     /// bpffs directory where maps and links are pinned; a restarted agent adopts what it finds.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_PIN_PATH)]
@@ -224,6 +258,10 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
             AttachModeArg::Auto => None,
             AttachModeArg::Tcx => Some(AttachMode::Tcx),
             AttachModeArg::Tc => Some(AttachMode::Tc),
+        },
+        hook_positions: HookPositions {
+            egress: args.egress_hook_position.position(),
+            ingress: args.ingress_hook_position.position(),
         },
         pin_path: args.pin_path.clone(),
         snat_ranges,

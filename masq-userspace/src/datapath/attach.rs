@@ -88,6 +88,78 @@ pub enum AttachOutcome {
     Replaced,
     /// The pinned link was no longer attached (its interface went away); a new one replaced it.
     Recreated,
+    /// The link or filter sat elsewhere than the position asked for: it was removed and a new
+    /// one created there (packets in between passed untranslated).
+    Moved,
+}
+
+/// Where masq's program sits among the programs on a hook (tcx links, or tc filters by
+/// priority). See README, "Other programs on the uplink".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HookPosition {
+    /// Before every other program: nothing that ends the chain early can skip masq.
+    #[default]
+    First,
+    /// After every other program: those before it see packets as they are on the wire on
+    /// ingress (the node's address and port, as under iptables before conntrack's reverse
+    /// NAT), but one that ends the chain skips masq.
+    Last,
+}
+
+impl HookPosition {
+    /// Name used in flags, logs and `masq status`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::First => "first",
+            Self::Last => "last",
+        }
+    }
+
+    /// Where a tcx link is created.
+    fn link_order(self) -> LinkOrder {
+        match self {
+            Self::First => LinkOrder::first(),
+            Self::Last => LinkOrder::last(),
+        }
+    }
+
+    /// The priority of masq's tc filter: tc runs filters by ascending priority.
+    const fn tc_priority(self) -> u16 {
+        match self {
+            Self::First => TC_PRIORITY_FIRST,
+            Self::Last => TC_PRIORITY_LAST,
+        }
+    }
+
+    /// Whether the program `ours` holds this position among `order` (a hook's tcx programs in
+    /// the order they run).
+    fn holds(self, order: &[u32], ours: u32) -> bool {
+        match self {
+            Self::First => order.first() == Some(&ours),
+            Self::Last => order.last() == Some(&ours),
+        }
+    }
+}
+
+/// masq's place on each hook of an uplink.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HookPositions {
+    /// On egress. First by default: later programs then see what iptables shows them, the
+    /// node's address and port, and none before masq can send a pod's packet out untranslated.
+    pub egress: HookPosition,
+    /// On ingress. First by default: a program before masq that ends the chain (returns
+    /// `TC_ACT_OK`, as many do) would keep replies from being translated back at all.
+    pub ingress: HookPosition,
+}
+
+impl HookPositions {
+    /// The position asked for on `hook`.
+    pub const fn of(self, hook: Hook) -> HookPosition {
+        match hook {
+            Hook::Egress => self.egress,
+            Hook::Ingress => self.ingress,
+        }
+    }
 }
 
 /// The program of `hook` and its name.
@@ -117,8 +189,10 @@ const fn clsact_hook(hook: Hook) -> ClsactHook {
 
 const HOOKS: [Hook; 2] = [Hook::Egress, Hook::Ingress];
 
-/// Priority of masq's tc filters: the first, so nothing that ends the filter walk runs before.
-const TC_PRIORITY: u16 = 1;
+/// Priority of masq's tc filters when first: nothing that ends the filter walk runs before.
+const TC_PRIORITY_FIRST: u16 = 1;
+/// Priority of masq's tc filters when last: the highest tc allows.
+const TC_PRIORITY_LAST: u16 = u16::MAX;
 /// Handle of masq's tc filters ("mq"); a restarted agent finds its filters by program name.
 const TC_HANDLE: u32 = 0x6d71;
 
@@ -132,6 +206,7 @@ pub fn attach_uplink(
     ifindex: u32,
     mode: AttachMode,
     previous: Option<&Uplink>,
+    positions: HookPositions,
 ) -> Result<(Uplink, [(Hook, AttachOutcome); 2]), DatapathError> {
     let ifname = Uplink::encode_name(name).ok_or_else(|| DatapathError::Attach {
         interface: name.to_owned(),
@@ -146,7 +221,10 @@ pub fn attach_uplink(
     match mode {
         AttachMode::Tcx => {
             for (slot, hook) in outcomes.iter_mut().zip(HOOKS) {
-                *slot = (hook, attach_tcx(datapath, pins, name, ifindex, hook)?);
+                *slot = (
+                    hook,
+                    attach_tcx(datapath, pins, name, ifindex, hook, positions.of(hook))?,
+                );
             }
         }
         AttachMode::Tc => {
@@ -160,7 +238,10 @@ pub fn attach_uplink(
                 previous.is_some_and(|previous| previous.created_clsact != 0 && !created);
             record.created_clsact = u8::from(created || created_before);
             for (slot, hook) in outcomes.iter_mut().zip(HOOKS) {
-                *slot = (hook, attach_tc(datapath, name, ifindex, hook)?);
+                *slot = (
+                    hook,
+                    attach_tc(datapath, name, ifindex, hook, positions.of(hook))?,
+                );
             }
         }
     }
@@ -173,6 +254,7 @@ fn attach_tcx(
     name: &str,
     ifindex: u32,
     hook: Hook,
+    position: HookPosition,
 ) -> Result<AttachOutcome, DatapathError> {
     let (program, program_name) = program_of(datapath, hook)?;
     let path = pins.link(hook, name);
@@ -185,7 +267,19 @@ fn attach_tcx(
                     detail: error.to_string(),
                 }
             })?;
-            if info.ifindex == ifindex && info.hook == Some(hook) {
+            let in_place = tcx::attached_program_ids(ifindex, hook)
+                .is_ok_and(|order| position.holds(&order, info.program_id));
+            if info.ifindex == ifindex && info.hook == Some(hook) && !in_place {
+                tracing::warn!(
+                    interface = name,
+                    hook = hook.name(),
+                    position = position.name(),
+                    "moving masq's program on the hook; packets in between pass untranslated"
+                );
+                drop(link);
+                remove_pin(&path)?;
+                outcome = AttachOutcome::Moved;
+            } else if info.ifindex == ifindex && info.hook == Some(hook) {
                 let pinned = PinnedLink::from_pin(&path).map_err(|error| DatapathError::Link {
                     path: path.clone(),
                     detail: error.to_string(),
@@ -206,15 +300,16 @@ fn attach_tcx(
                         .map_err(DatapathError::program("releasing link of", program_name))?,
                 );
                 return Ok(AttachOutcome::Replaced);
+            } else {
+                tracing::warn!(
+                    link = %path.display(),
+                    linked_ifindex = info.ifindex,
+                    ifindex,
+                    "pinned link no longer hangs on this interface (it was recreated); creating a new one"
+                );
+                remove_pin(&path)?;
+                outcome = AttachOutcome::Recreated;
             }
-            tracing::warn!(
-                link = %path.display(),
-                linked_ifindex = info.ifindex,
-                ifindex,
-                "pinned link no longer hangs on this interface (it was recreated); creating a new one"
-            );
-            remove_pin(&path)?;
-            outcome = AttachOutcome::Recreated;
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) => {
@@ -224,13 +319,12 @@ fn attach_tcx(
             });
         }
     }
-    // First in the chain, as the tc filter is first by priority: a program before masq that
-    // returns "pass" would end the chain and send the packet out untranslated.
+    // Where asked (see `HookPositions` for the defaults and why).
     let link_id = program
         .attach_with_options(
             name,
             attach_type(hook),
-            TcAttachOptions::TcxOrder(LinkOrder::first()),
+            TcAttachOptions::TcxOrder(position.link_order()),
         )
         .map_err(DatapathError::program("attaching", program_name))?;
     let link = program
@@ -253,6 +347,7 @@ fn attach_tc(
     name: &str,
     ifindex: u32,
     hook: Hook,
+    position: HookPosition,
 ) -> Result<AttachOutcome, DatapathError> {
     let (program, program_name) = program_of(datapath, hook)?;
     let attach_error = |detail: String| DatapathError::Attach {
@@ -264,54 +359,85 @@ fn attach_tc(
             .map_err(|error| attach_error(error.to_string()))?
             .into_iter()
             .partition(|filter| filter.bpf_name.as_deref() == Some(program_name));
-    let (link_id, outcome) = if let Some(existing) = ours.first() {
-        let link = SchedClassifierLink::attached(
-            name,
-            attach_type(hook),
-            existing.priority,
-            existing.handle.into(),
-            None,
+    let priority = position.tc_priority();
+    let mut outcome = AttachOutcome::Created;
+    if let Some(misplaced) = ours.first().filter(|filter| filter.priority != priority) {
+        tracing::warn!(
+            interface = name,
+            hook = hook.name(),
+            position = position.name(),
+            "moving masq's program on the hook; packets in between pass untranslated"
+        );
+        tc_netlink::delete_filter_if_named(
+            ifindex,
+            clsact_hook(hook),
+            misplaced.priority,
+            misplaced.handle,
+            program_name,
         )
         .map_err(|error| attach_error(error.to_string()))?;
-        let link_id = program
-            .attach_to_link(link)
-            .map_err(DatapathError::program("replacing in filter", program_name))?;
-        // Leftovers of an interrupted attach would run the old program a second time.
-        for duplicate in ours.iter().skip(1) {
-            tc_netlink::delete_filter_if_named(
-                ifindex,
-                clsact_hook(hook),
-                duplicate.priority,
-                duplicate.handle,
-                program_name,
+        outcome = AttachOutcome::Moved;
+    }
+    let (link_id, outcome) =
+        if let Some(existing) = ours.first().filter(|_| outcome != AttachOutcome::Moved) {
+            let link = SchedClassifierLink::attached(
+                name,
+                attach_type(hook),
+                existing.priority,
+                existing.handle.into(),
+                None,
             )
             .map_err(|error| attach_error(error.to_string()))?;
-        }
-        (link_id, AttachOutcome::Replaced)
-    } else {
-        // tc runs filters in priority order and the first verdict other than "continue" ends
-        // the walk: masq goes first, so a filter that accepts packets cannot bypass it.
-        if let Some(first) = others.first()
-            && first.priority <= TC_PRIORITY
-        {
-            tracing::warn!(
-                interface = name,
-                hook = hook.name(),
-                other = %first.kind,
-                priority = first.priority,
-                "another tc filter holds the first priority and runs before masq"
-            );
-        }
-        let options = NlOptions {
-            priority: TC_PRIORITY,
-            handle: TC_HANDLE.into(),
-            ..NlOptions::default()
+            let link_id = program
+                .attach_to_link(link)
+                .map_err(DatapathError::program("replacing in filter", program_name))?;
+            // Leftovers of an interrupted attach would run the old program a second time.
+            for duplicate in ours.iter().skip(1) {
+                tc_netlink::delete_filter_if_named(
+                    ifindex,
+                    clsact_hook(hook),
+                    duplicate.priority,
+                    duplicate.handle,
+                    program_name,
+                )
+                .map_err(|error| attach_error(error.to_string()))?;
+            }
+            (link_id, AttachOutcome::Replaced)
+        } else {
+            // tc runs filters in priority order and the first verdict other than "continue" ends
+            // the walk: say so when another filter shares masq's end of it.
+            let contested = match position {
+                HookPosition::First => others.iter().any(|filter| filter.priority <= priority),
+                HookPosition::Last => others.iter().any(|filter| filter.priority >= priority),
+            };
+            if contested {
+                tracing::warn!(
+                    interface = name,
+                    hook = hook.name(),
+                    position = position.name(),
+                    "another tc filter shares masq's priority at that end of the hook"
+                );
+            }
+            for leftover in ours.iter().skip(1) {
+                tc_netlink::delete_filter_if_named(
+                    ifindex,
+                    clsact_hook(hook),
+                    leftover.priority,
+                    leftover.handle,
+                    program_name,
+                )
+                .map_err(|error| attach_error(error.to_string()))?;
+            }
+            let options = NlOptions {
+                priority,
+                handle: TC_HANDLE.into(),
+                ..NlOptions::default()
+            };
+            let link_id = program
+                .attach_with_options(name, attach_type(hook), TcAttachOptions::Netlink(options))
+                .map_err(DatapathError::program("attaching", program_name))?;
+            (link_id, outcome)
         };
-        let link_id = program
-            .attach_with_options(name, attach_type(hook), TcAttachOptions::Netlink(options))
-            .map_err(DatapathError::program("attaching", program_name))?;
-        (link_id, AttachOutcome::Created)
-    };
     let link = program
         .take_link(link_id)
         .map_err(DatapathError::program("taking filter of", program_name))?;
