@@ -3,24 +3,29 @@
 //! stacks after it never find that sum wrong.
 //!
 //! A wrong `skb->csum` does not corrupt the packet: the stack that checks the transport checksum
-//! with it sees a mismatch, verifies the packet again in software, finds it right and reports
-//! "hw csum failure" (with a stack dump) in the kernel log, for every packet. The checksum
-//! counters (`InCsumErrors`) only move if the packet itself is wrong. So the test reads the
-//! kernel log for the report and the counters of every namespace for real errors.
+//! with it sees a mismatch, verifies the packet again in software, finds it right and calls
+//! `netdev_rx_csum_fault` ("hw csum failure"), for every packet. The checksum counters
+//! (`InCsumErrors`) only move if the packet itself is wrong, and the kernel log shows only the
+//! first report since boot (`DO_ONCE_LITE`). So the test counts the calls with an fentry program
+//! (where the kernel refuses tracing programs, lockdown, it reads the log, and fails loudly if
+//! the one report is already spent), and reads every namespace's counters for real errors. A
+//! control phase first spoils `skb->csum` on purpose and must be counted: proof that the skbs
+//! are `CHECKSUM_COMPLETE` and the counting works, so the test can fail.
 //!
-//! Where the `CHECKSUM_COMPLETE` skbs come from. veth never makes one (it hands over the
-//! sender's `CHECKSUM_PARTIAL`, or marks a `CHECKSUM_NONE` skb `CHECKSUM_UNNECESSARY`); tun's
-//! virtio-net header only says `PARTIAL` or `UNNECESSARY`; GRO (`skb_gro_checksum_try_convert`)
-//! converts only its own bookkeeping, not the skb, and `__skb_checksum_complete` marks the skbs
-//! it sums `csum_complete_sw`, which silences the report this test looks for. A UDP tunnel
-//! socket does make one as a NIC would: for a datagram whose checksum was already found good
-//! (`CHECKSUM_UNNECESSARY`, as veth marks software-checksummed frames), `udp_unicast_rcv_skb`
-//! calls `skb_checksum_try_convert`, which sets `skb->csum` to the sum of the datagram and
-//! `CHECKSUM_COMPLETE` without `csum_complete_sw`; VXLAN then pulls its headers with
-//! `skb_pull_rcsum` and `skb_postpull_rcsum`, so the inner frame arrives `CHECKSUM_COMPLETE`
-//! with a sum of exactly its own bytes. So the sender's underlay computes checksums in software
-//! (`tx off`), the receiver's keeps `rx on`, and GRO is off on the tunnel devices so no skb is
-//! merged into a `CHECKSUM_PARTIAL` one.
+//! Where the `CHECKSUM_COMPLETE` skbs come from. veth never makes one (it hands over what the
+//! sender had: `CHECKSUM_PARTIAL` or `CHECKSUM_NONE`); tun's virtio-net header only says
+//! `PARTIAL`; GRO (`skb_gro_checksum_try_convert`) converts only its own bookkeeping, and a GRO
+//! that checked the outer checksum of a tunnel checks the inner one too, which leaves the inner
+//! skb `CHECKSUM_UNNECESSARY`; `__skb_checksum_complete` marks the skbs it sums
+//! `csum_complete_sw`, which silences the report. A UDP tunnel socket makes one as a NIC would:
+//! for a datagram whose checksum is already known good (`CHECKSUM_UNNECESSARY`),
+//! `udp_unicast_rcv_skb` calls `skb_checksum_try_convert`, which sets `skb->csum` to the sum of
+//! the datagram and `CHECKSUM_COMPLETE`; VXLAN then pulls its headers with `skb_pull_rcsum` and
+//! `skb_postpull_rcsum`, so the inner frame arrives `CHECKSUM_COMPLETE` with the sum of exactly
+//! its own bytes. The outer datagram is marked good by a tc program in front
+//! (`bpf_csum_level(BPF_CSUM_LEVEL_INC)`), as a NIC that checks outer UDP checksums marks it;
+//! the senders compute their checksums in software (`tx off`), so the frames arrive
+//! `CHECKSUM_NONE` and can be marked, and GRO is off on the tunnel devices.
 //!
 //! Forwarding throws `skb->csum` away (`skb_forward_csum`), so a `COMPLETE` skb reaches masq's
 //! egress only when something puts it there straight from a receive (a tc redirect, as CNIs
