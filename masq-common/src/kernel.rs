@@ -44,3 +44,17 @@ pub const MIN_KERNEL_TC: KernelVersion = KernelVersion::new(5, 11);
 /// Oldest kernel with tcx (`BPF_TCX_INGRESS`/`BPF_TCX_EGRESS` links), the attachment the agent
 /// prefers: links can be pinned and their program swapped atomically.
 pub const MIN_KERNEL_TCX: KernelVersion = KernelVersion::new(6, 6);
+
+/// First kernel whose `bpf_l4_csum_replace` takes `BPF_F_IPV6`: without it, a pseudo-header
+/// update of a `CHECKSUM_COMPLETE` skb also moves `skb->csum` as an IPv4 header checksum would
+/// absorb the change, which is wrong for IPv6 (see `CSUM_L4_IPV6_GLOBAL`).
+pub const MIN_KERNEL_L4_CSUM_IPV6: KernelVersion = KernelVersion::new(6, 16);
+
+/// `BPF_F_IPV6` of `bpf_l4_csum_replace` (include/uapi/linux/bpf.h, Linux 6.16); older kernels
+/// refuse the call with `-EINVAL`.
+pub const BPF_F_IPV6: u64 = 1 << 7;
+
+/// Name of the eBPF object's load-time constant that says whether the kernel takes
+/// [`BPF_F_IPV6`] (1) or the programs must undo the helper's `skb->csum` change themselves (0).
+/// The verifier sees the value and removes the branch not taken.
+pub const CSUM_L4_IPV6_GLOBAL: &str = "MASQ_L4_CSUM_IPV6";

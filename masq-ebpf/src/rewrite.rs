@@ -23,10 +23,12 @@
 
 use aya_ebpf::{
     bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR},
+    helpers::bpf_csum_update,
     programs::TcContext,
 };
 use masq_common::{
     checksum::{replace16, replace32},
+    kernel::BPF_F_IPV6,
     nat::proto,
 };
 
@@ -235,8 +237,21 @@ pub(crate) fn address_v6(ctx: &TcContext, ip: &Ipv6, end: End, old: V6, new: V6)
     ctx.store(field, &new.0, 0).map_err(|_| ())
 }
 
+/// 1 when the kernel's `bpf_l4_csum_replace` takes `BPF_F_IPV6` (Linux 6.16), set by the agent
+/// when it loads the object (`CSUM_L4_IPV6_GLOBAL`). A constant to the verifier, which drops the
+/// branch not taken.
+#[unsafe(no_mangle)]
+static MASQ_L4_CSUM_IPV6: u8 = 0;
+
 /// Puts an IPv6 address change into the transport checksum at `checksum` (a pseudo-header
 /// field, so the helper knows what to do for each kind of checksum the packet carries).
+///
+/// On a `CHECKSUM_COMPLETE` skb (NICs such as mlx5 deliver them) the helper also moves
+/// `skb->csum`, the sum of the packet's bytes, by the checksum field's change: right for IPv4,
+/// whose header checksum takes the opposite change, but IPv6 has none, so there the address's
+/// change and the field's cancel and `skb->csum` must stay as it was. `BPF_F_IPV6` says so;
+/// before Linux 6.16 `bpf_csum_update`, which acts on `CHECKSUM_COMPLETE` skbs only, adds back
+/// what the helper took off (`diff`): one more helper call per translated IPv6 packet there.
 #[inline(always)]
 fn replace_v6_in_l4_checksum(
     ctx: &TcContext,
@@ -245,14 +260,21 @@ fn replace_v6_in_l4_checksum(
     old: V6,
     new: V6,
 ) -> Result<(), ()> {
+    let diff = checksum_difference(old, new);
+    // SAFETY: a plain read of the object's constant; volatile so the compiler keeps the read
+    // that the agent's value replaces.
+    let ipv6_flag = unsafe { core::ptr::read_volatile(&raw const MASQ_L4_CSUM_IPV6) } != 0;
+    let flags = flags | u64::from(BPF_F_PSEUDO_HDR) | if ipv6_flag { BPF_F_IPV6 } else { 0 };
     // Size 0: `to` is a checksum difference, not a value that replaces `from`.
-    ctx.l4_csum_replace(
-        checksum,
-        0,
-        u64::from(checksum_difference(old, new)),
-        flags | u64::from(BPF_F_PSEUDO_HDR),
-    )
-    .map_err(|_| ())
+    ctx.l4_csum_replace(checksum, 0, u64::from(diff), flags)
+        .map_err(|_| ())?;
+    if !ipv6_flag {
+        // The helper left `skb->csum - diff` (ones' complement); adding `diff` restores it.
+        // Any other skb makes it return -ENOTSUPP and change nothing, which is right.
+        // SAFETY: the context's own skb pointer.
+        let _ = unsafe { bpf_csum_update(ctx.skb.skb, diff) };
+    }
+    Ok(())
 }
 
 /// The ones'-complement difference `new - old` of two addresses as a 32-bit partial sum, what

@@ -70,6 +70,9 @@ const HELPERS: &[(bpf_func_id, KernelVersion)] = &[
     (bpf_func_id::BPF_FUNC_skb_load_bytes, linux(4, 5)),
     // IPv6 address changes go into the transport checksum as one difference.
     (bpf_func_id::BPF_FUNC_csum_diff, linux(4, 6)),
+    // Puts back the skb->csum that bpf_l4_csum_replace moves wrongly for an IPv6 address on a
+    // CHECKSUM_COMPLETE skb, before BPF_F_IPV6 (6.16).
+    (bpf_func_id::BPF_FUNC_csum_update, linux(4, 9)),
     // New flows go through the allocator by tail call. No masq program makes bpf-to-bpf calls
     // (a test checks), which arm64 allows next to tail calls only from 6.0.
     (bpf_func_id::BPF_FUNC_tail_call, linux(4, 2)),

@@ -7,6 +7,7 @@ use aya::{
     maps::{MapData, ProgramArray},
     programs::SchedClassifier,
 };
+use masq_common::kernel::{CSUM_L4_IPV6_GLOBAL, MIN_KERNEL_L4_CSUM_IPV6};
 use masq_common::layout::{
     ALL_MAPS, IPV6_DISABLED_ENTRIES, MAP_NAT_V4, MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6,
     MAP_PROGS, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES, PROG_ALLOCATOR,
@@ -85,6 +86,16 @@ pub const PROGRAMS: [&str; 10] = [
 /// aya-log's runtime level global in the eBPF object.
 const LOG_LEVEL_GLOBAL: &str = "AYA_LOG_LEVEL";
 
+/// Whether the running kernel's `bpf_l4_csum_replace` takes `BPF_F_IPV6` (Linux 6.16): the
+/// IPv6 programs pass it where it exists and correct `skb->csum` themselves elsewhere. A kernel
+/// whose release cannot be read gets the correction, which is right on every kernel.
+fn kernel_takes_l4_csum_ipv6() -> bool {
+    crate::node::kernel::Kernel::current().is_ok_and(|kernel| {
+        (kernel.version.major, kernel.version.minor)
+            >= (MIN_KERNEL_L4_CSUM_IPV6.major, MIN_KERNEL_L4_CSUM_IPV6.minor)
+    })
+}
+
 /// The datapath programs loaded into the kernel (not attached) and their maps.
 pub struct Datapath {
     ebpf: Ebpf,
@@ -136,6 +147,8 @@ impl Datapath {
         loader.map_max_entries(MAP_NAT_V6, nat_v6);
         loader.map_max_entries(MAP_NOMASQ_V6, nomasq_v6);
         loader.override_global(LOG_LEVEL_GLOBAL, &log_level, true);
+        let l4_csum_ipv6 = u8::from(kernel_takes_l4_csum_ipv6());
+        loader.override_global(CSUM_L4_IPV6_GLOBAL, &l4_csum_ipv6, true);
         if let Some(dir) = &options.pin_dir {
             for name in ALL_MAPS {
                 let dir = match &options.staged {

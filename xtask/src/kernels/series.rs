@@ -219,6 +219,15 @@ const E2E_CONNTRACK: Step = e2e(
     300,
 );
 
+/// IPv6 and IPv4 through masq as CHECKSUM_COMPLETE skbs, both directions: on 6.1 and 6.12 the
+/// programs correct skb->csum themselves (no BPF_F_IPV6 before 6.16).
+const E2E_CSUM_COMPLETE: Step = e2e(
+    "e2e_checksum_complete",
+    "e2e_checksum_complete",
+    &["checksum_complete_packets_keep_a_right_sum_through_masq"],
+    150,
+);
+
 /// The matrix, in the order it runs.
 pub(crate) const MATRIX: &[Series] = &[
     Series {
@@ -229,7 +238,14 @@ pub(crate) const MATRIX: &[Series] = &[
             prefix: "linux-image-6.1.0-",
             suffix: "-amd64",
         },
-        steps: &[CHECK_TC, DATAPATH_V4, DATAPATH_V6, E2E_TC, E2E_CONNTRACK],
+        steps: &[
+            CHECK_TC,
+            DATAPATH_V4,
+            DATAPATH_V6,
+            E2E_TC,
+            E2E_CONNTRACK,
+            E2E_CSUM_COMPLETE,
+        ],
     },
     Series {
         name: "6.12",
@@ -246,6 +262,7 @@ pub(crate) const MATRIX: &[Series] = &[
             E2E_TCX,
             E2E_TC,
             E2E_CONNTRACK,
+            E2E_CSUM_COMPLETE,
         ],
     },
     Series {
