@@ -655,6 +655,7 @@ fn servers(sandbox: &Sandbox) -> Vec<Server> {
 /// Each direction is judged on its own: only one side checks checksums at a time, since the
 /// kernel reports one failure per rearming.
 #[test]
+#[ignore = "needs fentry programs or an unspent hw-csum-failure report: run by `cargo xtask kernels` in the Debian guests"]
 fn checksum_complete_packets_keep_a_right_sum_through_masq() {
     let sandbox = complete_sandbox();
     let _servers = servers(&sandbox);

@@ -28,6 +28,7 @@ pub(crate) const TEST_PACKAGES: &[&str] = &[
     "bpftool",           // inspecting pinned maps in tests and by hand
     "procps",            // sysctl
     "iputils-ping",      // ping from pods
+    "wireguard-tools",   // wg: the WireGuard uplink test (in the kernel matrix's guests)
     "util-linux",        // nsenter: run the agent in a namespace without hiding bpffs
     "kubectl",           // kubectl kustomize: render the manifests under deploy/
     "iperf3",            // the benchmark's TCP stream
