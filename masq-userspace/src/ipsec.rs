@@ -35,9 +35,12 @@ use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
 
-use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use ipnet::IpNet;
 
-use crate::node::xfrm::{self, DIR_OUT, XfrmError, XfrmPolicy};
+use crate::node::{
+    routes::{self, Route},
+    xfrm::{self, DIR_OUT, XfrmError, XfrmPolicy},
+};
 
 /// An interface masq translates on, with the addresses its traffic is masqueraded to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,61 +185,38 @@ fn covered(network: &IpNet, networks: &[IpNet]) -> bool {
         .is_ok_and(|mut halves| halves.all(|half| covered(&half, networks)))
 }
 
-/// The pod networks of `/proc/net/route` (IPv4, main table): `Iface Destination Gateway Flags
-/// RefCnt Use Metric Mask ...`, addresses as the kernel's hex of the network-order word.
+/// The pod networks of `/proc/net/route` (IPv4, main table): direct routes off the uplinks and
+/// loopback.
 fn pod_networks_v4(table: &str, uplinks: &BTreeSet<&str>) -> Vec<IpNet> {
-    const RTF_UP: u32 = 0x1;
-    const RTF_GATEWAY: u32 = 0x2;
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let interface = *fields.first()?;
-            let hex = |at: usize| u32::from_str_radix(fields.get(at)?, 16).ok();
-            let (destination, flags, mask) = (hex(1)?, hex(3)?, hex(7)?);
-            let prefix = u32::from_be_bytes(mask.to_ne_bytes()).leading_ones();
-            let network = Ipv4Net::new(
-                Ipv4Addr::from(destination.to_ne_bytes()),
-                u8::try_from(prefix).ok()?,
-            )
-            .ok()?;
-            (flags & RTF_UP != 0
-                && flags & RTF_GATEWAY == 0
-                && prefix > 0
-                && interface != "lo"
-                && !uplinks.contains(interface))
-            .then_some(IpNet::V4(network))
-        })
-        .collect()
+    pod_networks(routes::parse_v4(table), uplinks)
 }
 
-/// The pod networks of `/proc/net/ipv6_route` (every table): `destination prefix_len source
-/// prefix_len next_hop metric refcnt use flags device`. Local, rejecting and multicast routes
-/// and link-local networks are not pods'.
+/// The pod networks of `/proc/net/ipv6_route` (every table). Local, rejecting and multicast
+/// routes and link-local networks are not pods'.
 fn pod_networks_v6(table: &str, uplinks: &BTreeSet<&str>) -> Vec<IpNet> {
-    const RTF_UP: u32 = 0x1;
-    const RTF_GATEWAY: u32 = 0x2;
-    const RTF_REJECT: u32 = 0x200;
-    const RTF_LOCAL: u32 = 0x8000_0000;
-    table
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let interface = *fields.get(9)?;
-            let destination = Ipv6Addr::from(u128::from_str_radix(fields.first()?, 16).ok()?);
-            let prefix = u8::from_str_radix(fields.get(1)?, 16).ok()?;
-            let flags = u32::from_str_radix(fields.get(8)?, 16).ok()?;
-            let network = Ipv6Net::new(destination, prefix).ok()?;
-            let special = destination.is_multicast() || destination.is_unicast_link_local();
-            (flags & RTF_UP != 0
-                && flags & (RTF_GATEWAY | RTF_REJECT | RTF_LOCAL) == 0
-                && prefix > 0
+    pod_networks(routes::parse_v6(table), uplinks)
+}
+
+/// The networks of the usable, direct routes among `routes` off the uplinks and loopback,
+/// except the default route and multicast and link-local networks.
+fn pod_networks(routes: Vec<Route>, uplinks: &BTreeSet<&str>) -> Vec<IpNet> {
+    routes
+        .into_iter()
+        .filter(|route| {
+            let special = match route.destination {
+                IpNet::V4(network) => network.addr().is_multicast(),
+                IpNet::V6(network) => {
+                    network.addr().is_multicast() || network.addr().is_unicast_link_local()
+                }
+            };
+            route.usable()
+                && route.direct()
+                && route.destination.prefix_len() > 0
                 && !special
-                && interface != "lo"
-                && !uplinks.contains(interface))
-            .then_some(IpNet::V6(network))
+                && route.interface != "lo"
+                && !uplinks.contains(route.interface.as_str())
         })
+        .map(|route| route.destination)
         .collect()
 }
 

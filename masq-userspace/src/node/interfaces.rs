@@ -26,6 +26,7 @@ use tokio::io::{Interest, unix::AsyncFd};
 
 use masq_common::layout::{LINK_ETHERNET, LINK_IP};
 
+use super::routes::{self, Route};
 use crate::rtnl::{Rtnl, RtnlError};
 
 /// Why the uplink or its address could not be determined.
@@ -213,29 +214,11 @@ pub fn gateway_interfaces_v6() -> Result<BTreeSet<String>, InterfaceError> {
     }
 }
 
-/// Parses `/proc/net/ipv6_route`: `destination prefix_len source prefix_len next_hop metric
-/// refcnt use flags device`, hex fields without a header line. Every table is listed, so the
-/// local table's routes (to the node's own addresses, flag `RTF_LOCAL`) and rejecting routes
-/// (an unreachable default on `lo`, flag `RTF_REJECT`) are told apart by their flags.
+/// The interfaces of the IPv6 routes towards a gateway (see [`routes::parse_v6`]). Every table
+/// is listed, so the local table's routes (to the node's own addresses) and rejecting routes
+/// (an unreachable default on `lo`) are told apart by their flags.
 fn gateway_interfaces_v6_in(table: &str) -> BTreeSet<String> {
-    const RTF_UP: u32 = 0x1;
-    const RTF_GATEWAY: u32 = 0x2;
-    const RTF_REJECT: u32 = 0x200;
-    const RTF_LOCAL: u32 = 0x8000_0000;
-    const ANY: &str = "00000000000000000000000000000000";
-    table
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let interface = fields.get(9)?;
-            let flags = u32::from_str_radix(fields.get(8)?, 16).ok()?;
-            let default = fields.first() == Some(&ANY) && fields.get(1) == Some(&"00");
-            (flags & RTF_UP != 0
-                && flags & (RTF_REJECT | RTF_LOCAL) == 0
-                && (flags & RTF_GATEWAY != 0 || default))
-                .then(|| (*interface).to_owned())
-        })
-        .collect()
+    interfaces_of(routes::parse_v6(table), Route::towards_a_gateway)
 }
 
 /// The interfaces of the node's gateway routes, per family: see [`gateway_interfaces`]; and
@@ -278,53 +261,25 @@ impl Gateways {
 
 /// Interfaces any usable IPv4 route of `/proc/net/route` goes through.
 fn routed_interfaces_in(table: &str) -> BTreeSet<String> {
-    const RTF_UP: u32 = 0x1;
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let interface = fields.first()?;
-            let flags = u32::from_str_radix(fields.get(3)?, 16).ok()?;
-            (flags & RTF_UP != 0).then(|| (*interface).to_owned())
-        })
-        .collect()
+    interfaces_of(routes::parse_v4(table), |_| true)
 }
 
-/// Interfaces any usable IPv6 route of `/proc/net/ipv6_route` goes through (not the local
-/// table's routes to the node's own addresses, nor rejecting routes).
+/// Interfaces any usable IPv6 route of `/proc/net/ipv6_route` goes through.
 fn routed_interfaces_v6_in(table: &str) -> BTreeSet<String> {
-    const RTF_UP: u32 = 0x1;
-    const RTF_REJECT: u32 = 0x200;
-    const RTF_LOCAL: u32 = 0x8000_0000;
-    table
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let interface = fields.get(9)?;
-            let flags = u32::from_str_radix(fields.get(8)?, 16).ok()?;
-            (flags & RTF_UP != 0 && flags & (RTF_REJECT | RTF_LOCAL) == 0)
-                .then(|| (*interface).to_owned())
-        })
-        .filter(|interface| interface != "lo")
+    interfaces_of(routes::parse_v6(table), |_| true)
+}
+
+/// The interfaces of the usable routes among `routes` that `wanted` picks (never loopback's).
+fn interfaces_of(routes: Vec<Route>, wanted: impl Fn(&Route) -> bool) -> BTreeSet<String> {
+    routes
+        .into_iter()
+        .filter(|route| route.usable() && route.interface != "lo" && wanted(route))
+        .map(|route| route.interface)
         .collect()
 }
 
 fn gateway_interfaces_in(table: &str) -> BTreeSet<String> {
-    const RTF_UP: u32 = 0x1;
-    const RTF_GATEWAY: u32 = 0x2;
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let interface = fields.first()?;
-            let flags = u32::from_str_radix(fields.get(3)?, 16).ok()?;
-            let default = fields.get(1) == Some(&"00000000") && fields.get(7) == Some(&"00000000");
-            (flags & RTF_UP != 0 && (flags & RTF_GATEWAY != 0 || default))
-                .then(|| (*interface).to_owned())
-        })
-        .collect()
+    interfaces_of(routes::parse_v4(table), Route::towards_a_gateway)
 }
 
 /// The interfaces masq translates on when none are named: up, with an address other hosts can

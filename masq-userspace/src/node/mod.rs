@@ -7,4 +7,5 @@ pub mod interfaces;
 pub mod kernel;
 pub mod memory;
 pub mod reserved_ports;
+pub mod routes;
 pub mod xfrm;
