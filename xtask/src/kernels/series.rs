@@ -180,11 +180,22 @@ const fn e2e(
     test: &'static [&'static str],
     timeout_secs: u64,
 ) -> Step {
+    tests_step(name, binary, &["--test-threads", "1"], test, timeout_secs)
+}
+
+/// One step running `test` of test binary `binary` with libtest arguments `args`.
+const fn tests_step(
+    name: &'static str,
+    binary: &'static str,
+    args: &'static [&'static str],
+    test: &'static [&'static str],
+    timeout_secs: u64,
+) -> Step {
     Step {
         name,
         action: Action::Tests {
             binary,
-            args: &["--test-threads", "1"],
+            args,
             exact: test,
         },
         timeout_secs,
@@ -227,15 +238,13 @@ const fn e2e_guest_only(
     test: &'static [&'static str],
     timeout_secs: u64,
 ) -> Step {
-    Step {
+    tests_step(
         name,
-        action: Action::Tests {
-            binary,
-            args: &["--test-threads", "1", "--ignored"],
-            exact: test,
-        },
+        binary,
+        &["--test-threads", "1", "--ignored"],
+        test,
         timeout_secs,
-    }
+    )
 }
 
 /// A WireGuard uplink (the module loads on demand in the guests) through tc filters.
