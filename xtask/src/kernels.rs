@@ -10,13 +10,13 @@
 //! programs (also written to `target/kernels/matrix.md`), which must stay below half of the
 //! verifier's limit.
 
-mod apt;
+pub(crate) mod apt;
 mod caps;
 mod cpio;
 mod guest;
 mod initramfs;
 mod report;
-mod series;
+pub(crate) mod series;
 
 use std::{
     collections::BTreeMap,
@@ -39,6 +39,7 @@ use self::{
     series::{Action, BOOKWORM, KMOD, Series, Step},
 };
 use crate::{
+    arch::Arch,
     command::{cargo, run},
     setup, workspace_root,
 };
@@ -169,7 +170,7 @@ fn fetch_kernel(
     series: &Series,
     kmod: &Path,
 ) -> Result<Kernel> {
-    let apt = Apt::prepare(cache, series.suites, mirrors)?;
+    let apt = Apt::prepare(cache, series.suites, mirrors, Arch::host()?)?;
     let image = series.image;
     let depmod = |root: &Path| -> Result<()> {
         let modules = modules_dir(root)?;
@@ -207,7 +208,7 @@ fn fetch_kernel(
 
 /// Debian's kmod, extracted: its binary is modprobe and depmod by the name it is run as.
 fn fetch_kmod(cache: &Path, mirrors: &apt::Mirrors) -> Result<PathBuf> {
-    let apt = Apt::prepare(cache, BOOKWORM, mirrors)?;
+    let apt = Apt::prepare(cache, BOOKWORM, mirrors, Arch::host()?)?;
     let kmod = apt::fetch(
         &apt,
         &cache.join("kmod"),
@@ -701,10 +702,10 @@ fn summarize(outcomes: &[KernelOutcome], results_root: &Path) -> Result<Vec<Stri
     Ok(failures)
 }
 
-/// Holds the cache for this run: another run (another checkout's CI) would otherwise replace
-/// a build while a guest boots it, or extract into the same place.
-fn lock_cache(cache: &Path) -> Result<fs::File> {
-    let path = cache.join(".lock");
+/// Holds the cache's lock file `name` for this run: another run (another checkout's CI) would
+/// otherwise replace a build while a guest boots it, or extract into the same place.
+pub(crate) fn lock_cache(cache: &Path, name: &str) -> Result<fs::File> {
+    let path = cache.join(name);
     let file = fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
     match file.try_lock() {
         Ok(()) => {}
@@ -744,7 +745,7 @@ pub(crate) fn run_matrix(selection: &[String], keep_going: bool) -> Result<()> {
             apt::CACHE_ENV
         )
     })?;
-    let _lock = lock_cache(&cache)?;
+    let _lock = lock_cache(&cache, ".lock")?;
     let mirrors = apt::host_mirrors()?;
     let kmod = fetch_kmod(&cache, &mirrors).context("fetching Debian's kmod for the guests")?;
     let results_root = workspace_root().join("target").join("kernels");

@@ -6,7 +6,8 @@
 //! * `demo`: a sandbox of namespaces showing what masq masquerades;
 //! * `bench`: masq against iptables MASQUERADE and no NAT, side by side (`--quick`: the harness
 //!   at tiny sizes, which `test` runs too);
-//! * `image`: the container image, from scratch, with buildah;
+//! * `image`: the container images (linux/amd64, linux/arm64) and their manifest list, from
+//!   scratch, with buildah;
 //! * `kernels`: the tests inside Debian's 5.10, 6.1 and 6.12 kernels under qemu (`test` runs
 //!   the whole matrix too).
 
@@ -16,10 +17,12 @@
     reason = "xtask prints results for the developer"
 )]
 
+mod arch;
 mod command;
 mod image;
 mod kernels;
 mod setup;
+mod sysroot;
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -31,7 +34,10 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 use masq_common::variants::{CONTROL, VARIANTS};
 
-use crate::command::{cargo, output, run};
+use crate::{
+    arch::Arch,
+    command::{cargo, output, run},
+};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Developer tasks for masq")]
@@ -60,10 +66,18 @@ enum Task {
         #[arg(long)]
         quick: bool,
     },
-    /// Build the container image `masq:<version>` from scratch with buildah (a static masq and
-    /// both iptables backends), store it where podman finds it, and export it to
-    /// target/image/masq-<version>.tar for loading onto nodes. Needs root.
-    Image,
+    /// Build the container images from scratch with buildah (a static masq and both iptables
+    /// backends), linux/amd64 and linux/arm64, as `masq:<version>-<arch>` (the host's also as
+    /// `masq:<version>`) and the manifest list `masq:<version>-multiarch` over them, store them
+    /// where podman finds them, and export them to target/image/ for loading onto nodes
+    /// (masq-<version>.tar is the host's, masq-<version>-arm64.tar the other,
+    /// masq-<version>-multiarch.oci.tar both). Needs root.
+    Image {
+        /// Only this architecture (repeatable), e.g. `--arch amd64`; no manifest list unless
+        /// both are built.
+        #[arg(long = "arch", value_name = "ARCH")]
+        arches: Vec<Arch>,
+    },
     /// Boot Debian's kernels of the matrix (5.10, 6.1, 6.12; the newest build of each, cached
     /// in /var/cache/masq/kernels) under qemu and run masq's checks and tests inside each;
     /// outputs go to target/kernels/, the verifier's instruction counts to
@@ -95,7 +109,14 @@ fn main() -> Result<()> {
         Task::BuildEbpfVariants => build_ebpf_variants().map(|_| ()),
         Task::Demo => demo(),
         Task::Bench { quick } => bench(quick),
-        Task::Image => build_image(None).map(|_| ()),
+        Task::Image { mut arches } => {
+            if arches.is_empty() {
+                arches = Arch::ALL.to_vec();
+            }
+            arches.sort_unstable();
+            arches.dedup();
+            build_image(&arches, None).map(|_| ())
+        }
         Task::Kernels {
             kernels,
             keep_going,
@@ -297,15 +318,30 @@ pub(crate) fn workspace_root() -> PathBuf {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
-fn build_image(also: Option<&str>) -> Result<image::Built> {
-    let built = image::build(also)?;
-    println!(
-        "image {} ({:.1} MB of files), exported to {}",
-        built.reference,
-        built.size as f64 / 1e6,
-        built.archive.display()
-    );
-    Ok(built)
+fn build_image(arches: &[Arch], also: Option<&str>) -> Result<()> {
+    let (built, manifest) = image::build(arches, also)?;
+    for image in &built {
+        println!(
+            "image {} (linux/{}, {:.1} MB of files), exported to {}",
+            image.reference,
+            image.arch,
+            image.size as f64 / 1e6,
+            image.archive.display()
+        );
+    }
+    if let Some(manifest) = manifest {
+        println!(
+            "manifest list {} over {}, exported to {}",
+            manifest.reference,
+            built
+                .iter()
+                .map(|image| format!("linux/{}", image.arch))
+                .collect::<Vec<_>>()
+                .join(" and "),
+            manifest.archive.display()
+        );
+    }
+    Ok(())
 }
 
 /// The oldest Kubernetes the manifests are validated for: `securityContext.appArmorProfile`
@@ -402,8 +438,10 @@ fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
     }
     validate_manifests()?;
     // The container tests run this image under podman, by this checkout's own name for it.
+    // Only the host's architecture: podman runs nothing else here, and cross-building arm64's
+    // would add minutes to every run for an image no test starts.
     let image = image::checkout_reference();
-    build_image(Some(&image))?;
+    build_image(&[Arch::host()?], Some(&image))?;
     let mut tests = cargo();
     tests
         .args(["test", "--workspace"])
