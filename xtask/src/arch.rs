@@ -55,6 +55,14 @@ impl Arch {
         }
     }
 
+    /// The Rust target of test executables that run on Debian's glibc.
+    pub(crate) fn gnu_target(self) -> &'static str {
+        match self {
+            Self::Amd64 => "x86_64-unknown-linux-gnu",
+            Self::Arm64 => "aarch64-unknown-linux-gnu",
+        }
+    }
+
     /// Whether xtask runs on this architecture (whose builds need no cross toolchain).
     pub(crate) fn is_host(self) -> bool {
         Self::host().is_ok_and(|host| host == self)
