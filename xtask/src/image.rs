@@ -1,20 +1,26 @@
-//! `cargo xtask image`: masq's container image, built from this repository and the build
-//! machine's Debian packages alone, since no registry (and so no base image) can be assumed.
+//! `cargo xtask image`: masq's container images, built from this repository and Debian's
+//! packages alone, since no registry (and so no base image) can be assumed.
 //!
-//! The image starts `FROM scratch` and holds:
+//! Each image (linux/amd64, linux/arm64) starts `FROM scratch` and holds:
 //!
-//! * `/usr/local/bin/masq`, a release build for the musl target: statically linked, so it needs
-//!   no library at all (the entrypoint);
-//! * iptables 1.8 from Debian's `iptables` package, both backends: `xtables-nft-multi` and
-//!   `xtables-legacy-multi` with their `iptables-{nft,legacy}[-save|-restore]` names (and the
-//!   ip6tables ones), every iptables extension module (masq lists the node's POSTROUTING rules,
-//!   whichever matches other agents put there, and a listing that meets an unknown extension can
-//!   fail), and exactly the shared libraries `ldd` says these need, with the dynamic loader.
+//! * `/usr/local/bin/masq`, a release build for the architecture's musl target: statically
+//!   linked, so it needs no library at all (the entrypoint); arm64's is cross-built with
+//!   Debian's cross gcc as the linker;
+//! * iptables 1.8 from Debian's `iptables` package of that architecture, both backends:
+//!   `xtables-nft-multi` and `xtables-legacy-multi` with their `iptables-{nft,legacy}[-save|
+//!   -restore]` names (and the ip6tables ones), every iptables extension module (masq lists the
+//!   node's POSTROUTING rules, whichever matches other agents put there, and a listing that
+//!   meets an unknown extension can fail), and exactly the shared libraries these ask for
+//!   (`DT_NEEDED`, recursively, read from the files without running them), with the dynamic
+//!   loader. The host's architecture takes the host's installed package; another takes
+//!   Debian's packages of that architecture, unpacked into a sysroot ([`crate::sysroot`]).
 //!
 //! There is deliberately no plain `iptables`: masq then picks `iptables-nft` or
 //! `iptables-legacy` by the node's rules, as Kubernetes' iptables-wrapper does, without a shell.
-//! The image is committed to the local container storage (where podman finds it) as
-//! `masq:<workspace version>` and exported as a docker-archive for loading onto nodes.
+//! Each image is committed to the local container storage (where podman finds it) as
+//! `masq:<workspace version>-<arch>`, the host's also as `masq:<workspace version>`, and
+//! exported as a docker-archive for loading onto nodes; with both architectures, the manifest
+//! list `masq:<workspace version>-multiarch` names them together.
 
 use std::{
     fs,
@@ -27,14 +33,14 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    command::{cargo, output, run},
-    setup, workspace_root,
+    arch::Arch,
+    command::{output, run},
+    kernels::apt,
+    setup, sysroot, workspace_root,
 };
 
 /// The image's name; the manifests under deploy/ refer to it by this name (kustomize `images:`).
 pub(crate) const NAME: &str = "masq";
-/// The static target the binary is built for.
-pub(crate) const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
 /// Where the iptables binaries live in the image, as in Debian.
 const SBIN: &str = "/usr/sbin";
 /// What runs in the image.
@@ -65,11 +71,30 @@ pub(crate) fn reference() -> String {
     format!("{NAME}:{}", tag())
 }
 
-/// What was built.
+/// What was built for one architecture.
 pub(crate) struct Built {
+    pub(crate) arch: Arch,
     pub(crate) reference: String,
     pub(crate) archive: PathBuf,
     pub(crate) size: u64,
+}
+
+/// The multi-architecture manifest list over the images of one build.
+pub(crate) struct Manifest {
+    pub(crate) reference: String,
+    pub(crate) archive: PathBuf,
+}
+
+/// `masq:<version>-<arch>`: one architecture's image. The host's is also `masq:<version>`.
+pub(crate) fn arch_reference(arch: Arch) -> String {
+    format!("{}-{arch}", reference())
+}
+
+/// `masq:<version>-multiarch`: the manifest list. A manifest list and an image cannot share a
+/// name in the local storage, and `masq:<version>` stays the host's image, which podman and the
+/// container tests run.
+pub(crate) fn manifest_reference() -> String {
+    format!("{}-multiarch", reference())
 }
 
 /// A name for the image private to this checkout. Checkouts on one machine share the container
@@ -86,41 +111,185 @@ pub(crate) fn checkout_reference() -> String {
     format!("localhost/{NAME}-checkout:{hash:016x}")
 }
 
-/// Builds the image as `masq:<version>` (and as `also`, if given) and exports it.
-pub(crate) fn build(also: Option<&str>) -> Result<Built> {
-    setup::ensure_image_tools()?;
-    let binary = build_static_masq()?;
+/// Builds the image of each of `arches` as `masq:<version>-<arch>`, the host's also as
+/// `masq:<version>` (and as `also`, if given), exports each, and with more than one
+/// architecture makes the manifest list over them.
+pub(crate) fn build(arches: &[Arch], also: Option<&str>) -> Result<(Vec<Built>, Option<Manifest>)> {
+    setup::ensure_image_tools(arches)?;
+    let host = Arch::host()?;
     let out_dir = workspace_root().join("target").join("image");
-    let rootfs = out_dir.join("rootfs");
-    stage_rootfs(&rootfs, &binary)?;
-    let size = tree_size(&rootfs)?;
-    let reference = reference();
-    let mut names = also.map(str::to_owned).into_iter().collect::<Vec<_>>();
-    names.push(reference.clone());
-    commit(&rootfs, &names)?;
-    let archive = out_dir.join(format!("{NAME}-{}.tar", tag()));
+    let mut built = Vec::new();
+    for &arch in arches {
+        let source = Source::for_arch(arch)?;
+        let binary = build_static_masq(arch)?;
+        let rootfs = out_dir.join(arch.debian()).join("rootfs");
+        stage_rootfs(&rootfs, &binary, &source)?;
+        let size = tree_size(&rootfs)?;
+        let mut names = vec![arch_reference(arch)];
+        if arch == host {
+            names.push(reference());
+            names.extend(also.map(str::to_owned));
+        }
+        commit(&rootfs, &names, arch)?;
+        // The host's keeps the name it always had; nodes load whichever is theirs.
+        let archive = if arch == host {
+            out_dir.join(format!("{NAME}-{}.tar", tag()))
+        } else {
+            out_dir.join(format!("{NAME}-{}-{arch}.tar", tag()))
+        };
+        let _ = fs::remove_file(&archive);
+        // Named as a node's runtime resolves the manifests' short name `masq:<tag>`
+        // (docker.io/library/...), so `ctr images import` or `kind load image-archive` make it
+        // available under the name the pods ask for, on a node of either architecture.
+        run(Command::new("buildah")
+            .args(["push", "--quiet", &names[0]])
+            .arg(format!(
+                "docker-archive:{}:docker.io/library/{}",
+                archive.display(),
+                reference()
+            )))?;
+        built.push(Built {
+            arch,
+            reference: names[0].clone(),
+            archive,
+            size,
+        });
+    }
+    let manifest = if built.len() > 1 {
+        Some(manifest_list(&built, &out_dir)?)
+    } else {
+        None
+    };
+    Ok((built, manifest))
+}
+
+/// The manifest list over `built`, in the local storage and as an OCI archive holding every
+/// architecture (which `buildah manifest push --all` or `skopeo copy --all` sends to a
+/// registry, and `ctr images import --all-platforms` loads).
+fn manifest_list(built: &[Built], out_dir: &Path) -> Result<Manifest> {
+    let list = manifest_reference();
+    // A list made earlier points at the images of that build: it is made anew.
+    if output(Command::new("buildah").args(["manifest", "exists", &list])).is_ok() {
+        // Prints what it removed, which the caller has no use for.
+        output(Command::new("buildah").args(["manifest", "rm", &list]))?;
+    }
+    output(Command::new("buildah").args(["manifest", "create", &list]))?;
+    for image in built {
+        output(Command::new("buildah").args([
+            "manifest",
+            "add",
+            "--os",
+            "linux",
+            "--arch",
+            image.arch.debian(),
+            &list,
+            &format!("containers-storage:{}", qualified(&image.reference)),
+        ]))?;
+    }
+    let listed = output(Command::new("buildah").args(["manifest", "inspect", &list]))?;
+    let listed: serde_json::Value = serde_json::from_str(&listed)
+        .with_context(|| format!("`buildah manifest inspect {list}` is not JSON"))?;
+    let mut platforms: Vec<&str> = listed["manifests"]
+        .as_array()
+        .map(|entries| {
+            entries
+                .iter()
+                .filter_map(|entry| entry["platform"]["architecture"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    platforms.sort_unstable();
+    let mut expected: Vec<&str> = built.iter().map(|image| image.arch.debian()).collect();
+    expected.sort_unstable();
+    if platforms != expected {
+        bail!("the manifest list {list} holds {platforms:?}, not {expected:?}");
+    }
+    let archive = out_dir.join(format!("{NAME}-{}-multiarch.oci.tar", tag()));
     let _ = fs::remove_file(&archive);
-    // Named as a node's runtime resolves the manifests' short name `masq:<tag>`
-    // (docker.io/library/...), so `ctr images import` or `kind load image-archive` make it
-    // available under the name the pods ask for.
     run(Command::new("buildah")
-        .args(["push", "--quiet", &reference])
+        .args(["manifest", "push", "--all", "--quiet", &list])
         .arg(format!(
-            "docker-archive:{}:docker.io/library/{reference}",
-            archive.display()
+            "oci-archive:{}:docker.io/library/{}",
+            archive.display(),
+            reference()
         )))?;
-    Ok(Built {
-        reference,
+    Ok(Manifest {
+        reference: list,
         archive,
-        size,
     })
 }
 
-/// `cargo build --release` for the musl target; the path of the binary.
-fn build_static_masq() -> Result<PathBuf> {
-    let mut build = cargo();
+/// A short name as the local storage stores it.
+fn qualified(name: &str) -> String {
+    match name.split_once('/') {
+        Some((registry, _)) if registry.contains(['.', ':']) || registry == "localhost" => {
+            name.to_owned()
+        }
+        _ => format!("localhost/{name}"),
+    }
+}
+
+/// Where one architecture's iptables and libraries come from: the host's own installed
+/// packages for its architecture; Debian's packages of the other, unpacked into a sysroot.
+struct Source {
+    arch: Arch,
+    /// The tree the image's paths are looked up in: `/`, or the sysroot.
+    root: PathBuf,
+    /// The iptables package's files, as paths inside `root`.
+    iptables_files: Vec<PathBuf>,
+}
+
+impl Source {
+    fn for_arch(arch: Arch) -> Result<Self> {
+        if arch.is_host() {
+            let files = output(Command::new("dpkg").args(["--listfiles", "iptables"]))
+                .context("listing the files of Debian's iptables package")?;
+            return Ok(Self {
+                arch,
+                root: PathBuf::from("/"),
+                iptables_files: files.lines().map(PathBuf::from).collect(),
+            });
+        }
+        let cache = apt::cache_root();
+        fs::create_dir_all(&cache)
+            .with_context(|| format!("creating the package cache {}", cache.display()))?;
+        let sysroot = sysroot::assemble(&cache, "image", arch, &["iptables"])?;
+        let package = &sysroot.package("iptables")?.root;
+        let mut iptables_files = Vec::new();
+        list_tree(package, package, &mut iptables_files)?;
+        Ok(Self {
+            arch,
+            root: sysroot.root,
+            iptables_files,
+        })
+    }
+
+    /// The path of `path` (absolute, as inside the image) on this machine.
+    fn host_path(&self, path: &Path) -> PathBuf {
+        self.root.join(path.strip_prefix("/").unwrap_or(path))
+    }
+}
+
+/// Every file and symlink under `dir`, as absolute paths relative to `base`.
+fn list_tree(base: &Path, dir: &Path, found: &mut Vec<PathBuf>) -> Result<()> {
+    for entry in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            list_tree(base, &path, found)?;
+        } else {
+            found.push(Path::new("/").join(path.strip_prefix(base)?));
+        }
+    }
+    Ok(())
+}
+
+/// `cargo build --release` for `arch`'s musl target; the path of the binary.
+pub(crate) fn build_static_masq(arch: Arch) -> Result<PathBuf> {
+    let target = arch.musl_target();
+    let mut build = arch.cargo(target);
     build
-        .args(["build", "--release", "--target", MUSL_TARGET])
+        .args(["build", "--release", "--target", target])
         .args(["--package", "masq-userspace", "--bin", "masq"])
         .arg("--message-format=json-render-diagnostics")
         .stdout(Stdio::piped());
@@ -140,13 +309,13 @@ fn build_static_masq() -> Result<PathBuf> {
         }
     }
     if !child.wait()?.success() {
-        bail!("building masq for {MUSL_TARGET} failed");
+        bail!("building masq for {target} failed");
     }
     executable.context("cargo reported no masq executable")
 }
 
 /// Lays out the image's files under `rootfs`.
-fn stage_rootfs(rootfs: &Path, binary: &Path) -> Result<()> {
+fn stage_rootfs(rootfs: &Path, binary: &Path, source: &Source) -> Result<()> {
     if rootfs.exists() {
         fs::remove_dir_all(rootfs).with_context(|| format!("clearing {}", rootfs.display()))?;
     }
@@ -154,55 +323,54 @@ fn stage_rootfs(rootfs: &Path, binary: &Path) -> Result<()> {
     fs::create_dir_all(masq.parent().context("entrypoint has a directory")?)?;
     fs::copy(binary, &masq).with_context(|| format!("copying {}", binary.display()))?;
     // Symbols only serve debuggers; the image ships without them.
-    run(Command::new("strip").arg("--strip-all").arg(&masq))?;
+    run(Command::new(source.arch.tool("strip"))
+        .arg("--strip-all")
+        .arg(&masq))?;
     // The image has no libc for it: a dynamic binary would not even start.
-    let linked = Command::new("ldd").arg(&masq).output()?;
-    let linked = String::from_utf8_lossy(&[linked.stdout, linked.stderr].concat()).into_owned();
-    if !linked.contains("statically linked") && !linked.contains("not a dynamic executable") {
+    let linked = dynamic_linking(&masq)?;
+    if linked.interpreter.is_some() || !linked.needed.is_empty() {
         bail!(
-            "{} is not statically linked: {}",
+            "{} is not statically linked: it asks for {:?} and {:?}",
             binary.display(),
-            linked.trim()
+            linked.interpreter,
+            linked.needed
         );
     }
 
     let mut elves = Vec::new();
     for command in IPTABLES_COMMANDS {
         let path = Path::new(SBIN).join(command);
-        if fs::symlink_metadata(&path).is_err() {
+        if fs::symlink_metadata(source.host_path(&path)).is_err() {
             bail!(
                 "{} is missing; the image takes iptables from Debian's iptables package \
                  (`apt-get install iptables`)",
-                path.display()
+                source.host_path(&path).display()
             );
         }
-        elves.push(stage_path(rootfs, &path)?);
+        elves.push(stage_path(rootfs, &source.root, &path)?);
     }
-    for extension in iptables_extensions()? {
-        elves.push(stage_path(rootfs, &extension)?);
+    for extension in iptables_extensions(&source.iptables_files)? {
+        elves.push(stage_path(rootfs, &source.root, &extension)?);
     }
     elves.sort();
     elves.dedup();
     let mut libraries = Vec::new();
     for elf in &elves {
-        libraries.extend(shared_libraries(elf)?);
+        shared_libraries(source, elf, &mut libraries)?;
     }
     libraries.sort();
     libraries.dedup();
     for library in &libraries {
-        stage_path(rootfs, library)?;
+        stage_path(rootfs, &source.root, library)?;
     }
     Ok(())
 }
 
-/// Every iptables extension module of the `iptables` package (not the arptables and ebtables
-/// ones, which masq never runs).
-fn iptables_extensions() -> Result<Vec<PathBuf>> {
-    let files = output(Command::new("dpkg").args(["--listfiles", "iptables"]))
-        .context("listing the files of Debian's iptables package")?;
+/// Every iptables extension module among the `iptables` package's `files` (not the arptables
+/// and ebtables ones, which masq never runs).
+fn iptables_extensions(files: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let extensions: Vec<PathBuf> = files
-        .lines()
-        .map(Path::new)
+        .iter()
         .filter(|path| path.parent().is_some_and(|dir| dir.ends_with("xtables")))
         .filter(|path| {
             path.file_name()
@@ -214,7 +382,7 @@ fn iptables_extensions() -> Result<Vec<PathBuf>> {
                         && name.ends_with(".so")
                 })
         })
-        .map(Path::to_path_buf)
+        .cloned()
         .collect();
     if !extensions
         .iter()
@@ -225,30 +393,104 @@ fn iptables_extensions() -> Result<Vec<PathBuf>> {
     Ok(extensions)
 }
 
-/// The shared libraries (and the dynamic loader) an ELF file needs, as `ldd` resolves them.
-fn shared_libraries(elf: &Path) -> Result<Vec<PathBuf>> {
-    let listing = output(Command::new("ldd").arg(elf))?;
-    let mut libraries = Vec::new();
-    for line in listing.lines() {
-        let line = line.trim();
-        if line.contains("not found") {
-            bail!("{}: {line}", elf.display());
-        }
-        // `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)` or the loader
-        // `/lib64/ld-linux-x86-64.so.2 (0x...)`; the vDSO has no file.
-        let path = line.split_once("=> ").map_or(line, |(_, path)| path);
-        let path = path.split(" (").next().unwrap_or_default().trim();
-        if path.starts_with('/') {
-            libraries.push(PathBuf::from(path));
-        }
-    }
-    Ok(libraries)
+/// What an ELF file asks the dynamic loader for.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct DynamicLinking {
+    /// `PT_INTERP`: the loader's path.
+    interpreter: Option<String>,
+    /// `DT_NEEDED`: library names.
+    needed: Vec<String>,
+    /// `DT_RUNPATH` and `DT_RPATH` directories.
+    search: Vec<String>,
 }
 
-/// Copies `path` into `rootfs` at the same place, recreating every symlink met on the way
-/// (`/lib64` -> `usr/lib64`, `iptables-nft` -> `xtables-nft-multi`, ...) so that the path
-/// resolves inside the image exactly as on this machine. Returns the real file's path here.
-fn stage_path(rootfs: &Path, path: &Path) -> Result<PathBuf> {
+/// Reads `elf`'s program headers and dynamic section with `readelf`, which reads any
+/// architecture's ELF files (`ldd` would run the loader, which only the host's can).
+fn dynamic_linking(elf: &Path) -> Result<DynamicLinking> {
+    let text = output(
+        Command::new("readelf")
+            .args(["--wide", "--program-headers", "--dynamic"])
+            .arg(elf),
+    )
+    .with_context(|| format!("reading the ELF headers of {}", elf.display()))?;
+    Ok(parse_readelf(&text))
+}
+
+fn parse_readelf(text: &str) -> DynamicLinking {
+    let bracketed = |line: &str| {
+        let (_, rest) = line.split_once('[')?;
+        rest.rsplit_once(']').map(|(inside, _)| inside.to_owned())
+    };
+    let mut linking = DynamicLinking::default();
+    for line in text.lines() {
+        if line.contains("Requesting program interpreter:") {
+            linking.interpreter = line
+                .split_once("interpreter: ")
+                .and_then(|(_, rest)| rest.strip_suffix(']'))
+                .map(str::to_owned);
+        } else if line.contains("(NEEDED)") {
+            linking.needed.extend(bracketed(line));
+        } else if line.contains("(RUNPATH)") || line.contains("(RPATH)") {
+            linking.search.extend(
+                bracketed(line)
+                    .iter()
+                    .flat_map(|dirs| dirs.split(':').map(str::to_owned)),
+            );
+        }
+    }
+    linking
+}
+
+/// Adds to `found` the loader and the shared libraries `elf` (a path inside `source`) needs,
+/// recursively, found as Debian's loader finds them: the ELF file's own search path, then
+/// the multiarch directories, then /lib and /usr/lib.
+fn shared_libraries(source: &Source, elf: &Path, found: &mut Vec<PathBuf>) -> Result<()> {
+    let linking = dynamic_linking(&source.host_path(elf))?;
+    if let Some(interpreter) = &linking.interpreter {
+        let interpreter = PathBuf::from(interpreter);
+        if !found.contains(&interpreter) {
+            found.push(interpreter);
+        }
+    }
+    let triplet = source.arch.triplet();
+    let directories: Vec<String> = linking
+        .search
+        .iter()
+        .filter(|dir| dir.starts_with('/'))
+        .cloned()
+        .chain([
+            format!("/lib/{triplet}"),
+            format!("/usr/lib/{triplet}"),
+            "/lib".to_owned(),
+            "/usr/lib".to_owned(),
+        ])
+        .collect();
+    for name in &linking.needed {
+        let library = directories
+            .iter()
+            .map(|dir| Path::new(dir).join(name))
+            .find(|path| source.host_path(path).exists())
+            .with_context(|| {
+                format!(
+                    "{} needs {name}, which is in none of {} under {}",
+                    elf.display(),
+                    directories.join(", "),
+                    source.root.display()
+                )
+            })?;
+        if !found.contains(&library) {
+            found.push(library.clone());
+            shared_libraries(source, &library, found)?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies `path` (absolute, as inside the image) from the tree `source` into `rootfs` at the
+/// same place, recreating every symlink met on the way (`/lib64` -> `usr/lib64`,
+/// `iptables-nft` -> `xtables-nft-multi`, ...) so that the path resolves inside the image
+/// exactly as in `source`. Returns the real file's path, as inside the image.
+fn stage_path(rootfs: &Path, source: &Path, path: &Path) -> Result<PathBuf> {
     let mut resolved = PathBuf::from("/");
     let components: Vec<Component<'_>> = path.components().collect();
     for (index, component) in components.iter().enumerate() {
@@ -258,8 +500,10 @@ fn stage_path(rootfs: &Path, path: &Path) -> Result<PathBuf> {
             }
             continue;
         };
-        let host = resolved.join(name);
-        let staged = rootfs.join(host.strip_prefix("/")?);
+        let inside = resolved.join(name);
+        let relative = inside.strip_prefix("/")?;
+        let host = source.join(relative);
+        let staged = rootfs.join(relative);
         let meta =
             fs::symlink_metadata(&host).with_context(|| format!("reading {}", host.display()))?;
         if meta.file_type().is_symlink() {
@@ -272,12 +516,13 @@ fn stage_path(rootfs: &Path, path: &Path) -> Result<PathBuf> {
                     .with_context(|| format!("linking {}", staged.display()))?;
             }
             let rest: PathBuf = components[index + 1..].iter().collect();
+            // An absolute target means the same inside the image as inside `source`.
             let target = if target.is_absolute() {
                 target
             } else {
                 resolved.join(target)
             };
-            return stage_path(rootfs, &target.join(rest));
+            return stage_path(rootfs, source, &target.join(rest));
         }
         if index + 1 == components.len() {
             if meta.is_dir() {
@@ -289,9 +534,9 @@ fn stage_path(rootfs: &Path, path: &Path) -> Result<PathBuf> {
                 }
                 fs::copy(&host, &staged).with_context(|| format!("copying {}", host.display()))?;
             }
-            return Ok(host);
+            return Ok(inside);
         }
-        resolved = host;
+        resolved = inside;
     }
     bail!("{} names no file", path.display())
 }
@@ -332,9 +577,9 @@ fn image_id(name: &str) -> Option<String> {
         .filter(|id| !id.is_empty())
 }
 
-/// Commits `rootfs` as an image named `names`; the images those names had before are removed
+/// Commits `rootfs` as `arch`'s image named `names`; the images those names had before are removed
 /// when no other name and no container uses them any more.
-fn commit(rootfs: &Path, names: &[String]) -> Result<()> {
+fn commit(rootfs: &Path, names: &[String], arch: Arch) -> Result<()> {
     let reference = names.first().context("an image needs a name")?;
     let previous: Vec<String> = names.iter().filter_map(|name| image_id(name)).collect();
     let container = WorkingContainer(
@@ -352,7 +597,7 @@ fn commit(rootfs: &Path, names: &[String]) -> Result<()> {
         "--os",
         "linux",
         "--arch",
-        "amd64",
+        arch.debian(),
         "--entrypoint",
         &format!("[\"{ENTRYPOINT}\"]"),
         "--cmd",
@@ -391,4 +636,45 @@ fn commit(rootfs: &Path, names: &[String]) -> Result<()> {
             .status();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readelf_gives_the_loader_the_libraries_and_the_search_path() {
+        let text = "\
+Program Headers:
+  Type           Offset   VirtAddr           PhysAddr           FileSiz  MemSiz   Flg Align
+  INTERP         0x000238 0x0000000000000238 0x0000000000000238 0x00001b 0x00001b R   0x1
+      [Requesting program interpreter: /lib/ld-linux-aarch64.so.1]
+
+Dynamic section at offset 0x1fd18 contains 29 entries:
+  Tag        Type                         Name/Value
+ 0x0000000000000001 (NEEDED)             Shared library: [libxtables.so.12]
+ 0x0000000000000001 (NEEDED)             Shared library: [libc.so.6]
+ 0x000000000000001d (RUNPATH)            Library runpath: [/usr/lib/a:/usr/lib/b]
+ 0x000000000000000e (SONAME)             Library soname: [libfoo.so.1]
+";
+        assert_eq!(
+            parse_readelf(text),
+            DynamicLinking {
+                interpreter: Some("/lib/ld-linux-aarch64.so.1".to_owned()),
+                needed: vec!["libxtables.so.12".to_owned(), "libc.so.6".to_owned()],
+                search: vec!["/usr/lib/a".to_owned(), "/usr/lib/b".to_owned()],
+            }
+        );
+        assert_eq!(qualified("masq:0.1.0-amd64"), "localhost/masq:0.1.0-amd64");
+        assert_eq!(qualified("localhost/masq:1"), "localhost/masq:1");
+        assert_eq!(
+            qualified("registry.example.com/masq:1"),
+            "registry.example.com/masq:1"
+        );
+        // A static binary: no loader, no libraries.
+        assert_eq!(
+            parse_readelf("\nThere is no dynamic section in this file.\n"),
+            DynamicLinking::default()
+        );
+    }
 }

@@ -9,14 +9,17 @@
 //! ends, and a table of the instruction counts each kernel's verifier processed for masq's
 //! programs (also written to `target/kernels/matrix.md`), which must stay below half of the
 //! verifier's limit.
+//!
+//! `--arch arm64` boots Debian's arm64 kernel under qemu-system-aarch64 the same way, with
+//! cross-built executables and a userland of Debian's arm64 packages ([`foreign_tools`]).
 
-mod apt;
+pub(crate) mod apt;
 mod caps;
 mod cpio;
 mod guest;
 mod initramfs;
 mod report;
-mod series;
+pub(crate) mod series;
 
 use std::{
     collections::BTreeMap,
@@ -39,14 +42,15 @@ use self::{
     series::{Action, BOOKWORM, KMOD, Series, Step},
 };
 use crate::{
+    arch::Arch,
     command::{cargo, run},
     setup, workspace_root,
 };
 
-/// Debian packages of the host the matrix uses: qemu, the initramfs' shell, capsh for the
-/// DaemonSet's capabilities, decompressors for modules, the archive keyring for apt.
+/// Debian packages of the host the matrix uses: the initramfs' shell, capsh for the
+/// DaemonSet's capabilities, decompressors for modules, the archive keyring for apt (and qemu,
+/// by the guests' architecture: [`guest::qemu_package`]).
 const HOST_PACKAGES: &[&str] = &[
-    "qemu-system-x86",
     "busybox-static",
     "libcap2-bin",
     "xz-utils",
@@ -57,6 +61,87 @@ const HOST_PACKAGES: &[&str] = &[
 /// busybox-static's binary, the initramfs' only program.
 const BUSYBOX: &str = "/bin/busybox";
 
+/// The arm64 packages an arm64 guest's userland is made of (the host's root, which the guest
+/// shares, holds x86-64 programs): busybox for the initramfs and the guest script, capsh for
+/// the DaemonSet's capabilities, kmod for modprobe; with their libraries (glibc among them,
+/// which the cross-built test executables need too).
+const ARM64_GUEST_PACKAGES: &[&str] = &["busybox-static", "libcap2-bin", "kmod"];
+
+/// The busybox applets the guest script and the init run by name.
+const GUEST_APPLETS: &[&str] = &[
+    "sh", "mount", "umount", "cat", "ln", "rm", "mkdir", "hostname", "ip", "grep", "timeout", "tr",
+    "sync", "sleep", "ls", "uname",
+];
+
+/// The guest's programs: the host's for an x86-64 guest, arm64 ones from Debian's packages
+/// for an arm64 guest.
+#[derive(Debug)]
+pub(crate) struct GuestTools {
+    /// A static busybox, the initramfs' only program.
+    pub(crate) busybox: PathBuf,
+    /// kmod, as modprobe in the guest.
+    pub(crate) kmod: PathBuf,
+    /// The shell that runs the guest script after the init.
+    pub(crate) shell: String,
+    /// The shell capsh runs a restricted step's command with.
+    pub(crate) capsh_shell: String,
+    /// The guest script's `PATH`.
+    pub(crate) path: String,
+    /// Symlinks the init makes in the guest's root (path in the guest, target) before it
+    /// hands over.
+    pub(crate) links: Vec<(String, PathBuf)>,
+}
+
+/// The host's own programs, for an x86-64 guest on this x86-64 host: kmod from Debian's
+/// package (the host has none installed).
+fn host_tools(kmod: &Path) -> GuestTools {
+    GuestTools {
+        busybox: PathBuf::from(BUSYBOX),
+        kmod: kmod.to_path_buf(),
+        shell: "/bin/sh".to_owned(),
+        capsh_shell: "/bin/bash".to_owned(),
+        path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+        links: Vec::new(),
+    }
+}
+
+/// A foreign guest's programs from `arch`'s Debian packages unpacked into a sysroot: a
+/// directory of applet links under `results` for its
+/// `PATH`, and links that put the sysroot's loader and libraries where that architecture's
+/// executables look for them, in the multiarch directories no x86-64 file uses.
+fn foreign_tools(cache: &Path, arch: Arch, results: &Path) -> Result<GuestTools> {
+    let sysroot = crate::sysroot::assemble(cache, "guest", arch, ARM64_GUEST_PACKAGES)?;
+    let usr = sysroot.root.join("usr");
+    let busybox = usr.join("bin/busybox");
+    let bin = results.join("bin");
+    fs::create_dir_all(&bin).with_context(|| format!("creating {}", bin.display()))?;
+    for applet in GUEST_APPLETS {
+        std::os::unix::fs::symlink(&busybox, bin.join(applet))?;
+    }
+    std::os::unix::fs::symlink(usr.join("sbin/capsh"), bin.join("capsh"))?;
+    let triplet = arch.triplet();
+    let loader = fs::read_dir(usr.join("lib"))?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .find(|name| name.starts_with("ld-linux"))
+        .with_context(|| format!("no dynamic loader in {}", usr.join("lib").display()))?;
+    Ok(GuestTools {
+        kmod: usr.join("bin/kmod"),
+        // busybox picks the applet by the name it is run as.
+        shell: bin.join("sh").display().to_string(),
+        capsh_shell: bin.join("sh").display().to_string(),
+        path: bin.display().to_string(),
+        links: vec![
+            (format!("/usr/lib/{triplet}"), usr.join("lib").join(triplet)),
+            (format!("/usr/lib/{loader}"), usr.join("lib").join(&loader)),
+            // The kernel runs /sbin/modprobe for a module from the first mount on: the host's
+            // would be an x86-64 program, whose execution asks for a binfmt module, which runs
+            // modprobe again, until the kernel throttles it (seconds of boot).
+            ("/usr/sbin/modprobe".to_owned(), usr.join("bin/kmod")),
+        ],
+        busybox,
+    })
+}
+
 /// The executables the guests run, built on the host.
 #[derive(Debug)]
 struct Binaries {
@@ -65,13 +150,14 @@ struct Binaries {
     tests: BTreeMap<String, PathBuf>,
 }
 
-/// The executables of `cargo ARGS --message-format=json-render-diagnostics` whose artifact
+/// The executables of `build ARGS --message-format=json-render-diagnostics` (`build` being a
+/// cargo command) whose artifact
 /// `select` accepts, by target name.
 fn built_executables(
+    mut build: std::process::Command,
     args: &[&str],
     select: &dyn Fn(&serde_json::Value) -> bool,
 ) -> Result<BTreeMap<String, PathBuf>> {
-    let mut build = cargo();
     build
         .args(args)
         .arg("--message-format=json-render-diagnostics")
@@ -104,17 +190,44 @@ fn built_executables(
     Ok(found)
 }
 
-fn build_binaries() -> Result<Binaries> {
-    let masq = built_executables(
-        &["build", "--package", "masq-userspace", "--bin", "masq"],
-        &|message| message["target"]["kind"] == serde_json::json!(["bin"]),
-    )?
-    .remove("masq")
-    .context("cargo did not report the masq binary")?;
-    let tests = built_executables(
-        &["test", "--package", "masq-testbed", "--no-run"],
-        &|message| message["profile"]["test"] == true,
-    )?;
+fn build_binaries(arch: Arch) -> Result<Binaries> {
+    if arch.is_host() {
+        let masq = built_executables(
+            cargo(),
+            &["build", "--package", "masq-userspace", "--bin", "masq"],
+            &|message| message["target"]["kind"] == serde_json::json!(["bin"]),
+        )?
+        .remove("masq")
+        .context("cargo did not report the masq binary")?;
+        let tests = built_executables(
+            cargo(),
+            &["test", "--package", "masq-testbed", "--no-run"],
+            &|message| message["profile"]["test"] == true,
+        )?;
+        return Ok(Binaries { masq, tests });
+    }
+    // The image's binary, static, so it needs nothing of the guest; the datapath tests on
+    // Debian's glibc of that architecture, which the guest gets from the sysroot.
+    setup::ensure_cross_build(arch, arch.musl_target())?;
+    let target = arch.gnu_target();
+    setup::ensure_cross_build(arch, target)?;
+    let masq = crate::image::build_static_masq(arch)?;
+    let mut args = vec![
+        "test",
+        "--no-run",
+        "--target",
+        target,
+        "--package",
+        "masq-testbed",
+    ];
+    for step in series::ARM64_MATRIX.iter().flat_map(|series| series.steps) {
+        if let Action::Tests { binary, .. } = step.action {
+            args.extend(["--test", binary]);
+        }
+    }
+    let tests = built_executables(arch.cargo(target), &args, &|message| {
+        message["profile"]["test"] == true
+    })?;
     Ok(Binaries { masq, tests })
 }
 
@@ -169,7 +282,7 @@ fn fetch_kernel(
     series: &Series,
     kmod: &Path,
 ) -> Result<Kernel> {
-    let apt = Apt::prepare(cache, series.suites, mirrors)?;
+    let apt = Apt::prepare(cache, series.suites, mirrors, series.arch)?;
     let image = series.image;
     let depmod = |root: &Path| -> Result<()> {
         let modules = modules_dir(root)?;
@@ -207,7 +320,8 @@ fn fetch_kernel(
 
 /// Debian's kmod, extracted: its binary is modprobe and depmod by the name it is run as.
 fn fetch_kmod(cache: &Path, mirrors: &apt::Mirrors) -> Result<PathBuf> {
-    let apt = Apt::prepare(cache, BOOKWORM, mirrors)?;
+    // depmod runs on the host.
+    let apt = Apt::prepare(cache, BOOKWORM, mirrors, Arch::host()?)?;
     let kmod = apt::fetch(
         &apt,
         &cache.join("kmod"),
@@ -397,7 +511,9 @@ fn print_console(series: &Series, results: &Path) {
 struct Host<'a> {
     cache: &'a Path,
     mirrors: &'a apt::Mirrors,
+    /// The host's kmod, for depmod.
     kmod: &'a Path,
+    tools: &'a GuestTools,
     binaries: &'a Binaries,
     caps: Capabilities,
     results_root: &'a Path,
@@ -445,8 +561,10 @@ fn boot_and_judge(
         &initramfs::Layout {
             modules: &kernel.modules,
             release: &kernel.release,
+            links: &host.tools.links,
+            shell: &host.tools.shell,
         },
-        Path::new(BUSYBOX),
+        &host.tools.busybox,
         &initrd,
     )?;
     let plan = Plan {
@@ -454,7 +572,7 @@ fn boot_and_judge(
         workspace: &workspace_root(),
         masq: &host.binaries.masq,
         tests: &host.binaries.tests,
-        kmod: host.kmod,
+        tools: host.tools,
         caps: host.caps,
     };
     fs::write(results.join(initramfs::GUEST_SCRIPT), plan.script()?)?;
@@ -467,8 +585,14 @@ fn boot_and_judge(
             && let Some((guest_release, uptime)) = guest::booted(&results)
         {
             let seconds = boot_started.elapsed().as_secs_f64();
+            let jit = match guest::jit_enabled(&results) {
+                Some(true) => "BPF JIT on",
+                Some(false) => "BPF JIT off: the interpreter runs the programs",
+                None => "BPF JIT unknown",
+            };
             println!(
-                "kernels: {}: booted {guest_release} in {seconds:.1} s (guest uptime {uptime:.1} s)",
+                "kernels: {}: booted {guest_release} in {seconds:.1} s (guest uptime {uptime:.1} \
+                 s, {jit})",
                 series.name
             );
             outcome.boot_seconds = Some(seconds);
@@ -506,6 +630,7 @@ fn boot_and_judge(
         }
     };
     let exit = guest::boot(
+        series.arch,
         &kernel.vmlinuz,
         &initrd,
         &results,
@@ -579,7 +704,7 @@ fn boot_and_judge(
 
 /// The summary: a line per kernel and step, then the instruction counts; also written, as
 /// Markdown, to `target/kernels/matrix.md`.
-fn summarize(outcomes: &[KernelOutcome], results_root: &Path) -> Result<Vec<String>> {
+fn summarize(outcomes: &[KernelOutcome], results_root: &Path, arch: Arch) -> Result<Vec<String>> {
     let mut failures = Vec::new();
     let mut steps = String::from(
         "| series | kernel build | step | result | seconds |\n|---|---|---|---|---:|\n",
@@ -695,16 +820,21 @@ fn summarize(outcomes: &[KernelOutcome], results_root: &Path) -> Result<Vec<Stri
          of the verifier's limit on every kernel.\n\n## Verified instructions\n\n{table}\n\
          ## Steps\n\n{steps}"
     );
-    let path = results_root.join("matrix.md");
+    // Each architecture's runs keep their own table.
+    let path = results_root.join(if arch == Arch::Amd64 {
+        "matrix.md".to_owned()
+    } else {
+        format!("matrix-{arch}.md")
+    });
     fs::write(&path, markdown).with_context(|| format!("writing {}", path.display()))?;
     println!("kernels: wrote {}", path.display());
     Ok(failures)
 }
 
-/// Holds the cache for this run: another run (another checkout's CI) would otherwise replace
-/// a build while a guest boots it, or extract into the same place.
-fn lock_cache(cache: &Path) -> Result<fs::File> {
-    let path = cache.join(".lock");
+/// Holds the cache's lock file `name` for this run: another run (another checkout's CI) would
+/// otherwise replace a build while a guest boots it, or extract into the same place.
+pub(crate) fn lock_cache(cache: &Path, name: &str) -> Result<fs::File> {
+    let path = cache.join(name);
     let file = fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
     match file.try_lock() {
         Ok(()) => {}
@@ -723,18 +853,19 @@ fn lock_cache(cache: &Path) -> Result<fs::File> {
     Ok(file)
 }
 
-/// Runs the matrix (the series `selection` names, or all). Without `keep_going` it stops after
-/// the first kernel that fails.
-pub(crate) fn run_matrix(selection: &[String], keep_going: bool) -> Result<()> {
-    let matrix = series::select(selection)?;
+/// Runs the matrix of `arch` (the series `selection` names, or all). Without `keep_going` it
+/// stops after the first kernel that fails.
+pub(crate) fn run_matrix(selection: &[String], arch: Arch, keep_going: bool) -> Result<()> {
+    let matrix = series::select(selection, arch)?;
     setup::ensure_privileged_environment(setup::TEST_PACKAGES)?;
     setup::ensure_packages(HOST_PACKAGES)?;
-    guest::check_qemu()?;
+    setup::ensure_packages(&[guest::qemu_package(arch)])?;
+    guest::check_qemu(arch)?;
     if !Path::new(BUSYBOX).is_file() {
         bail!("{BUSYBOX} is missing; run `apt-get install busybox-static`");
     }
     let started = Instant::now();
-    let binaries = build_binaries()?;
+    let binaries = build_binaries(arch)?;
     let caps = caps::daemonset_capabilities()?;
     let cache = apt::cache_root();
     fs::create_dir_all(&cache).with_context(|| {
@@ -744,15 +875,25 @@ pub(crate) fn run_matrix(selection: &[String], keep_going: bool) -> Result<()> {
             apt::CACHE_ENV
         )
     })?;
-    let _lock = lock_cache(&cache)?;
+    let _lock = lock_cache(&cache, ".lock")?;
     let mirrors = apt::host_mirrors()?;
     let kmod = fetch_kmod(&cache, &mirrors).context("fetching Debian's kmod for the guests")?;
     let results_root = workspace_root().join("target").join("kernels");
     fs::create_dir_all(&results_root)?;
+    let tools = if arch.is_host() {
+        host_tools(&kmod)
+    } else {
+        // Outside every series' results directory, which each boot clears.
+        let tools_dir = results_root.join(format!("tools-{arch}"));
+        let _ = fs::remove_dir_all(&tools_dir);
+        foreign_tools(&cache, arch, &tools_dir)
+            .with_context(|| format!("assembling the {arch} guests' programs"))?
+    };
     let host = Host {
         cache: &cache,
         mirrors: &mirrors,
         kmod: &kmod,
+        tools: &tools,
         binaries: &binaries,
         caps,
         results_root: &results_root,
@@ -767,7 +908,7 @@ pub(crate) fn run_matrix(selection: &[String], keep_going: bool) -> Result<()> {
             break;
         }
     }
-    let failures = summarize(&outcomes, &results_root)?;
+    let failures = summarize(&outcomes, &results_root, arch)?;
     println!(
         "kernels: {} kernels in {:.0} s",
         outcomes.len(),

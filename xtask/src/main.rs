@@ -6,7 +6,8 @@
 //! * `demo`: a sandbox of namespaces showing what masq masquerades;
 //! * `bench`: masq against iptables MASQUERADE and no NAT, side by side (`--quick`: the harness
 //!   at tiny sizes, which `test` runs too);
-//! * `image`: the container image, from scratch, with buildah;
+//! * `image`: the container images (linux/amd64, linux/arm64) and their manifest list, from
+//!   scratch, with buildah;
 //! * `kernels`: the tests inside Debian's 5.10, 6.1 and 6.12 kernels under qemu (`test` runs
 //!   the whole matrix too).
 
@@ -16,10 +17,12 @@
     reason = "xtask prints results for the developer"
 )]
 
+mod arch;
 mod command;
 mod image;
 mod kernels;
 mod setup;
+mod sysroot;
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -31,7 +34,10 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 use masq_common::variants::{CONTROL, VARIANTS};
 
-use crate::command::{cargo, output, run};
+use crate::{
+    arch::Arch,
+    command::{cargo, output, run},
+};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Developer tasks for masq")]
@@ -60,10 +66,18 @@ enum Task {
         #[arg(long)]
         quick: bool,
     },
-    /// Build the container image `masq:<version>` from scratch with buildah (a static masq and
-    /// both iptables backends), store it where podman finds it, and export it to
-    /// target/image/masq-<version>.tar for loading onto nodes. Needs root.
-    Image,
+    /// Build the container images from scratch with buildah (a static masq and both iptables
+    /// backends), linux/amd64 and linux/arm64, as `masq:<version>-<arch>` (the host's also as
+    /// `masq:<version>`) and the manifest list `masq:<version>-multiarch` over them, store them
+    /// where podman finds them, and export them to target/image/ for loading onto nodes
+    /// (masq-<version>.tar is the host's, masq-<version>-arm64.tar the other,
+    /// masq-<version>-multiarch.oci.tar both). Needs root.
+    Image {
+        /// Only this architecture (repeatable), e.g. `--arch amd64`; no manifest list unless
+        /// both are built.
+        #[arg(long = "arch", value_name = "ARCH")]
+        arches: Vec<Arch>,
+    },
     /// Boot Debian's kernels of the matrix (5.10, 6.1, 6.12; the newest build of each, cached
     /// in /var/cache/masq/kernels) under qemu and run masq's checks and tests inside each;
     /// outputs go to target/kernels/, the verifier's instruction counts to
@@ -75,6 +89,11 @@ enum Task {
         /// Boot the remaining kernels after one failed.
         #[arg(long)]
         keep_going: bool,
+        /// The architecture's series: `arm64` boots Debian's arm64 6.1 under
+        /// qemu-system-aarch64 with cross-built binaries (check-kernel and the
+        /// BPF_PROG_TEST_RUN tests; slow under TCG, so never part of `test`).
+        #[arg(long, value_name = "ARCH", default_value = "amd64")]
+        arch: Arch,
     },
     /// Prepare the machine (toolchain, packages, bpffs, podman), then check formatting and
     /// lints, validate the manifests, build the image, run every test, then the kernel matrix
@@ -95,11 +114,19 @@ fn main() -> Result<()> {
         Task::BuildEbpfVariants => build_ebpf_variants().map(|_| ()),
         Task::Demo => demo(),
         Task::Bench { quick } => bench(quick),
-        Task::Image => build_image(None).map(|_| ()),
+        Task::Image { mut arches } => {
+            if arches.is_empty() {
+                arches = Arch::ALL.to_vec();
+            }
+            arches.sort_unstable();
+            arches.dedup();
+            build_image(&arches, None).map(|_| ())
+        }
         Task::Kernels {
             kernels,
             keep_going,
-        } => kernels::run_matrix(&kernels, keep_going),
+            arch,
+        } => kernels::run_matrix(&kernels, arch, keep_going),
         Task::Test { no_lint, test_args } => test(no_lint, &test_args),
     }
 }
@@ -297,15 +324,30 @@ pub(crate) fn workspace_root() -> PathBuf {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
-fn build_image(also: Option<&str>) -> Result<image::Built> {
-    let built = image::build(also)?;
-    println!(
-        "image {} ({:.1} MB of files), exported to {}",
-        built.reference,
-        built.size as f64 / 1e6,
-        built.archive.display()
-    );
-    Ok(built)
+fn build_image(arches: &[Arch], also: Option<&str>) -> Result<()> {
+    let (built, manifest) = image::build(arches, also)?;
+    for image in &built {
+        println!(
+            "image {} (linux/{}, {:.1} MB of files), exported to {}",
+            image.reference,
+            image.arch,
+            image.size as f64 / 1e6,
+            image.archive.display()
+        );
+    }
+    if let Some(manifest) = manifest {
+        println!(
+            "manifest list {} over {}, exported to {}",
+            manifest.reference,
+            built
+                .iter()
+                .map(|image| format!("linux/{}", image.arch))
+                .collect::<Vec<_>>()
+                .join(" and "),
+            manifest.archive.display()
+        );
+    }
+    Ok(())
 }
 
 /// The oldest Kubernetes the manifests are validated for: `securityContext.appArmorProfile`
@@ -402,8 +444,10 @@ fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
     }
     validate_manifests()?;
     // The container tests run this image under podman, by this checkout's own name for it.
+    // Only the host's architecture: podman runs nothing else here, and cross-building arm64's
+    // would add minutes to every run for an image no test starts.
     let image = image::checkout_reference();
-    build_image(Some(&image))?;
+    build_image(&[Arch::host()?], Some(&image))?;
     let mut tests = cargo();
     tests
         .args(["test", "--workspace"])
@@ -415,7 +459,7 @@ fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
     // The same tests inside the other kernels masq supports (and the refusal of an older one).
     // Every kernel runs even after one failed, so one run reports the whole matrix.
     if test_args.is_empty() {
-        kernels::run_matrix(&[], true).context("the kernel matrix failed")?;
+        kernels::run_matrix(&[], Arch::Amd64, true).context("the kernel matrix failed")?;
     }
     // The benchmark harness at tiny sizes, so it never rots (it checks that every part runs,
     // never a timing). Skipped when the tests were filtered.

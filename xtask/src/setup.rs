@@ -13,7 +13,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::command::{describe, output, run, succeeds};
+use crate::{
+    arch::Arch,
+    command::{describe, output, run, succeeds},
+};
 
 /// The toolchain the eBPF object is built with (aya-build runs `rustup run nightly cargo`).
 pub(crate) const EBPF_TOOLCHAIN: &str = "nightly";
@@ -92,11 +95,23 @@ pub(crate) fn ensure_privileged_environment(packages: &[&str]) -> Result<()> {
     ensure_bpffs()
 }
 
-/// Everything `cargo xtask image` needs: buildah and iptables, the musl target, root.
-pub(crate) fn ensure_image_tools() -> Result<()> {
+/// Everything `cargo xtask image` needs for `arches`: buildah and iptables, the musl targets,
+/// the cross toolchains, root.
+pub(crate) fn ensure_image_tools(arches: &[Arch]) -> Result<()> {
     ensure_root()?;
     ensure_packages(IMAGE_PACKAGES)?;
-    ensure_rust_target(crate::image::MUSL_TARGET)
+    for arch in arches {
+        ensure_cross_build(*arch, arch.musl_target())?;
+    }
+    Ok(())
+}
+
+/// The Rust target `target` of `arch`, and the cross compiler that links it when `arch` is not
+/// the host's.
+pub(crate) fn ensure_cross_build(arch: Arch, target: &str) -> Result<()> {
+    let packages = arch.cross_packages(target);
+    ensure_packages(&packages.iter().map(String::as_str).collect::<Vec<_>>())?;
+    ensure_rust_target(target)
 }
 
 /// Podman (with runc) installed and configured for this machine.
@@ -114,11 +129,11 @@ pub(crate) fn ensure_container_runtime() -> Result<()> {
 /// Adds the standard library for `target` to the toolchain that runs cargo, unless it is there.
 fn ensure_rust_target(target: &str) -> Result<()> {
     let installed = output(Command::new("rustup").args(["target", "list", "--installed"]))
-        .context("rustup is needed to add the musl target")?;
+        .with_context(|| format!("rustup is needed to add the {target} target"))?;
     if installed.lines().any(|line| line.trim() == target) {
         return Ok(());
     }
-    eprintln!("xtask: adding the {target} target (a static masq binary for the image)");
+    eprintln!("xtask: adding the {target} target");
     run(Command::new("rustup").args(["target", "add", target]))
         .with_context(|| format!("could not add {target}; run `rustup target add {target}`"))
 }

@@ -18,7 +18,10 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::series::{Archive, Suite};
-use crate::command::{output, run};
+use crate::{
+    arch::Arch,
+    command::{output, run},
+};
 
 /// Overrides where packages are cached (default [`DEFAULT_CACHE`]).
 pub(crate) const CACHE_ENV: &str = "MASQ_KERNEL_CACHE";
@@ -120,16 +123,28 @@ pub(crate) struct Candidate {
 #[derive(Debug)]
 pub(crate) struct Apt {
     dir: PathBuf,
+    arch: Arch,
 }
 
 impl Apt {
-    /// The configuration for `suites` (created or updated under `cache`).
-    pub(crate) fn prepare(cache: &Path, suites: &[Suite], mirrors: &Mirrors) -> Result<Self> {
+    /// The configuration for `suites` of architecture `arch` (created or updated under
+    /// `cache`).
+    pub(crate) fn prepare(
+        cache: &Path,
+        suites: &[Suite],
+        mirrors: &Mirrors,
+        arch: Arch,
+    ) -> Result<Self> {
         if !Path::new(KEYRING).is_file() {
             bail!("{KEYRING} is missing; run `apt-get install debian-archive-keyring`");
         }
         let name: Vec<&str> = suites.iter().map(|suite| suite.name).collect();
-        let dir = cache.join("apt").join(name.join("+"));
+        let mut name = name.join("+");
+        // The host's architecture keeps the name it always had, so existing caches stay valid.
+        if !arch.is_host() {
+            name = format!("{name}@{arch}");
+        }
+        let dir = cache.join("apt").join(name);
         for sub in ["lists/partial", "cache/archives/partial", "empty"] {
             fs::create_dir_all(dir.join(sub))
                 .with_context(|| format!("creating {}", dir.join(sub).display()))?;
@@ -144,7 +159,7 @@ impl Apt {
                 )
             })
             .collect();
-        let apt = Self { dir };
+        let apt = Self { dir, arch };
         // Read before anything else (see `command`), so the host's apt.conf.d is never read.
         let config = apt.dir.join("apt.conf");
         fs::write(
@@ -200,6 +215,9 @@ impl Apt {
             format!("Dir::Cache={}", dir("cache")),
             // Downloads go to a directory of this cache that the `_apt` user cannot write.
             "APT::Sandbox::User=root".to_owned(),
+            // Named even for the host's, so these lists never depend on the host's dpkg.
+            format!("APT::Architecture={}", self.arch),
+            format!("APT::Architectures={}", self.arch),
         ];
         for option in options {
             command.arg("-o").arg(option);
@@ -231,6 +249,23 @@ impl Apt {
         Ok(newest(parse_madison(&madison)))
     }
 
+    /// `packages` and every package they need to work (`Depends` and `Pre-Depends`,
+    /// recursively; the first of alternatives), sorted.
+    pub(crate) fn dependency_closure(&self, packages: &[&str]) -> Result<Vec<String>> {
+        let listing = output(
+            self.command("apt-cache")
+                .args(["depends", "--recurse", "--no-recommends", "--no-suggests"])
+                .args([
+                    "--no-conflicts",
+                    "--no-breaks",
+                    "--no-replaces",
+                    "--no-enhances",
+                ])
+                .args(packages),
+        )?;
+        Ok(closure_in(&listing))
+    }
+
     /// Downloads `candidate` into `dir` and returns the .deb's path.
     pub(crate) fn download(&self, candidate: &Candidate, dir: &Path) -> Result<PathBuf> {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -257,6 +292,21 @@ impl Apt {
                 )
             })
     }
+}
+
+/// The real packages `apt-cache depends --recurse` names: its unindented lines, without the
+/// virtual ones (`<name>`), which some real package named there provides.
+fn closure_in(listing: &str) -> Vec<String> {
+    let mut packages: Vec<String> = listing
+        .lines()
+        .filter(|line| !line.starts_with([' ', '|']) && !line.trim().is_empty())
+        .map(str::trim)
+        .filter(|name| !name.starts_with('<'))
+        .map(str::to_owned)
+        .collect();
+    packages.sort();
+    packages.dedup();
+    packages
 }
 
 /// The `(package, version, origin)` lines of `apt-cache madison`.
@@ -564,6 +614,26 @@ linux-image-6.12.90+deb12-amd64 | 6.12.90-1~bpo12+1 | http://deb.debian.org/debi
         reversed.reverse();
         assert_eq!(newest(reversed).unwrap(), chosen);
         assert_eq!(newest(Vec::new()), None);
+    }
+
+    #[test]
+    fn a_closure_is_the_real_packages_apt_cache_lists() {
+        let listing = "\
+iptables
+  Depends: libc6
+  Depends: netbase
+ |Depends: <libnftnl11>
+libc6
+  Depends: libgcc-s1
+netbase
+<debconf-2.0>
+libgcc-s1
+  Depends: libc6
+";
+        assert_eq!(
+            closure_in(listing),
+            ["iptables", "libc6", "libgcc-s1", "netbase"]
+        );
     }
 
     #[test]

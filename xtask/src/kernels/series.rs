@@ -4,6 +4,8 @@
 //! build is not pinned: every run takes the newest build of the series the archive has, and
 //! prints which one ran. Steps are data, so a series gains a test by gaining a line.
 
+use crate::arch::Arch;
+
 /// One of Debian's two archives, on the mirror host the machine's own apt sources use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Archive {
@@ -87,6 +89,8 @@ pub(crate) const KMOD: &str = "kmod";
 pub(crate) struct Series {
     /// What `--kernel` selects, and the results directory's name.
     pub(crate) name: &'static str,
+    /// The kernel's (and the guest's) architecture.
+    pub(crate) arch: Arch,
     /// Where it comes from, for the log.
     pub(crate) release: &'static str,
     pub(crate) suites: &'static [Suite],
@@ -276,6 +280,7 @@ const E2E_CSUM_COMPLETE: Step = e2e_guest_only(
 /// The matrix, in the order it runs.
 pub(crate) const MATRIX: &[Series] = &[
     Series {
+        arch: Arch::Amd64,
         name: "6.1",
         release: "Debian 12 bookworm",
         suites: BOOKWORM,
@@ -294,6 +299,7 @@ pub(crate) const MATRIX: &[Series] = &[
         ],
     },
     Series {
+        arch: Arch::Amd64,
         name: "6.12",
         release: "Debian 12 bookworm-backports",
         suites: BOOKWORM_BACKPORTS,
@@ -314,6 +320,7 @@ pub(crate) const MATRIX: &[Series] = &[
         ],
     },
     Series {
+        arch: Arch::Amd64,
         name: "5.10",
         release: "Debian 11 bullseye",
         suites: BULLSEYE,
@@ -342,19 +349,53 @@ pub(crate) const MATRIX: &[Series] = &[
     },
 ];
 
-/// The series `names` select, in the matrix's order; all of them when `names` is empty.
-pub(crate) fn select(names: &[String]) -> anyhow::Result<Vec<&'static Series>> {
+/// The arm64 series: Debian 12's arm64 kernel, which runs only `check-kernel` and the
+/// `BPF_PROG_TEST_RUN` tests (the guest's userland is a few arm64 packages, not the host's,
+/// so the namespace tests, which need iproute2, iptables and more, stay on x86-64). Under TCG
+/// an arm64 guest is several times slower than an x86-64 one, hence the longer timeouts.
+pub(crate) const ARM64_MATRIX: &[Series] = &[Series {
+    arch: Arch::Arm64,
+    name: "6.1-arm64",
+    release: "Debian 12 bookworm, arm64",
+    suites: BOOKWORM,
+    image: PackagePattern {
+        prefix: "linux-image-6.1.0-",
+        suffix: "-arm64",
+    },
+    steps: &[
+        Step {
+            timeout_secs: 600,
+            ..CHECK_TC
+        },
+        Step {
+            timeout_secs: 1500,
+            ..DATAPATH_V4
+        },
+        Step {
+            timeout_secs: 1500,
+            ..DATAPATH_V6
+        },
+    ],
+}];
+
+/// The series of `arch` (x86-64: [`MATRIX`], arm64: [`ARM64_MATRIX`]) that `names` select, in
+/// order; all of them when `names` is empty.
+pub(crate) fn select(names: &[String], arch: Arch) -> anyhow::Result<Vec<&'static Series>> {
+    let matrix = match arch {
+        Arch::Amd64 => MATRIX,
+        Arch::Arm64 => ARM64_MATRIX,
+    };
     if let Some(unknown) = names
         .iter()
-        .find(|name| !MATRIX.iter().any(|series| series.name == name.as_str()))
+        .find(|name| !matrix.iter().any(|series| series.name == name.as_str()))
     {
-        let known: Vec<&str> = MATRIX.iter().map(|series| series.name).collect();
+        let known: Vec<&str> = matrix.iter().map(|series| series.name).collect();
         anyhow::bail!(
-            "no kernel series {unknown:?} in the matrix; known: {}",
+            "no {arch} kernel series {unknown:?} in the matrix; known: {}",
             known.join(", ")
         );
     }
-    Ok(MATRIX
+    Ok(matrix
         .iter()
         .filter(|series| names.is_empty() || names.iter().any(|name| name == series.name))
         .collect())
@@ -384,11 +425,15 @@ mod tests {
         assert!(backports.matches("linux-image-6.12.90+deb12.1-amd64"));
         assert!(!backports.matches("linux-image-6.12-amd64"));
         assert!(!backports.matches("linux-image-6.12.95+deb12-cloud-amd64"));
+        let arm64 = ARM64_MATRIX[0].image;
+        assert!(arm64.matches("linux-image-6.1.0-56-arm64"));
+        assert!(!arm64.matches("linux-image-6.1.0-56-rt-arm64"));
+        assert!(!arm64.matches("linux-image-6.1.0-56-amd64"));
     }
 
     #[test]
     fn step_names_are_unique_within_a_series() {
-        for series in MATRIX {
+        for series in MATRIX.iter().chain(ARM64_MATRIX) {
             let mut names: Vec<&str> = series.steps.iter().map(|step| step.name).collect();
             names.sort_unstable();
             names.dedup();
@@ -398,10 +443,14 @@ mod tests {
 
     #[test]
     fn selection_keeps_the_matrix_order_and_rejects_unknown_series() {
-        let picked = select(&["5.10".to_owned(), "6.1".to_owned()]).unwrap();
+        let picked = select(&["5.10".to_owned(), "6.1".to_owned()], Arch::Amd64).unwrap();
         let names: Vec<&str> = picked.iter().map(|series| series.name).collect();
         assert_eq!(names, ["6.1", "5.10"]);
-        assert_eq!(select(&[]).unwrap().len(), MATRIX.len());
-        assert!(select(&["4.19".to_owned()]).is_err());
+        assert_eq!(select(&[], Arch::Amd64).unwrap().len(), MATRIX.len());
+        assert!(select(&["4.19".to_owned()], Arch::Amd64).is_err());
+        assert!(select(&["6.1".to_owned()], Arch::Arm64).is_err());
+        let arm64 = select(&[], Arch::Arm64).unwrap();
+        assert!(arm64.iter().all(|series| series.arch == Arch::Arm64));
+        assert!(MATRIX.iter().all(|series| series.arch == Arch::Amd64));
     }
 }
