@@ -68,7 +68,6 @@ fn another_program_on_the_hooks_sees_what_masqs_place_gives_it(attach_mode) {
     }
     let egress = observe(Hook::Egress);
     let ingress = observe(Hook::Ingress);
-    let _ = std::fs::remove_dir(&pin_dir);
     let connect = || {
         tcp_source(
             sandbox.pod(1),

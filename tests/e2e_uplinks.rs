@@ -701,3 +701,80 @@ fn a_wireguard_uplink_masquerades_pod_traffic_tc() {
 fn a_wireguard_uplink_masquerades_pod_traffic_tcx() {
     a_wireguard_uplink_masquerades_pod_traffic(AttachMode::Tcx);
 }
+
+/// The tun uplink's IPv6 addresses, on the node and on the router.
+const TUN_NODE_IPV6: std::net::Ipv6Addr = std::net::Ipv6Addr::new(0x2001, 0xdb8, 9, 0, 0, 0, 0, 1);
+const TUN_ROUTER_IPV6: std::net::Ipv6Addr =
+    std::net::Ipv6Addr::new(0x2001, 0xdb8, 9, 0, 0, 0, 0, 2);
+
+/// IPv6 over a device without a link-layer header: the programs take the family from the skb's
+/// protocol, there being no ethertype to read, and find the IPv6 header at offset 0.
+#[test]
+fn a_tun_uplink_masquerades_ipv6_too() {
+    let sandbox = Sandbox::new("tun6", SandboxOptions::default());
+    sandbox.add_ipv6();
+    let _wire = TunWire::new(&sandbox.node, "tun0", &sandbox.router, "tun1");
+    for (netns, device, local, remote) in [
+        (&sandbox.node, "tun0", TUN_NODE_IPV6, TUN_ROUTER_IPV6),
+        (&sandbox.router, "tun1", TUN_ROUTER_IPV6, TUN_NODE_IPV6),
+    ] {
+        netns.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &local.to_string(),
+            "peer",
+            &remote.to_string(),
+            "dev",
+            device,
+            "nodad",
+        ]);
+        netns.ip(&["link", "set", device, "up"]);
+    }
+    sandbox.node.ip(&[
+        "-6",
+        "route",
+        "add",
+        &format!("{OUTSIDE_IPV6}/128"),
+        "dev",
+        "tun0",
+    ]);
+    // Back to the node's tunnel address by the tunnel (an IPv6 peer address makes no route).
+    sandbox.router.ip(&[
+        "-6",
+        "route",
+        "replace",
+        &format!("{TUN_NODE_IPV6}/128"),
+        "dev",
+        "tun1",
+    ]);
+    let _tcp = tcp_server(&sandbox.outside, SocketAddr::from((OUTSIDE_IPV6, 8080)));
+    let _udp = udp_server(&sandbox.outside, SocketAddr::from((OUTSIDE_IPV6, 5353)));
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let agent = Agent::start_on(&sandbox, &[], &["--config", &absent, "--enable-ipv6"]);
+    let status = agent.status();
+    let tun_ipv6 = status["uplinks"]
+        .as_array()
+        .and_then(|uplinks| uplinks.iter().find(|uplink| uplink["interface"] == "tun0"))
+        .and_then(|uplink| uplink["node_ipv6"].as_str())
+        .map(str::to_owned);
+    assert_eq!(tun_ipv6, Some(TUN_NODE_IPV6.to_string()), "{status}");
+    let from = tcp_source(
+        sandbox.pod(1),
+        SocketAddr::from((OUTSIDE_IPV6, 8080)),
+        TIMEOUT,
+    );
+    assert_eq!(from, IpAddr::V6(TUN_NODE_IPV6));
+    let (peer, _) = sandbox
+        .pod(1)
+        .enter(|| {
+            udp_request(
+                SocketAddr::from((OUTSIDE_IPV6, 5353)),
+                b"over the tunnel",
+                TIMEOUT,
+            )
+        })
+        .expect("a UDP answer over IPv6 through the tunnel");
+    assert_eq!(peer.ip(), IpAddr::V6(TUN_NODE_IPV6));
+    drop(agent);
+}

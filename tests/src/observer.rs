@@ -245,10 +245,19 @@ impl Observer {
             bpf_fd: u32,
             file_flags: u32,
         }
+        /// Removes the pin and its directory however the attach ends: `tc` holds the program
+        /// once its filter exists, and a failed attach must not leave bpffs entries behind.
+        struct Pin<'a>(&'a Path, std::path::PathBuf);
+        impl Drop for Pin<'_> {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.1);
+                let _ = std::fs::remove_dir(self.0);
+            }
+        }
         std::fs::create_dir_all(pin_dir)
             .unwrap_or_else(|error| panic!("creating {}: {error}", pin_dir.display()));
-        let pin = pin_dir.join(format!("observer-{}", hook.tc()));
-        let path = CString::new(pin.to_string_lossy().as_bytes()).unwrap_or_default();
+        let pin = Pin(pin_dir, pin_dir.join(format!("observer-{}", hook.tc())));
+        let path = CString::new(pin.1.to_string_lossy().as_bytes()).unwrap_or_default();
         bpf(
             BPF_OBJ_PIN,
             &mut PinAttr {
@@ -257,7 +266,7 @@ impl Observer {
                 ..PinAttr::default()
             },
         )
-        .unwrap_or_else(|error| panic!("pinning the observer at {}: {error}", pin.display()));
+        .unwrap_or_else(|error| panic!("pinning the observer at {}: {error}", pin.1.display()));
         netns.exec(
             "tc",
             &[
@@ -270,11 +279,11 @@ impl Observer {
                 &priority.to_string(),
                 "bpf",
                 "object-pinned",
-                &pin.to_string_lossy(),
+                &pin.1.to_string_lossy(),
                 "da",
             ],
         );
-        let _ = std::fs::remove_file(&pin);
+        drop(pin);
         self
     }
 
