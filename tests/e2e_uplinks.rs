@@ -455,6 +455,21 @@ fn a_node_ip_the_interface_does_not_have_is_used_but_reported() {
     );
 }
 
+/// Gives `device` in `netns` the point-to-point address `local` towards `remote` (no duplicate
+/// address detection for IPv6) and brings it up.
+fn address_tunnel(netns: &masq_testbed::netns::Netns, device: &str, local: IpAddr, remote: IpAddr) {
+    let family = if local.is_ipv6() { "-6" } else { "-4" };
+    let (local, remote) = (local.to_string(), remote.to_string());
+    let mut args = vec![
+        family, "addr", "add", &local, "peer", &remote, "dev", device,
+    ];
+    if family == "-6" {
+        args.push("nodad");
+    }
+    netns.ip(&args);
+    netns.ip(&["link", "set", device, "up"]);
+}
+
 /// The tun uplink's address on the node, and its peer's on the router.
 const TUN_NODE_IP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 9);
 const TUN_ROUTER_IP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
@@ -468,19 +483,12 @@ in_both_attach_modes! {
 fn a_tun_uplink_found_by_its_route_is_translated_like_an_ethernet_one(attach_mode) {
     let sandbox = Sandbox::new("tun", SandboxOptions::in_mode(attach_mode));
     let _wire = TunWire::new(&sandbox.node, "tun0", &sandbox.router, "tun1");
-    let (node_side, router_side) = (TUN_NODE_IP.to_string(), TUN_ROUTER_IP.to_string());
-    sandbox
-        .node
-        .ip(&["addr", "add", &node_side, "peer", &router_side, "dev", "tun0"]);
-    sandbox.node.ip(&["link", "set", "tun0", "up"]);
+    address_tunnel(&sandbox.node, "tun0", TUN_NODE_IP.into(), TUN_ROUTER_IP.into());
+    address_tunnel(&sandbox.router, "tun1", TUN_ROUTER_IP.into(), TUN_NODE_IP.into());
     // The outside host is reached through the tunnel, everything else by the default route.
     sandbox
         .node
         .ip(&["route", "add", &format!("{OUTSIDE_IP}/32"), "dev", "tun0"]);
-    sandbox
-        .router
-        .ip(&["addr", "add", &router_side, "peer", &node_side, "dev", "tun1"]);
-    sandbox.router.ip(&["link", "set", "tun1", "up"]);
     let _tcp = tcp_server(&sandbox.outside, any(8080));
     let _udp = udp_server(&sandbox.outside, any(5353));
     // Without masq, the pod's own address goes out through the tunnel.
@@ -539,16 +547,12 @@ fn a_tun_uplink_found_by_its_route_is_translated_like_an_ethernet_one(attach_mod
 fn a_tun_device_named_as_the_uplink_is_taken() {
     let sandbox = Sandbox::new("tunname", SandboxOptions::default());
     let _wire = TunWire::new(&sandbox.node, "tun0", &sandbox.router, "tun1");
-    sandbox.node.ip(&[
-        "addr",
-        "add",
-        &TUN_NODE_IP.to_string(),
-        "peer",
-        &TUN_ROUTER_IP.to_string(),
-        "dev",
+    address_tunnel(
+        &sandbox.node,
         "tun0",
-    ]);
-    sandbox.node.ip(&["link", "set", "tun0", "up"]);
+        TUN_NODE_IP.into(),
+        TUN_ROUTER_IP.into(),
+    );
     let agent = Agent::start_on(&sandbox, &["tun0"], &[]);
     let listed: Vec<String> = uplinks(&agent)
         .into_iter()
@@ -619,16 +623,7 @@ fn a_wireguard_uplink_masquerades_pod_traffic(attach_mode: AttachMode) {
                 &endpoint,
             ],
         );
-        netns.ip(&[
-            "addr",
-            "add",
-            &local.to_string(),
-            "peer",
-            &remote.to_string(),
-            "dev",
-            device,
-        ]);
-        netns.ip(&["link", "set", device, "up"]);
+        address_tunnel(netns, device, local.into(), remote.into());
     };
     tunnel(
         &sandbox.node,
@@ -714,23 +709,18 @@ fn a_tun_uplink_masquerades_ipv6_too() {
     let sandbox = Sandbox::new("tun6", SandboxOptions::default());
     sandbox.add_ipv6();
     let _wire = TunWire::new(&sandbox.node, "tun0", &sandbox.router, "tun1");
-    for (netns, device, local, remote) in [
-        (&sandbox.node, "tun0", TUN_NODE_IPV6, TUN_ROUTER_IPV6),
-        (&sandbox.router, "tun1", TUN_ROUTER_IPV6, TUN_NODE_IPV6),
-    ] {
-        netns.ip(&[
-            "-6",
-            "addr",
-            "add",
-            &local.to_string(),
-            "peer",
-            &remote.to_string(),
-            "dev",
-            device,
-            "nodad",
-        ]);
-        netns.ip(&["link", "set", device, "up"]);
-    }
+    address_tunnel(
+        &sandbox.node,
+        "tun0",
+        TUN_NODE_IPV6.into(),
+        TUN_ROUTER_IPV6.into(),
+    );
+    address_tunnel(
+        &sandbox.router,
+        "tun1",
+        TUN_ROUTER_IPV6.into(),
+        TUN_NODE_IPV6.into(),
+    );
     sandbox.node.ip(&[
         "-6",
         "route",
