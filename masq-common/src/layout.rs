@@ -150,6 +150,11 @@ pub const FRAGS_V4_MAX_ENTRIES: u32 = 8_192;
 pub const NOMASQ_KIND_CIDR: u32 = 1;
 /// Value of a non-masquerade trie entry: link-local, exempt because `masqLinkLocal` is false.
 pub const NOMASQ_KIND_LINK_LOCAL: u32 = 2;
+/// Value of a non-masquerade trie entry: a `masqueradeCIDRs` entry, the longest matching prefix
+/// saying masquerade although a shorter one keeps the pod's address.
+pub const NOMASQ_KIND_MASQUERADE: u32 = 3;
+/// Value of a source trie entry: a `nonMasqueradeSrcCIDRs` entry.
+pub const NOMASQ_KIND_SOURCE: u32 = 4;
 
 /// Most port ranges the metadata can record as reserved by masq.
 pub const MAX_RESERVED_RANGES: usize = 16;

@@ -5,10 +5,15 @@
 //! goes through `metav1.Duration`, which parses even `null` (and fails on it). When values
 //! have the wrong type Go keeps decoding and reports the first type error, unless a
 //! `resyncInterval` error stops it first.
+//!
+//! masq's own lists (`masqueradeCIDRs`, `nonMasqueradeSrcCIDRs`) decode like
+//! `nonMasqueradeCIDRs`, as they would if upstream's struct had them.
 
 use go_compat::json::{JsonValue, find_field};
 
-use super::{GoDuration, MasqConfig, cidr::CidrText};
+use super::{
+    GoDuration, MASQUERADE_CIDRS_KEY, MasqConfig, NON_MASQUERADE_SRC_CIDRS_KEY, cidr::CidrText,
+};
 
 /// A value of the wrong type or an unparsable duration, with Go's message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -39,15 +44,24 @@ const MASQ_LINK_LOCAL: &str = "masqLinkLocal";
 const MASQ_LINK_LOCAL_IPV6: &str = "masqLinkLocalIPv6";
 const RESYNC_INTERVAL: &str = "resyncInterval";
 
-/// The JSON names of upstream's fields, and of the fewer the Azure agent's struct has.
+/// The JSON names of upstream's fields, and of the fewer the Azure agent's struct has, each
+/// followed by masq's own two lists (which both agents ignore as unknown keys).
 const UPSTREAM_FIELDS: &[&str] = &[
     NON_MASQUERADE_CIDRS,
     CIDR_LIMIT,
     MASQ_LINK_LOCAL,
     MASQ_LINK_LOCAL_IPV6,
     RESYNC_INTERVAL,
+    MASQUERADE_CIDRS_KEY,
+    NON_MASQUERADE_SRC_CIDRS_KEY,
 ];
-const AZURE_FIELDS: &[&str] = &[NON_MASQUERADE_CIDRS, MASQ_LINK_LOCAL, MASQ_LINK_LOCAL_IPV6];
+const AZURE_FIELDS: &[&str] = &[
+    NON_MASQUERADE_CIDRS,
+    MASQ_LINK_LOCAL,
+    MASQ_LINK_LOCAL_IPV6,
+    MASQUERADE_CIDRS_KEY,
+    NON_MASQUERADE_SRC_CIDRS_KEY,
+];
 
 /// Go's "first type error wins": the first error saved is the one reported.
 type Errors = Option<DecodeError>;
@@ -69,6 +83,19 @@ pub fn decode_upstream(document: JsonValue, base: MasqConfig) -> Result<MasqConf
     decode_fields(document, UPSTREAM_FIELDS, base)
 }
 
+/// Whether an upstream config document sets `nonMasqueradeCIDRs` (under any spelling Go
+/// matches), rather than leaving the defaults in place.
+pub fn sets_non_masquerade_cidrs(document: &JsonValue) -> bool {
+    let JsonValue::Object(members) = document else {
+        return false;
+    };
+    members.iter().any(|(key, _)| {
+        find_field(UPSTREAM_FIELDS, key)
+            .and_then(|index| UPSTREAM_FIELDS.get(index))
+            .is_some_and(|&field| field == NON_MASQUERADE_CIDRS)
+    })
+}
+
 /// One file of the Azure agent's directory, decoded into a zero-valued struct.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AzureFileConfig {
@@ -78,6 +105,10 @@ pub struct AzureFileConfig {
     pub masq_link_local: bool,
     /// `masqLinkLocalIPv6`.
     pub masq_link_local_ipv6: bool,
+    /// `masqueradeCIDRs`; empty when absent or null.
+    pub masquerade_cidrs: Vec<CidrText>,
+    /// `nonMasqueradeSrcCIDRs`; empty when absent or null.
+    pub non_masquerade_src_cidrs: Vec<CidrText>,
 }
 
 /// Decodes one Azure config file. `cidrLimit` and `resyncInterval` are not fields there and are
@@ -89,15 +120,16 @@ pub fn decode_azure(document: JsonValue) -> Result<AzureFileConfig, DecodeError>
         masq_link_local: false,
         masq_link_local_ipv6: false,
         resync_interval: GoDuration::from_secs(0),
+        masquerade_cidrs: None,
+        non_masquerade_src_cidrs: None,
     };
     let config = decode_fields(document, AZURE_FIELDS, zero)?;
     Ok(AzureFileConfig {
-        non_masquerade_cidrs: config
-            .non_masquerade_cidrs
-            .map(|cidrs| cidrs.to_vec())
-            .unwrap_or_default(),
+        non_masquerade_cidrs: config.non_masquerade_cidrs.unwrap_or_default(),
         masq_link_local: config.masq_link_local,
         masq_link_local_ipv6: config.masq_link_local_ipv6,
+        masquerade_cidrs: config.masquerade_cidrs.unwrap_or_default(),
+        non_masquerade_src_cidrs: config.non_masquerade_src_cidrs.unwrap_or_default(),
     })
 }
 
@@ -119,7 +151,18 @@ fn decode_fields(
         };
         match field {
             NON_MASQUERADE_CIDRS => {
-                decode_cidrs(value, &mut config.non_masquerade_cidrs, &mut errors);
+                decode_cidrs(value, field, &mut config.non_masquerade_cidrs, &mut errors);
+            }
+            MASQUERADE_CIDRS_KEY => {
+                decode_cidrs(value, field, &mut config.masquerade_cidrs, &mut errors);
+            }
+            NON_MASQUERADE_SRC_CIDRS_KEY => {
+                decode_cidrs(
+                    value,
+                    field,
+                    &mut config.non_masquerade_src_cidrs,
+                    &mut errors,
+                );
             }
             CIDR_LIMIT => decode_int(&value, field, &mut config.cidr_limit, &mut errors),
             MASQ_LINK_LOCAL => decode_bool(&value, field, &mut config.masq_link_local, &mut errors),
@@ -136,8 +179,12 @@ fn decode_fields(
 /// A `[]string` field. `null` makes it nil (`None`), an array a list, empty or not. Go decodes
 /// an array into the existing slice: a `null` element keeps the value already at that index
 /// (upstream's defaults!) or is empty past its end.
-fn decode_cidrs(value: JsonValue, target: &mut Option<Vec<CidrText>>, errors: &mut Errors) {
-    let field = NON_MASQUERADE_CIDRS;
+fn decode_cidrs(
+    value: JsonValue,
+    field: &'static str,
+    target: &mut Option<Vec<CidrText>>,
+    errors: &mut Errors,
+) {
     match value {
         JsonValue::Null => *target = None,
         JsonValue::Array(items) => {
@@ -223,7 +270,9 @@ mod tests {
             Ok(AzureFileConfig {
                 non_masquerade_cidrs: ["", "1.0.0.0/8", "", ""].map(CidrText::from).to_vec(),
                 masq_link_local: true,
-                masq_link_local_ipv6: false
+                masq_link_local_ipv6: false,
+                masquerade_cidrs: Vec::new(),
+                non_masquerade_src_cidrs: Vec::new(),
             })
         );
     }

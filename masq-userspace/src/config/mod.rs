@@ -55,6 +55,11 @@ pub const RESERVED_RANGES: [&str; 8] = [
     "240.0.0.0/4",
 ];
 
+/// The key of masq's masquerade exceptions inside non-masquerade ranges.
+pub const MASQUERADE_CIDRS_KEY: &str = "masqueradeCIDRs";
+/// The key of masq's never-masqueraded pod sources.
+pub const NON_MASQUERADE_SRC_CIDRS_KEY: &str = "nonMasqueradeSrcCIDRs";
+
 /// Default `cidrLimit`.
 pub const DEFAULT_CIDR_LIMIT: i64 = 64;
 /// The limit the Azure agent applies to each file.
@@ -76,6 +81,13 @@ pub struct MasqConfig {
     pub masq_link_local_ipv6: bool,
     /// `resyncInterval`.
     pub resync_interval: GoDuration,
+    /// `masqueradeCIDRs` (masq's own key, which upstream ignores): destinations masqueraded
+    /// even inside a non-masquerade range, the longest matching prefix deciding. `None` when
+    /// absent.
+    pub masquerade_cidrs: Option<Vec<CidrText>>,
+    /// `nonMasqueradeSrcCIDRs` (masq's own key, which upstream ignores): pod sources never
+    /// masqueraded, whatever the destination. `None` when absent.
+    pub non_masquerade_src_cidrs: Option<Vec<CidrText>>,
 }
 
 impl MasqConfig {
@@ -97,10 +109,12 @@ impl MasqConfig {
             masq_link_local: false,
             masq_link_local_ipv6: false,
             resync_interval: DEFAULT_RESYNC_INTERVAL,
+            masquerade_cidrs: None,
+            non_masquerade_src_cidrs: None,
         }
     }
 
-    /// The settings other than the CIDR list (which is `None`), without copying the list.
+    /// The settings other than the CIDR lists (which are `None`), without copying the lists.
     pub const fn without_cidrs(&self) -> Self {
         Self {
             non_masquerade_cidrs: None,
@@ -108,20 +122,17 @@ impl MasqConfig {
             masq_link_local: self.masq_link_local,
             masq_link_local_ipv6: self.masq_link_local_ipv6,
             resync_interval: self.resync_interval,
+            masquerade_cidrs: None,
+            non_masquerade_src_cidrs: None,
         }
     }
 
     /// The config as Go's `json.Marshal` writes it (upstream logs `Using config: ...`): a nil
-    /// list is `null`, an empty one `[]`.
+    /// list is `null`, an empty one `[]`. masq's own keys follow upstream's, only when the
+    /// file has them, so that a config without them logs exactly as upstream's does.
     pub fn to_go_json(&self) -> String {
         let mut json = String::from("{\"nonMasqueradeCIDRs\":");
-        match &self.non_masquerade_cidrs {
-            None => json.push_str("null"),
-            Some(cidrs) => {
-                let items: Vec<String> = cidrs.iter().map(|cidr| json_string(cidr)).collect();
-                let _ = write!(json, "[{}]", items.join(","));
-            }
-        }
+        write_go_list(&mut json, self.non_masquerade_cidrs.as_deref());
         let _ = write!(
             json,
             ",\"cidrLimit\":{},\"masqLinkLocal\":{},\"masqLinkLocalIPv6\":{},\"resyncInterval\":{}}}",
@@ -130,6 +141,36 @@ impl MasqConfig {
             self.masq_link_local_ipv6,
             json_string(&self.resync_interval.to_string())
         );
+        json.pop();
+        for (key, list) in [
+            (MASQUERADE_CIDRS_KEY, &self.masquerade_cidrs),
+            (NON_MASQUERADE_SRC_CIDRS_KEY, &self.non_masquerade_src_cidrs),
+        ] {
+            if list.is_some() {
+                let _ = write!(json, ",\"{key}\":");
+                write_go_list(&mut json, list.as_deref());
+            }
+        }
+        json.push('}');
         json
+    }
+
+    /// Whether the config uses masq's own keys with any entry: only then do decisions depend on
+    /// the longest prefix across lists, or on the source.
+    pub fn has_extensions(&self) -> bool {
+        [&self.masquerade_cidrs, &self.non_masquerade_src_cidrs]
+            .into_iter()
+            .any(|list| list.as_ref().is_some_and(|list| !list.is_empty()))
+    }
+}
+
+/// A `[]string` as `json.Marshal` writes it.
+fn write_go_list(json: &mut String, list: Option<&[CidrText]>) {
+    match list {
+        None => json.push_str("null"),
+        Some(cidrs) => {
+            let items: Vec<String> = cidrs.iter().map(|cidr| json_string(cidr)).collect();
+            let _ = write!(json, "[{}]", items.join(","));
+        }
     }
 }

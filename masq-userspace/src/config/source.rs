@@ -16,7 +16,7 @@ use super::{
     AZURE_CIDR_LIMIT, CONFIG_FILE_PREFIX, GoDuration, MasqConfig,
     cidr::{Cidr, CidrText},
     decode::{self, DecodeError},
-    validate::{ValidationError, validate_cidrs},
+    validate::{CidrLists, ValidLists, ValidationError, check_not_in_both, validate_lists},
 };
 use go_compat::{
     json::JsonValue,
@@ -72,7 +72,16 @@ impl CidrOrigin {
     }
 }
 
-/// A validated non-masquerade CIDR and where it came from.
+impl std::fmt::Display for CidrOrigin {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Default => formatter.write_str("default"),
+            Self::File(path) => write!(formatter, "{}", path.display()),
+        }
+    }
+}
+
+/// A validated CIDR of one of the lists and where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourcedCidr {
     /// The CIDR.
@@ -133,6 +142,11 @@ pub struct EffectiveConfig {
     /// Non-masquerade CIDRs in rule order (config order; in directory mode by file, then first
     /// appearance, duplicates removed).
     pub cidrs: Vec<SourcedCidr>,
+    /// `masqueradeCIDRs`, in the same order: destinations masqueraded although a shorter
+    /// non-masquerade prefix holds them.
+    pub masquerade_cidrs: Vec<SourcedCidr>,
+    /// `nonMasqueradeSrcCIDRs`, in the same order: pod sources never masqueraded.
+    pub non_masquerade_src_cidrs: Vec<SourcedCidr>,
     /// The config in upstream's form (directory mode: the merged flags, the `cidrLimit` that
     /// applied per file and `--resync-interval`): the flags, the interval, and the logs.
     pub raw: MasqConfig,
@@ -405,7 +419,13 @@ fn defaults(
             origin: CidrOrigin::Default,
         })
         .collect();
-    EffectiveConfig { origin, cidrs, raw }
+    EffectiveConfig {
+        origin,
+        cidrs,
+        masquerade_cidrs: Vec::new(),
+        non_masquerade_src_cidrs: Vec::new(),
+        raw,
+    }
 }
 
 /// Reads a file as upstream does, bounded (see [`read_file`]).
@@ -455,19 +475,35 @@ fn file_config(
 ) -> Result<EffectiveConfig, ConfigError> {
     let document = to_document(path, bytes)?;
     let base = MasqConfig::defaults(options.nomasq_all_reserved_ranges);
+    let lists_non_masquerade = decode::sets_non_masquerade_cidrs(&document);
     let raw = decode::decode_upstream(document, base).map_err(ConfigError::Decode)?;
-    let cidrs = validate_cidrs(
-        raw.non_masquerade_cidrs
-            .as_ref()
-            .map(|cidrs| cidrs.iter())
-            .unwrap_or_default(),
+    let lists = CidrLists {
+        non_masquerade: raw.non_masquerade_cidrs.as_deref().unwrap_or_default(),
+        masquerade: raw.masquerade_cidrs.as_deref().unwrap_or_default(),
+        non_masquerade_src: raw.non_masquerade_src_cidrs.as_deref().unwrap_or_default(),
+    };
+    // The non-masquerade entries of a file without the key are upstream's defaults: their
+    // origin says so, in `explain` and in the error naming a prefix also masqueraded.
+    let non_masquerade_origin = if lists_non_masquerade {
+        CidrOrigin::file(path)
+    } else {
+        CidrOrigin::Default
+    };
+    let valid = validate_lists(
+        lists,
         raw.cidr_limit,
         options.enable_ipv6,
-        CidrOrigin::file(path),
+        [non_masquerade_origin, CidrOrigin::file(path)],
     )
     .map_err(ConfigError::Invalid)?;
     let origin = ConfigOrigin::File(path.to_path_buf());
-    Ok(EffectiveConfig { origin, cidrs, raw })
+    Ok(EffectiveConfig {
+        origin,
+        cidrs: valid.non_masquerade,
+        masquerade_cidrs: valid.masquerade,
+        non_masquerade_src_cidrs: valid.non_masquerade_src,
+        raw,
+    })
 }
 
 /// The Azure agent's `syncConfig`: every `ip-masq*` entry of the directory, in name order, each
@@ -491,8 +527,8 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
         return Ok(defaults(origin, options, options.resync_interval));
     }
 
-    let mut merged: Vec<SourcedCidr> = Vec::new();
-    let mut seen = HashSet::new();
+    let mut merged = ValidLists::default();
+    let mut seen = [HashSet::new(), HashSet::new(), HashSet::new()];
     let (mut masq_link_local, mut masq_link_local_ipv6) = (false, false);
     for name in &names {
         let path = dir.join(name);
@@ -506,36 +542,57 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
         let document = read_document(&path).map_err(in_file)?;
         let file =
             decode::decode_azure(document).map_err(|error| in_file(ConfigError::Decode(error)))?;
-        let cidrs = validate_cidrs(
-            file.non_masquerade_cidrs.iter(),
+        let lists = CidrLists {
+            non_masquerade: &file.non_masquerade_cidrs,
+            masquerade: &file.masquerade_cidrs,
+            non_masquerade_src: &file.non_masquerade_src_cidrs,
+        };
+        let origin = CidrOrigin::file(&path);
+        let valid = validate_lists(
+            lists,
             AZURE_CIDR_LIMIT,
             options.enable_ipv6,
-            CidrOrigin::file(&path),
+            [origin, origin],
         )
         .map_err(|error| in_file(ConfigError::Invalid(error)))?;
         // The Azure agent deduplicates identical strings (its order is random; ours is the
-        // order files and entries were read in).
-        for sourced in &cidrs {
-            // Equal texts parse to equal CIDRs, so the set compares the texts.
-            if seen.insert(sourced.cidr.clone()) {
-                merged.push(sourced.clone());
+        // order files and entries were read in). masq's own lists are merged the same way.
+        for ((list, into), seen) in [
+            (valid.non_masquerade, &mut merged.non_masquerade),
+            (valid.masquerade, &mut merged.masquerade),
+            (valid.non_masquerade_src, &mut merged.non_masquerade_src),
+        ]
+        .into_iter()
+        .zip(&mut seen)
+        {
+            for sourced in list {
+                // Equal texts parse to equal CIDRs, so the set compares the texts.
+                if seen.insert(sourced.cidr.clone()) {
+                    into.push(sourced);
+                }
             }
         }
         masq_link_local |= file.masq_link_local;
         masq_link_local_ipv6 |= file.masq_link_local_ipv6;
     }
+    // One file may masquerade what another keeps: that is refused like within one file.
+    check_not_in_both(&merged.non_masquerade, &merged.masquerade).map_err(ConfigError::Invalid)?;
     // The Azure agent appends every file's list to a nil one, which stays nil when no file
     // lists a CIDR.
-    let cidr_texts: Vec<CidrText> = merged
-        .iter()
-        .map(|sourced| sourced.cidr.text().clone())
-        .collect();
+    let texts = |list: &[SourcedCidr]| -> Vec<CidrText> {
+        list.iter()
+            .map(|sourced| sourced.cidr.text().clone())
+            .collect()
+    };
+    let non_empty = |texts: Vec<CidrText>| (!texts.is_empty()).then_some(texts);
     let raw = MasqConfig {
-        non_masquerade_cidrs: (!cidr_texts.is_empty()).then_some(cidr_texts),
+        non_masquerade_cidrs: non_empty(texts(&merged.non_masquerade)),
         cidr_limit: AZURE_CIDR_LIMIT,
         masq_link_local,
         masq_link_local_ipv6,
         resync_interval: options.resync_interval,
+        masquerade_cidrs: non_empty(texts(&merged.masquerade)),
+        non_masquerade_src_cidrs: non_empty(texts(&merged.non_masquerade_src)),
     };
     let origin = ConfigOrigin::Directory {
         dir: dir.to_path_buf(),
@@ -543,7 +600,9 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
     };
     Ok(EffectiveConfig {
         origin,
-        cidrs: merged,
+        cidrs: merged.non_masquerade,
+        masquerade_cidrs: merged.masquerade,
+        non_masquerade_src_cidrs: merged.non_masquerade_src,
         raw,
     })
 }
@@ -566,6 +625,8 @@ pub(crate) fn test_config(
                 origin: CidrOrigin::Default,
             })
             .collect(),
+        masquerade_cidrs: Vec::new(),
+        non_masquerade_src_cidrs: Vec::new(),
         raw: MasqConfig {
             masq_link_local,
             masq_link_local_ipv6,
