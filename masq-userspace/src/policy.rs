@@ -1,10 +1,21 @@
 //! The masquerade policy: for any destination, masquerade or not, and why.
 //!
 //! This is the single source of truth. The iptables renderer walks its rules in order, the
-//! datapath's trie is filled from [`Policy::nomasq_v4`], and `masq explain` prints
-//! [`Policy::decide`]. The rules are upstream's chain: link-local first (unless masqueraded),
-//! then the configured CIDRs in order, each a `RETURN`, then `MASQUERADE` for everything else.
-//! Only the destination matters.
+//! datapath's tries are filled from [`Policy::nomasq_v4`] and [`Policy::nomasq_src_v4`] (and
+//! their IPv6 twins), and `masq explain` prints [`Policy::decide_from`].
+//!
+//! A family whose config uses none of masq's own keys gets upstream's chain: link-local first
+//! (unless masqueraded), then the configured CIDRs in order, each a `RETURN`, then `MASQUERADE`
+//! for everything else. Only the destination matters, and the first matching rule (the longest
+//! matching prefix in the trie: both exempt the union of the networks) decides.
+//!
+//! A family with `masqueradeCIDRs` or `nonMasqueradeSrcCIDRs` entries gets the longest-prefix
+//! chain: the source exemptions first, whatever the destination; then every destination rule
+//! (link-local, `nonMasqueradeCIDRs`, `masqueradeCIDRs`) from the longest prefix to the
+//! shortest, each a `RETURN` or a `MASQUERADE`. First match is then longest match, which is
+//! what the trie answers. Two rules of equal prefix that overlap have the same network: a
+//! configured one comes before the built-in link-local one, and validation refuses one network
+//! both masqueraded and kept.
 
 use std::{
     collections::BTreeMap,
@@ -14,7 +25,9 @@ use std::{
 
 use ipnet::{Ipv4Net, Ipv6Net};
 
-use masq_common::layout::{NOMASQ_KIND_CIDR, NOMASQ_KIND_LINK_LOCAL};
+use masq_common::layout::{
+    NOMASQ_KIND_CIDR, NOMASQ_KIND_LINK_LOCAL, NOMASQ_KIND_MASQUERADE, NOMASQ_KIND_SOURCE,
+};
 
 use crate::config::{
     LINK_LOCAL_V4, LINK_LOCAL_V6,
@@ -22,22 +35,50 @@ use crate::config::{
     source::{CidrOrigin, EffectiveConfig, SourcedCidr},
 };
 
-/// Why a rule exempts its destinations.
+/// Where a rule comes from, which says what it matches and what it does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RuleKind {
     /// Link-local, exempt because `masqLinkLocal`/`masqLinkLocalIPv6` is false.
     LinkLocal,
-    /// Listed in `nonMasqueradeCIDRs` (or the defaults).
+    /// Listed in `nonMasqueradeCIDRs` (or the defaults): destinations that keep the pod's
+    /// address.
     Configured(CidrOrigin),
+    /// Listed in `masqueradeCIDRs`: destinations masqueraded inside a shorter exempt prefix.
+    Masquerade(CidrOrigin),
+    /// Listed in `nonMasqueradeSrcCIDRs`: sources that keep their address, whatever the
+    /// destination.
+    Source(CidrOrigin),
 }
 
-/// One `RETURN` rule of the chain.
+/// One rule of the chain: a `RETURN`, or a `MASQUERADE` for a `masqueradeCIDRs` entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
-    /// The destinations it exempts.
+    /// The destinations it matches (the sources, for [`RuleKind::Source`]).
     pub cidr: Cidr,
     /// Why.
     pub kind: RuleKind,
+}
+
+impl Rule {
+    /// Whether matching traffic is masqueraded (otherwise it keeps the pod's address).
+    pub const fn masquerades(&self) -> bool {
+        matches!(self.kind, RuleKind::Masquerade(_))
+    }
+
+    /// Whether the rule matches the source rather than the destination.
+    pub const fn matches_source(&self) -> bool {
+        matches!(self.kind, RuleKind::Source(_))
+    }
+
+    /// The file (or the defaults) the rule comes from; `None` for the built-in link-local.
+    pub const fn origin(&self) -> Option<CidrOrigin> {
+        match self.kind {
+            RuleKind::LinkLocal => None,
+            RuleKind::Configured(origin)
+            | RuleKind::Masquerade(origin)
+            | RuleKind::Source(origin) => Some(origin),
+        }
+    }
 }
 
 /// The decision for one destination.
@@ -54,8 +95,10 @@ pub struct Decision<'policy> {
 /// Why a destination is (not) masqueraded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reason<'policy> {
-    /// The first matching `RETURN` rule.
+    /// The first matching `RETURN` rule (by destination, or by source).
     Exempt(&'policy Rule),
+    /// The first matching rule is a `masqueradeCIDRs` entry's `MASQUERADE`.
+    Masqueraded(&'policy Rule),
     /// No rule matched: the final `MASQUERADE`.
     NoRuleMatched,
     /// IPv6 without `--enable-ipv6`: upstream installs no IPv6 rules at all.
@@ -115,27 +158,70 @@ impl Policy {
         }
     }
 
-    /// The configured CIDRs of `family`, in config order (none for IPv6 without its chain).
-    fn configured(&self, family: Family) -> impl Iterator<Item = &SourcedCidr> {
+    /// The CIDRs of `list` of `family`, in config order (none for IPv6 without its chain).
+    fn of_family<'list>(
+        &self,
+        list: &'list [SourcedCidr],
+        family: Family,
+    ) -> impl Iterator<Item = &'list SourcedCidr> + use<'list> {
         let has_chain = family == Family::Ipv4 || self.ipv6_enabled;
-        self.config
-            .cidrs
-            .iter()
+        list.iter()
             .filter(move |sourced| has_chain && sourced.cidr.family() == family)
     }
 
+    /// The configured non-masquerade CIDRs of `family`, in config order.
+    fn configured(&self, family: Family) -> impl Iterator<Item = &SourcedCidr> {
+        self.of_family(&self.config.cidrs, family)
+    }
+
+    /// The `masqueradeCIDRs` entries of `family`, in config order.
+    fn masquerade_cidrs(&self, family: Family) -> impl Iterator<Item = &SourcedCidr> {
+        self.of_family(&self.config.masquerade_cidrs, family)
+    }
+
+    /// The `nonMasqueradeSrcCIDRs` entries of `family`, in config order.
+    fn source_cidrs(&self, family: Family) -> impl Iterator<Item = &SourcedCidr> {
+        self.of_family(&self.config.non_masquerade_src_cidrs, family)
+    }
+
+    /// Whether `family`'s chain is the longest-prefix one: its config has `masqueradeCIDRs` or
+    /// `nonMasqueradeSrcCIDRs` entries. Otherwise it is upstream's, rule for rule.
+    pub fn longest_prefix_first(&self, family: Family) -> bool {
+        self.masquerade_cidrs(family).next().is_some() || self.source_cidrs(family).next().is_some()
+    }
+
     fn chain(&self, family: Family) -> Vec<Rule> {
-        let configured = self.configured(family).map(|sourced| Rule {
-            cidr: sourced.cidr.clone(),
-            kind: RuleKind::Configured(sourced.origin),
-        });
-        self.link_local(family)
-            .into_iter()
-            .chain(configured)
+        let rule = |kind: fn(CidrOrigin) -> RuleKind| {
+            move |sourced: &SourcedCidr| Rule {
+                cidr: sourced.cidr.clone(),
+                kind: kind(sourced.origin),
+            }
+        };
+        let configured = self.configured(family).map(rule(RuleKind::Configured));
+        if !self.longest_prefix_first(family) {
+            return self
+                .link_local(family)
+                .into_iter()
+                .chain(configured)
+                .collect();
+        }
+        let mut destinations: Vec<Rule> = configured
+            .chain(
+                self.masquerade_cidrs(family)
+                    .map(rule(RuleKind::Masquerade)),
+            )
+            .chain(self.link_local(family))
+            .collect();
+        // Stable: equal prefixes keep config order, and link-local, pushed last, comes after
+        // a configured rule of its own network.
+        destinations.sort_by_key(|rule| std::cmp::Reverse(rule.cidr.network().prefix_len()));
+        self.source_cidrs(family)
+            .map(rule(RuleKind::Source))
+            .chain(destinations)
             .collect()
     }
 
-    /// The `RETURN` rules of one family, in chain order.
+    /// The rules of one family, in chain order.
     pub fn rules(&self, family: Family) -> &[Rule] {
         let [ipv4, ipv6] = self
             .rules
@@ -151,15 +237,19 @@ impl Policy {
         self.ipv6_enabled
     }
 
-    /// What the chain does with traffic to `destination`: the first matching `RETURN` rule
-    /// exempts it, otherwise it is masqueraded.
+    /// What the chain does with a pod's traffic to `destination`, whatever its source (source
+    /// exemptions aside): see [`Policy::decide_from`].
     pub fn decide(&self, destination: IpAddr) -> Decision<'_> {
-        // IPv4-mapped IPv6 destinations are IPv4, as Go's `To4` has it.
+        self.decide_from(None, destination)
+    }
+
+    /// What the chain does with traffic from the pod at `source` (when known) to
+    /// `destination`: the first matching rule decides (a `RETURN` keeps the pod's address, a
+    /// `masqueradeCIDRs` rule masquerades), and traffic no rule matches is masqueraded.
+    pub fn decide_from(&self, source: Option<IpAddr>, destination: IpAddr) -> Decision<'_> {
+        // IPv4-mapped IPv6 addresses are IPv4, as Go's `To4` has it.
         let address = destination.to_canonical();
-        let family = match address {
-            IpAddr::V4(_) => Family::Ipv4,
-            IpAddr::V6(_) => Family::Ipv6,
-        };
+        let family = family_of(address);
         if family == Family::Ipv6 && !self.ipv6_enabled {
             return Decision {
                 destination,
@@ -167,11 +257,23 @@ impl Policy {
                 reason: Reason::Ipv6Disabled,
             };
         }
-        let rules = self.rules(family);
-        match rules
-            .iter()
-            .find(|rule| rule.cidr.network().contains(&address))
-        {
+        // A source of the other family matches no `-s` rule of this family's chain.
+        let source = source
+            .map(|source| source.to_canonical())
+            .filter(|source| family_of(*source) == family);
+        let matched = self.rules(family).iter().find(|rule| {
+            if rule.matches_source() {
+                source.is_some_and(|source| rule.cidr.network().contains(&source))
+            } else {
+                rule.cidr.network().contains(&address)
+            }
+        });
+        match matched {
+            Some(rule) if rule.masquerades() => Decision {
+                destination,
+                masquerade: true,
+                reason: Reason::Masqueraded(rule),
+            },
             Some(rule) => Decision {
                 destination,
                 masquerade: false,
@@ -183,6 +285,32 @@ impl Policy {
                 reason: Reason::NoRuleMatched,
             },
         }
+    }
+
+    /// The `masqueradeCIDRs` entries that change nothing: the longest shorter prefix holding
+    /// each (of any list, or link-local) masquerades already, or none does. Worth a warning:
+    /// the entry was meant to carve an exception out of an exempt range that is not there.
+    pub fn ineffective_masquerade_cidrs(&self) -> Vec<&SourcedCidr> {
+        let (entries_v4, entries_v6) = (self.nomasq_v4(), self.nomasq_v6());
+        let mut ineffective = Vec::new();
+        for family in [Family::Ipv4, Family::Ipv6] {
+            for sourced in self.masquerade_cidrs(family) {
+                let enclosing = match sourced.cidr.network() {
+                    Network::V4(network) => (0..network.prefix_len()).rev().find_map(|len| {
+                        let outer = Ipv4Net::new(network.addr(), len).ok()?.trunc();
+                        entries_v4.get(&(outer.addr(), len)).copied()
+                    }),
+                    Network::V6(network) => (0..network.prefix_len()).rev().find_map(|len| {
+                        let outer = Ipv6Net::new(network.addr(), len).ok()?.trunc();
+                        entries_v6.get(&(outer.addr(), len)).copied()
+                    }),
+                };
+                if matches!(enclosing, None | Some(NOMASQ_KIND_MASQUERADE)) {
+                    ineffective.push(sourced);
+                }
+            }
+        }
+        ineffective
     }
 
     /// The datapath's non-masquerade trie: every IPv4 network with its `NOMASQ_KIND_*`.
@@ -198,6 +326,33 @@ impl Policy {
     /// The same for IPv6 (empty without `--enable-ipv6`), `fe80::/10` labelled link-local.
     pub fn nomasq_v6(&self) -> NomasqEntries<Ipv6Addr> {
         self.trie_entries()
+    }
+
+    /// The datapath's source trie: the IPv4 `nonMasqueradeSrcCIDRs` entries, each
+    /// `NOMASQ_KIND_SOURCE`. Empty unless the config lists some, which is what lets the
+    /// datapath skip the lookup.
+    pub fn nomasq_src_v4(&self) -> NomasqEntries<Ipv4Addr> {
+        self.source_entries()
+    }
+
+    /// The same for IPv6 (empty without `--enable-ipv6`).
+    pub fn nomasq_src_v6(&self) -> NomasqEntries<Ipv6Addr> {
+        self.source_entries()
+    }
+
+    fn source_entries<A: TrieAddress>(&self) -> NomasqEntries<A> {
+        self.source_cidrs(A::FAMILY)
+            .filter_map(|sourced| A::key(sourced.cidr.network()))
+            .map(|key| (key, NOMASQ_KIND_SOURCE))
+            .collect()
+    }
+}
+
+/// The family upstream files an address under (IPv4-mapped addresses are canonical by now).
+const fn family_of(address: IpAddr) -> Family {
+    match address {
+        IpAddr::V4(_) => Family::Ipv4,
+        IpAddr::V6(_) => Family::Ipv6,
     }
 }
 
@@ -322,19 +477,33 @@ impl<'entries, A> IntoIterator for &'entries NomasqEntries<A> {
 impl Policy {
     /// The trie entries of `A`'s family (see [`Policy::nomasq_v4`]), from the config without
     /// building the chain.
+    ///
+    /// In a longest-prefix family a configured network inside link-local keeps its own label:
+    /// its rule comes before link-local's there. `masqueradeCIDRs` entries are
+    /// `NOMASQ_KIND_MASQUERADE`; none has the key of a configured network (validation), and
+    /// one with link-local's key comes first, as its rule does.
     fn trie_entries<A: TrieAddress>(&self) -> NomasqEntries<A> {
+        let longest_prefix_first = self.longest_prefix_first(A::FAMILY);
         let link_local = self.link_local(A::FAMILY).map(|rule| *rule.cidr.network());
-        let mut entries = Vec::with_capacity(self.config.cidrs.len() + 1);
+        let mut entries =
+            Vec::with_capacity(self.config.cidrs.len() + self.config.masquerade_cidrs.len() + 1);
         for sourced in self.configured(A::FAMILY) {
             let network = sourced.cidr.network();
             let Some(key) = A::key(network) else {
                 continue;
             };
             let kind = match &link_local {
-                Some(link_local) if within(network, link_local) => NOMASQ_KIND_LINK_LOCAL,
+                Some(link_local) if !longest_prefix_first && within(network, link_local) => {
+                    NOMASQ_KIND_LINK_LOCAL
+                }
                 _ => NOMASQ_KIND_CIDR,
             };
             entries.push((key, kind));
+        }
+        for sourced in self.masquerade_cidrs(A::FAMILY) {
+            if let Some(key) = A::key(sourced.cidr.network()) {
+                entries.push((key, NOMASQ_KIND_MASQUERADE));
+            }
         }
         // Last, not first as in the chain: lists are mostly written in order, and the sort is
         // fastest on long ascending runs. Where a configured network has its key, it has its
