@@ -35,7 +35,7 @@ use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
 
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::node::{
     routes::{self, Route},
@@ -157,6 +157,29 @@ pub fn check(uplinks: Vec<SnatUplink>, nomasq: Vec<IpNet>) -> Result<Vec<Bypass>
             pod_networks,
         },
     ))
+}
+
+/// The networks the trie keeps unmasqueraded, from its entries `(network, NOMASQ_KIND_*)`, for
+/// [`check`]. A `masqueradeCIDRs` entry is a hole in the exempt range around it; rather than
+/// cut the holes out, that range is left out whole, so a policy towards any part of it is
+/// judged as masqueraded: the loud side.
+pub fn exempt_networks<'entries>(
+    v4: impl IntoIterator<Item = &'entries ((Ipv4Addr, u8), u32)>,
+    v6: impl IntoIterator<Item = &'entries ((Ipv6Addr, u8), u32)>,
+) -> Vec<IpNet> {
+    let v4 = v4.into_iter().filter_map(|&((address, prefix), kind)| {
+        Some((IpNet::V4(Ipv4Net::new(address, prefix).ok()?), kind))
+    });
+    let v6 = v6.into_iter().filter_map(|&((address, prefix), kind)| {
+        Some((IpNet::V6(Ipv6Net::new(address, prefix).ok()?), kind))
+    });
+    let (masqueraded, kept): (Vec<_>, Vec<_>) = v4
+        .chain(v6)
+        .partition(|&(_, kind)| kind == masq_common::layout::NOMASQ_KIND_MASQUERADE);
+    kept.into_iter()
+        .map(|(network, _)| network)
+        .filter(|network| !masqueraded.iter().any(|(hole, _)| network.contains(hole)))
+        .collect()
 }
 
 fn same_family(a: &IpNet, b: &IpNet) -> bool {

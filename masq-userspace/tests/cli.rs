@@ -155,13 +155,18 @@ fn explain_reports_decisions_as_json() {
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
     let decisions: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    let origin = file.path.display().to_string();
     assert_eq!(
         decisions,
         serde_json::json!([
-            {"destination": "10.1.2.3", "masquerade": false, "matched": "10.0.0.0/8"},
-            {"destination": "203.0.113.9", "masquerade": true, "matched": null},
-            {"destination": "169.254.169.254", "masquerade": false, "matched": "169.254.0.0/16"},
-            {"destination": "fc00::1", "masquerade": false, "matched": null},
+            {"destination": "10.1.2.3", "masquerade": false, "matched": "10.0.0.0/8",
+             "list": "nonMasqueradeCIDRs", "origin": origin},
+            {"destination": "203.0.113.9", "masquerade": true, "matched": null, "list": null,
+             "origin": null},
+            {"destination": "169.254.169.254", "masquerade": false, "matched": "169.254.0.0/16",
+             "list": "link-local", "origin": null},
+            {"destination": "fc00::1", "masquerade": false, "matched": null, "list": null,
+             "origin": null},
         ])
     );
     let text = masq(&[
@@ -372,5 +377,119 @@ fn agent_errors_are_logged_as_json_when_asked() {
             // Ethernet nor bare IP).
             .is_some_and(|message| message.contains("lo has link type 772")),
         "{record}"
+    );
+}
+
+/// The issue-26 example through the binary: "10.0.0.0/8 keeps pod IPs except 10.100.10.0/24"
+/// and "never masquerade pods in 100.64.0.0/16", as `explain` judges it and as the rules say.
+#[test]
+fn masquerade_exceptions_and_exempt_sources_in_explain_and_the_rules() {
+    let file = config_file(concat!(
+        "nonMasqueradeCIDRs: [10.0.0.0/8]\n",
+        "masqueradeCIDRs: [10.100.10.0/24]\n",
+        "nonMasqueradeSrcCIDRs: [100.64.0.0/16]\n",
+    ));
+    let config = path_arg(&file.path);
+    let explain = |source: Option<&str>, destination: &str| {
+        let mut args = vec!["explain", "--config", &config, "-o", "json"];
+        if let Some(source) = source {
+            args.extend(["--source", source]);
+        }
+        args.push(destination);
+        let output = masq(&args);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let decisions: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+        (
+            decisions[0]["masquerade"].as_bool().expect("verdict"),
+            decisions[0]["list"].as_str().unwrap_or("none").to_owned(),
+        )
+    };
+    let pod = Some("10.244.1.5");
+    assert_eq!(
+        explain(pod, "10.100.10.7"),
+        (true, "masqueradeCIDRs".into())
+    );
+    assert_eq!(
+        explain(pod, "10.100.11.7"),
+        (false, "nonMasqueradeCIDRs".into())
+    );
+    assert_eq!(explain(pod, "203.0.113.7"), (true, "none".into()));
+    let exempt = Some("100.64.3.4");
+    assert_eq!(
+        explain(exempt, "203.0.113.7"),
+        (false, "nonMasqueradeSrcCIDRs".into())
+    );
+    assert_eq!(
+        explain(exempt, "10.100.10.7"),
+        (false, "nonMasqueradeSrcCIDRs".into())
+    );
+    // Without a source only the destination is judged.
+    assert_eq!(
+        explain(None, "10.100.10.7"),
+        (true, "masqueradeCIDRs".into())
+    );
+
+    let output = masq(&[
+        "render-iptables",
+        "--config",
+        &config,
+        "-random-fully=false",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let comment =
+        |text: &str| format!("-A IP-MASQ-AGENT -m comment --comment \"ip-masq-agent: {text}\"");
+    let keep = comment("local traffic is not subject to MASQUERADE");
+    assert_eq!(
+        stdout(&output),
+        [
+            "*nat".to_owned(),
+            ":IP-MASQ-AGENT - [0:0]".to_owned(),
+            format!(
+                "{} -s 100.64.0.0/16 -j RETURN",
+                comment("traffic from this source is not subject to MASQUERADE")
+            ),
+            format!(
+                "{} -d 10.100.10.0/24 -j MASQUERADE",
+                comment(
+                    "traffic to this destination is subject to MASQUERADE (longest prefix first)"
+                )
+            ),
+            format!("{keep} -d 169.254.0.0/16 -j RETURN"),
+            format!("{keep} -d 10.0.0.0/8 -j RETURN"),
+            format!(
+                "{} -j MASQUERADE",
+                comment("outbound traffic is subject to MASQUERADE (must be last in chain)")
+            ),
+            "COMMIT\n".to_owned(),
+        ]
+        .join("\n")
+    );
+}
+
+#[test]
+fn a_prefix_both_masqueraded_and_kept_is_refused_naming_both_origins() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let keeps = dir.path().join("ip-masq-keep");
+    let masquerades = dir.path().join("ip-masq-exceptions");
+    fs::write(&keeps, "nonMasqueradeCIDRs: [10.0.0.0/8, 10.100.10.0/24]\n").expect("write");
+    fs::write(&masquerades, "masqueradeCIDRs: [10.100.10.0/24]\n").expect("write");
+    let output = masq(&["check-config", "--config-dir", &path_arg(dir.path())]);
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains(&format!(
+            "CIDR \"10.100.10.0/24\" is listed in both masqueradeCIDRs ({})",
+            masquerades.display()
+        )) && message.contains(&format!("\"10.100.10.0/24\" ({})", keeps.display())),
+        "{message}"
+    );
+    // Either alone is fine.
+    fs::remove_file(&keeps).expect("remove");
+    let output = masq(&["check-config", "--config-dir", &path_arg(dir.path())]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("changes nothing"),
+        "an exception with no range around it is flagged: {}",
+        stdout(&output)
     );
 }

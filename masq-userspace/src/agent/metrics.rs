@@ -699,9 +699,29 @@ fn encode_agent(
         "Non-masquerade CIDRs in force, by family.",
         MetricType::Gauge,
         gauges([
-            ([("family", "ipv4")], status.cidrs_v4),
-            ([("family", "ipv6")], status.cidrs_v6),
+            ([("family", "ipv4")], status.list_cidrs.non_masquerade[0]),
+            ([("family", "ipv6")], status.list_cidrs.non_masquerade[1]),
         ]),
+    )?;
+    let lists = [
+        ("nonMasqueradeCIDRs", status.list_cidrs.non_masquerade),
+        ("masqueradeCIDRs", status.list_cidrs.masquerade),
+        (
+            "nonMasqueradeSrcCIDRs",
+            status.list_cidrs.non_masquerade_src,
+        ),
+    ];
+    family(
+        encoder,
+        "masq_config_list_cidrs",
+        "CIDRs in force, by config list and family.",
+        MetricType::Gauge,
+        gauges(lists.into_iter().flat_map(|(list, [ipv4, ipv6])| {
+            [
+                ([("list", list), ("family", "ipv4")], ipv4),
+                ([("list", list), ("family", "ipv6")], ipv6),
+            ]
+        })),
     )?;
     gauge(
         encoder,

@@ -452,16 +452,13 @@ impl Agent {
         let entries = self.backend.apply(&policy, &self.options, trigger)?;
         // Compared once the datapath has it: a change is in force before it is logged.
         if self.config.as_ref() != Some(&config) {
-            let v6 = config
-                .cidrs
-                .iter()
-                .filter(|sourced| sourced.cidr.family() == Family::Ipv6)
-                .count();
             tracing::info!(trigger, origin = %config.origin, "Using config: {}", config.raw.to_go_json());
+            for sourced in policy.ineffective_masquerade_cidrs() {
+                tracing::warn!(cidr = %sourced.cidr, origin = %sourced.origin, "masqueradeCIDRs entry changes nothing: no non-masquerade range holds it, so its traffic is masqueraded anyway");
+            }
             let mut state = self.status.lock();
             state.config_origin = Some(config.origin.to_string());
-            state.cidrs_v4 = config.cidrs.len() - v6;
-            state.cidrs_v6 = v6;
+            state.list_cidrs = status::ListCidrs::of(&config);
             state.trie_entries = entries;
         } else {
             tracing::debug!(trigger, "config unchanged");
@@ -484,19 +481,7 @@ impl Agent {
             return;
         };
         let policy = Policy::shared(Arc::clone(config), self.options.enable_ipv6);
-        let nomasq = policy
-            .nomasq_v4()
-            .keys()
-            .filter_map(|&(address, prefix)| ipnet::Ipv4Net::new(address, prefix).ok())
-            .map(ipnet::IpNet::V4)
-            .chain(
-                policy
-                    .nomasq_v6()
-                    .keys()
-                    .filter_map(|&(address, prefix)| ipnet::Ipv6Net::new(address, prefix).ok())
-                    .map(ipnet::IpNet::V6),
-            )
-            .collect();
+        let nomasq = ipsec::exempt_networks(&policy.nomasq_v4(), &policy.nomasq_v6());
         let uplinks = self
             .status
             .lock()

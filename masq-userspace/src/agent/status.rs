@@ -21,10 +21,8 @@ pub struct AgentStatus {
     pub upstream_chain: Option<String>,
     /// Human-readable origin of the config in force.
     pub config_origin: Option<String>,
-    /// Non-masquerade CIDRs in force, per family.
-    pub cidrs_v4: usize,
-    /// IPv6 non-masquerade CIDRs in the config.
-    pub cidrs_v6: usize,
+    /// The CIDRs of each list in force, per family.
+    pub list_cidrs: ListCidrs,
     /// Entries in the datapath's non-masquerade trie.
     pub trie_entries: usize,
     /// Successful config loads.
@@ -54,6 +52,35 @@ pub struct AgentStatus {
     /// What the last look at the node's IPsec policies found; `None` before the first (eBPF
     /// backend only).
     pub ipsec: Option<IpsecStatus>,
+}
+
+/// How many CIDRs each list of the config in force holds, as `[IPv4, IPv6]`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ListCidrs {
+    /// `nonMasqueradeCIDRs` (or the defaults).
+    pub non_masquerade: [usize; 2],
+    /// `masqueradeCIDRs`.
+    pub masquerade: [usize; 2],
+    /// `nonMasqueradeSrcCIDRs`.
+    pub non_masquerade_src: [usize; 2],
+}
+
+impl ListCidrs {
+    /// The sizes of `config`'s lists.
+    pub fn of(config: &crate::config::source::EffectiveConfig) -> Self {
+        let count = |list: &[crate::config::source::SourcedCidr]| {
+            let v6 = list
+                .iter()
+                .filter(|sourced| sourced.cidr.family() == crate::config::cidr::Family::Ipv6)
+                .count();
+            [list.len() - v6, v6]
+        };
+        Self {
+            non_masquerade: count(&config.cidrs),
+            masquerade: count(&config.masquerade_cidrs),
+            non_masquerade_src: count(&config.non_masquerade_src_cidrs),
+        }
+    }
 }
 
 /// The node's XFRM output policies that select masqueraded traffic only after translation

@@ -8,8 +8,9 @@ use std::{
 use clap::Args;
 use masq::{
     config::{
+        MASQUERADE_CIDRS_KEY, NON_MASQUERADE_SRC_CIDRS_KEY,
         cidr::Family,
-        source::{CidrOrigin, ConfigOrigin, EffectiveConfig, load},
+        source::{CidrOrigin, ConfigOrigin, EffectiveConfig, SourcedCidr, load},
     },
     datapath::sync::check_trie_capacity,
     policy::{Policy, RuleKind},
@@ -58,6 +59,29 @@ pub(crate) fn fail(message: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// Lists `cidrs` with their family and origin, the first [`LISTED_CIDRS`] of them.
+fn write_cidrs(out: &mut impl io::Write, cidrs: &[SourcedCidr]) -> io::Result<()> {
+    for sourced in cidrs.iter().take(LISTED_CIDRS) {
+        let origin = match &sourced.origin {
+            CidrOrigin::Default => "default".to_owned(),
+            CidrOrigin::File(path) => path.file_name().map_or_else(
+                || path.display().to_string(),
+                |name| name.to_string_lossy().into_owned(),
+            ),
+        };
+        writeln!(
+            out,
+            "    {:<20} {:<5} {origin}",
+            sourced.cidr.as_str(),
+            sourced.cidr.family().to_string()
+        )?;
+    }
+    if cidrs.len() > LISTED_CIDRS {
+        writeln!(out, "    ... and {} more", cidrs.len() - LISTED_CIDRS)?;
+    }
+    Ok(())
+}
+
 fn write_summary(
     out: &mut impl io::Write,
     config: &EffectiveConfig,
@@ -77,27 +101,38 @@ fn write_summary(
         "  non-masquerade: {} CIDRs ({limit})",
         config.cidrs.len()
     )?;
-    for sourced in config.cidrs.iter().take(LISTED_CIDRS) {
-        let origin = match &sourced.origin {
-            CidrOrigin::Default => "default".to_owned(),
-            CidrOrigin::File(path) => path.file_name().map_or_else(
-                || path.display().to_string(),
-                |name| name.to_string_lossy().into_owned(),
-            ),
-        };
+    write_cidrs(out, &config.cidrs)?;
+    for (key, list, what) in [
+        (
+            MASQUERADE_CIDRS_KEY,
+            &config.masquerade_cidrs,
+            "masqueraded inside the ranges above",
+        ),
+        (
+            NON_MASQUERADE_SRC_CIDRS_KEY,
+            &config.non_masquerade_src_cidrs,
+            "sources never masqueraded",
+        ),
+    ] {
+        if !list.is_empty() {
+            writeln!(out, "  {key}: {} CIDRs ({what})", list.len())?;
+            write_cidrs(out, list)?;
+        }
+    }
+    for sourced in policy.ineffective_masquerade_cidrs() {
         writeln!(
             out,
-            "    {:<20} {:<5} {origin}",
-            sourced.cidr.as_str(),
-            sourced.cidr.family().to_string()
+            "  warning: {MASQUERADE_CIDRS_KEY} entry {} ({}) changes nothing: no non-masquerade range holds it, so its traffic is masqueraded anyway",
+            sourced.cidr, sourced.origin
         )?;
     }
-    if config.cidrs.len() > LISTED_CIDRS {
-        writeln!(
-            out,
-            "    ... and {} more",
-            config.cidrs.len() - LISTED_CIDRS
-        )?;
+    for family in [Family::Ipv4, Family::Ipv6] {
+        if policy.longest_prefix_first(family) {
+            writeln!(
+                out,
+                "  {family} rules:     source exemptions first, then the longest matching prefix decides"
+            )?;
+        }
     }
     let link_local = |family: Family, flag: bool, key: &str| {
         let exempt = policy

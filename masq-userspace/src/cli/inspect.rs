@@ -24,7 +24,7 @@ use masq::{
     },
 };
 use masq_common::{
-    layout::{MapMeta, NOMASQ_KIND_LINK_LOCAL},
+    layout::{MapMeta, NOMASQ_KIND_LINK_LOCAL, NOMASQ_KIND_MASQUERADE},
     ports::PortRange,
     settings::Settings,
 };
@@ -183,10 +183,10 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let trie_v4 = maps.trie_entries::<Ipv4Addr>()?;
     let trie_v6 = maps.trie_entries::<Ipv6Addr>()?;
     let cidr = |address: IpAddr, prefix: u8, kind: u32| {
-        let suffix = if kind == NOMASQ_KIND_LINK_LOCAL {
-            " (link-local)"
-        } else {
-            ""
+        let suffix = match kind {
+            NOMASQ_KIND_LINK_LOCAL => " (link-local)",
+            NOMASQ_KIND_MASQUERADE => " (masquerade)",
+            _ => "",
         };
         format!("{address}/{prefix}{suffix}")
     };
@@ -246,17 +246,7 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             ipv6: uplink.node_ipv6.as_deref().and_then(|ip| ip.parse().ok()),
         })
         .collect();
-    let nomasq = trie_v4
-        .iter()
-        .filter_map(|&((addr, prefix), _)| ipnet::Ipv4Net::new(addr, prefix).ok())
-        .map(ipnet::IpNet::V4)
-        .chain(
-            trie_v6
-                .iter()
-                .filter_map(|&((addr, prefix), _)| ipnet::Ipv6Net::new(addr, prefix).ok())
-                .map(ipnet::IpNet::V6),
-        )
-        .collect();
+    let nomasq = ipsec::exempt_networks(&trie_v4, &trie_v6);
     let (ipsec_bypassed, ipsec_error) = match ipsec::check(snat_uplinks, nomasq) {
         Ok(bypassed) => (
             Some(bypassed.iter().map(ipsec::Bypass::describe).collect()),

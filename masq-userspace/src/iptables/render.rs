@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 
 use crate::{
-    config::cidr::Family,
-    policy::Policy,
+    config::cidr::{Cidr, Family},
+    policy::{Policy, RuleKind},
     ports::{TO_PORTS_PROTOCOLS, ToPorts},
 };
 
@@ -14,6 +14,10 @@ pub const NON_MASQ_RULE_COMMENT: &str =
     r#"-m comment --comment "ip-masq-agent: local traffic is not subject to MASQUERADE""#;
 /// Comment of every `MASQUERADE` rule.
 pub const MASQ_RULE_COMMENT: &str = r#"-m comment --comment "ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)""#;
+/// Comment of the `RETURN` rule of a `nonMasqueradeSrcCIDRs` entry (masq's own key).
+pub const NON_MASQ_SOURCE_RULE_COMMENT: &str = r#"-m comment --comment "ip-masq-agent: traffic from this source is not subject to MASQUERADE""#;
+/// Comment of the `MASQUERADE` rules of a `masqueradeCIDRs` entry (masq's own key).
+pub const MASQ_EXCEPTION_RULE_COMMENT: &str = r#"-m comment --comment "ip-masq-agent: traffic to this destination is subject to MASQUERADE (longest prefix first)""#;
 /// Upstream's default chain name.
 pub const DEFAULT_CHAIN: &str = "IP-MASQ-AGENT";
 
@@ -28,21 +32,37 @@ pub struct RuleOptions {
     pub to_ports: ToPorts,
 }
 
-/// The `iptables-restore` input for `family` (use `ip6tables-restore` for IPv6).
+/// The `iptables-restore` input for `family` (use `ip6tables-restore` for IPv6): the policy's
+/// rules in chain order, then upstream's final `MASQUERADE`. A `masqueradeCIDRs` rule
+/// masquerades exactly as the final rule does (the same `--random-fully` and `--to-ports`),
+/// for its destinations only.
 pub fn restore_input(policy: &Policy, family: Family, options: &RuleOptions) -> String {
     let chain = &options.chain;
     let mut text = format!("*nat\n:{chain} - [0:0]\n");
+    let mut push_lines = |lines: Vec<String>| {
+        for line in lines {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    };
     for rule in policy.rules(family) {
-        let _ = writeln!(
-            text,
-            "-A {chain} {NON_MASQ_RULE_COMMENT} -d {} -j RETURN",
-            rule.cidr
-        );
+        match rule.kind {
+            RuleKind::Masquerade(_) => push_lines(masquerade_lines(
+                options,
+                MASQ_EXCEPTION_RULE_COMMENT,
+                Some(&rule.cidr),
+            )),
+            RuleKind::Source(_) => push_lines(vec![format!(
+                "-A {chain} {NON_MASQ_SOURCE_RULE_COMMENT} -s {} -j RETURN",
+                rule.cidr
+            )]),
+            RuleKind::LinkLocal | RuleKind::Configured(_) => push_lines(vec![format!(
+                "-A {chain} {NON_MASQ_RULE_COMMENT} -d {} -j RETURN",
+                rule.cidr
+            )]),
+        }
     }
-    for line in masq_rules(options) {
-        text.push_str(&line);
-        text.push('\n');
-    }
+    push_lines(masq_rules(options));
     text.push_str("COMMIT\n");
     text
 }
@@ -50,11 +70,21 @@ pub fn restore_input(policy: &Policy, family: Family, options: &RuleOptions) -> 
 /// Upstream's `writeMasqRules`: per protocol and interval a `MASQUERADE --to-ports` rule that
 /// takes its share of the remaining ports at random, then the catch-all.
 pub fn masq_rules(options: &RuleOptions) -> Vec<String> {
+    masquerade_lines(options, MASQ_RULE_COMMENT, None)
+}
+
+/// [`masq_rules`] with `comment`, for traffic to `destination` only when given.
+fn masquerade_lines(
+    options: &RuleOptions,
+    comment: &str,
+    destination: Option<&Cidr>,
+) -> Vec<String> {
     let chain = &options.chain;
+    let to = destination.map_or_else(String::new, |cidr| format!(" -d {cidr}"));
     let masquerade = if options.random_fully {
-        format!("-A {chain} {MASQ_RULE_COMMENT} -j MASQUERADE --random-fully")
+        format!("-A {chain} {comment}{to} -j MASQUERADE --random-fully")
     } else {
-        format!("-A {chain} {MASQ_RULE_COMMENT} -j MASQUERADE")
+        format!("-A {chain} {comment}{to} -j MASQUERADE")
     };
     let mut lines = Vec::new();
     for protocol in TO_PORTS_PROTOCOLS {
