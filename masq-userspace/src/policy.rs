@@ -537,7 +537,7 @@ fn within(inner: &Network, outer: &Network) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::source::test_config;
+    use crate::config::source::{CidrOrigin, test_config};
 
     fn config(cidrs: &[&str], masq_link_local: bool) -> EffectiveConfig {
         test_config(cidrs, masq_link_local, false)
@@ -657,5 +657,215 @@ mod tests {
         // Without --enable-ipv6 the IPv6 trie stays empty.
         let disabled = Policy::new(&test_config(&cidrs, false, false), false);
         assert!(disabled.nomasq_v6().is_empty());
+    }
+
+    /// A config with the new lists, every entry from the defaults' origin.
+    fn extended(
+        non_masquerade: &[&str],
+        masquerade: &[&str],
+        sources: &[&str],
+        masq_link_local: bool,
+    ) -> EffectiveConfig {
+        let sourced = |texts: &[&str]| -> Vec<SourcedCidr> {
+            texts
+                .iter()
+                .map(|text| SourcedCidr {
+                    cidr: Cidr::parse(text).expect("cidr"),
+                    origin: CidrOrigin::Default,
+                })
+                .collect()
+        };
+        EffectiveConfig {
+            masquerade_cidrs: sourced(masquerade),
+            non_masquerade_src_cidrs: sourced(sources),
+            ..test_config(non_masquerade, masq_link_local, false)
+        }
+    }
+
+    fn matched<'policy>(decision: &Decision<'policy>) -> Option<&'policy str> {
+        match decision.reason {
+            Reason::Exempt(rule) | Reason::Masqueraded(rule) => Some(rule.cidr.as_str()),
+            Reason::NoRuleMatched | Reason::Ipv6Disabled => None,
+        }
+    }
+
+    #[test]
+    fn the_longest_prefix_decides_across_lists_three_deep() {
+        let config = extended(
+            &["10.0.0.0/8", "10.100.10.128/25"],
+            &["10.100.10.0/24", "10.100.10.192/26"],
+            &[],
+            false,
+        );
+        let policy = Policy::new(&config, false);
+        let cases = [
+            ("10.1.1.1", false, Some("10.0.0.0/8")),
+            ("10.100.10.5", true, Some("10.100.10.0/24")),
+            ("10.100.10.130", false, Some("10.100.10.128/25")),
+            ("10.100.10.200", true, Some("10.100.10.192/26")),
+            ("203.0.113.1", true, None),
+            ("169.254.169.254", false, Some("169.254.0.0/16")),
+        ];
+        for (destination, masquerade, rule) in cases {
+            let decision = policy.decide(ip(destination));
+            assert_eq!(
+                (decision.masquerade, matched(&decision)),
+                (masquerade, rule),
+                "{destination}"
+            );
+        }
+        // First match is longest match: the chain is ordered by prefix length.
+        let prefixes: Vec<u8> = policy
+            .rules(Family::Ipv4)
+            .iter()
+            .map(|rule| rule.cidr.network().prefix_len())
+            .collect();
+        assert_eq!(prefixes, [26, 25, 24, 16, 8]);
+        assert!(policy.longest_prefix_first(Family::Ipv4));
+        assert!(!policy.longest_prefix_first(Family::Ipv6));
+    }
+
+    #[test]
+    fn the_trie_says_masquerade_where_the_chain_does() {
+        let config = extended(
+            &["10.0.0.0/8", "169.254.169.254/32"],
+            &["10.100.10.0/24", "169.254.0.0/16"],
+            &[],
+            false,
+        );
+        let policy = Policy::new(&config, false);
+        let entries = policy.nomasq_v4();
+        let kind = |address: [u8; 4], prefix: u8| entries.get(&(Ipv4Addr::from(address), prefix));
+        assert_eq!(kind([10, 100, 10, 0], 24), Some(&NOMASQ_KIND_MASQUERADE));
+        assert_eq!(kind([10, 0, 0, 0], 8), Some(&NOMASQ_KIND_CIDR));
+        // Link-local's own network listed as an exception: the configured rule comes first,
+        // so the whole range is masqueraded but for the /32 that is longer.
+        assert_eq!(kind([169, 254, 0, 0], 16), Some(&NOMASQ_KIND_MASQUERADE));
+        assert_eq!(kind([169, 254, 169, 254], 32), Some(&NOMASQ_KIND_CIDR));
+        assert!(policy.decide(ip("169.254.1.1")).masquerade);
+        assert!(!policy.decide(ip("169.254.169.254")).masquerade);
+        assert_eq!(
+            entries.len(),
+            4,
+            "link-local's entry is the exception's: {entries:?}"
+        );
+    }
+
+    #[test]
+    fn exempt_sources_come_first_and_only_for_their_family() {
+        let config = extended(
+            &["10.0.0.0/8", "fd00::/8"],
+            &["10.100.10.0/24"],
+            &["100.64.0.0/16", "2001:db8:64::/48"],
+            false,
+        );
+        let policy = Policy::new(&config, true);
+        let exempt = Some(ip("100.64.1.2"));
+        let other = Some(ip("10.244.1.2"));
+        for destination in ["203.0.113.7", "10.100.10.5", "10.1.1.1"] {
+            let decision = policy.decide_from(exempt, ip(destination));
+            assert!(!decision.masquerade, "{destination}");
+            assert!(
+                matches!(decision.reason, Reason::Exempt(rule) if rule.matches_source()),
+                "{destination}: {decision:?}"
+            );
+        }
+        assert!(policy.decide_from(other, ip("203.0.113.7")).masquerade);
+        assert!(policy.decide_from(other, ip("10.100.10.5")).masquerade);
+        // An IPv4 source says nothing about IPv6 traffic, and the other way round.
+        assert!(policy.decide_from(exempt, ip("2001:db8:1::1")).masquerade);
+        assert!(
+            !policy
+                .decide_from(Some(ip("2001:db8:64::9")), ip("2001:db8:1::1"))
+                .masquerade
+        );
+        assert!(
+            policy
+                .decide_from(Some(ip("2001:db8:64::9")), ip("203.0.113.7"))
+                .masquerade
+        );
+        // IPv4-mapped sources are IPv4.
+        assert!(
+            !policy
+                .decide_from(Some(ip("::ffff:100.64.1.2")), ip("203.0.113.7"))
+                .masquerade
+        );
+        assert_eq!(
+            policy.nomasq_src_v4().into_iter().collect::<Vec<_>>(),
+            [((Ipv4Addr::new(100, 64, 0, 0), 16), NOMASQ_KIND_SOURCE)]
+        );
+        assert_eq!(policy.nomasq_src_v6().len(), 1);
+        assert!(Policy::new(&config, false).nomasq_src_v6().is_empty());
+        let rules = policy.rules(Family::Ipv4);
+        assert!(rules.first().is_some_and(Rule::matches_source), "{rules:?}");
+    }
+
+    #[test]
+    fn without_the_new_keys_the_chain_and_trie_are_upstreams() {
+        let cidrs = ["10.1.0.0/16", "10.0.0.0/8", "169.254.169.254/32"];
+        let plain = Policy::new(&test_config(&cidrs, false, false), false);
+        let empty_lists = Policy::new(&extended(&cidrs, &[], &[], false), false);
+        for policy in [&plain, &empty_lists] {
+            assert!(!policy.longest_prefix_first(Family::Ipv4));
+            let order: Vec<&str> = policy
+                .rules(Family::Ipv4)
+                .iter()
+                .map(|rule| rule.cidr.as_str())
+                .collect();
+            assert_eq!(
+                order,
+                [
+                    "169.254.0.0/16",
+                    "10.1.0.0/16",
+                    "10.0.0.0/8",
+                    "169.254.169.254/32"
+                ]
+            );
+            assert_eq!(
+                policy
+                    .nomasq_v4()
+                    .get(&(Ipv4Addr::new(169, 254, 169, 254), 32)),
+                Some(&NOMASQ_KIND_LINK_LOCAL)
+            );
+        }
+        // Only the family with the new keys changes.
+        let v4_only = Policy::new(&extended(&["fd00::/8"], &["10.9.0.0/16"], &[], false), true);
+        assert!(v4_only.longest_prefix_first(Family::Ipv4));
+        assert!(!v4_only.longest_prefix_first(Family::Ipv6));
+        let v6_rules: Vec<&str> = v4_only
+            .rules(Family::Ipv6)
+            .iter()
+            .map(|rule| rule.cidr.as_str())
+            .collect();
+        assert_eq!(v6_rules, ["fe80::/10", "fd00::/8"]);
+    }
+
+    #[test]
+    fn exceptions_that_change_nothing_are_found() {
+        let config = extended(
+            &["10.0.0.0/8", "10.1.0.0/16"],
+            &[
+                "10.1.2.0/24",
+                "10.1.2.128/25",
+                "203.0.113.0/24",
+                "10.0.0.0/7",
+                "169.254.1.0/24",
+            ],
+            &[],
+            false,
+        );
+        let policy = Policy::new(&config, false);
+        let ineffective: Vec<&str> = policy
+            .ineffective_masquerade_cidrs()
+            .into_iter()
+            .map(|sourced| sourced.cidr.as_str())
+            .collect();
+        // Inside another exception, outside every exempt range, or around the exempt ranges.
+        assert_eq!(
+            ineffective,
+            ["10.1.2.128/25", "203.0.113.0/24", "10.0.0.0/7"]
+        );
+        let masq_link_local = Policy::new(&extended(&[], &["169.254.1.0/24"], &[], true), false);
+        assert_eq!(masq_link_local.ineffective_masquerade_cidrs().len(), 1);
     }
 }

@@ -888,4 +888,131 @@ mod tests {
             ))
         );
     }
+
+    #[test]
+    fn masq_keys_are_read_counted_and_checked_against_each_other() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ip-masq-agent");
+        let read = |contents: &str| {
+            fs::write(&path, contents).expect("write");
+            load(&ConfigSource::File(path.clone()), &OPTIONS).map_err(|error| error.to_string())
+        };
+        let config =
+            read("masqueradeCIDRs: [10.100.10.0/24]\nnonMasqueradeSrcCIDRs: [100.64.0.0/16]\n")
+                .expect("valid");
+        // The defaults stay, with their origin: the file did not list them.
+        assert_eq!(texts(&config), DEFAULT_NON_MASQUERADE_CIDRS);
+        assert!(
+            config
+                .cidrs
+                .iter()
+                .all(|sourced| sourced.origin == CidrOrigin::Default)
+        );
+        assert_eq!(config.masquerade_cidrs[0].origin, CidrOrigin::file(&path));
+        assert_eq!(
+            config.non_masquerade_src_cidrs[0].cidr.as_str(),
+            "100.64.0.0/16"
+        );
+        assert!(config.raw.has_extensions());
+        assert!(
+            config.raw.to_go_json().ends_with(
+                r#""resyncInterval":"1m0s","masqueradeCIDRs":["10.100.10.0/24"],"nonMasqueradeSrcCIDRs":["100.64.0.0/16"]}"#
+            ),
+            "{}",
+            config.raw.to_go_json()
+        );
+        // Without the keys, upstream's log line exactly.
+        let plain = read("nonMasqueradeCIDRs: [10.0.0.0/8]\n").expect("valid");
+        assert_eq!(
+            plain.raw.to_go_json(),
+            r#"{"nonMasqueradeCIDRs":["10.0.0.0/8"],"cidrLimit":64,"masqLinkLocal":false,"masqLinkLocalIPv6":false,"resyncInterval":"1m0s"}"#
+        );
+        assert!(!plain.raw.has_extensions());
+        // cidrLimit counts every list (the 3 defaults and 2 more).
+        assert_eq!(
+            read("cidrLimit: 4\nmasqueradeCIDRs: [10.1.0.0/16]\nnonMasqueradeSrcCIDRs: [100.64.0.0/16]\n"),
+            Err("the daemon can only accept up to 4 CIDRs (excluding link-local), but got 5 CIDRs (excluding link local)".to_owned())
+        );
+        // nonMasqueradeCIDRs is validated first, as upstream does.
+        assert_eq!(
+            read("masqueradeCIDRs: [bad]\nnonMasqueradeCIDRs: [10.0.0.1/8]\n"),
+            Err(r#"CIDR "10.0.0.1/8" is not aligned to a CIDR block, ip: "10.0.0.1" network: "10.0.0.0/8""#.to_owned())
+        );
+        assert_eq!(
+            read("nonMasqueradeSrcCIDRs: [2001:db8::/32]\n"),
+            Err("ipv6 is not enabled, but ipv6 cidr 2001:db8::/32 provided. Enable ipv6 using --enable-ipv6 agent flag".to_owned())
+        );
+        let both = read("masqueradeCIDRs: [172.16.0.0/12]\n").expect_err("in both");
+        assert!(
+            both.starts_with(&format!(
+                r#"CIDR "172.16.0.0/12" is listed in both masqueradeCIDRs ({}) and nonMasqueradeCIDRs as "172.16.0.0/12" (default)"#,
+                path.display()
+            )),
+            "{both}"
+        );
+        // A null list is no list; an explicit empty one is logged as such.
+        let null = read("masqueradeCIDRs: null\nnonMasqueradeSrcCIDRs: []\n").expect("valid");
+        assert!(null.masquerade_cidrs.is_empty() && !null.raw.has_extensions());
+        assert!(
+            null.raw
+                .to_go_json()
+                .ends_with(r#","nonMasqueradeSrcCIDRs":[]}"#)
+        );
+    }
+
+    #[test]
+    fn directory_mode_merges_masq_keys_and_refuses_a_clash_across_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_configmap(
+            dir.path(),
+            &[
+                (
+                    "ip-masq-a",
+                    "nonMasqueradeCIDRs: [10.0.0.0/8]\nmasqueradeCIDRs: [10.1.0.0/16]\n",
+                ),
+                (
+                    "ip-masq-b",
+                    "masqueradeCIDRs: [10.1.0.0/16, 10.2.0.0/16]\nnonMasqueradeSrcCIDRs: [100.64.0.0/16]\n",
+                ),
+            ],
+            "..2026_11_27_01_02_03.1",
+        );
+        let source = ConfigSource::Directory(dir.path().to_path_buf());
+        let config = load(&source, &OPTIONS).expect("valid");
+        let masquerade: Vec<&str> = config
+            .masquerade_cidrs
+            .iter()
+            .map(|sourced| sourced.cidr.as_str())
+            .collect();
+        assert_eq!(
+            masquerade,
+            ["10.1.0.0/16", "10.2.0.0/16"],
+            "merged, duplicates once"
+        );
+        assert_eq!(config.non_masquerade_src_cidrs.len(), 1);
+
+        write_configmap(
+            dir.path(),
+            &[
+                (
+                    "ip-masq-a",
+                    "nonMasqueradeCIDRs: [10.0.0.0/8, 10.2.0.0/16]\n",
+                ),
+                ("ip-masq-b", "masqueradeCIDRs: [10.2.0.0/16]\n"),
+            ],
+            "..2026_11_27_01_02_04.2",
+        );
+        let error = load(&source, &OPTIONS)
+            .map(|_| ())
+            .map_err(|error| error.to_string());
+        let (a, b) = (dir.path().join("ip-masq-a"), dir.path().join("ip-masq-b"));
+        assert_eq!(
+            error,
+            Err(format!(
+                r#"CIDR "10.2.0.0/16" is listed in both masqueradeCIDRs ({}) and nonMasqueradeCIDRs as "10.2.0.0/16" ({}): the longest matching prefix decides, and one prefix cannot both masquerade and keep the pod's address; remove it from one list"#,
+                b.display(),
+                a.display()
+            ))
+        );
+    }
 }

@@ -380,4 +380,53 @@ mod tests {
             "-m comment --comment ip-masq-agent: ensure nat POSTROUTING directs all non-LOCAL destination traffic to our custom IP-MASQ-AGENT chain -m addrtype ! --dst-type LOCAL -j IP-MASQ-AGENT"
         );
     }
+
+    #[test]
+    fn exceptions_masquerade_like_the_final_rule_and_sources_return_first() {
+        let mut config = test_config(&["10.0.0.0/8", "fd00::/8"], false, false);
+        let sourced = |text: &str| crate::config::source::SourcedCidr {
+            cidr: Cidr::parse(text).expect("cidr"),
+            origin: crate::config::source::CidrOrigin::Default,
+        };
+        config.masquerade_cidrs = vec![sourced("10.100.10.0/24"), sourced("fd00:1::/32")];
+        config.non_masquerade_src_cidrs = vec![sourced("100.64.0.0/16")];
+        let policy = Policy::new(&config, true);
+        let text = restore_input(
+            &policy,
+            Family::Ipv4,
+            &options(true, "1024-29999,32768-65535"),
+        );
+        let exception = r#"-A IP-MASQ-AGENT -m comment --comment "ip-masq-agent: traffic to this destination is subject to MASQUERADE (longest prefix first)" -d 10.100.10.0/24 -j MASQUERADE --random-fully"#;
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines.get(2).copied(),
+            Some(
+                r#"-A IP-MASQ-AGENT -m comment --comment "ip-masq-agent: traffic from this source is not subject to MASQUERADE" -s 100.64.0.0/16 -j RETURN"#
+            )
+        );
+        // The exception takes the final rule's ports, protocol by protocol, then its catch-all.
+        assert_eq!(
+            lines.get(3).copied(),
+            Some(format!("{exception} -p tcp -m statistic --mode random --probability 0.469292562840114 --to-ports 1024-29999").as_str())
+        );
+        assert_eq!(lines.get(9).copied(), Some(exception));
+        assert_eq!(
+            lines.get(10).copied(),
+            Some(format!("{RETURN}169.254.0.0/16 -j RETURN").as_str())
+        );
+        assert_eq!(
+            lines.get(11).copied(),
+            Some(format!("{RETURN}10.0.0.0/8 -j RETURN").as_str())
+        );
+        assert_eq!(lines.len(), 2 + 1 + 7 + 2 + 7 + 1, "{text}");
+        // The IPv6 chain has no source exemption of its family, but an exception.
+        let v6 = restore_input(&policy, Family::Ipv6, &options(false, ""));
+        assert_eq!(
+            v6,
+            format!(
+                "*nat\n:IP-MASQ-AGENT - [0:0]\n{}\n{RETURN}fe80::/10 -j RETURN\n{RETURN}fd00::/8 -j RETURN\n{MASQ}\nCOMMIT\n",
+                r#"-A IP-MASQ-AGENT -m comment --comment "ip-masq-agent: traffic to this destination is subject to MASQUERADE (longest prefix first)" -d fd00:1::/32 -j MASQUERADE"#
+            )
+        );
+    }
 }
