@@ -106,6 +106,12 @@ pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
                     reason(decision)
                 )?;
             }
+            if args.source.is_none() && !config.non_masquerade_src_cidrs.is_empty() {
+                writeln!(
+                    out,
+                    "(judged by destination only: pass --source to check {NON_MASQUERADE_SRC_CIDRS_KEY})"
+                )?;
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
