@@ -3,6 +3,13 @@
 //! upstream's Go pipeline does it, unless `tests/go-oracle/known-differences.txt` lists it with
 //! a reason. See `tests/go-oracle/regenerate.sh` for how it is made (go-compat's own
 //! `tests/go_routines.rs` replays Go's answers of the single routines).
+//!
+//! Documents that set masq's own keys (`masqueradeCIDRs`, `nonMasqueradeSrcCIDRs`, under any
+//! spelling `encoding/json` matches) are held to more than the list: upstream's struct has no
+//! such fields and ignores them, so masq must read the document with those keys removed exactly
+//! as Go reads the whole one, and where both accept the whole document, the upstream part of
+//! masq's config (the list, `cidrLimit`, the flags, the interval, the log line without masq's
+//! keys) must be Go's. Only honouring its own keys may set masq apart there.
 
 #![expect(
     clippy::expect_used,
@@ -12,9 +19,9 @@
 use std::{collections::BTreeMap, fmt::Write as _, fs, path::Path};
 
 use base64::Engine as _;
-use go_compat::json::{JsonValue, quote_string};
+use go_compat::json::{JsonValue, find_field, quote_string};
 use masq::config::{
-    GoDuration,
+    GoDuration, MASQUERADE_CIDRS_KEY, MasqConfig, NON_MASQUERADE_SRC_CIDRS_KEY,
     source::{ConfigError, ConfigSource, EffectiveConfig, ReadOptions, load},
 };
 use serde_json::{Value, json};
@@ -115,6 +122,57 @@ fn normalized(config: &EffectiveConfig) -> Value {
     })
 }
 
+/// [`normalized`] of what upstream would see of `config`: the config without masq's own lists,
+/// so the log line is upstream's. Everything else in the normalized form is upstream's already.
+fn upstream_part(config: &EffectiveConfig) -> Value {
+    let mut normalized = normalized(config);
+    let upstream = MasqConfig {
+        masquerade_cidrs: None,
+        non_masquerade_src_cidrs: None,
+        ..config.raw.clone()
+    };
+    normalized["logged"] = Value::String(upstream.to_go_json());
+    normalized
+}
+
+/// The fields masq's decoder matches keys to: upstream's, then masq's own two.
+const FIELDS: [&str; 7] = [
+    "nonMasqueradeCIDRs",
+    "cidrLimit",
+    "masqLinkLocal",
+    "masqLinkLocalIPv6",
+    "resyncInterval",
+    MASQUERADE_CIDRS_KEY,
+    NON_MASQUERADE_SRC_CIDRS_KEY,
+];
+
+/// For a document that sets masq's own keys (under any spelling `encoding/json` matches to
+/// them), the JSON text of it without them, members otherwise in the order decoding sees them:
+/// the document upstream's struct, which lacks those fields, effectively decodes.
+fn without_own_keys(document: &JsonValue) -> Option<String> {
+    let JsonValue::Object(members) = document else {
+        return None;
+    };
+    let own = |key: &str| {
+        find_field(&FIELDS, key)
+            .and_then(|index| FIELDS.get(index))
+            .is_some_and(|field| {
+                [MASQUERADE_CIDRS_KEY, NON_MASQUERADE_SRC_CIDRS_KEY].contains(field)
+            })
+    };
+    if !members.iter().any(|(key, _)| own(key)) {
+        return None;
+    }
+    let kept = members
+        .iter()
+        .filter(|(key, _)| !own(key))
+        .cloned()
+        .collect();
+    let mut text = String::new();
+    write_json(&JsonValue::Object(kept), false, &mut text);
+    Some(text)
+}
+
 /// Runs `work` with room for documents nested 10,000 deep (Go grows its stacks for them).
 fn on_big_stack<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
     let thread = std::thread::Builder::new().stack_size(256 << 20);
@@ -138,6 +196,7 @@ fn read_every_corpus_document_as_go_does() {
     let path = dir.path().join("ip-masq-agent");
     let mut report = String::new();
     let mut mismatches = 0;
+    let mut own_key_cases = 0;
     let mut stale = Vec::new();
     // For maintaining the allow-list: every difference, as JSON lines, to this file.
     let mut dump = std::env::var_os("MASQ_ORACLE_DIFFS").map(|_| String::new());
@@ -150,12 +209,36 @@ fn read_every_corpus_document_as_go_does() {
         };
         // The JSON document sigs.k8s.io/yaml makes of a YAML file, as json.Marshal writes it
         // (where masq's conversion fails, the outcomes differ unless Go failed alike).
+        let document = go_compat::yaml::to_json(&case.doc).ok();
         let mut converted = String::new();
-        if let (Some(_), Ok(value)) = (&case.yaml_json, go_compat::yaml::to_json(&case.doc)) {
-            marshal(&value, &mut converted);
+        if let (Some(_), Some(value)) = (&case.yaml_json, &document) {
+            write_json(value, true, &mut converted);
         }
         let conversion_differs = !converted.is_empty() && case.yaml_json != Some(converted);
         let masq = load(&ConfigSource::File(path.clone()), &options);
+        // Upstream ignores masq's own keys: without them, masq must read the document as Go
+        // read it whole, and the upstream part of what masq accepts must be Go's.
+        let mut own_keys_problem = None;
+        if let Some(stripped) = document.as_ref().and_then(without_own_keys) {
+            own_key_cases += 1;
+            if let (Ok(config), Ok(go)) = (&masq, &case.go)
+                && upstream_part(config) != *go
+            {
+                own_keys_problem = Some(format!(
+                    "the upstream part of masq's config is not Go's: {:?}",
+                    upstream_part(config)
+                ));
+            }
+            fs::write(&path, &stripped).expect("write document");
+            let without = load(&ConfigSource::File(path.clone()), &options)
+                .map(|config| normalized(&config))
+                .map_err(|e| e.to_string());
+            if without != case.go {
+                own_keys_problem = Some(format!(
+                    "without masq's own keys ({stripped}) masq reads {without:?}"
+                ));
+            }
+        }
         // README, "Differences from ip-masq-agent": a file holding no document is rejected
         // rather than meaning the defaults.
         if case.yaml_json.as_deref() == Some("null")
@@ -168,6 +251,19 @@ fn read_every_corpus_document_as_go_does() {
             .map_err(|e| e.to_string());
         let differs = masq != case.go;
         match (allowed.get(&case.id), differs, conversion_differs) {
+            _ if own_keys_problem.is_some() => {
+                mismatches += 1;
+                let _ = writeln!(
+                    report,
+                    "{} (ipv6 {}, reserved {}): {:?}\n  go:   {:?}\n  {}",
+                    case.id,
+                    case.ipv6,
+                    case.reserved,
+                    String::from_utf8_lossy(&case.doc),
+                    case.go,
+                    own_keys_problem.unwrap_or_default()
+                );
+            }
             (None, false, false) => {}
             (Some((Allowed::Wording, _)), true, false) if masq.is_err() && case.go.is_err() => {}
             (Some((Allowed::Decision, _)), true, _)
@@ -212,6 +308,10 @@ fn read_every_corpus_document_as_go_does() {
     if let (Some(dump), Some(path)) = (dump, std::env::var_os("MASQ_ORACLE_DIFFS")) {
         fs::write(path, dump).expect("write the differences");
     }
+    assert!(
+        own_key_cases >= 50,
+        "only {own_key_cases} corpus documents set masq's own keys (gen.py, MASQ_KEYS)"
+    );
     let unknown: Vec<&String> = allowed
         .keys()
         .filter(|id| !cases.iter().any(|case| &case.id == *id))
@@ -225,8 +325,9 @@ fn read_every_corpus_document_as_go_does() {
     );
 }
 
-/// `json.Marshal` of a decoded JSON value: compact, object keys sorted.
-fn marshal(value: &JsonValue, out: &mut String) {
+/// A decoded JSON value as compact JSON text; with `sort`, object keys sorted as `json.Marshal`
+/// writes a map, otherwise members (duplicates included) in their order.
+fn write_json(value: &JsonValue, sort: bool, out: &mut String) {
     let mut list = |(open, close), items: Vec<(Option<&String>, &JsonValue)>| {
         out.push(open);
         for (at, (key, item)) in items.into_iter().enumerate() {
@@ -234,7 +335,7 @@ fn marshal(value: &JsonValue, out: &mut String) {
             if let Some(key) = key {
                 let _ = write!(out, "{}:", quote_string(key));
             }
-            marshal(item, out);
+            write_json(item, sort, out);
         }
         out.push(close);
     };
@@ -242,7 +343,9 @@ fn marshal(value: &JsonValue, out: &mut String) {
         JsonValue::Array(items) => list(('[', ']'), items.iter().map(|i| (None, i)).collect()),
         JsonValue::Object(members) => {
             let mut members: Vec<_> = members.iter().map(|(k, v)| (Some(k), v)).collect();
-            members.sort_by_key(|(key, _)| *key);
+            if sort {
+                members.sort_by_key(|(key, _)| *key);
+            }
             list(('{', '}'), members);
         }
         JsonValue::Null => out.push_str("null"),

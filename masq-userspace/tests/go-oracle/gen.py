@@ -7,11 +7,12 @@ Each line is {"doc": base64 of the file's bytes, "ipv6": --enable-ipv6, "reserve
 says. The output is deterministic (fixed seed), so regenerating the corpus only changes it
 when this script, the seeds or the Go packages change.
 
-Documents come from four places: seeds.json (inputs of masq's own tests over the years),
+Documents come from five places: seeds.json (inputs of masq's own tests over the years),
 FORMER_TESTS (the documents of unit tests whose assertions now live here), config-shaped
-documents built from lists of interesting keys, values and layouts, and mutations of those
+documents built from lists of interesting keys, values and layouts, mutations of those
 (characters inserted, deleted or replaced, bytes that are not UTF-8) that exercise the error
-paths and their wording.
+paths and their wording, and MASQ_KEYS (documents using masq's own keys, which upstream
+ignores).
 """
 
 import base64
@@ -643,6 +644,93 @@ for bad in BAD:
                      b"nonMasqueradeCIDRs: [\"10.0.0.0/8%s\"]\n", b"{%s}",
                      b"{\"nonMasqueradeCIDRs\": [\"%s\"]}", b"\xef\xbb\xbf%s"]:
         emit(template % bad)
+
+# ---------------------------------------------------------------------------------------------
+# masq's own keys (issue 26), which upstream's struct does not have: encoding/json ignores
+# them, whatever their value or type, so Go answers as if they were absent. The replay checks
+# that masq, with them removed, reads each document as Go does; known-differences.txt lists
+# where masq honours them. Emitted last, so the documents before keep their random draws.
+# (ipv6, reserved) default to (False, False).
+MASQ_KEYS = {
+    # A masquerade exception inside the default exempt ranges.
+    "masqueradeCIDRs: [10.1.2.0/24]\n": [(False, False), (False, True)],
+    "masqueradeCIDRs:\n  - 10.96.0.0/12\n  - 192.168.7.7/32\n": [],
+    # With an explicit nonMasqueradeCIDRs list, and the full set of upstream keys beside.
+    "nonMasqueradeCIDRs: [10.0.0.0/8, 192.168.0.0/16]\nmasqueradeCIDRs: [10.1.0.0/16, "
+    "192.168.5.5/32]\n": [],
+    "nonMasqueradeCIDRs:\n  - 10.0.0.0/8\nmasqueradeCIDRs:\n  - 10.96.0.0/12\n"
+    "nonMasqueradeSrcCIDRs:\n  - 10.244.0.0/16\ncidrLimit: 5\nmasqLinkLocal: true\n"
+    "resyncInterval: 30s\n": [],
+    # An exception outside every exempt range (a no-op for masq), one inside a reserved range.
+    "masqueradeCIDRs: [8.8.8.0/24]\n": [],
+    "masqueradeCIDRs: [100.64.1.0/24]\n": [(False, False), (False, True)],
+    # Source exemptions alone.
+    "nonMasqueradeSrcCIDRs: [10.244.1.0/24]\n": [],
+    "nonMasqueradeSrcCIDRs:\n  - 10.244.1.0/24\n  - 10.244.2.5/32\nnonMasqueradeCIDRs: []\n": [],
+    # Both keys, as YAML and as JSON.
+    "masqueradeCIDRs: [10.1.2.0/24]\nnonMasqueradeSrcCIDRs: [10.244.0.0/16]\n": [],
+    '{"masqueradeCIDRs": ["10.1.2.0/24"], "nonMasqueradeSrcCIDRs": ["10.244.0.0/16"]}': [],
+    '{"nonMasqueradeCIDRs": ["10.0.0.0/8"], "masqueradeCIDRs": ["10.96.0.0/12"], '
+    '"nonMasqueradeSrcCIDRs": ["10.244.0.0/16"], "cidrLimit": 3}': [],
+    # IPv6 entries, with and without --enable-ipv6.
+    "masqueradeCIDRs: [fd00:1::/64]\n": [(False, False), (True, False)],
+    "nonMasqueradeSrcCIDRs: [fd00:10::/64]\n": [(False, False), (True, False)],
+    "nonMasqueradeCIDRs: [10.0.0.0/8, fd00::/8]\nmasqueradeCIDRs: [fd00:1::/32, 10.1.0.0/16]\n"
+    "nonMasqueradeSrcCIDRs: [fd00:10::/64]\n": [(False, False), (True, False)],
+    "masqueradeCIDRs: [\"::ffff:10.1.0.0/112\"]\n": [(False, False), (True, False)],
+    # Empty and null lists.
+    "masqueradeCIDRs: []\n": [],
+    "masqueradeCIDRs:\n": [],
+    "masqueradeCIDRs: null\nnonMasqueradeSrcCIDRs: ~\n": [],
+    '{"nonMasqueradeSrcCIDRs": []}': [],
+    "masqueradeCIDRs: [~, 10.1.0.0/16]\n": [],
+    # Wrong types.
+    "masqueradeCIDRs: 5\n": [],
+    "masqueradeCIDRs: 10.1.0.0/16\n": [],
+    "masqueradeCIDRs: {a: 1}\n": [],
+    "masqueradeCIDRs: [10, true]\n": [],
+    "nonMasqueradeSrcCIDRs: true\n": [],
+    '{"nonMasqueradeSrcCIDRs": "10.244.0.0/16"}': [],
+    # A type error in masq's key and one in upstream's: the first in document order wins
+    # (YAMLToJSON sorts the keys, JSON keeps them as written).
+    "masqueradeCIDRs: 5\ncidrLimit: x\n": [],
+    '{"masqueradeCIDRs": 5, "cidrLimit": "x"}': [],
+    '{"cidrLimit": "x", "masqueradeCIDRs": 5}': [],
+    # Invalid CIDRs inside the new lists.
+    "masqueradeCIDRs: [abcdefg]\n": [],
+    "masqueradeCIDRs: [10.1.0.1/16]\n": [],
+    "masqueradeCIDRs: ['']\n": [],
+    "nonMasqueradeSrcCIDRs: [10.244.0.0/33]\n": [],
+    "nonMasqueradeSrcCIDRs: [10.244.0.0/16, garbage]\n": [],
+    "masqueradeCIDRs: [10.1.0.0/000016]\n": [],
+    # An invalid CIDR in upstream's list beside the new ones: both refuse it alike.
+    "nonMasqueradeCIDRs: [10.0.0.1/8]\nmasqueradeCIDRs: [garbage]\n": [],
+    # The same prefix masqueraded and kept: the defaults', an explicit list's, an alias's.
+    "masqueradeCIDRs: [10.0.0.0/8]\n": [],
+    "nonMasqueradeCIDRs: [10.0.0.0/8]\nmasqueradeCIDRs: [10.0.0.0/08]\n": [],
+    "nonMasqueradeCIDRs: &a [172.16.0.0/12]\nmasqueradeCIDRs: *a\n": [],
+    # cidrLimit: upstream counts nonMasqueradeCIDRs only, masq counts all three lists.
+    "cidrLimit: 3\nmasqueradeCIDRs: [10.1.0.0/16]\n": [],
+    "cidrLimit: 4\nmasqueradeCIDRs: [10.1.0.0/16]\n": [],
+    "cidrLimit: 1\nnonMasqueradeCIDRs: [10.0.0.0/8]\nnonMasqueradeSrcCIDRs: [10.244.0.0/16]\n": [],
+    "cidrLimit: 1\nnonMasqueradeCIDRs: [10.0.0.0/8, 1.0.0.0/8]\nmasqueradeCIDRs: [10.1.0.0/16]\n": [],
+    # Spellings encoding/json's case-insensitive match maps to masq's keys (ſ folds to s),
+    # repeated keys, and near misses that match nothing.
+    "MasqueradeCidrs: [10.1.0.0/16]\n": [],
+    "MASQUERADECIDRS: [10.1.0.0/16]\n": [],
+    "masqueradecidrs: [10.1.0.0/16]\n": [],
+    "NonMasqueradeSrcCidrs: [10.244.0.0/16]\n": [],
+    "nonmasqueradesrccidrs: [10.244.0.0/16]\n": [],
+    "masqueradeCIDRſ: [10.1.0.0/16]\n": [],
+    '{"masqueradeCIDRs": ["10.1.0.0/16"], "MASQUERADECIDRS": ["10.2.0.0/16"]}': [],
+    '{"MASQUERADECIDRS": ["10.2.0.0/16"], "masqueradeCIDRs": ["10.1.0.0/16"]}': [],
+    "masqueradeCIDR: [10.1.0.0/16]\n": [],
+    "masquerade_cidrs: [10.1.0.0/16]\n": [],
+    "nonMasqueradeSrcCIDR: [garbage]\n": [],
+}
+for doc, flags in MASQ_KEYS.items():
+    for ipv6, reserved in flags or [(False, False)]:
+        emit(doc, ipv6=ipv6, reserved=reserved)
 
 
 
