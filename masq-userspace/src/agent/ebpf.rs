@@ -160,7 +160,14 @@ impl EbpfBackend {
                 nat_v6_max_entries,
                 nomasq_v6_max_entries,
                 counters_resized,
+                missing_added,
             } => {
+                if !missing_added.is_empty() {
+                    tracing::info!(
+                        maps = ?missing_added,
+                        "the pinned maps predate some this version uses: creating them empty next to the adopted ones"
+                    );
+                }
                 if nat_max_entries != options.nat_max_entries {
                     tracing::warn!(
                         pinned = nat_max_entries,
