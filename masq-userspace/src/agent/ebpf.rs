@@ -26,7 +26,7 @@ use crate::{
         DatapathError,
         attach::{AttachMode, attach_uplink, detach_uplink},
         gc,
-        maps::{DatapathMaps, KernelFlow, NomasqTrie as _},
+        maps::{DatapathMaps, KernelFlow, NomasqTrie as _, Trie},
         object::{Datapath, LoadOptions, StagedMaps},
         pins::{PinDir, PinnedState, is_on_bpffs},
         sync::{TrieView, check_trie_capacity, settings, sync_nomasq},
@@ -516,8 +516,11 @@ impl Backend for EbpfBackend {
         let (wanted_v4, wanted_v6) = (policy.nomasq_v4(), policy.nomasq_v6());
         // Both families fit before either is changed, so a config too big for one is rejected
         // whole. (Without --enable-ipv6 the IPv6 trie is kept empty.)
-        check_trie_capacity(wanted_v6.len(), Ipv6Addr::capacity(&self.datapath.maps))
-            .map_err(DatapathError::from)?;
+        check_trie_capacity(
+            wanted_v6.len(),
+            Ipv6Addr::capacity(&self.datapath.maps, Trie::Destinations),
+        )
+        .map_err(DatapathError::from)?;
         let maps = &mut self.datapath.maps;
         let before_v4 = maps.nomasq_last_synced.clone();
         let report_v4 = sync_nomasq(maps, &wanted_v4, view)?;

@@ -12,7 +12,7 @@ use crate::policy::NomasqEntries;
 
 use super::{
     error::DatapathError,
-    maps::{DatapathMaps, NomasqTrie},
+    maps::{DatapathMaps, NomasqTrie, Trie},
 };
 
 /// What a trie sync changed.
@@ -26,17 +26,26 @@ pub struct TrieSync {
     pub unchanged: usize,
 }
 
-/// A config whose non-masquerade entries do not fit the trie.
+/// A config whose entries do not fit a trie.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "the config needs {needed} non-masquerade trie entries (CIDRs plus link-local), but the \
-     datapath holds at most {capacity}; raise --nomasq-max-entries"
+    "the config needs {needed} {what}, but the datapath holds at most {capacity}{remedy}",
+    what = match .trie {
+        Trie::Destinations => "non-masquerade trie entries (CIDRs plus link-local)",
+        Trie::Sources => "source trie entries of one family (nonMasqueradeSrcCIDRs)",
+    },
+    remedy = match .trie {
+        Trie::Destinations => "; raise --nomasq-max-entries",
+        Trie::Sources => "",
+    }
 )]
 pub struct TrieCapacityError {
     /// Entries the config needs.
     pub needed: usize,
     /// Entries the trie holds.
     pub capacity: u32,
+    /// Which trie.
+    pub trie: Trie,
 }
 
 /// What a trie sync compares the desired entries with.
@@ -50,10 +59,20 @@ pub enum TrieView {
     LastSynced,
 }
 
-/// Checks that `needed` entries fit a trie of `capacity`, before anything is changed.
+/// Checks that `needed` entries fit a destination trie of `capacity`, before anything is
+/// changed.
 pub fn check_trie_capacity(needed: usize, capacity: u32) -> Result<(), TrieCapacityError> {
+    check_capacity(Trie::Destinations, needed, capacity)
+}
+
+/// Checks that `needed` entries fit `trie` of `capacity`, before anything is changed.
+pub fn check_capacity(trie: Trie, needed: usize, capacity: u32) -> Result<(), TrieCapacityError> {
     if needed > capacity as usize {
-        return Err(TrieCapacityError { needed, capacity });
+        return Err(TrieCapacityError {
+            needed,
+            capacity,
+            trie,
+        });
     }
     Ok(())
 }
@@ -70,11 +89,42 @@ pub fn sync_nomasq<A: NomasqTrie>(
     desired: &NomasqEntries<A>,
     view: TrieView,
 ) -> Result<TrieSync, DatapathError> {
-    let capacity = A::capacity(maps);
-    check_trie_capacity(desired.len(), capacity)?;
-    let current: NomasqEntries<A> = match (view, A::last_synced(maps).take()) {
+    sync_trie(maps, Trie::Destinations, desired, view)
+}
+
+/// Makes a family's source trie hold exactly `desired` (`nonMasqueradeSrcCIDRs`), as
+/// [`sync_nomasq`] does the destination trie: whole or not at all, additions first.
+pub fn sync_nomasq_src<A: NomasqTrie>(
+    maps: &mut DatapathMaps,
+    desired: &NomasqEntries<A>,
+    view: TrieView,
+) -> Result<TrieSync, DatapathError> {
+    sync_trie(maps, Trie::Sources, desired, view)
+}
+
+/// Makes a family's `trie` hold exactly `desired` (see [`sync_nomasq`]). A trie the handles
+/// lack (a source trie opened from an older masq's pins) holds nothing, so nothing is all it
+/// can be made to hold.
+pub fn sync_trie<A: NomasqTrie>(
+    maps: &mut DatapathMaps,
+    trie: Trie,
+    desired: &NomasqEntries<A>,
+    view: TrieView,
+) -> Result<TrieSync, DatapathError> {
+    if A::trie(maps, trie).is_none() {
+        if desired.is_empty() {
+            return Ok(TrieSync::default());
+        }
+        return Err(DatapathError::Missing {
+            kind: "map",
+            name: A::map_name(trie),
+        });
+    }
+    let capacity = A::capacity(maps, trie);
+    check_capacity(trie, desired.len(), capacity)?;
+    let current: NomasqEntries<A> = match (view, A::last_synced(maps, trie).take()) {
         (TrieView::LastSynced, Some(last)) => last,
-        _ => maps.trie_entries::<A>()?.into_iter().collect(),
+        _ => maps.trie_entries_of::<A>(trie)?.into_iter().collect(),
     };
     // Both maps are sorted: one walk over the two finds what to write and what to delete, so
     // a small change to a large list costs no lookups per entry.
@@ -120,10 +170,14 @@ pub fn sync_nomasq<A: NomasqTrie>(
         tracing::warn!(
             late = late.len(),
             capacity,
-            "the old and new non-masquerade entries together exceed the trie: stale entries are removed before the last additions"
+            trie = A::map_name(trie),
+            "the old and new entries together exceed the trie: stale entries are removed before the last additions"
         );
     }
-    let mut journal = Journal { undo: Vec::new() };
+    let mut journal = Journal {
+        trie,
+        undo: Vec::new(),
+    };
     let applied = (|| {
         for &(key, kind) in &early {
             journal.write(maps, key, kind, current.get(&key).copied())?;
@@ -138,7 +192,7 @@ pub fn sync_nomasq<A: NomasqTrie>(
     })();
     match applied {
         Ok(()) => {
-            *A::last_synced(maps) = Some(desired.clone());
+            *A::last_synced(maps, trie) = Some(desired.clone());
             Ok(report)
         }
         // The undo may fail too: the next sync reads what the kernel holds.
@@ -151,6 +205,8 @@ pub fn sync_nomasq<A: NomasqTrie>(
 
 /// The trie changes made so far, to be undone if a later one fails.
 struct Journal<A> {
+    /// Which trie.
+    trie: Trie,
     /// (entry, its value before the change, if it had one).
     undo: Vec<((A, u8), Option<u32>)>,
 }
@@ -160,6 +216,18 @@ fn trie_key<A: NomasqTrie>((addr, prefix): (A, u8)) -> Key<A::Octets> {
 }
 
 impl<A: NomasqTrie> Journal<A> {
+    /// The journal's trie (`sync_trie` checked that the handles have it).
+    fn map<'maps>(
+        &self,
+        maps: &'maps mut DatapathMaps,
+    ) -> Result<&'maps mut aya::maps::LpmTrie<aya::maps::MapData, A::Octets, u32>, DatapathError>
+    {
+        A::trie_mut(maps, self.trie).ok_or(DatapathError::Missing {
+            kind: "map",
+            name: A::map_name(self.trie),
+        })
+    }
+
     fn write(
         &mut self,
         maps: &mut DatapathMaps,
@@ -167,9 +235,9 @@ impl<A: NomasqTrie> Journal<A> {
         kind: u32,
         before: Option<u32>,
     ) -> Result<(), DatapathError> {
-        A::trie_mut(maps)
+        self.map(maps)?
             .insert(&trie_key(key), kind, 0)
-            .map_err(DatapathError::map("inserting into", A::MAP_NAME))?;
+            .map_err(DatapathError::map("inserting into", A::map_name(self.trie)))?;
         self.undo.push((key, before));
         Ok(())
     }
@@ -180,23 +248,26 @@ impl<A: NomasqTrie> Journal<A> {
         key: (A, u8),
         before: Option<u32>,
     ) -> Result<(), DatapathError> {
-        A::trie_mut(maps)
+        self.map(maps)?
             .remove(&trie_key(key))
-            .map_err(DatapathError::map("removing from", A::MAP_NAME))?;
+            .map_err(DatapathError::map("removing from", A::map_name(self.trie)))?;
         self.undo.push((key, before));
         Ok(())
     }
 
     /// Puts every changed entry back as it was, newest change first.
     fn undo(self, maps: &mut DatapathMaps) {
+        let name = A::map_name(self.trie);
+        let Some(trie) = A::trie_mut(maps, self.trie) else {
+            return;
+        };
         for (key, before) in self.undo.into_iter().rev() {
-            let trie = A::trie_mut(maps);
             let restored = match before {
                 Some(kind) => trie.insert(&trie_key(key), kind, 0),
                 None => trie.remove(&trie_key(key)),
             };
             if let Err(error) = restored {
-                tracing::error!(cidr = %format!("{}/{}", key.0, key.1), %error, "could not undo a trie change; the next resync repairs it");
+                tracing::error!(trie = name, cidr = %format!("{}/{}", key.0, key.1), %error, "could not undo a trie change; the next resync repairs it");
             }
         }
     }
