@@ -199,6 +199,16 @@ impl Policy {
     pub fn nomasq_v6(&self) -> NomasqEntries<Ipv6Addr> {
         self.trie_entries()
     }
+
+    /// TEMP stub (drop when merging): the IPv4 source trie, `nonMasqueradeSrcCIDRs`.
+    pub fn nomasq_src_v4(&self) -> NomasqEntries<Ipv4Addr> {
+        std::iter::empty().collect()
+    }
+
+    /// TEMP stub (drop when merging): the IPv6 source trie.
+    pub fn nomasq_src_v6(&self) -> NomasqEntries<Ipv6Addr> {
+        std::iter::empty().collect()
+    }
 }
 
 /// An address of one family as trie entries need it: its family, the key of a network, and
