@@ -1,14 +1,22 @@
 //! Bringing the datapath maps in line with the policy and the agent's settings.
 
-use std::cmp::Ordering;
+use std::{
+    cmp::Ordering,
+    net::{Ipv4Addr, Ipv6Addr},
+};
 
 use aya::maps::lpm_trie::Key;
 use masq_common::{
     ports::PortRange,
-    settings::{MAX_PORT_RANGES, SETTING_ENABLED, SETTING_RANDOM_FULLY, Settings},
+    settings::{
+        MAX_PORT_RANGES, SETTING_ENABLED, SETTING_RANDOM_FULLY, SETTING_SOURCE_EXEMPTIONS, Settings,
+    },
 };
 
-use crate::policy::NomasqEntries;
+use crate::{
+    config::cidr::Family,
+    policy::{NomasqEntries, TrieAddress as _},
+};
 
 use super::{
     error::DatapathError,
@@ -203,6 +211,160 @@ pub fn sync_trie<A: NomasqTrie>(
     }
 }
 
+/// What every trie of the datapath should hold: a config's whole say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WantedTries {
+    /// The IPv4 destination trie.
+    pub destinations_v4: NomasqEntries<Ipv4Addr>,
+    /// The IPv6 destination trie (empty without `--enable-ipv6`).
+    pub destinations_v6: NomasqEntries<Ipv6Addr>,
+    /// The IPv4 source trie.
+    pub sources_v4: NomasqEntries<Ipv4Addr>,
+    /// The IPv6 source trie.
+    pub sources_v6: NomasqEntries<Ipv6Addr>,
+}
+
+/// Every trie empty.
+impl Default for WantedTries {
+    fn default() -> Self {
+        // `NomasqEntries`' derived `Default` would ask the address to have one.
+        Self {
+            destinations_v4: std::iter::empty().collect(),
+            destinations_v6: std::iter::empty().collect(),
+            sources_v4: std::iter::empty().collect(),
+            sources_v6: std::iter::empty().collect(),
+        }
+    }
+}
+
+impl WantedTries {
+    /// Whether the source tries hold entries once synced, so the datapath must look pod
+    /// sources up (`SETTING_SOURCE_EXEMPTIONS`).
+    pub fn source_exemptions(&self) -> bool {
+        !self.sources_v4.is_empty() || !self.sources_v6.is_empty()
+    }
+}
+
+/// What a sync of one trie changed: its family, which trie, the counts.
+pub type TrieReport = (Family, Trie, TrieSync);
+
+/// What the last syncs wrote to the tries [`sync_tries`] syncs before its last, to go back to
+/// (the last one undoes its own changes when it fails).
+struct LastSynced {
+    destinations_v4: Option<NomasqEntries<Ipv4Addr>>,
+    destinations_v6: Option<NomasqEntries<Ipv6Addr>>,
+    sources_v4: Option<NomasqEntries<Ipv4Addr>>,
+}
+
+impl LastSynced {
+    fn of(maps: &mut DatapathMaps) -> Self {
+        Self {
+            destinations_v4: Ipv4Addr::last_synced(maps, Trie::Destinations).clone(),
+            destinations_v6: Ipv6Addr::last_synced(maps, Trie::Destinations).clone(),
+            sources_v4: Ipv4Addr::last_synced(maps, Trie::Sources).clone(),
+        }
+    }
+
+    /// Puts the first `synced` tries, in [`sync_tries`]' order, back as they were. Unknown
+    /// before (the first sync): the next resync compares with what the kernel holds.
+    fn restore(self, maps: &mut DatapathMaps, synced: usize) {
+        fn back<A: NomasqTrie>(
+            maps: &mut DatapathMaps,
+            trie: Trie,
+            before: Option<NomasqEntries<A>>,
+        ) {
+            if let Some(before) = before
+                && let Err(undo) = sync_trie(maps, trie, &before, TrieView::LastSynced)
+            {
+                tracing::error!(trie = A::map_name(trie), %undo, "could not restore a trie after a later one failed; the next resync repairs it");
+            }
+        }
+        if synced > 0 {
+            back(maps, Trie::Destinations, self.destinations_v4);
+        }
+        if synced > 1 {
+            back(maps, Trie::Destinations, self.destinations_v6);
+        }
+        if synced > 2 {
+            back(maps, Trie::Sources, self.sources_v4);
+        }
+        // All four synced is a success: nothing to restore.
+    }
+}
+
+/// Makes every trie hold what `wanted` says, or, if one cannot, every trie what it held
+/// before: a config is applied whole or not at all. Every trie's capacity is checked before
+/// any is changed. The destination tries go first, then the source tries; the caller sets
+/// `SETTING_SOURCE_EXEMPTIONS` only afterwards, so the datapath never looks sources up in a
+/// trie that is still being filled.
+pub fn sync_tries(
+    maps: &mut DatapathMaps,
+    wanted: &WantedTries,
+    view: TrieView,
+) -> Result<Vec<TrieReport>, DatapathError> {
+    for (trie, needed, capacity) in [
+        (
+            Trie::Destinations,
+            wanted.destinations_v4.len(),
+            Ipv4Addr::capacity(maps, Trie::Destinations),
+        ),
+        (
+            Trie::Destinations,
+            wanted.destinations_v6.len(),
+            Ipv6Addr::capacity(maps, Trie::Destinations),
+        ),
+        (
+            Trie::Sources,
+            wanted.sources_v4.len(),
+            Ipv4Addr::capacity(maps, Trie::Sources),
+        ),
+        (
+            Trie::Sources,
+            wanted.sources_v6.len(),
+            Ipv6Addr::capacity(maps, Trie::Sources),
+        ),
+    ] {
+        // A missing source trie (never in a loaded datapath) is `sync_trie`'s to report.
+        if trie == Trie::Sources && capacity == 0 {
+            continue;
+        }
+        check_capacity(trie, needed, capacity)?;
+    }
+    let before = LastSynced::of(maps);
+    let mut reports = Vec::with_capacity(4);
+    let synced = (|| {
+        reports.push((
+            Ipv4Addr::FAMILY,
+            Trie::Destinations,
+            sync_trie(maps, Trie::Destinations, &wanted.destinations_v4, view)?,
+        ));
+        reports.push((
+            Ipv6Addr::FAMILY,
+            Trie::Destinations,
+            sync_trie(maps, Trie::Destinations, &wanted.destinations_v6, view)?,
+        ));
+        reports.push((
+            Ipv4Addr::FAMILY,
+            Trie::Sources,
+            sync_trie(maps, Trie::Sources, &wanted.sources_v4, view)?,
+        ));
+        reports.push((
+            Ipv6Addr::FAMILY,
+            Trie::Sources,
+            sync_trie(maps, Trie::Sources, &wanted.sources_v6, view)?,
+        ));
+        Ok::<(), DatapathError>(())
+    })();
+    match synced {
+        Ok(()) => Ok(reports),
+        Err(error) => {
+            // The trie that failed undid its own changes; those synced before it go back.
+            before.restore(maps, reports.len());
+            Err(error)
+        }
+    }
+}
+
 /// The trie changes made so far, to be undone if a later one fails.
 struct Journal<A> {
     /// Which trie.
@@ -273,15 +435,14 @@ impl<A: NomasqTrie> Journal<A> {
     }
 }
 
-/// The settings value for the datapath.
-pub fn settings(ranges: &[PortRange], random_fully: bool) -> Settings {
+/// The settings value for the datapath; `source_exemptions` when the source tries hold
+/// entries (see [`WantedTries::source_exemptions`]).
+pub fn settings(ranges: &[PortRange], random_fully: bool, source_exemptions: bool) -> Settings {
     let mut settings = Settings::DISABLED;
+    let flag = |on: bool, bit: u32| if on { bit } else { 0 };
     settings.flags = SETTING_ENABLED
-        | if random_fully {
-            SETTING_RANDOM_FULLY
-        } else {
-            0
-        };
+        | flag(random_fully, SETTING_RANDOM_FULLY)
+        | flag(source_exemptions, SETTING_SOURCE_EXEMPTIONS);
     let ranges = &ranges[..ranges.len().min(MAX_PORT_RANGES)];
     for (slot, range) in settings.port_ranges.iter_mut().zip(ranges) {
         *slot = *range;
@@ -300,12 +461,53 @@ mod tests {
         let value = settings(
             &[PortRange::new(1024, 2047), PortRange::new(4000, 4000)],
             true,
+            false,
         );
         assert!(value.enabled() && value.random_fully());
+        assert!(!value.source_exemptions());
         assert_eq!(value.total_ports, 1025);
         assert_eq!(
             value.ranges(),
             [PortRange::new(1024, 2047), PortRange::new(4000, 4000)]
         );
+    }
+
+    #[test]
+    fn sources_are_looked_up_exactly_while_the_source_tries_hold_entries() {
+        let ranges = [PortRange::new(1024, 2047)];
+        let with = settings(&ranges, false, true);
+        assert!(with.enabled() && with.source_exemptions() && !with.random_fully());
+        assert_eq!(
+            settings(&ranges, false, false).flags,
+            with.flags & !SETTING_SOURCE_EXEMPTIONS
+        );
+
+        let mut wanted = WantedTries {
+            destinations_v4: [(("10.0.0.0".parse().unwrap(), 8), 1)]
+                .into_iter()
+                .collect(),
+            ..WantedTries::default()
+        };
+        assert!(
+            !wanted.source_exemptions(),
+            "destination entries alone need no source lookup"
+        );
+        wanted.sources_v6 = [(("2001:db8::".parse().unwrap(), 32), 4)]
+            .into_iter()
+            .collect();
+        assert!(wanted.source_exemptions());
+    }
+
+    #[test]
+    fn a_source_trie_overflow_names_the_source_trie() {
+        let message = check_capacity(Trie::Sources, 3, 2)
+            .expect_err("3 entries in 2")
+            .to_string();
+        assert!(
+            message.contains("nonMasqueradeSrcCIDRs") && !message.contains("--nomasq-max-entries"),
+            "{message}"
+        );
+        let message = check_trie_capacity(3, 2).expect_err("3 in 2").to_string();
+        assert!(message.contains("--nomasq-max-entries"), "{message}");
     }
 }
