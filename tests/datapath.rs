@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 
 use masq_common::{
     counters::{ALLOC_FAILED_SLOT, ALLOC_HISTOGRAM_BUCKETS, Counter},
-    layout::NOMASQ_KIND_CIDR,
+    layout::{NOMASQ_KIND_CIDR, NOMASQ_KIND_MASQUERADE},
     nat::{
         Direction, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, FlowMarks, NatEntryV4, NatKeyV4,
         ORIGIN_HOST, SeqLow, proto,
@@ -1598,4 +1598,143 @@ fn expired_ipv6_flows_are_collected() {
         left.iter()
             .all(|(key, _)| key.src_port == 4001 || key.dst_port == 14_001)
     );
+}
+
+/// Issue 26, `masqueradeCIDRs`: one destination trie, the longest matching prefix decides. A
+/// masquerade entry inside an exempt range masquerades its destinations, the rest of the range
+/// stays exempt, and a keep entry inside the masquerade entry keeps again (three deep).
+#[test]
+fn the_longest_prefix_decides_between_masquerade_and_keep_entries() {
+    let mut harness = Harness::new();
+    harness.add_nomasq("10.100.10.0/24", NOMASQ_KIND_MASQUERADE);
+    harness.add_nomasq("10.100.10.99/32", NOMASQ_KIND_CIDR);
+
+    let out = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "10.100.10.5:443", TCP_SYN),
+    );
+    assert_eq!(out.src, node_ip(), "{:?}", harness.counters());
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 1);
+    let mappings = harness.egress_mappings();
+    assert_eq!(mappings.len(), 1, "{mappings:?}");
+    assert_eq!(mappings[0].0.dst_addr, addr("10.100.10.5").octets());
+    assert_eq!(mappings[0].1.addr, node_ip().octets());
+    // Its replies come back to the pod.
+    let back = ingress_ok(&harness, &tcp_reply_to(&out, TCP_SYN | TCP_ACK).frame());
+    assert_eq!((back.dst, back.dst_port()), (addr(POD), 40_000));
+
+    for destination in ["10.100.11.5:443", "10.100.10.99:443"] {
+        let frame = Packet::tcp("10.244.1.5:40001", destination, TCP_SYN).frame();
+        let out = harness.egress(&frame);
+        assert_eq!(
+            (out.action, &out.frame),
+            (Action::Pass, &frame),
+            "{destination} must keep the pod address"
+        );
+    }
+    assert_eq!(harness.counter(Counter::EgressExemptCidr), 2);
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 1);
+    assert_eq!(harness.egress_mappings().len(), 1);
+}
+
+/// A masquerade entry is no exemption for inbound UDP either: a flow a masqueraded remote opens
+/// towards a pod is remembered, so the pod's answer leaves untranslated as conntrack has it.
+#[test]
+fn udp_from_a_masqueraded_remote_inside_an_exempt_range_is_tracked() {
+    let mut harness = Harness::new();
+    harness.add_nomasq("10.100.10.0/24", NOMASQ_KIND_MASQUERADE);
+    let inbound = Packet::udp("10.100.10.5:5000", "10.244.1.5:53").frame();
+    assert_eq!(harness.ingress(&inbound).frame, inbound);
+    assert_eq!(harness.counter(Counter::IngressInboundTracked), 1);
+    let answer = Packet::udp("10.244.1.5:53", "10.100.10.5:5000").frame();
+    assert_eq!(harness.egress(&answer).frame, answer);
+    assert_eq!(harness.counter(Counter::EgressInboundReply), 1);
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 0);
+}
+
+/// Issue 26, `nonMasqueradeSrcCIDRs`: a pod in the source trie is never masqueraded, whatever
+/// the destination, once the settings flag says the trie holds entries; until then its flows
+/// are masqueraded (the flag gates the lookup), and a flow mapped before keeps its mapping.
+#[test]
+fn a_source_in_the_source_trie_passes_once_the_settings_flag_it() {
+    let mut harness = Harness::new();
+    harness.add_nomasq("10.100.10.0/24", NOMASQ_KIND_MASQUERADE);
+    harness.add_nomasq_src("100.64.0.0/24");
+
+    // Entries but no flag: not looked up.
+    let before = egress_ok(
+        &harness,
+        &Packet::tcp("100.64.0.5:40000", "203.0.113.7:443", TCP_SYN),
+    );
+    assert_eq!(before.src, node_ip());
+    assert_eq!(harness.counter(Counter::EgressExemptSource), 0);
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 1);
+
+    harness.set_source_exemptions(true);
+    for destination in ["203.0.113.7:443", "10.100.10.5:443"] {
+        let frame = Packet::tcp("100.64.0.5:40001", destination, TCP_SYN).frame();
+        let out = harness.egress(&frame);
+        assert_eq!(
+            (out.action, &out.frame),
+            (Action::Pass, &frame),
+            "100.64.0.5 to {destination} must keep the pod address"
+        );
+    }
+    assert_eq!(harness.counter(Counter::EgressExemptSource), 2);
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 1);
+    assert_eq!(harness.egress_mappings().len(), 1, "no mapping for them");
+
+    // The flow mapped before the flag keeps its translation, as a config change never
+    // re-translates a live flow.
+    let live = egress_ok(
+        &harness,
+        &Packet::tcp("100.64.0.5:40000", "203.0.113.7:443", TCP_ACK),
+    );
+    assert_eq!((live.src, live.src_port()), (before.src, before.src_port()));
+    // Another pod is masqueraded as before.
+    let other = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.7:443", TCP_SYN),
+    );
+    assert_eq!(other.src, node_ip());
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 2);
+
+    // Cleared again: looked up no more.
+    harness.set_source_exemptions(false);
+    let after = egress_ok(&harness, &Packet::udp("100.64.0.5:5353", "203.0.113.7:53"));
+    assert_eq!(after.src, node_ip());
+    assert_eq!(harness.counter(Counter::EgressExemptSource), 2);
+}
+
+/// A later fragment whose first fragment was not seen is decided by the policy, as its first
+/// fragment would have been: an exempt source passes, a masquerade entry inside an exempt range
+/// masquerades.
+#[test]
+fn an_unmatched_later_fragment_follows_the_source_and_masquerade_entries() {
+    let mut harness = Harness::new();
+    harness.add_nomasq("10.100.10.0/24", NOMASQ_KIND_MASQUERADE);
+    harness.add_nomasq_src("100.64.0.0/24");
+    harness.set_source_exemptions(true);
+
+    let exempt = Packet::udp("100.64.0.5:0", "203.0.113.7:0")
+        .ip_id(0x7171)
+        .later_fragment(5, false, &[9; 24])
+        .frame();
+    let out = harness.egress(&exempt);
+    assert_eq!((out.action, &out.frame), (Action::Pass, &exempt));
+    assert_eq!(harness.counter(Counter::EgressExemptSource), 1);
+
+    let masqueraded = Packet::udp("10.244.1.5:0", "10.100.10.5:0")
+        .ip_id(0x7272)
+        .later_fragment(5, false, &[9; 24]);
+    let out = egress_ok(&harness, &masqueraded);
+    assert_eq!(out.src, node_ip(), "{:?}", harness.counters());
+    assert_eq!(harness.counter(Counter::EgressFragmentTranslated), 1);
+
+    let kept = Packet::udp("10.244.1.5:0", "10.100.11.5:0")
+        .ip_id(0x7373)
+        .later_fragment(5, false, &[9; 24])
+        .frame();
+    assert_eq!(harness.egress(&kept).frame, kept);
+    assert_eq!(harness.counter(Counter::EgressExemptCidr), 1);
 }
