@@ -1738,3 +1738,267 @@ fn an_unmatched_later_fragment_follows_the_source_and_masquerade_entries() {
     assert_eq!(harness.egress(&kept).frame, kept);
     assert_eq!(harness.counter(Counter::EgressExemptCidr), 1);
 }
+
+/// The source tries go through the same diff sync as the destination tries, all four together:
+/// a config too big for one source trie changes no trie at all, and a sync that empties the
+/// source tries says the datapath need not look sources up any more.
+#[test]
+fn the_source_tries_are_synced_with_the_destination_tries_whole_or_not_at_all() {
+    use masq::datapath::{
+        DatapathError,
+        maps::Trie,
+        sync::{TrieSync, TrieView, WantedTries, sync_tries},
+    };
+    use masq_common::layout::{NOMASQ_KIND_SOURCE, NOMASQ_SRC_MAX_ENTRIES};
+    use std::collections::BTreeMap;
+
+    let mut datapath = dual_stack_maps();
+    let maps = &mut datapath.maps;
+    let v4 = |text: &str| -> Ipv4Addr { text.parse().expect("IPv4 address") };
+    let wanted = WantedTries {
+        destinations_v4: [
+            ((v4("10.0.0.0"), 8), NOMASQ_KIND_CIDR),
+            ((v4("10.100.10.0"), 24), NOMASQ_KIND_MASQUERADE),
+        ]
+        .into_iter()
+        .collect(),
+        sources_v4: [((v4("100.64.0.0"), 24), NOMASQ_KIND_SOURCE)]
+            .into_iter()
+            .collect(),
+        sources_v6: [((v6("2001:db8:ab::"), 48), NOMASQ_KIND_SOURCE)]
+            .into_iter()
+            .collect(),
+        ..WantedTries::default()
+    };
+    assert!(wanted.source_exemptions());
+    let reports = sync_tries(maps, &wanted, TrieView::LastSynced).expect("first sync");
+    let added: Vec<(Trie, usize)> = reports
+        .iter()
+        .map(|(_, trie, report)| (*trie, report.added))
+        .collect();
+    assert_eq!(
+        added,
+        [
+            (Trie::Destinations, 2),
+            (Trie::Destinations, 0),
+            (Trie::Sources, 1),
+            (Trie::Sources, 1)
+        ]
+    );
+    let sources_v4: BTreeMap<_, _> = maps
+        .trie_entries_of::<Ipv4Addr>(Trie::Sources)
+        .expect("reading the IPv4 source trie")
+        .into_iter()
+        .collect();
+    assert_eq!(
+        sources_v4,
+        BTreeMap::from([((v4("100.64.0.0"), 24), NOMASQ_KIND_SOURCE)])
+    );
+    assert_eq!(
+        maps.trie_entries_of::<std::net::Ipv6Addr>(Trie::Sources)
+            .expect("reading the IPv6 source trie"),
+        [((v6("2001:db8:ab::"), 48), NOMASQ_KIND_SOURCE)]
+    );
+    assert_eq!(maps.nomasq_entries().expect("IPv4 trie").len(), 2);
+
+    // One source trie overflowing: refused before anything changes.
+    let too_many = WantedTries {
+        destinations_v4: std::iter::empty().collect(),
+        sources_v4: (0..=NOMASQ_SRC_MAX_ENTRIES)
+            .map(|index| {
+                (
+                    (Ipv4Addr::from(0x6440_0000 + index), 32),
+                    NOMASQ_KIND_SOURCE,
+                )
+            })
+            .collect(),
+        ..wanted.clone()
+    };
+    match sync_tries(maps, &too_many, TrieView::LastSynced) {
+        Err(DatapathError::TrieCapacity(error)) => assert_eq!(error.trie, Trie::Sources),
+        other => panic!("expected a capacity error, got {other:?}"),
+    }
+    assert_eq!(maps.nomasq_entries().expect("IPv4 trie").len(), 2);
+    assert_eq!(
+        maps.trie_entries_of::<Ipv4Addr>(Trie::Sources)
+            .expect("IPv4 source trie")
+            .len(),
+        1
+    );
+
+    // A config without source CIDRs empties the source tries, only them.
+    let emptied = WantedTries {
+        sources_v4: std::iter::empty().collect(),
+        sources_v6: std::iter::empty().collect(),
+        ..wanted.clone()
+    };
+    assert!(!emptied.source_exemptions());
+    let reports = sync_tries(maps, &emptied, TrieView::LastSynced).expect("emptying sync");
+    assert_eq!(
+        reports[2].2,
+        TrieSync {
+            added: 0,
+            removed: 1,
+            unchanged: 0
+        }
+    );
+    assert_eq!(reports[0].2.unchanged, 2);
+    assert!(
+        maps.trie_entries_of::<Ipv4Addr>(Trie::Sources)
+            .expect("IPv4 source trie")
+            .is_empty()
+    );
+    assert!(
+        maps.trie_entries_of::<std::net::Ipv6Addr>(Trie::Sources)
+            .expect("IPv6 source trie")
+            .is_empty()
+    );
+    assert_eq!(maps.nomasq_entries().expect("IPv4 trie").len(), 2);
+}
+
+/// Removes a test's pin directory however the test ends.
+struct PinsGuard(masq::datapath::pins::PinDir);
+
+impl Drop for PinsGuard {
+    fn drop(&mut self) {
+        let _ = self.0.remove_all();
+    }
+}
+
+/// Issue 26: the previous masq pinned a complete set of the same layout without the source
+/// tries. An upgrade adopts it (the NAT table and its flows live on) and creates the missing
+/// tries next to it; a source trie of another shape is refused; uninstall removes them too.
+#[test]
+fn a_pinned_set_without_the_source_tries_is_adopted_and_completed() {
+    use masq::datapath::{
+        DatapathError,
+        maps::{DatapathMaps, Trie},
+        object::{Datapath, LoadOptions},
+        pins::{PinDir, PinnedState},
+        sync::{TrieView, sync_nomasq_src},
+    };
+    use masq_common::layout::{MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6, MapMeta, NOMASQ_KIND_SOURCE};
+
+    masq_testbed::netns::require_root();
+    let root = std::path::PathBuf::from(format!(
+        "/sys/fs/bpf/masq-test-adopt-{}",
+        std::process::id()
+    ));
+    let pins = PinsGuard(PinDir::new(&root));
+    pins.0.create().expect("creating the pin directory");
+    let options = LoadOptions {
+        nat_max_entries: 64,
+        nomasq_max_entries: 8,
+        pin_dir: Some(root.clone()),
+        ..LoadOptions::default()
+    };
+    let key = NatKeyV4::new(
+        addr(POD).octets(),
+        addr(REMOTE).octets(),
+        40_000,
+        443,
+        proto::TCP,
+        Direction::Egress,
+    );
+    let entry = NatEntryV4::new(
+        node_ip().octets(),
+        20_000,
+        masq_common::nat::ORIGIN_POD,
+        FlowMarks::from_bits(0),
+        1,
+        1,
+    );
+    {
+        let mut datapath = Datapath::load(&options).expect("loading with pins");
+        datapath
+            .maps
+            .set_meta(&MapMeta::current(64))
+            .expect("stamping the layout");
+        datapath
+            .maps
+            .nat_v4
+            .insert(key, entry, 0)
+            .expect("a live flow");
+    }
+    // What the previous version left: everything but the tries added since.
+    for name in [MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6] {
+        std::fs::remove_file(pins.0.map(name)).expect("unpinning");
+    }
+    match pins.0.inspect().expect("inspecting") {
+        PinnedState::Compatible {
+            nat_max_entries,
+            missing_added,
+            ..
+        } => {
+            assert_eq!(nat_max_entries, 64);
+            assert_eq!(missing_added, [MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6]);
+        }
+        other => panic!("the older set must be adoptable, got {other:?}"),
+    }
+
+    // Read as it is (masq status, uninstall before the upgrade): the tries are just missing.
+    let mut old = DatapathMaps::from_pins(&root).expect("opening the older set");
+    assert!(old.nomasq_src_v4.is_none() && old.nomasq_src_v6.is_none());
+    assert!(
+        old.trie_entries_of::<Ipv4Addr>(Trie::Sources)
+            .expect("a missing trie reads as empty")
+            .is_empty()
+    );
+    sync_nomasq_src::<Ipv4Addr>(&mut old, &std::iter::empty().collect(), TrieView::Kernel)
+        .expect("nothing is all a missing trie can hold");
+    let wanted = [((addr("100.64.0.0"), 24), NOMASQ_KIND_SOURCE)]
+        .into_iter()
+        .collect();
+    assert!(matches!(
+        sync_nomasq_src::<Ipv4Addr>(&mut old, &wanted, TrieView::Kernel),
+        Err(DatapathError::Missing { .. })
+    ));
+    drop(old);
+
+    // The upgrade: adopted, the flow still there, the tries created and pinned.
+    let mut upgraded = Datapath::load(&options).expect("adopting the older set");
+    assert_eq!(
+        upgraded.maps.nat_v4.get(&key, 0).expect("the live flow"),
+        entry
+    );
+    sync_nomasq_src::<Ipv4Addr>(&mut upgraded.maps, &wanted, TrieView::LastSynced)
+        .expect("filling the new trie");
+    drop(upgraded);
+    match pins.0.inspect().expect("inspecting") {
+        PinnedState::Compatible { missing_added, .. } => assert!(missing_added.is_empty()),
+        other => panic!("the completed set must be adoptable, got {other:?}"),
+    }
+    let reopened = DatapathMaps::from_pins(&root).expect("opening the completed set");
+    assert_eq!(
+        reopened
+            .trie_entries_of::<Ipv4Addr>(Trie::Sources)
+            .expect("the pinned source trie"),
+        [((addr("100.64.0.0"), 24), NOMASQ_KIND_SOURCE)]
+    );
+    drop(reopened);
+
+    // A source trie of another shape is refused like any other map.
+    std::fs::remove_file(pins.0.map(MAP_NOMASQ_SRC_V6)).expect("unpinning");
+    let created = std::process::Command::new("bpftool")
+        .args(["map", "create"])
+        .arg(pins.0.map(MAP_NOMASQ_SRC_V6))
+        .args(["type", "hash", "key", "20", "value", "4", "entries", "4"])
+        .args(["name", MAP_NOMASQ_SRC_V6])
+        .output()
+        .expect("running bpftool");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    match pins.0.inspect().expect("inspecting") {
+        PinnedState::Incompatible(detail) => {
+            assert!(detail.contains(MAP_NOMASQ_SRC_V6), "{detail}");
+        }
+        other => panic!("a hash where the trie belongs must be refused, got {other:?}"),
+    }
+
+    // Uninstall removes the tries with the rest, and the directory with them.
+    pins.0.remove_all().expect("removing the pins");
+    assert!(!root.exists());
+}
