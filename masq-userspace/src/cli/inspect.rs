@@ -24,7 +24,7 @@ use masq::{
     },
 };
 use masq_common::{
-    layout::{MapMeta, NOMASQ_KIND_LINK_LOCAL},
+    layout::{MapMeta, NOMASQ_KIND_LINK_LOCAL, NOMASQ_KIND_MASQUERADE},
     ports::PortRange,
     settings::Settings,
 };
@@ -183,10 +183,12 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let trie_v4 = maps.trie_entries::<Ipv4Addr>()?;
     let trie_v6 = maps.trie_entries::<Ipv6Addr>()?;
     let cidr = |address: IpAddr, prefix: u8, kind: u32| {
-        let suffix = if kind == NOMASQ_KIND_LINK_LOCAL {
-            " (link-local)"
-        } else {
-            ""
+        // The trie's longest matching prefix decides: a masquerade entry carves its range
+        // out of the exemptions around it.
+        let suffix = match kind {
+            NOMASQ_KIND_LINK_LOCAL => " (link-local)",
+            NOMASQ_KIND_MASQUERADE => " (masquerade)",
+            _ => "",
         };
         format!("{address}/{prefix}{suffix}")
     };
