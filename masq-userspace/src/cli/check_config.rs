@@ -12,10 +12,10 @@ use masq::{
         cidr::Family,
         source::{CidrOrigin, ConfigOrigin, EffectiveConfig, SourcedCidr, load},
     },
-    datapath::sync::check_trie_capacity,
+    datapath::{maps::Trie, sync::check_capacity},
     policy::{Policy, RuleKind},
 };
-use masq_common::layout::NOMASQ_V4_MAX_ENTRIES;
+use masq_common::layout::{NOMASQ_SRC_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES};
 
 use super::args::{ConfigArgs, UpstreamFlags};
 
@@ -45,8 +45,32 @@ pub(crate) fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
     };
     let policy = Policy::new(&config, args.flags.enable_ipv6);
     // What the eBPF agent would refuse beyond upstream's validation.
-    if let Err(error) = check_trie_capacity(policy.nomasq_v4().len(), args.nomasq_max_entries) {
-        return Ok(fail(&error.to_string()));
+    let capacities = [
+        (
+            Trie::Destinations,
+            policy.nomasq_v4().len(),
+            args.nomasq_max_entries,
+        ),
+        (
+            Trie::Destinations,
+            policy.nomasq_v6().len(),
+            args.nomasq_max_entries,
+        ),
+        (
+            Trie::Sources,
+            policy.nomasq_src_v4().len(),
+            NOMASQ_SRC_MAX_ENTRIES,
+        ),
+        (
+            Trie::Sources,
+            policy.nomasq_src_v6().len(),
+            NOMASQ_SRC_MAX_ENTRIES,
+        ),
+    ];
+    for (trie, needed, capacity) in capacities {
+        if let Err(error) = check_capacity(trie, needed, capacity) {
+            return Ok(fail(&error.to_string()));
+        }
     }
     let mut out = io::stdout().lock();
     write_summary(&mut out, &config, &policy, args)?;

@@ -14,7 +14,7 @@ use masq::{
         attach::{AttachMode, programs_on},
         flows::{Flow, flows},
         gc::monotonic_now_ns,
-        maps::DatapathMaps,
+        maps::{DatapathMaps, Trie},
         pins::{DEFAULT_PIN_PATH, Hook, PinDir},
     },
     ipsec::{self, SnatUplink},
@@ -99,6 +99,10 @@ struct StatusJson {
     reserved_ports: Vec<String>,
     uplinks: Vec<UplinkJson>,
     nomasq_cidrs: Vec<String>,
+    /// The source trie's networks (`nonMasqueradeSrcCIDRs`), both families.
+    nomasq_src_cidrs: Vec<String>,
+    /// Whether the egress program looks sources up (the settings flag).
+    source_exemptions: bool,
     nat_flows: usize,
     nat_entries: usize,
     nat_capacity: u32,
@@ -276,6 +280,17 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
                     .map(|&((addr, prefix), kind)| cidr(addr.into(), prefix, kind)),
             )
             .collect(),
+        nomasq_src_cidrs: maps
+            .trie_entries_of::<Ipv4Addr>(Trie::Sources)?
+            .iter()
+            .map(|&((addr, prefix), kind)| cidr(addr.into(), prefix, kind))
+            .chain(
+                maps.trie_entries_of::<Ipv6Addr>(Trie::Sources)?
+                    .iter()
+                    .map(|&((addr, prefix), kind)| cidr(addr.into(), prefix, kind)),
+            )
+            .collect(),
+        source_exemptions: settings.source_exemptions(),
         nat_flows: flows(&entries).len(),
         nat_entries: entries.len(),
         nat_capacity: capacity,
@@ -397,6 +412,19 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         status.nomasq_cidrs.len(),
         status.nomasq_cidrs.join(" ")
     )?;
+    if !status.nomasq_src_cidrs.is_empty() || status.source_exemptions {
+        writeln!(
+            out,
+            "exempt src:   {} trie entries{}: {}",
+            status.nomasq_src_cidrs.len(),
+            if status.source_exemptions {
+                ""
+            } else {
+                " (not looked up: the settings flag is off)"
+            },
+            status.nomasq_src_cidrs.join(" ")
+        )?;
+    }
     match (&status.ipsec_bypassed, &status.ipsec_error) {
         (Some(bypassed), _) if bypassed.is_empty() => writeln!(
             out,
