@@ -124,6 +124,10 @@ struct Times {
     reply: f64,
     exempt: f64,
     non_ip: f64,
+    /// The exempt destination with `nonMasqueradeSrcCIDRs` in use (its trie looked up first).
+    exempt_with_sources: f64,
+    /// A pod whose source is in `nonMasqueradeSrcCIDRs`.
+    exempt_source: f64,
     new_flow: f64,
     /// A new flow into a full table, admitted by evicting an unanswered flow.
     evicting: f64,
@@ -224,6 +228,22 @@ pub(crate) fn measure(
     .payload(b"masq bench reply!!")
     .frame();
     let exempt = udp(&link, Ipv4Addr::new(10, 1, 2, 3).into(), 1);
+    // masq's own keys: a source range the pod above is outside of, and a pod inside it.
+    harness.add_nomasq_src("100.64.0.0/16");
+    let exempt_pod = Link {
+        pod: Ipv4Addr::new(100, 64, 0, 5).into(),
+        ..link
+    };
+    let from_exempt_source = udp(&exempt_pod, SINK.into(), 2);
+    // The flag on only for the rows that measure it: the others are the cost without the keys.
+    let with_sources = |harness: &mut Harness, times: &mut Times| -> Result<()> {
+        harness.set_source_exemptions(true);
+        let egress = harness.datapath.egress()?;
+        times.exempt_with_sources = run(egress, &exempt, settings.repeat)?;
+        times.exempt_source = run(egress, &from_exempt_source, settings.repeat)?;
+        harness.set_source_exemptions(false);
+        Ok(())
+    };
     let non_ip = masq_testbed::pktgen::arp_frame();
     // IPv6: the same established flow and exempt destination, in the IPv6 programs.
     harness.set_uplink_v6(Some(NODE_V6.parse()?));
@@ -253,6 +273,8 @@ pub(crate) fn measure(
             reply: single_runs(ingress, &vec![reply.clone(); singles])? - overhead,
             exempt: run(egress, &exempt, repeat)?,
             non_ip: non_ip_repeated,
+            exempt_with_sources: f64::NAN,
+            exempt_source: f64::NAN,
             new_flow: single_runs(egress, new_flows)? - overhead,
             evicting: f64::NAN,
             overhead,
@@ -267,10 +289,12 @@ pub(crate) fn measure(
         run(egress, &frame, 1)?;
     }
     let mut few = times(&harness, &fresh(singles as u64))?;
+    with_sources(&mut harness, &mut few)?;
     for index in 3..settings.many_cidrs {
         harness.add_nomasq(&cidr(index), masq_common::layout::NOMASQ_KIND_CIDR);
     }
     let mut many = times(&harness, &fresh(singles as u64))?;
+    with_sources(&mut harness, &mut many)?;
     // Now fill it up: from then on a new flow evicts the oldest of the fill's flows, which
     // were never answered (as conntrack's early_drop would), to get its mapping.
     let egress = harness.datapath.egress()?;
@@ -289,7 +313,7 @@ pub(crate) fn measure(
     }
     few.evicting = single_runs(harness.datapath.egress()?, &fresh(singles as u64))? - few.overhead;
 
-    let rows: [(&'static str, Field); 10] = [
+    let rows: [(&'static str, Field); 12] = [
         ("egress, established flow (lookup, rewrite)", |t| {
             t.established
         }),
@@ -297,6 +321,14 @@ pub(crate) fn measure(
         ("ingress, reply of a flow (lookup, rewrite)", |t| t.reply),
         (EXEMPT, |t| t.exempt),
         (NOT_IPV4, |t| t.non_ip),
+        (
+            "egress, exempt destination, nonMasqueradeSrcCIDRs in use (source trie miss first)",
+            |t| t.exempt_with_sources,
+        ),
+        (
+            "egress, source in nonMasqueradeSrcCIDRs (source trie hit)",
+            |t| t.exempt_source,
+        ),
         (ESTABLISHED_V6_REPEATED, |t| t.established_v6_repeated),
         (
             "egress, IPv6 exempt destination (tail call, lookup miss, trie)",
