@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 
 use masq_common::{
     counters::{ALLOC_FAILED_SLOT, ALLOC_HISTOGRAM_BUCKETS, Counter},
-    layout::NOMASQ_KIND_CIDR,
+    layout::{NOMASQ_KIND_CIDR, NOMASQ_KIND_MASQUERADE},
     nat::{
         Direction, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, FlowMarks, NatEntryV4, NatKeyV4,
         ORIGIN_HOST, SeqLow, proto,
@@ -1598,4 +1598,407 @@ fn expired_ipv6_flows_are_collected() {
         left.iter()
             .all(|(key, _)| key.src_port == 4001 || key.dst_port == 14_001)
     );
+}
+
+/// Issue 26, `masqueradeCIDRs`: one destination trie, the longest matching prefix decides. A
+/// masquerade entry inside an exempt range masquerades its destinations, the rest of the range
+/// stays exempt, and a keep entry inside the masquerade entry keeps again (three deep).
+#[test]
+fn the_longest_prefix_decides_between_masquerade_and_keep_entries() {
+    let mut harness = Harness::new();
+    harness.add_nomasq("10.100.10.0/24", NOMASQ_KIND_MASQUERADE);
+    harness.add_nomasq("10.100.10.99/32", NOMASQ_KIND_CIDR);
+
+    let out = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "10.100.10.5:443", TCP_SYN),
+    );
+    assert_eq!(out.src, node_ip(), "{:?}", harness.counters());
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 1);
+    let mappings = harness.egress_mappings();
+    assert_eq!(mappings.len(), 1, "{mappings:?}");
+    assert_eq!(mappings[0].0.dst_addr, addr("10.100.10.5").octets());
+    assert_eq!(mappings[0].1.addr, node_ip().octets());
+    // Its replies come back to the pod.
+    let back = ingress_ok(&harness, &tcp_reply_to(&out, TCP_SYN | TCP_ACK).frame());
+    assert_eq!((back.dst, back.dst_port()), (addr(POD), 40_000));
+
+    for destination in ["10.100.11.5:443", "10.100.10.99:443"] {
+        let frame = Packet::tcp("10.244.1.5:40001", destination, TCP_SYN).frame();
+        let out = harness.egress(&frame);
+        assert_eq!(
+            (out.action, &out.frame),
+            (Action::Pass, &frame),
+            "{destination} must keep the pod address"
+        );
+    }
+    assert_eq!(harness.counter(Counter::EgressExemptCidr), 2);
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 1);
+    assert_eq!(harness.egress_mappings().len(), 1);
+}
+
+/// A masquerade entry is no exemption for inbound UDP either: a flow a masqueraded remote opens
+/// towards a pod is remembered, so the pod's answer leaves untranslated as conntrack has it.
+#[test]
+fn udp_from_a_masqueraded_remote_inside_an_exempt_range_is_tracked() {
+    let mut harness = Harness::new();
+    harness.add_nomasq("10.100.10.0/24", NOMASQ_KIND_MASQUERADE);
+    let inbound = Packet::udp("10.100.10.5:5000", "10.244.1.5:53").frame();
+    assert_eq!(harness.ingress(&inbound).frame, inbound);
+    assert_eq!(harness.counter(Counter::IngressInboundTracked), 1);
+    let answer = Packet::udp("10.244.1.5:53", "10.100.10.5:5000").frame();
+    assert_eq!(harness.egress(&answer).frame, answer);
+    assert_eq!(harness.counter(Counter::EgressInboundReply), 1);
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 0);
+}
+
+/// Issue 26, `nonMasqueradeSrcCIDRs`: a pod in the source trie is never masqueraded, whatever
+/// the destination, once the settings flag says the trie holds entries; until then its flows
+/// are masqueraded (the flag gates the lookup), and a flow mapped before keeps its mapping.
+#[test]
+fn a_source_in_the_source_trie_passes_once_the_settings_flag_it() {
+    let mut harness = Harness::new();
+    harness.add_nomasq("10.100.10.0/24", NOMASQ_KIND_MASQUERADE);
+    harness.add_nomasq_src("100.64.0.0/24");
+
+    // Entries but no flag: not looked up.
+    let before = egress_ok(
+        &harness,
+        &Packet::tcp("100.64.0.5:40000", "203.0.113.7:443", TCP_SYN),
+    );
+    assert_eq!(before.src, node_ip());
+    assert_eq!(harness.counter(Counter::EgressExemptSource), 0);
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 1);
+
+    harness.set_source_exemptions(true);
+    for destination in ["203.0.113.7:443", "10.100.10.5:443"] {
+        let frame = Packet::tcp("100.64.0.5:40001", destination, TCP_SYN).frame();
+        let out = harness.egress(&frame);
+        assert_eq!(
+            (out.action, &out.frame),
+            (Action::Pass, &frame),
+            "100.64.0.5 to {destination} must keep the pod address"
+        );
+    }
+    assert_eq!(harness.counter(Counter::EgressExemptSource), 2);
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 1);
+    assert_eq!(harness.egress_mappings().len(), 1, "no mapping for them");
+
+    // The flow mapped before the flag keeps its translation, as a config change never
+    // re-translates a live flow.
+    let live = egress_ok(
+        &harness,
+        &Packet::tcp("100.64.0.5:40000", "203.0.113.7:443", TCP_ACK),
+    );
+    assert_eq!((live.src, live.src_port()), (before.src, before.src_port()));
+    // Another pod is masqueraded as before.
+    let other = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.7:443", TCP_SYN),
+    );
+    assert_eq!(other.src, node_ip());
+    assert_eq!(harness.counter(Counter::EgressNewMapping), 2);
+
+    // Cleared again: looked up no more.
+    harness.set_source_exemptions(false);
+    let after = egress_ok(&harness, &Packet::udp("100.64.0.5:5353", "203.0.113.7:53"));
+    assert_eq!(after.src, node_ip());
+    assert_eq!(harness.counter(Counter::EgressExemptSource), 2);
+}
+
+/// A later fragment whose first fragment was not seen is decided by the policy, as its first
+/// fragment would have been: an exempt source passes, a masquerade entry inside an exempt range
+/// masquerades.
+#[test]
+fn an_unmatched_later_fragment_follows_the_source_and_masquerade_entries() {
+    let mut harness = Harness::new();
+    harness.add_nomasq("10.100.10.0/24", NOMASQ_KIND_MASQUERADE);
+    harness.add_nomasq_src("100.64.0.0/24");
+    harness.set_source_exemptions(true);
+
+    let exempt = Packet::udp("100.64.0.5:0", "203.0.113.7:0")
+        .ip_id(0x7171)
+        .later_fragment(5, false, &[9; 24])
+        .frame();
+    let out = harness.egress(&exempt);
+    assert_eq!((out.action, &out.frame), (Action::Pass, &exempt));
+    assert_eq!(harness.counter(Counter::EgressExemptSource), 1);
+
+    let masqueraded = Packet::udp("10.244.1.5:0", "10.100.10.5:0")
+        .ip_id(0x7272)
+        .later_fragment(5, false, &[9; 24]);
+    let out = egress_ok(&harness, &masqueraded);
+    assert_eq!(out.src, node_ip(), "{:?}", harness.counters());
+    assert_eq!(harness.counter(Counter::EgressFragmentTranslated), 1);
+
+    let kept = Packet::udp("10.244.1.5:0", "10.100.11.5:0")
+        .ip_id(0x7373)
+        .later_fragment(5, false, &[9; 24])
+        .frame();
+    assert_eq!(harness.egress(&kept).frame, kept);
+    assert_eq!(harness.counter(Counter::EgressExemptCidr), 1);
+}
+
+/// The source tries go through the same diff sync as the destination tries, all four together:
+/// a config too big for one source trie changes no trie at all, and a sync that empties the
+/// source tries says the datapath need not look sources up any more.
+#[test]
+fn the_source_tries_are_synced_with_the_destination_tries_whole_or_not_at_all() {
+    use masq::datapath::{
+        DatapathError,
+        maps::Trie,
+        sync::{TrieSync, TrieView, WantedTries, sync_tries},
+    };
+    use masq_common::layout::{NOMASQ_KIND_SOURCE, NOMASQ_SRC_MAX_ENTRIES};
+    use std::collections::BTreeMap;
+
+    let mut datapath = dual_stack_maps();
+    let maps = &mut datapath.maps;
+    let v4 = |text: &str| -> Ipv4Addr { text.parse().expect("IPv4 address") };
+    let wanted = WantedTries {
+        destinations_v4: [
+            ((v4("10.0.0.0"), 8), NOMASQ_KIND_CIDR),
+            ((v4("10.100.10.0"), 24), NOMASQ_KIND_MASQUERADE),
+        ]
+        .into_iter()
+        .collect(),
+        sources_v4: [((v4("100.64.0.0"), 24), NOMASQ_KIND_SOURCE)]
+            .into_iter()
+            .collect(),
+        sources_v6: [((v6("2001:db8:ab::"), 48), NOMASQ_KIND_SOURCE)]
+            .into_iter()
+            .collect(),
+        ..WantedTries::default()
+    };
+    assert!(wanted.source_exemptions());
+    let reports = sync_tries(maps, &wanted, TrieView::LastSynced).expect("first sync");
+    let added: Vec<(Trie, usize)> = reports
+        .iter()
+        .map(|(_, trie, report)| (*trie, report.added))
+        .collect();
+    assert_eq!(
+        added,
+        [
+            (Trie::Destinations, 2),
+            (Trie::Destinations, 0),
+            (Trie::Sources, 1),
+            (Trie::Sources, 1)
+        ]
+    );
+    let sources_v4: BTreeMap<_, _> = maps
+        .trie_entries_of::<Ipv4Addr>(Trie::Sources)
+        .expect("reading the IPv4 source trie")
+        .into_iter()
+        .collect();
+    assert_eq!(
+        sources_v4,
+        BTreeMap::from([((v4("100.64.0.0"), 24), NOMASQ_KIND_SOURCE)])
+    );
+    assert_eq!(
+        maps.trie_entries_of::<std::net::Ipv6Addr>(Trie::Sources)
+            .expect("reading the IPv6 source trie"),
+        [((v6("2001:db8:ab::"), 48), NOMASQ_KIND_SOURCE)]
+    );
+    assert_eq!(maps.nomasq_entries().expect("IPv4 trie").len(), 2);
+
+    // One source trie overflowing: refused before anything changes.
+    let too_many = WantedTries {
+        destinations_v4: std::iter::empty().collect(),
+        sources_v4: (0..=NOMASQ_SRC_MAX_ENTRIES)
+            .map(|index| {
+                (
+                    (Ipv4Addr::from(0x6440_0000 + index), 32),
+                    NOMASQ_KIND_SOURCE,
+                )
+            })
+            .collect(),
+        ..wanted.clone()
+    };
+    match sync_tries(maps, &too_many, TrieView::LastSynced) {
+        Err(DatapathError::TrieCapacity(error)) => assert_eq!(error.trie, Trie::Sources),
+        other => panic!("expected a capacity error, got {other:?}"),
+    }
+    assert_eq!(maps.nomasq_entries().expect("IPv4 trie").len(), 2);
+    assert_eq!(
+        maps.trie_entries_of::<Ipv4Addr>(Trie::Sources)
+            .expect("IPv4 source trie")
+            .len(),
+        1
+    );
+
+    // A config without source CIDRs empties the source tries, only them.
+    let emptied = WantedTries {
+        sources_v4: std::iter::empty().collect(),
+        sources_v6: std::iter::empty().collect(),
+        ..wanted.clone()
+    };
+    assert!(!emptied.source_exemptions());
+    let reports = sync_tries(maps, &emptied, TrieView::LastSynced).expect("emptying sync");
+    assert_eq!(
+        reports[2].2,
+        TrieSync {
+            added: 0,
+            removed: 1,
+            unchanged: 0
+        }
+    );
+    assert_eq!(reports[0].2.unchanged, 2);
+    assert!(
+        maps.trie_entries_of::<Ipv4Addr>(Trie::Sources)
+            .expect("IPv4 source trie")
+            .is_empty()
+    );
+    assert!(
+        maps.trie_entries_of::<std::net::Ipv6Addr>(Trie::Sources)
+            .expect("IPv6 source trie")
+            .is_empty()
+    );
+    assert_eq!(maps.nomasq_entries().expect("IPv4 trie").len(), 2);
+}
+
+/// Removes a test's pin directory however the test ends.
+struct PinsGuard(masq::datapath::pins::PinDir);
+
+impl Drop for PinsGuard {
+    fn drop(&mut self) {
+        let _ = self.0.remove_all();
+    }
+}
+
+/// Issue 26: the previous masq pinned a complete set of the same layout without the source
+/// tries. An upgrade adopts it (the NAT table and its flows live on) and creates the missing
+/// tries next to it; a source trie of another shape is refused; uninstall removes them too.
+#[test]
+fn a_pinned_set_without_the_source_tries_is_adopted_and_completed() {
+    use masq::datapath::{
+        DatapathError,
+        maps::{DatapathMaps, Trie},
+        object::{Datapath, LoadOptions},
+        pins::{PinDir, PinnedState},
+        sync::{TrieView, sync_nomasq_src},
+    };
+    use masq_common::layout::{MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6, MapMeta, NOMASQ_KIND_SOURCE};
+
+    masq_testbed::netns::require_root();
+    let root = std::path::PathBuf::from(format!(
+        "/sys/fs/bpf/masq-test-adopt-{}",
+        std::process::id()
+    ));
+    let pins = PinsGuard(PinDir::new(&root));
+    pins.0.create().expect("creating the pin directory");
+    let options = LoadOptions {
+        nat_max_entries: 64,
+        nomasq_max_entries: 8,
+        pin_dir: Some(root.clone()),
+        ..LoadOptions::default()
+    };
+    let key = NatKeyV4::new(
+        addr(POD).octets(),
+        addr(REMOTE).octets(),
+        40_000,
+        443,
+        proto::TCP,
+        Direction::Egress,
+    );
+    let entry = NatEntryV4::new(
+        node_ip().octets(),
+        20_000,
+        masq_common::nat::ORIGIN_POD,
+        FlowMarks::from_bits(0),
+        1,
+        1,
+    );
+    {
+        let mut datapath = Datapath::load(&options).expect("loading with pins");
+        datapath
+            .maps
+            .set_meta(&MapMeta::current(64))
+            .expect("stamping the layout");
+        datapath
+            .maps
+            .nat_v4
+            .insert(key, entry, 0)
+            .expect("a live flow");
+    }
+    // What the previous version left: everything but the tries added since.
+    for name in [MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6] {
+        std::fs::remove_file(pins.0.map(name)).expect("unpinning");
+    }
+    match pins.0.inspect().expect("inspecting") {
+        PinnedState::Compatible {
+            nat_max_entries,
+            missing_added,
+            ..
+        } => {
+            assert_eq!(nat_max_entries, 64);
+            assert_eq!(missing_added, [MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6]);
+        }
+        other => panic!("the older set must be adoptable, got {other:?}"),
+    }
+
+    // Read as it is (masq status, uninstall before the upgrade): the tries are just missing.
+    let mut old = DatapathMaps::from_pins(&root).expect("opening the older set");
+    assert!(old.nomasq_src_v4.is_none() && old.nomasq_src_v6.is_none());
+    assert!(
+        old.trie_entries_of::<Ipv4Addr>(Trie::Sources)
+            .expect("a missing trie reads as empty")
+            .is_empty()
+    );
+    sync_nomasq_src::<Ipv4Addr>(&mut old, &std::iter::empty().collect(), TrieView::Kernel)
+        .expect("nothing is all a missing trie can hold");
+    let wanted = [((addr("100.64.0.0"), 24), NOMASQ_KIND_SOURCE)]
+        .into_iter()
+        .collect();
+    assert!(matches!(
+        sync_nomasq_src::<Ipv4Addr>(&mut old, &wanted, TrieView::Kernel),
+        Err(DatapathError::Missing { .. })
+    ));
+    drop(old);
+
+    // The upgrade: adopted, the flow still there, the tries created and pinned.
+    let mut upgraded = Datapath::load(&options).expect("adopting the older set");
+    assert_eq!(
+        upgraded.maps.nat_v4.get(&key, 0).expect("the live flow"),
+        entry
+    );
+    sync_nomasq_src::<Ipv4Addr>(&mut upgraded.maps, &wanted, TrieView::LastSynced)
+        .expect("filling the new trie");
+    drop(upgraded);
+    match pins.0.inspect().expect("inspecting") {
+        PinnedState::Compatible { missing_added, .. } => assert!(missing_added.is_empty()),
+        other => panic!("the completed set must be adoptable, got {other:?}"),
+    }
+    let reopened = DatapathMaps::from_pins(&root).expect("opening the completed set");
+    assert_eq!(
+        reopened
+            .trie_entries_of::<Ipv4Addr>(Trie::Sources)
+            .expect("the pinned source trie"),
+        [((addr("100.64.0.0"), 24), NOMASQ_KIND_SOURCE)]
+    );
+    drop(reopened);
+
+    // A source trie of another shape is refused like any other map.
+    std::fs::remove_file(pins.0.map(MAP_NOMASQ_SRC_V6)).expect("unpinning");
+    let created = std::process::Command::new("bpftool")
+        .args(["map", "create"])
+        .arg(pins.0.map(MAP_NOMASQ_SRC_V6))
+        .args(["type", "hash", "key", "20", "value", "4", "entries", "4"])
+        .args(["name", MAP_NOMASQ_SRC_V6])
+        .output()
+        .expect("running bpftool");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    match pins.0.inspect().expect("inspecting") {
+        PinnedState::Incompatible(detail) => {
+            assert!(detail.contains(MAP_NOMASQ_SRC_V6), "{detail}");
+        }
+        other => panic!("a hash where the trie belongs must be refused, got {other:?}"),
+    }
+
+    // Uninstall removes the tries with the rest, and the directory with them.
+    pins.0.remove_all().expect("removing the pins");
+    assert!(!root.exists());
 }

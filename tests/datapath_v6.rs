@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use masq_common::{
     counters::Counter,
-    layout::{ATTACH_TCX, NOMASQ_KIND_CIDR, Uplink},
+    layout::{ATTACH_TCX, NOMASQ_KIND_CIDR, NOMASQ_KIND_MASQUERADE, Uplink},
     nat::{Direction, IPV6_MAX_EXTENSION_HEADERS},
 };
 use masq_testbed::{
@@ -530,4 +530,80 @@ fn a_late_ipv6_segment_of_a_removed_connection_gets_its_mapping_back() {
     );
     assert_eq!(harness.counter_v6(Counter::EgressTcpRevived), 1);
     assert_eq!(harness.nat_v6().len(), 2);
+}
+
+/// Issue 26 for IPv6: the longest matching prefix of the one destination trie decides, a
+/// `masqueradeCIDRs` entry inside an exempt range masquerading and a keep entry inside that
+/// keeping again.
+#[test]
+fn the_longest_ipv6_prefix_decides_between_masquerade_and_keep_entries() {
+    let mut harness = harness();
+    harness.add_nomasq_v6("2001:db8:100::/48", NOMASQ_KIND_CIDR);
+    harness.add_nomasq_v6("2001:db8:100:10::/64", NOMASQ_KIND_MASQUERADE);
+    harness.add_nomasq_v6("2001:db8:100:10::99/128", NOMASQ_KIND_CIDR);
+
+    let out = egress_translated(
+        &harness,
+        &Packet6::tcp(POD, 40_000, "2001:db8:100:10::5", 443, TCP_SYN),
+    );
+    assert_eq!(out.dst, addr6("2001:db8:100:10::5"));
+    assert_eq!(harness.counter_v6(Counter::EgressNewMapping), 1);
+    assert_eq!(harness.nat_v6().len(), 2);
+
+    for destination in ["2001:db8:100:11::5", "2001:db8:100:10::99"] {
+        let frame = Packet6::tcp(POD, 40_001, destination, 443, TCP_SYN).frame();
+        let run = harness.egress(&frame);
+        assert_eq!(
+            (run.action, &run.frame),
+            (Action::Pass, &frame),
+            "{destination} must keep the pod address"
+        );
+    }
+    assert_eq!(harness.counter_v6(Counter::EgressExemptCidr), 2);
+    assert_eq!(harness.nat_v6().len(), 2);
+}
+
+/// Issue 26 for IPv6: a pod in the IPv6 source trie keeps its address whatever the
+/// destination, once the settings flag says the source tries hold entries, and not before.
+#[test]
+fn an_ipv6_source_in_the_source_trie_passes_once_the_settings_flag_it() {
+    const EXEMPT_POD: &str = "2001:db8:ac::5";
+    let mut harness = harness();
+    harness.add_nomasq_v6("2001:db8:100:10::/64", NOMASQ_KIND_MASQUERADE);
+    harness.add_nomasq_src_v6("2001:db8:ac::/64");
+
+    // Entries but no flag: masqueraded.
+    egress_translated(
+        &harness,
+        &Packet6::tcp(EXEMPT_POD, 40_000, REMOTE, 443, TCP_SYN),
+    );
+    assert_eq!(harness.counter_v6(Counter::EgressNewMapping), 1);
+
+    harness.set_source_exemptions(true);
+    for destination in [REMOTE, "2001:db8:100:10::5"] {
+        let frame = Packet6::tcp(EXEMPT_POD, 40_001, destination, 443, TCP_SYN).frame();
+        let run = harness.egress(&frame);
+        assert_eq!(
+            (run.action, &run.frame),
+            (Action::Pass, &frame),
+            "{EXEMPT_POD} to {destination} must keep its address"
+        );
+    }
+    assert_eq!(harness.counter_v6(Counter::EgressExemptSource), 2);
+    assert_eq!(harness.counter(Counter::EgressExemptSource), 0);
+    assert_eq!(harness.nat_v6().len(), 2, "no mapping for them");
+    // Another pod is masqueraded as before.
+    egress_translated(&harness, &Packet6::tcp(POD, 40_000, REMOTE, 443, TCP_SYN));
+    assert_eq!(harness.counter_v6(Counter::EgressNewMapping), 2);
+
+    // A later fragment whose first fragment was not seen is decided alike.
+    let (_, later) = fragmented((EXEMPT_POD, 5400), (REMOTE, 53), 0x00c0_ffee);
+    let run = harness.egress(&later);
+    assert_eq!((run.action, &run.frame), (Action::Pass, &later));
+    assert_eq!(harness.counter_v6(Counter::EgressExemptSource), 3);
+    let (_, later) = fragmented((POD, 5400), ("2001:db8:100:10::5", 53), 0x00c0_fff0);
+    let run = harness.egress(&later);
+    assert_eq!(run.action, Action::Pass);
+    assert_eq!(Ipv6View::of_frame(&run.frame).src, node());
+    assert_eq!(harness.counter_v6(Counter::EgressFragmentTranslated), 1);
 }

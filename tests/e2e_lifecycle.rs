@@ -643,6 +643,37 @@ fn counters_of_another_version_are_replaced_and_flows_kept(attach_mode) {
 }
 
 in_both_attach_modes! {
+/// Issue 26: the previous masq pinned a complete set without the source tries. The upgrade
+/// adopts it (live flows continue) and creates and pins the tries next to it.
+fn a_pinned_set_without_the_source_tries_is_adopted_and_flows_kept(attach_mode) {
+    let sandbox = Sandbox::new("srct", SandboxOptions::in_mode(attach_mode));
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let mut agent = Agent::start(&sandbox, &["--config", &absent]);
+    let _server = tcp_server(&sandbox.outside, any(8080));
+    let mut held = sandbox
+        .pod(1)
+        .enter(|| HeldConnection::open(outside(8080), "held", None, TIMEOUT))
+        .expect("a connection before the upgrade");
+    agent.kill();
+    let tries = ["masq_nomasq_src_v4", "masq_nomasq_src_v6"];
+    for name in tries {
+        fs::remove_file(agent.pin_path().join(name)).unwrap();
+    }
+    agent.relaunch(&["--config", &absent]);
+    agent.wait_ready();
+    let log = agent.log();
+    assert!(
+        log.contains("adopted the pinned maps") && log.contains("masq_nomasq_src_v4"),
+        "{log}"
+    );
+    held.echo("after the upgrade").expect("the live flow survives the upgrade");
+    for name in tries {
+        assert!(agent.pin_path().join(name).exists(), "{name} is not pinned");
+    }
+}
+}
+
+in_both_attach_modes! {
 fn incompatible_pinned_state_is_refused_unless_replacement_is_requested(attach_mode) {
     let sandbox = Sandbox::new("inc", SandboxOptions::in_mode(attach_mode));
     let absent = format!("/tmp/{}-absent", sandbox.tag);

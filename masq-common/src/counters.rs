@@ -127,6 +127,8 @@ counters! {
     /// Egress TCP segments of a flow whose mapping the agent had removed (expired while
     /// idle), given their old mapping back; conntrack would pick the flow up on a new port.
     EgressTcpRevived = "egress_tcp_revived",
+    /// Egress packets left alone because the pod source is in nonMasqueradeSrcCIDRs.
+    EgressExemptSource = "egress_exempt_source",
 }
 
 /// Number of counters, the size of the counters map.

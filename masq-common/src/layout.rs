@@ -59,9 +59,20 @@ pub const MAP_EXPIRED_V6: &str = "masq_expired_v6";
 /// recently are the ones whose segments may still come.
 pub const EXPIRED_MAX_ENTRIES: u32 = 8_192;
 
+/// Longest-prefix-match trie of IPv4 pod sources never masqueraded, whatever the destination
+/// (`nonMasqueradeSrcCIDRs`), value [`NOMASQ_KIND_SOURCE`]. Written by the agent from the
+/// config; read by the egress program only while the settings carry
+/// [`crate::settings::SETTING_SOURCE_EXEMPTIONS`].
+pub const MAP_NOMASQ_SRC_V4: &str = "masq_nomasq_src_v4";
+/// [`MAP_NOMASQ_SRC_V4`] for IPv6 pod sources.
+pub const MAP_NOMASQ_SRC_V6: &str = "masq_nomasq_src_v6";
+/// Capacity of each of [`MAP_NOMASQ_SRC_V4`] and [`MAP_NOMASQ_SRC_V6`]. LPM tries allocate
+/// per entry (no preallocation), so the room costs nothing until it is used.
+pub const NOMASQ_SRC_MAX_ENTRIES: u32 = 16_384;
+
 /// Every map the datapath defines and the agent pins, in the order the agent pins and reports
 /// them.
-pub const ALL_MAPS: [&str; 16] = [
+pub const ALL_MAPS: [&str; 18] = [
     MAP_META,
     MAP_SETTINGS,
     MAP_UPLINKS,
@@ -78,7 +89,14 @@ pub const ALL_MAPS: [&str; 16] = [
     MAP_COUNTERS_V6,
     MAP_ALLOC_REQUEST_V6,
     MAP_FRAGS_V6,
+    MAP_NOMASQ_SRC_V4,
+    MAP_NOMASQ_SRC_V6,
 ];
+
+/// The maps of [`ALL_MAPS`] added after [`MAP_LAYOUT_VERSION`] last changed: a pinned set of
+/// that version written by an older masq lacks them. An upgrade adopts such a set (its flows
+/// live on) and creates the missing maps next to it; nothing in the older maps changes meaning.
+pub const ADDED_MAPS: [&str; 2] = [MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6];
 
 /// Name of the TC egress program.
 pub const PROG_EGRESS: &str = "masq_egress";
@@ -150,10 +168,13 @@ pub const FRAGS_V4_MAX_ENTRIES: u32 = 8_192;
 pub const NOMASQ_KIND_CIDR: u32 = 1;
 /// Value of a non-masquerade trie entry: link-local, exempt because `masqLinkLocal` is false.
 pub const NOMASQ_KIND_LINK_LOCAL: u32 = 2;
-/// Value of a non-masquerade trie entry: a `masqueradeCIDRs` entry, the longest matching prefix
-/// saying masquerade although a shorter one keeps the pod's address.
+/// Value of a destination trie entry from `masqueradeCIDRs`: when it is the longest matching
+/// prefix, the destination is masqueraded even inside a non-masquerade range. The programs
+/// treat it exactly as no match at all; an agent that predates it never writes it, and programs
+/// that predate it read it as exempt only while an upgrade swaps them out.
 pub const NOMASQ_KIND_MASQUERADE: u32 = 3;
-/// Value of a source trie entry: a `nonMasqueradeSrcCIDRs` entry.
+/// Value of a [`MAP_NOMASQ_SRC_V4`] or [`MAP_NOMASQ_SRC_V6`] entry: a `nonMasqueradeSrcCIDRs`
+/// network.
 pub const NOMASQ_KIND_SOURCE: u32 = 4;
 
 /// Most port ranges the metadata can record as reserved by masq.
@@ -326,3 +347,15 @@ impl Uplink {
 }
 
 crate::impl_pod!(Uplink, UplinkSlot);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_added_later_are_pinned_like_the_others() {
+        for name in ADDED_MAPS {
+            assert!(ALL_MAPS.contains(&name), "{name} is not in ALL_MAPS");
+        }
+    }
+}

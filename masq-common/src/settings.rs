@@ -14,6 +14,11 @@ pub const SETTING_ENABLED: u32 = 1 << 0;
 /// Pick every port at random (iptables `--random-fully`); without it the original source port is
 /// tried first and kept when free.
 pub const SETTING_RANDOM_FULLY: u32 = 1 << 1;
+/// The source tries (`layout::MAP_NOMASQ_SRC_V4`, `layout::MAP_NOMASQ_SRC_V6`) hold entries.
+/// Set by the agent once it has filled them, cleared when a config empties them; the egress
+/// program looks a pod's source up only while it is set, so a config without
+/// `nonMasqueradeSrcCIDRs` costs no lookup per packet.
+pub const SETTING_SOURCE_EXEMPTIONS: u32 = 1 << 2;
 
 /// Value of the settings map (key 0): what holds for every uplink. The address each uplink
 /// masquerades to lives in the uplinks map.
@@ -49,6 +54,12 @@ impl Settings {
     #[inline(always)]
     pub const fn random_fully(&self) -> bool {
         self.flags & SETTING_RANDOM_FULLY != 0
+    }
+
+    /// Whether some pod sources are never masqueraded (the source tries hold entries).
+    #[inline(always)]
+    pub const fn source_exemptions(&self) -> bool {
+        self.flags & SETTING_SOURCE_EXEMPTIONS != 0
     }
 
     /// The configured port ranges.

@@ -6,7 +6,9 @@
 //!    config change never re-translates a live flow;
 //! 2. the node's own packets stay as they are, except flows that use a port inside the SNAT
 //!    range, which are tracked (keeping their port when free) so no pod flow can take it;
-//! 3. destinations in the non-masquerade trie keep the pod address;
+//! 3. pods whose source is in `nonMasqueradeSrcCIDRs` keep their address, then destinations
+//!    whose longest matching prefix in the non-masquerade trie is an exemption (not a
+//!    `masqueradeCIDRs` entry) keep the pod address;
 //! 4. everything else gets a new mapping to the node address, except TCP segments that cannot
 //!    open a connection: those of a flow the agent removed get their mapping back (or a new
 //!    one, see `nat::revive`), the others (replies of connections opened from outside) pass.
@@ -16,7 +18,7 @@
 use aya_ebpf::programs::TcContext;
 use masq_common::{
     counters::Counter,
-    layout::{NOMASQ_KIND_LINK_LOCAL, PROG_SLOT_EGRESS_V6},
+    layout::{NOMASQ_KIND_LINK_LOCAL, NOMASQ_KIND_MASQUERADE, PROG_SLOT_EGRESS_V6},
     nat::{
         Direction, FLOW_ANSWERED, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND, ORIGIN_POD, proto,
     },
@@ -90,7 +92,7 @@ pub(crate) fn icmp_error_v6(ctx: &TcContext) -> i32 {
 #[inline(always)]
 fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: &Ip<A>) -> Verdict {
     if ip.is_later_fragment() {
-        return frag::egress(ctx, node_ip, ip);
+        return frag::egress(ctx, settings, node_ip, ip);
     }
     // A first fragment is recorded as left alone before anything is decided; the paths that
     // translate it record that instead. Whatever else happens to it, its later fragments follow.
@@ -169,25 +171,19 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
         }
         ORIGIN_HOST
     } else {
-        match A::exempt(ip.dst) {
-            Some(NOMASQ_KIND_LINK_LOCAL) => {
-                count_in::<A>(Counter::EgressExemptLinkLocal);
-                return Verdict::Pass;
-            }
-            Some(_) => {
-                count_in::<A>(Counter::EgressExemptCidr);
-                return Verdict::Pass;
-            }
-            // Nothing to masquerade to: MASQUERADE drops such a packet too. Its later
-            // fragments follow it: remembered as "translated" to the unspecified address,
-            // which `frag::egress` drops.
-            None if A::unaddressed(node_ip) => {
-                frag::remember(ip, Direction::Egress, Some(node_ip));
-                count_in::<A>(Counter::EgressDropNoAddress);
-                return Verdict::Drop;
-            }
-            None => ORIGIN_POD,
+        if let Some(exemption) = pod_exemption(settings, ip.src, ip.dst) {
+            count_in::<A>(exemption);
+            return Verdict::Pass;
         }
+        // Nothing to masquerade to: MASQUERADE drops such a packet too. Its later fragments
+        // follow it: remembered as "translated" to the unspecified address, which
+        // `frag::egress` drops.
+        if A::unaddressed(node_ip) {
+            frag::remember(ip, Direction::Egress, Some(node_ip));
+            count_in::<A>(Counter::EgressDropNoAddress);
+            return Verdict::Drop;
+        }
+        ORIGIN_POD
     };
     if ip.protocol == proto::TCP && !tcp_opens {
         let revival = if origin == ORIGIN_POD {
@@ -214,6 +210,26 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
     // Only reached when the tail call failed: the allocator is not in its slot.
     count_in::<A>(Counter::EgressDropNoAllocator);
     Verdict::Drop
+}
+
+/// What the policy says of a pod's packet that belongs to no mapping: the counter of the
+/// exemption that leaves it alone, or `None` when it is masqueraded. Shared by new flows and by
+/// later fragments whose first fragment was not seen, so that both decide alike.
+///
+/// A source in `nonMasqueradeSrcCIDRs` is never masqueraded, whatever the destination; its
+/// trie is looked up only while the agent says it holds entries, so a config without such
+/// sources costs nothing more per packet. Then the destination's longest matching prefix
+/// decides: a `masqueradeCIDRs` entry masquerades as if nothing matched.
+#[inline(always)]
+pub(crate) fn pod_exemption<A: Family>(settings: &Settings, src: A, dst: A) -> Option<Counter> {
+    if settings.source_exemptions() && A::source_exempt(src) {
+        return Some(Counter::EgressExemptSource);
+    }
+    match A::exempt(dst) {
+        Some(NOMASQ_KIND_LINK_LOCAL) => Some(Counter::EgressExemptLinkLocal),
+        Some(NOMASQ_KIND_MASQUERADE) | None => None,
+        Some(_) => Some(Counter::EgressExemptCidr),
+    }
 }
 
 /// Rewrites the packet's source to the mapping's address and port.

@@ -27,8 +27,8 @@ use crate::{
     counters::{Counted, count_in},
     icmp::{self, QuotedIp},
     maps::{
-        ALLOC_REQUEST, ALLOC_REQUEST_V6, FRAGS_V4, FRAGS_V6, NAT_V4, NAT_V6, NOMASQ_V4, NOMASQ_V6,
-        NatTable, PROGS,
+        ALLOC_REQUEST, ALLOC_REQUEST_V6, FRAGS_V4, FRAGS_V6, NAT_V4, NAT_V6, NOMASQ_SRC_V4,
+        NOMASQ_SRC_V6, NOMASQ_V4, NOMASQ_V6, NatTable, PROGS,
     },
     packet::{
         self, EarlyOutcomes, Frame6, IP_CHECK, IP_DST, IP_SRC, IPV4_FRAGMENT_OFFSET_MASK,
@@ -79,8 +79,12 @@ pub(crate) trait Family: Address + Counted + 'static {
     fn young() -> &'static crate::evict::YoungFlowsMap<Self>;
     /// The family's removed TCP flows (see `nat::revive`).
     fn expired() -> &'static crate::maps::ExpiredFlows<Self>;
-    /// The `NOMASQ_KIND_*` of the non-masquerade entry that holds `addr`, if one does.
+    /// The `NOMASQ_KIND_*` of the longest destination trie entry that holds `addr`, if one does
+    /// (`NOMASQ_KIND_MASQUERADE` means masquerade, as no entry does).
     fn exempt(addr: Self) -> Option<u32>;
+    /// Whether the pod source `addr` is in the family's source trie (`nonMasqueradeSrcCIDRs`).
+    /// Callers ask only while the settings say the tries hold entries.
+    fn source_exempt(addr: Self) -> bool;
     /// The socket lookup tuple `remote:remote_port -> local:local_port`, and how many of its
     /// bytes the lookup helpers read.
     fn socket_tuple(
@@ -185,6 +189,11 @@ impl Family for [u8; 4] {
     #[inline(always)]
     fn exempt(addr: Self) -> Option<u32> {
         NOMASQ_V4.get(&Key::new(32, addr)).copied()
+    }
+
+    #[inline(always)]
+    fn source_exempt(addr: Self) -> bool {
+        NOMASQ_SRC_V4.get(&Key::new(32, addr)).is_some()
     }
 
     #[inline(always)]
@@ -374,6 +383,11 @@ impl Family for V6 {
     #[inline(always)]
     fn exempt(addr: Self) -> Option<u32> {
         NOMASQ_V6.get(&Key::new(128, addr.0)).copied()
+    }
+
+    #[inline(always)]
+    fn source_exempt(addr: Self) -> bool {
+        NOMASQ_SRC_V6.get(&Key::new(128, addr.0)).is_some()
     }
 
     #[inline(always)]

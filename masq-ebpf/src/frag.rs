@@ -8,8 +8,8 @@
 use aya_ebpf::{bindings::BPF_ANY, programs::TcContext};
 use masq_common::{
     counters::Counter,
-    layout::NOMASQ_KIND_LINK_LOCAL,
     nat::{Direction, FRAG_TRANSLATED, FRAG_UNTOUCHED, FragEntry, FragKey},
+    settings::Settings,
 };
 
 use crate::{
@@ -91,7 +91,12 @@ fn remembered<A: Family>(ip: &Ip<A>, direction: Direction) -> Result<Option<A>, 
 
 /// A later fragment leaving the node.
 #[inline(always)]
-pub(crate) fn egress<A: Family>(ctx: &TcContext, node_ip: A, ip: &Ip<A>) -> Verdict {
+pub(crate) fn egress<A: Family>(
+    ctx: &TcContext,
+    settings: &Settings,
+    node_ip: A,
+    ip: &Ip<A>,
+) -> Verdict {
     let translate_to = match remembered(ip, Direction::Egress) {
         Ok(Some(addr)) => addr,
         Ok(None) => {
@@ -107,13 +112,10 @@ pub(crate) fn egress<A: Family>(ctx: &TcContext, node_ip: A, ip: &Ip<A>) -> Verd
             count_in::<A>(Counter::EgressExemptLinkLocal);
             return Verdict::Pass;
         }
-        Err(()) => match A::exempt(ip.dst) {
-            Some(NOMASQ_KIND_LINK_LOCAL) => {
-                count_in::<A>(Counter::EgressExemptLinkLocal);
-                return Verdict::Pass;
-            }
-            Some(_) => {
-                count_in::<A>(Counter::EgressExemptCidr);
+        // As a new flow's first packet would be decided.
+        Err(()) => match crate::egress::pod_exemption(settings, ip.src, ip.dst) {
+            Some(exemption) => {
+                count_in::<A>(exemption);
                 return Verdict::Pass;
             }
             None => node_ip,

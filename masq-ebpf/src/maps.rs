@@ -10,8 +10,8 @@ use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
     layout::{
         EXPIRED_MAX_ENTRIES, FRAGS_V4_MAX_ENTRIES, LINK_ETHERNET, LINK_IP, MapMeta,
-        NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES, PROG_SLOTS, UPLINK_INDEX_SLOTS,
-        UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
+        NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_SRC_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES, PROG_SLOTS,
+        UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
     },
     nat::{
         AllocRequest, AllocRequestV4, FragEntry, FragEntryV4, FragKey, FragKeyV4, NatEntry, NatKey,
@@ -45,11 +45,27 @@ pub(crate) static UPLINK_SLOTS: Array<UplinkSlot, { UPLINK_INDEX_SLOTS as usize 
 #[btf_map(name = "masq_meta")]
 pub(crate) static META: Array<MapMeta, 1> = Array::new();
 
-/// Non-masquerade IPv4 destinations, longest-prefix match, value `NOMASQ_KIND_*`. Written by the
-/// agent from the config (diff-synced: additions before removals); read by the egress program
-/// for flows that have no mapping yet.
+/// Non-masquerade IPv4 destinations, longest-prefix match, value `NOMASQ_KIND_*`: the longest
+/// matching prefix decides, and `NOMASQ_KIND_MASQUERADE` (a `masqueradeCIDRs` network) says
+/// masquerade after all. Written by the agent from the config (diff-synced: additions before
+/// removals); read by the egress program for flows that have no mapping yet.
 #[btf_map(name = "masq_nomasq_v4")]
 pub(crate) static NOMASQ_V4: LpmTrie<[u8; 4], u32, { NOMASQ_V4_MAX_ENTRIES as usize }> =
+    LpmTrie::new();
+
+/// IPv4 pod sources never masqueraded, whatever the destination (`nonMasqueradeSrcCIDRs`),
+/// longest-prefix match, value `NOMASQ_KIND_SOURCE`. Written by the agent from the config
+/// (diff-synced like [`NOMASQ_V4`]), before it sets `SETTING_SOURCE_EXEMPTIONS`; read by the
+/// egress program for a pod's flow without a mapping, only while that flag is set. Pinned, but
+/// newer than the pinned layout: an agent adopting an older set creates it.
+#[btf_map(name = "masq_nomasq_src_v4")]
+pub(crate) static NOMASQ_SRC_V4: LpmTrie<[u8; 4], u32, { NOMASQ_SRC_MAX_ENTRIES as usize }> =
+    LpmTrie::new();
+
+/// IPv6 pod sources never masqueraded, as [`NOMASQ_SRC_V4`] for IPv4. Read by the IPv6 egress
+/// program.
+#[btf_map(name = "masq_nomasq_src_v6")]
+pub(crate) static NOMASQ_SRC_V6: LpmTrie<[u8; 16], u32, { NOMASQ_SRC_MAX_ENTRIES as usize }> =
     LpmTrie::new();
 
 /// The NAT tables' type: a plain, preallocated hash, so that a full table refuses new flows

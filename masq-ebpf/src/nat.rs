@@ -7,6 +7,7 @@ use aya_ebpf::{
 };
 use masq_common::{
     counters::{ALLOC_CHUNK, Counter, FIRST_ALLOC_ROUND, MIN_ALLOC_ROUND},
+    layout::NOMASQ_KIND_MASQUERADE,
     nat::{
         Direction, FIN_WINDOW, FLOW_ACK_BYTES, FLOW_ANSWERED, FLOW_FLAG_BYTES, FLOW_SEEN,
         FLOW_TCP_CLOSING, FLOW_TCP_RST, FlowMarks, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND,
@@ -951,7 +952,8 @@ pub(crate) fn revive<A: Family>(ctx: &TcContext, key: &NatKey<A>, node_ip: A) ->
 pub(crate) fn track_inbound<A: Family>(key: &NatKey<A>) -> bool {
     // Most inbound traffic to pods comes from non-masquerade (in-cluster) addresses: the trie
     // answers for those without touching the NAT table.
-    if A::exempt(key.dst_addr).is_some() {
+    // A `masqueradeCIDRs` entry is no exemption: replies towards it would be masqueraded.
+    if A::exempt(key.dst_addr).is_some_and(|kind| kind != NOMASQ_KIND_MASQUERADE) {
         return false;
     }
     if lookup(key, FLOW_SEEN, false, TcpNumbers::default(), Sender::Remote).is_some() {

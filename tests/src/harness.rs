@@ -9,10 +9,12 @@ use aya::{
 use masq::datapath::object::{DATAPATH_OBJECT, Datapath, LoadOptions};
 use masq_common::{
     counters::Counter,
-    layout::{ATTACH_TCX, NOMASQ_KIND_CIDR, NOMASQ_KIND_LINK_LOCAL, Uplink},
+    layout::{ATTACH_TCX, NOMASQ_KIND_CIDR, NOMASQ_KIND_LINK_LOCAL, NOMASQ_KIND_SOURCE, Uplink},
     nat::{Direction, NatEntryV4, NatKeyV4},
     ports::PortRange,
-    settings::{MAX_PORT_RANGES, SETTING_ENABLED, SETTING_RANDOM_FULLY, Settings},
+    settings::{
+        MAX_PORT_RANGES, SETTING_ENABLED, SETTING_RANDOM_FULLY, SETTING_SOURCE_EXEMPTIONS, Settings,
+    },
 };
 
 /// The node address masqueraded traffic leaves with in these tests.
@@ -180,15 +182,7 @@ impl Harness {
 
     /// Adds an IPv6 non-masquerade CIDR.
     pub fn add_nomasq_v6(&mut self, cidr: &str, kind: u32) {
-        let (address, prefix) = cidr
-            .split_once('/')
-            .unwrap_or_else(|| panic!("bad IPv6 CIDR {cidr}"));
-        let address: std::net::Ipv6Addr = address
-            .parse()
-            .unwrap_or_else(|error| panic!("bad IPv6 CIDR {cidr}: {error}"));
-        let prefix: u32 = prefix
-            .parse()
-            .unwrap_or_else(|error| panic!("bad IPv6 CIDR {cidr}: {error}"));
+        let (address, prefix) = parse_cidr_v6(cidr);
         self.datapath
             .maps
             .nomasq_v6
@@ -213,6 +207,45 @@ impl Harness {
             .nomasq_v4
             .insert(&Key::new(prefix, addr.octets()), kind, 0)
             .unwrap_or_else(|error| panic!("inserting {cidr}: {error}"));
+    }
+
+    /// Adds a pod source never masqueraded (`nonMasqueradeSrcCIDRs`) to the IPv4 source trie.
+    /// The egress program looks it up only once [`Harness::set_source_exemptions`] says so.
+    pub fn add_nomasq_src(&mut self, cidr: &str) {
+        let (addr, prefix) = parse_cidr(cidr);
+        self.datapath
+            .maps
+            .nomasq_src_v4
+            .as_mut()
+            .unwrap_or_else(|| panic!("a loaded datapath has the IPv4 source trie"))
+            .insert(&Key::new(prefix, addr.octets()), NOMASQ_KIND_SOURCE, 0)
+            .unwrap_or_else(|error| panic!("inserting {cidr}: {error}"));
+    }
+
+    /// As [`Harness::add_nomasq_src`], into the IPv6 source trie.
+    pub fn add_nomasq_src_v6(&mut self, cidr: &str) {
+        let (address, prefix) = parse_cidr_v6(cidr);
+        self.datapath
+            .maps
+            .nomasq_src_v6
+            .as_mut()
+            .unwrap_or_else(|| panic!("a loaded datapath has the IPv6 source trie"))
+            .insert(&Key::new(prefix, address.octets()), NOMASQ_KIND_SOURCE, 0)
+            .unwrap_or_else(|error| panic!("inserting {cidr}: {error}"));
+    }
+
+    /// Sets or clears `SETTING_SOURCE_EXEMPTIONS` in the settings in force: whether the egress
+    /// program looks pod sources up in the source tries.
+    pub fn set_source_exemptions(&mut self, on: bool) {
+        let maps = &mut self.datapath.maps;
+        let mut settings = maps.settings().unwrap_or_else(|error| panic!("{error}"));
+        if on {
+            settings.flags |= SETTING_SOURCE_EXEMPTIONS;
+        } else {
+            settings.flags &= !SETTING_SOURCE_EXEMPTIONS;
+        }
+        maps.set_settings(&settings)
+            .unwrap_or_else(|error| panic!("{error}"));
     }
 
     pub fn remove_nomasq(&mut self, cidr: &str) {
@@ -322,6 +355,19 @@ const TEST_RUN_IFINDEX: u32 = 1;
 
 pub fn node_ip() -> Ipv4Addr {
     NODE_IP.parse().unwrap_or(Ipv4Addr::UNSPECIFIED)
+}
+
+fn parse_cidr_v6(cidr: &str) -> (std::net::Ipv6Addr, u32) {
+    let (address, prefix) = cidr
+        .split_once('/')
+        .unwrap_or_else(|| panic!("bad IPv6 CIDR {cidr}"));
+    let address: std::net::Ipv6Addr = address
+        .parse()
+        .unwrap_or_else(|error| panic!("bad IPv6 CIDR {cidr}: {error}"));
+    let prefix: u32 = prefix
+        .parse()
+        .unwrap_or_else(|error| panic!("bad IPv6 CIDR {cidr}: {error}"));
+    (address, prefix)
 }
 
 fn parse_cidr(cidr: &str) -> (Ipv4Addr, u32) {

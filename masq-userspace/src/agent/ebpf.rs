@@ -26,10 +26,10 @@ use crate::{
         DatapathError,
         attach::{AttachMode, attach_uplink, detach_uplink},
         gc,
-        maps::{DatapathMaps, KernelFlow, NomasqTrie as _},
+        maps::{DatapathMaps, KernelFlow, Trie},
         object::{Datapath, LoadOptions, StagedMaps},
         pins::{PinDir, PinnedState, is_on_bpffs},
-        sync::{TrieView, check_trie_capacity, settings, sync_nomasq},
+        sync::{TrieView, WantedTries, settings, sync_tries},
     },
     iptables::apply::Iptables,
     node::{
@@ -54,6 +54,8 @@ pub(super) struct EbpfBackend {
     attached: BTreeMap<u32, String>,
     /// Translation is on: a config (or an adopted trie) is in force.
     enabled: bool,
+    /// The source tries hold entries, so the settings carry `SETTING_SOURCE_EXEMPTIONS`.
+    source_exemptions: bool,
 }
 
 /// An interface to translate on, and the address its traffic is masqueraded to.
@@ -160,7 +162,14 @@ impl EbpfBackend {
                 nat_v6_max_entries,
                 nomasq_v6_max_entries,
                 counters_resized,
+                missing_added,
             } => {
+                if !missing_added.is_empty() {
+                    tracing::info!(
+                        maps = ?missing_added,
+                        "the pinned maps predate some this version uses: creating them empty next to the adopted ones"
+                    );
+                }
                 if nat_max_entries != options.nat_max_entries {
                     tracing::warn!(
                         pinned = nat_max_entries,
@@ -198,6 +207,17 @@ impl EbpfBackend {
             spawn_logger(&mut datapath)?;
         }
         let enabled = adopted && datapath.maps.settings()?.enabled();
+        // Adopted source tries stay in force until a config says otherwise, and the settings
+        // written before that must keep the datapath looking them up.
+        let source_exemptions = adopted
+            && (!datapath
+                .maps
+                .trie_entries_of::<Ipv4Addr>(Trie::Sources)?
+                .is_empty()
+                || !datapath
+                    .maps
+                    .trie_entries_of::<Ipv6Addr>(Trie::Sources)?
+                    .is_empty());
         let node_addresses: Vec<IpAddr> = wanted
             .iter()
             .flat_map(|uplink| {
@@ -242,6 +262,7 @@ impl EbpfBackend {
             attach_mode,
             attached: BTreeMap::new(),
             enabled,
+            source_exemptions,
         })
     }
 
@@ -249,7 +270,11 @@ impl EbpfBackend {
     /// valid config) passing everything through.
     fn write_settings(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
         let value = if self.enabled {
-            settings(&options.snat_ranges, options.random_fully)
+            settings(
+                &options.snat_ranges,
+                options.random_fully,
+                self.source_exemptions,
+            )
         } else {
             tracing::warn!(
                 "no valid config yet: the datapath passes all traffic untranslated until one is read"
@@ -506,33 +531,25 @@ impl Backend for EbpfBackend {
         } else {
             TrieView::LastSynced
         };
-        let (wanted_v4, wanted_v6) = (policy.nomasq_v4(), policy.nomasq_v6());
-        // Both families fit before either is changed, so a config too big for one is rejected
-        // whole. (Without --enable-ipv6 the IPv6 trie is kept empty.)
-        check_trie_capacity(wanted_v6.len(), Ipv6Addr::capacity(&self.datapath.maps))
-            .map_err(DatapathError::from)?;
-        let maps = &mut self.datapath.maps;
-        let before_v4 = maps.nomasq_last_synced.clone();
-        let report_v4 = sync_nomasq(maps, &wanted_v4, view)?;
-        let report_v6 = match sync_nomasq(maps, &wanted_v6, view) {
-            Ok(report) => report,
-            Err(error) => {
-                // The IPv6 trie is back as it was; the IPv4 one goes back too, so the config
-                // is applied whole or not at all. Unknown before (the first sync): the next
-                // resync compares with what the kernel holds.
-                if let Some(before_v4) = before_v4
-                    && let Err(undo) = sync_nomasq(maps, &before_v4, TrieView::LastSynced)
-                {
-                    tracing::error!(%undo, "could not restore the IPv4 trie after the IPv6 one failed; the next resync repairs it");
-                }
-                return Err(error.into());
-            }
+        let wanted = WantedTries {
+            destinations_v4: policy.nomasq_v4(),
+            destinations_v6: policy.nomasq_v6(),
+            sources_v4: policy.nomasq_src_v4(),
+            sources_v6: policy.nomasq_src_v6(),
         };
-        for (family, report) in [(Family::Ipv4, report_v4), (Family::Ipv6, report_v6)] {
+        // Every trie fits before any is changed, and one that fails puts the others back, so
+        // a config is applied whole or not at all. (Without --enable-ipv6 the IPv6 tries are
+        // kept empty.)
+        let reports = sync_tries(&mut self.datapath.maps, &wanted, view)?;
+        for (family, trie, report) in reports {
             if report.added + report.removed > 0 {
                 tracing::info!(
                     trigger,
                     %family,
+                    trie = match trie {
+                        Trie::Destinations => "destinations",
+                        Trie::Sources => "sources",
+                    },
                     added = report.added,
                     removed = report.removed,
                     unchanged = report.unchanged,
@@ -540,11 +557,21 @@ impl Backend for EbpfBackend {
                 );
             }
         }
-        if !self.enabled {
+        // The source tries are filled by now: the datapath may look sources up from the
+        // settings' next read on (and stops when a config empties them, which is harmless
+        // in either order: an empty trie matches nothing).
+        let source_exemptions = wanted.source_exemptions();
+        if !self.enabled || source_exemptions != self.source_exemptions {
+            let held = self.source_exemptions;
             self.enabled = true;
-            self.write_settings(options)?;
+            self.source_exemptions = source_exemptions;
+            if let Err(error) = self.write_settings(options) {
+                // Written again by the next apply, which finds the flag still to change.
+                self.source_exemptions = held;
+                return Err(error);
+            }
         }
-        Ok(wanted_v4.len() + wanted_v6.len())
+        Ok(wanted.destinations_v4.len() + wanted.destinations_v6.len())
     }
 
     fn left_in_place(&self) -> &'static str {

@@ -183,6 +183,8 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let trie_v4 = maps.trie_entries::<Ipv4Addr>()?;
     let trie_v6 = maps.trie_entries::<Ipv6Addr>()?;
     let cidr = |address: IpAddr, prefix: u8, kind: u32| {
+        // The trie's longest matching prefix decides: a masquerade entry carves its range
+        // out of the exemptions around it.
         let suffix = match kind {
             NOMASQ_KIND_LINK_LOCAL => " (link-local)",
             NOMASQ_KIND_MASQUERADE => " (masquerade)",

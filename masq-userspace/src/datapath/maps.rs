@@ -13,9 +13,10 @@ use aya::{
 use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, Counter},
     layout::{
-        MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_EXPIRED_V4, MAP_EXPIRED_V6,
-        MAP_FRAGS_V4, MAP_META, MAP_NAT_V4, MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_SETTINGS,
-        MAP_UPLINK_SLOTS, MAP_UPLINKS, MapMeta, UPLINK_INDEX_SLOTS, Uplink, UplinkSlot,
+        ADDED_MAPS, MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_EXPIRED_V4,
+        MAP_EXPIRED_V6, MAP_FRAGS_V4, MAP_META, MAP_NAT_V4, MAP_NAT_V6, MAP_NOMASQ_SRC_V4,
+        MAP_NOMASQ_SRC_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_SETTINGS, MAP_UPLINK_SLOTS,
+        MAP_UPLINKS, MapMeta, UPLINK_INDEX_SLOTS, Uplink, UplinkSlot,
     },
     nat::{
         Address, Direction, FLOW_ANSWERED, FLOW_SEEN, FlowMarks, FragEntryV4, FragKeyV4, NatEntry,
@@ -88,6 +89,11 @@ pub struct DatapathMaps {
     pub nat_v6: HashMap<MapData, NatKeyV6, NatEntryV6>,
     /// Per-CPU IPv6 packet counters.
     pub counters_v6: PerCpuArray<MapData, u64>,
+    /// Pod IPv4 sources never masqueraded (`nonMasqueradeSrcCIDRs`). Always there in a loaded
+    /// datapath; `None` when opened from the pins of an older masq, which had none.
+    pub nomasq_src_v4: Option<LpmTrie<MapData, [u8; 4], u32>>,
+    /// The same for IPv6 pod sources.
+    pub nomasq_src_v6: Option<LpmTrie<MapData, [u8; 16], u32>>,
     /// Egress halves of the TCP flows the agent removed, which a late segment may take back
     /// (see `gc::bury`). Only in a freshly loaded datapath: they are not pinned.
     pub expired_v4: Option<HashMap<MapData, NatKeyV4, NatEntryV4>>,
@@ -100,11 +106,17 @@ pub struct DatapathMaps {
     nat_v6_capacity: u32,
     nomasq_capacity: u32,
     nomasq_v6_capacity: u32,
+    nomasq_src_capacity: u32,
+    nomasq_src_v6_capacity: u32,
     /// What the last successful IPv4 trie sync wrote (see `sync::TrieView`); `None` when
     /// unknown.
     pub(crate) nomasq_last_synced: Option<NomasqEntries<Ipv4Addr>>,
     /// The same for the IPv6 trie.
     pub(crate) nomasq_v6_last_synced: Option<NomasqEntries<Ipv6Addr>>,
+    /// The same for the IPv4 source trie.
+    pub(crate) nomasq_src_last_synced: Option<NomasqEntries<Ipv4Addr>>,
+    /// The same for the IPv6 source trie.
+    pub(crate) nomasq_src_v6_last_synced: Option<NomasqEntries<Ipv6Addr>>,
 }
 
 /// A NAT table's entries, both halves of every flow.
@@ -182,50 +194,98 @@ nat_table!(
     expired_v6
 );
 
-/// An address family's non-masquerade trie, so that syncing and reading it is written once
-/// for both families.
-pub trait NomasqTrie: TrieAddress + std::fmt::Display + 'static {
-    /// The trie's key data: the address in network byte order.
-    type Octets: aya::Pod;
-    /// The trie's map name.
-    const MAP_NAME: &'static str;
-    /// The address as the trie stores it.
-    fn octets(self) -> Self::Octets;
-    /// The address the trie stores as `octets`.
-    fn from_octets(octets: Self::Octets) -> Self;
-    /// The family's trie.
-    fn trie(maps: &DatapathMaps) -> &LpmTrie<MapData, Self::Octets, u32>;
-    /// The family's trie, for writing.
-    fn trie_mut(maps: &mut DatapathMaps) -> &mut LpmTrie<MapData, Self::Octets, u32>;
-    /// Its capacity as the kernel reports it.
-    fn capacity(maps: &DatapathMaps) -> u32;
-    /// What the last successful sync wrote.
-    fn last_synced(maps: &mut DatapathMaps) -> &mut Option<NomasqEntries<Self>>;
+/// Which of a family's two tries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trie {
+    /// Destinations, by longest match: `nonMasqueradeCIDRs`, link-local, `masqueradeCIDRs`.
+    Destinations,
+    /// Pod sources never masqueraded: `nonMasqueradeSrcCIDRs`.
+    Sources,
 }
 
-/// Implements [`NomasqTrie`] for one family's address: its trie, capacity and last sync.
+/// An address family's tries, so that syncing and reading them is written once for both
+/// families.
+pub trait NomasqTrie: TrieAddress + std::fmt::Display + 'static {
+    /// The tries' key data: the address in network byte order.
+    type Octets: aya::Pod;
+    /// The destination trie's map name.
+    const MAP_NAME: &'static str;
+    /// The source trie's map name.
+    const SOURCE_MAP_NAME: &'static str;
+    /// The map name of `trie`.
+    fn map_name(trie: Trie) -> &'static str {
+        match trie {
+            Trie::Destinations => Self::MAP_NAME,
+            Trie::Sources => Self::SOURCE_MAP_NAME,
+        }
+    }
+    /// The address as the tries store it.
+    fn octets(self) -> Self::Octets;
+    /// The address the tries store as `octets`.
+    fn from_octets(octets: Self::Octets) -> Self;
+    /// The family's `trie`; `None` for a source trie the pins of an older masq lack.
+    fn trie(maps: &DatapathMaps, trie: Trie) -> Option<&LpmTrie<MapData, Self::Octets, u32>>;
+    /// The family's `trie`, for writing.
+    fn trie_mut(
+        maps: &mut DatapathMaps,
+        trie: Trie,
+    ) -> Option<&mut LpmTrie<MapData, Self::Octets, u32>>;
+    /// Its capacity as the kernel reports it (0 when it is missing).
+    fn capacity(maps: &DatapathMaps, trie: Trie) -> u32;
+    /// What the last successful sync of `trie` wrote.
+    fn last_synced(maps: &mut DatapathMaps, trie: Trie) -> &mut Option<NomasqEntries<Self>>;
+}
+
+/// Implements [`NomasqTrie`] for one family's address: its tries, capacities and last syncs,
+/// (destination, source) each.
 macro_rules! nomasq_trie {
-    ($address:ty, $octets:ty, $map_name:expr, $trie:ident, $capacity:ident, $last:ident) => {
+    (
+        $address:ty,
+        $octets:ty,
+        ($map_name:expr, $source_map_name:expr),
+        ($trie:ident, $source_trie:ident),
+        ($capacity:ident, $source_capacity:ident),
+        ($last:ident, $source_last:ident)
+    ) => {
         impl NomasqTrie for $address {
             type Octets = $octets;
             const MAP_NAME: &'static str = $map_name;
+            const SOURCE_MAP_NAME: &'static str = $source_map_name;
             fn octets(self) -> $octets {
                 Self::octets(&self)
             }
             fn from_octets(octets: $octets) -> Self {
                 Self::from(octets)
             }
-            fn trie(maps: &DatapathMaps) -> &LpmTrie<MapData, $octets, u32> {
-                &maps.$trie
+            fn trie(maps: &DatapathMaps, trie: Trie) -> Option<&LpmTrie<MapData, $octets, u32>> {
+                match trie {
+                    Trie::Destinations => Some(&maps.$trie),
+                    Trie::Sources => maps.$source_trie.as_ref(),
+                }
             }
-            fn trie_mut(maps: &mut DatapathMaps) -> &mut LpmTrie<MapData, $octets, u32> {
-                &mut maps.$trie
+            fn trie_mut(
+                maps: &mut DatapathMaps,
+                trie: Trie,
+            ) -> Option<&mut LpmTrie<MapData, $octets, u32>> {
+                match trie {
+                    Trie::Destinations => Some(&mut maps.$trie),
+                    Trie::Sources => maps.$source_trie.as_mut(),
+                }
             }
-            fn capacity(maps: &DatapathMaps) -> u32 {
-                maps.$capacity
+            fn capacity(maps: &DatapathMaps, trie: Trie) -> u32 {
+                match trie {
+                    Trie::Destinations => maps.$capacity,
+                    Trie::Sources => maps.$source_capacity,
+                }
             }
-            fn last_synced(maps: &mut DatapathMaps) -> &mut Option<NomasqEntries<Self>> {
-                &mut maps.$last
+            fn last_synced(
+                maps: &mut DatapathMaps,
+                trie: Trie,
+            ) -> &mut Option<NomasqEntries<Self>> {
+                match trie {
+                    Trie::Destinations => &mut maps.$last,
+                    Trie::Sources => &mut maps.$source_last,
+                }
             }
         }
     };
@@ -234,18 +294,18 @@ macro_rules! nomasq_trie {
 nomasq_trie!(
     Ipv4Addr,
     [u8; 4],
-    MAP_NOMASQ_V4,
-    nomasq_v4,
-    nomasq_capacity,
-    nomasq_last_synced
+    (MAP_NOMASQ_V4, MAP_NOMASQ_SRC_V4),
+    (nomasq_v4, nomasq_src_v4),
+    (nomasq_capacity, nomasq_src_capacity),
+    (nomasq_last_synced, nomasq_src_last_synced)
 );
 nomasq_trie!(
     Ipv6Addr,
     [u8; 16],
-    MAP_NOMASQ_V6,
-    nomasq_v6,
-    nomasq_v6_capacity,
-    nomasq_v6_last_synced
+    (MAP_NOMASQ_V6, MAP_NOMASQ_SRC_V6),
+    (nomasq_v6, nomasq_src_v6),
+    (nomasq_v6_capacity, nomasq_src_v6_capacity),
+    (nomasq_v6_last_synced, nomasq_src_v6_last_synced)
 );
 
 impl std::fmt::Debug for DatapathMaps {
@@ -316,21 +376,45 @@ impl DatapathMaps {
     pub fn take(ebpf: &mut Ebpf) -> Result<Self, DatapathError> {
         let expired_v4 = typed(take(ebpf, MAP_EXPIRED_V4)?, MAP_EXPIRED_V4)?;
         let expired_v6 = typed(take(ebpf, MAP_EXPIRED_V6)?, MAP_EXPIRED_V6)?;
+        // The object defines every map, the ones added later too.
         Ok(Self {
             expired_v4: Some(expired_v4),
             expired_v6: Some(expired_v6),
-            ..Self::assemble(|name| take(ebpf, name))?
+            ..Self::assemble(|name| take(ebpf, name).map(Some))?
         })
     }
 
-    /// Opens the maps pinned under `dir` by a running or previous agent.
+    /// Opens the maps pinned under `dir` by a running or previous agent. The source tries are
+    /// `None` in the pins of an older masq, which had none (`ADDED_MAPS`).
     pub fn from_pins(dir: &Path) -> Result<Self, DatapathError> {
-        Self::assemble(|name| from_pin(dir, name))
+        Self::assemble(|name| {
+            if ADDED_MAPS.contains(&name) && !dir.join(name).exists() {
+                return Ok(None);
+            }
+            from_pin(dir, name).map(Some)
+        })
     }
 
+    /// The handles on the maps `get` gives; it may give `None` for the maps of `ADDED_MAPS`
+    /// alone.
     fn assemble(
-        mut get: impl FnMut(&'static str) -> Result<Map, DatapathError>,
+        mut get_any: impl FnMut(&'static str) -> Result<Option<Map>, DatapathError>,
     ) -> Result<Self, DatapathError> {
+        let (nomasq_src_v4, nomasq_src_capacity) = match get_any(MAP_NOMASQ_SRC_V4)? {
+            Some(map) => {
+                let capacity = trie_capacity(&map, MAP_NOMASQ_SRC_V4)?;
+                (Some(typed(map, MAP_NOMASQ_SRC_V4)?), capacity)
+            }
+            None => (None, 0),
+        };
+        let (nomasq_src_v6, nomasq_src_v6_capacity) = match get_any(MAP_NOMASQ_SRC_V6)? {
+            Some(map) => {
+                let capacity = trie_capacity(&map, MAP_NOMASQ_SRC_V6)?;
+                (Some(typed(map, MAP_NOMASQ_SRC_V6)?), capacity)
+            }
+            None => (None, 0),
+        };
+        let mut get = |name| get_any(name)?.ok_or(DatapathError::Missing { kind: "map", name });
         let nat = get(MAP_NAT_V4)?;
         let (nat_capacity, nat_fd) = nat_table_info(&nat, MAP_NAT_V4)?;
         let nat_v6 = get(MAP_NAT_V6)?;
@@ -358,10 +442,16 @@ impl DatapathMaps {
             nat_v6_fd,
             nat_v6_capacity,
             counters_v6: typed(get(MAP_COUNTERS_V6)?, MAP_COUNTERS_V6)?,
+            nomasq_src_v4,
+            nomasq_src_capacity,
+            nomasq_src_v6,
+            nomasq_src_v6_capacity,
             expired_v4: None,
             expired_v6: None,
             nomasq_last_synced: None,
             nomasq_v6_last_synced: None,
+            nomasq_src_last_synced: None,
+            nomasq_src_v6_last_synced: None,
         })
     }
 
@@ -601,12 +691,25 @@ impl DatapathMaps {
             .collect())
     }
 
-    /// A family's non-masquerade trie entries as ((address, prefix length), kind).
+    /// A family's non-masquerade (destination) trie entries as ((address, prefix length),
+    /// kind).
     pub fn trie_entries<A: NomasqTrie>(&self) -> Result<TrieEntries<A>, DatapathError> {
+        self.trie_entries_of(Trie::Destinations)
+    }
+
+    /// The entries of a family's `trie` as ((address, prefix length), kind); none when it is
+    /// missing (a source trie the pins of an older masq lack).
+    pub fn trie_entries_of<A: NomasqTrie>(
+        &self,
+        trie: Trie,
+    ) -> Result<TrieEntries<A>, DatapathError> {
         let mut entries = Vec::new();
-        for item in A::trie(self).iter() {
+        let Some(map) = A::trie(self, trie) else {
+            return Ok(entries);
+        };
+        for item in map.iter() {
             let (key, kind): (Key<A::Octets>, u32) =
-                item.map_err(DatapathError::map("walking", A::MAP_NAME))?;
+                item.map_err(DatapathError::map("walking", A::map_name(trie)))?;
             let prefix = u8::try_from(key.prefix_len()).unwrap_or(u8::MAX);
             entries.push(((A::from_octets(key.data()), prefix), kind));
         }

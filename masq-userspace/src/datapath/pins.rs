@@ -10,11 +10,12 @@ use aya::maps::{MapData, MapInfo, MapType};
 use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
     layout::{
-        ALL_MAPS, FRAGS_V4_MAX_ENTRIES, MAP_ALLOC_REQUEST, MAP_ALLOC_REQUEST_V6, MAP_ALLOC_RETRIES,
-        MAP_COUNTERS, MAP_COUNTERS_V6, MAP_FRAGS_V4, MAP_FRAGS_V6, MAP_LAYOUT_VERSION, MAP_META,
-        MAP_NAT_V4, MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_PROGS, MAP_SETTINGS,
-        MAP_UPLINK_SLOTS, MAP_UPLINKS, MapMeta, PROG_SLOTS, UPLINK_INDEX_SLOTS,
-        UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
+        ADDED_MAPS, ALL_MAPS, FRAGS_V4_MAX_ENTRIES, MAP_ALLOC_REQUEST, MAP_ALLOC_REQUEST_V6,
+        MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_FRAGS_V4, MAP_FRAGS_V6,
+        MAP_LAYOUT_VERSION, MAP_META, MAP_NAT_V4, MAP_NAT_V6, MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6,
+        MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_PROGS, MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS,
+        MapMeta, NOMASQ_SRC_MAX_ENTRIES, PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES,
+        Uplink, UplinkSlot,
     },
     nat::{
         AllocRequestV4, AllocRequestV6, FragEntryV4, FragEntryV6, FragKeyV4, FragKeyV6, NatEntryV4,
@@ -75,6 +76,9 @@ pub enum PinnedState {
         /// The counters maps were made by a version with another set of counters: they are
         /// replaced by empty ones (counts restart; nothing a flow needs is lost).
         counters_resized: bool,
+        /// Maps of [`ADDED_MAPS`] the set lacks (an older masq pinned it): loading creates
+        /// and pins them, empty.
+        missing_added: Vec<&'static str>,
     },
     /// Pins this version must not adopt, and why.
     Incompatible(String),
@@ -90,7 +94,7 @@ struct ExpectedMap {
     max_entries: Option<u32>,
 }
 
-fn expected_maps() -> [ExpectedMap; 16] {
+fn expected_maps() -> [ExpectedMap; 18] {
     [
         ExpectedMap {
             name: MAP_META,
@@ -204,6 +208,20 @@ fn expected_maps() -> [ExpectedMap; 16] {
             value_size: size_of::<FragEntryV6>(),
             max_entries: Some(FRAGS_V4_MAX_ENTRIES),
         },
+        ExpectedMap {
+            name: MAP_NOMASQ_SRC_V4,
+            map_type: MapType::LpmTrie,
+            key_size: 8,
+            value_size: 4,
+            max_entries: Some(NOMASQ_SRC_MAX_ENTRIES),
+        },
+        ExpectedMap {
+            name: MAP_NOMASQ_SRC_V6,
+            map_type: MapType::LpmTrie,
+            key_size: 20,
+            value_size: 4,
+            max_entries: Some(NOMASQ_SRC_MAX_ENTRIES),
+        },
     ]
 }
 
@@ -281,12 +299,14 @@ impl PinDir {
         if unfinished {
             return Ok(PinnedState::Leftovers(present));
         }
-        if present.len() != ALL_MAPS.len() {
-            let missing: Vec<&str> = ALL_MAPS
-                .iter()
-                .copied()
-                .filter(|name| !present.contains(name))
-                .collect();
+        // A set an older masq of the same layout pinned lacks the maps added since: they are
+        // created next to it. Any other missing map is one the programs' state lives in.
+        let (missing_added, missing): (Vec<&'static str>, Vec<&'static str>) = ALL_MAPS
+            .iter()
+            .copied()
+            .filter(|name| !present.contains(name))
+            .partition(|name| ADDED_MAPS.contains(name));
+        if !missing.is_empty() {
             return Ok(PinnedState::Incompatible(format!(
                 "maps missing: {}",
                 missing.join(", ")
@@ -296,6 +316,9 @@ impl PinDir {
         let (mut nat_v6_max_entries, mut nomasq_v6_max_entries) = (0, 0);
         let mut counters_resized = false;
         for expected in expected_maps() {
+            if missing_added.contains(&expected.name) {
+                continue;
+            }
             let path = self.map(expected.name);
             let info = MapInfo::from_pin(&path)
                 .map_err(DatapathError::map("inspecting pinned", expected.name))?;
@@ -352,6 +375,7 @@ impl PinDir {
             nat_v6_max_entries,
             nomasq_v6_max_entries,
             counters_resized,
+            missing_added,
         })
     }
 

@@ -1,18 +1,26 @@
 //! Bringing the datapath maps in line with the policy and the agent's settings.
 
-use std::cmp::Ordering;
+use std::{
+    cmp::Ordering,
+    net::{Ipv4Addr, Ipv6Addr},
+};
 
 use aya::maps::lpm_trie::Key;
 use masq_common::{
     ports::PortRange,
-    settings::{MAX_PORT_RANGES, SETTING_ENABLED, SETTING_RANDOM_FULLY, Settings},
+    settings::{
+        MAX_PORT_RANGES, SETTING_ENABLED, SETTING_RANDOM_FULLY, SETTING_SOURCE_EXEMPTIONS, Settings,
+    },
 };
 
-use crate::policy::NomasqEntries;
+use crate::{
+    config::cidr::Family,
+    policy::{NomasqEntries, TrieAddress as _},
+};
 
 use super::{
     error::DatapathError,
-    maps::{DatapathMaps, NomasqTrie},
+    maps::{DatapathMaps, NomasqTrie, Trie},
 };
 
 /// What a trie sync changed.
@@ -26,17 +34,26 @@ pub struct TrieSync {
     pub unchanged: usize,
 }
 
-/// A config whose non-masquerade entries do not fit the trie.
+/// A config whose entries do not fit a trie.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "the config needs {needed} non-masquerade trie entries (CIDRs plus link-local), but the \
-     datapath holds at most {capacity}; raise --nomasq-max-entries"
+    "the config needs {needed} {what}, but the datapath holds at most {capacity}{remedy}",
+    what = match .trie {
+        Trie::Destinations => "non-masquerade trie entries (CIDRs plus link-local)",
+        Trie::Sources => "source trie entries of one family (nonMasqueradeSrcCIDRs)",
+    },
+    remedy = match .trie {
+        Trie::Destinations => "; raise --nomasq-max-entries",
+        Trie::Sources => "",
+    }
 )]
 pub struct TrieCapacityError {
     /// Entries the config needs.
     pub needed: usize,
     /// Entries the trie holds.
     pub capacity: u32,
+    /// Which trie.
+    pub trie: Trie,
 }
 
 /// What a trie sync compares the desired entries with.
@@ -50,10 +67,20 @@ pub enum TrieView {
     LastSynced,
 }
 
-/// Checks that `needed` entries fit a trie of `capacity`, before anything is changed.
+/// Checks that `needed` entries fit a destination trie of `capacity`, before anything is
+/// changed.
 pub fn check_trie_capacity(needed: usize, capacity: u32) -> Result<(), TrieCapacityError> {
+    check_capacity(Trie::Destinations, needed, capacity)
+}
+
+/// Checks that `needed` entries fit `trie` of `capacity`, before anything is changed.
+pub fn check_capacity(trie: Trie, needed: usize, capacity: u32) -> Result<(), TrieCapacityError> {
     if needed > capacity as usize {
-        return Err(TrieCapacityError { needed, capacity });
+        return Err(TrieCapacityError {
+            needed,
+            capacity,
+            trie,
+        });
     }
     Ok(())
 }
@@ -70,11 +97,42 @@ pub fn sync_nomasq<A: NomasqTrie>(
     desired: &NomasqEntries<A>,
     view: TrieView,
 ) -> Result<TrieSync, DatapathError> {
-    let capacity = A::capacity(maps);
-    check_trie_capacity(desired.len(), capacity)?;
-    let current: NomasqEntries<A> = match (view, A::last_synced(maps).take()) {
+    sync_trie(maps, Trie::Destinations, desired, view)
+}
+
+/// Makes a family's source trie hold exactly `desired` (`nonMasqueradeSrcCIDRs`), as
+/// [`sync_nomasq`] does the destination trie: whole or not at all, additions first.
+pub fn sync_nomasq_src<A: NomasqTrie>(
+    maps: &mut DatapathMaps,
+    desired: &NomasqEntries<A>,
+    view: TrieView,
+) -> Result<TrieSync, DatapathError> {
+    sync_trie(maps, Trie::Sources, desired, view)
+}
+
+/// Makes a family's `trie` hold exactly `desired` (see [`sync_nomasq`]). A trie the handles
+/// lack (a source trie opened from an older masq's pins) holds nothing, so nothing is all it
+/// can be made to hold.
+pub fn sync_trie<A: NomasqTrie>(
+    maps: &mut DatapathMaps,
+    trie: Trie,
+    desired: &NomasqEntries<A>,
+    view: TrieView,
+) -> Result<TrieSync, DatapathError> {
+    if A::trie(maps, trie).is_none() {
+        if desired.is_empty() {
+            return Ok(TrieSync::default());
+        }
+        return Err(DatapathError::Missing {
+            kind: "map",
+            name: A::map_name(trie),
+        });
+    }
+    let capacity = A::capacity(maps, trie);
+    check_capacity(trie, desired.len(), capacity)?;
+    let current: NomasqEntries<A> = match (view, A::last_synced(maps, trie).take()) {
         (TrieView::LastSynced, Some(last)) => last,
-        _ => maps.trie_entries::<A>()?.into_iter().collect(),
+        _ => maps.trie_entries_of::<A>(trie)?.into_iter().collect(),
     };
     // Both maps are sorted: one walk over the two finds what to write and what to delete, so
     // a small change to a large list costs no lookups per entry.
@@ -120,10 +178,14 @@ pub fn sync_nomasq<A: NomasqTrie>(
         tracing::warn!(
             late = late.len(),
             capacity,
-            "the old and new non-masquerade entries together exceed the trie: stale entries are removed before the last additions"
+            trie = A::map_name(trie),
+            "the old and new entries together exceed the trie: stale entries are removed before the last additions"
         );
     }
-    let mut journal = Journal { undo: Vec::new() };
+    let mut journal = Journal {
+        trie,
+        undo: Vec::new(),
+    };
     let applied = (|| {
         for &(key, kind) in &early {
             journal.write(maps, key, kind, current.get(&key).copied())?;
@@ -138,7 +200,7 @@ pub fn sync_nomasq<A: NomasqTrie>(
     })();
     match applied {
         Ok(()) => {
-            *A::last_synced(maps) = Some(desired.clone());
+            *A::last_synced(maps, trie) = Some(desired.clone());
             Ok(report)
         }
         // The undo may fail too: the next sync reads what the kernel holds.
@@ -149,8 +211,164 @@ pub fn sync_nomasq<A: NomasqTrie>(
     }
 }
 
+/// What every trie of the datapath should hold: a config's whole say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WantedTries {
+    /// The IPv4 destination trie.
+    pub destinations_v4: NomasqEntries<Ipv4Addr>,
+    /// The IPv6 destination trie (empty without `--enable-ipv6`).
+    pub destinations_v6: NomasqEntries<Ipv6Addr>,
+    /// The IPv4 source trie.
+    pub sources_v4: NomasqEntries<Ipv4Addr>,
+    /// The IPv6 source trie.
+    pub sources_v6: NomasqEntries<Ipv6Addr>,
+}
+
+/// Every trie empty.
+impl Default for WantedTries {
+    fn default() -> Self {
+        // `NomasqEntries`' derived `Default` would ask the address to have one.
+        Self {
+            destinations_v4: std::iter::empty().collect(),
+            destinations_v6: std::iter::empty().collect(),
+            sources_v4: std::iter::empty().collect(),
+            sources_v6: std::iter::empty().collect(),
+        }
+    }
+}
+
+impl WantedTries {
+    /// Whether the source tries hold entries once synced, so the datapath must look pod
+    /// sources up (`SETTING_SOURCE_EXEMPTIONS`).
+    pub fn source_exemptions(&self) -> bool {
+        !self.sources_v4.is_empty() || !self.sources_v6.is_empty()
+    }
+}
+
+/// What a sync of one trie changed: its family, which trie, the counts.
+pub type TrieReport = (Family, Trie, TrieSync);
+
+/// What the last syncs wrote to the tries [`sync_tries`] syncs before its last, to go back to
+/// (the last one undoes its own changes when it fails).
+struct LastSynced {
+    destinations_v4: Option<NomasqEntries<Ipv4Addr>>,
+    destinations_v6: Option<NomasqEntries<Ipv6Addr>>,
+    sources_v4: Option<NomasqEntries<Ipv4Addr>>,
+}
+
+impl LastSynced {
+    fn of(maps: &mut DatapathMaps) -> Self {
+        Self {
+            destinations_v4: Ipv4Addr::last_synced(maps, Trie::Destinations).clone(),
+            destinations_v6: Ipv6Addr::last_synced(maps, Trie::Destinations).clone(),
+            sources_v4: Ipv4Addr::last_synced(maps, Trie::Sources).clone(),
+        }
+    }
+
+    /// Puts the first `synced` tries, in [`sync_tries`]' order, back as they were. Unknown
+    /// before (the first sync): the next resync compares with what the kernel holds.
+    fn restore(self, maps: &mut DatapathMaps, synced: usize) {
+        fn back<A: NomasqTrie>(
+            maps: &mut DatapathMaps,
+            trie: Trie,
+            before: Option<NomasqEntries<A>>,
+        ) {
+            if let Some(before) = before
+                && let Err(undo) = sync_trie(maps, trie, &before, TrieView::LastSynced)
+            {
+                tracing::error!(trie = A::map_name(trie), %undo, "could not restore a trie after a later one failed; the next resync repairs it");
+            }
+        }
+        if synced > 0 {
+            back(maps, Trie::Destinations, self.destinations_v4);
+        }
+        if synced > 1 {
+            back(maps, Trie::Destinations, self.destinations_v6);
+        }
+        if synced > 2 {
+            back(maps, Trie::Sources, self.sources_v4);
+        }
+        // All four synced is a success: nothing to restore.
+    }
+}
+
+/// Makes every trie hold what `wanted` says, or, if one cannot, every trie what it held
+/// before: a config is applied whole or not at all. Every trie's capacity is checked before
+/// any is changed. The destination tries go first, then the source tries; the caller sets
+/// `SETTING_SOURCE_EXEMPTIONS` only afterwards, so the datapath never looks sources up in a
+/// trie that is still being filled.
+pub fn sync_tries(
+    maps: &mut DatapathMaps,
+    wanted: &WantedTries,
+    view: TrieView,
+) -> Result<Vec<TrieReport>, DatapathError> {
+    for (trie, needed, capacity) in [
+        (
+            Trie::Destinations,
+            wanted.destinations_v4.len(),
+            Ipv4Addr::capacity(maps, Trie::Destinations),
+        ),
+        (
+            Trie::Destinations,
+            wanted.destinations_v6.len(),
+            Ipv6Addr::capacity(maps, Trie::Destinations),
+        ),
+        (
+            Trie::Sources,
+            wanted.sources_v4.len(),
+            Ipv4Addr::capacity(maps, Trie::Sources),
+        ),
+        (
+            Trie::Sources,
+            wanted.sources_v6.len(),
+            Ipv6Addr::capacity(maps, Trie::Sources),
+        ),
+    ] {
+        // A missing source trie (never in a loaded datapath) is `sync_trie`'s to report.
+        if trie == Trie::Sources && capacity == 0 {
+            continue;
+        }
+        check_capacity(trie, needed, capacity)?;
+    }
+    let before = LastSynced::of(maps);
+    let mut reports = Vec::with_capacity(4);
+    let synced = (|| {
+        reports.push((
+            Ipv4Addr::FAMILY,
+            Trie::Destinations,
+            sync_trie(maps, Trie::Destinations, &wanted.destinations_v4, view)?,
+        ));
+        reports.push((
+            Ipv6Addr::FAMILY,
+            Trie::Destinations,
+            sync_trie(maps, Trie::Destinations, &wanted.destinations_v6, view)?,
+        ));
+        reports.push((
+            Ipv4Addr::FAMILY,
+            Trie::Sources,
+            sync_trie(maps, Trie::Sources, &wanted.sources_v4, view)?,
+        ));
+        reports.push((
+            Ipv6Addr::FAMILY,
+            Trie::Sources,
+            sync_trie(maps, Trie::Sources, &wanted.sources_v6, view)?,
+        ));
+        Ok::<(), DatapathError>(())
+    })();
+    match synced {
+        Ok(()) => Ok(reports),
+        Err(error) => {
+            // The trie that failed undid its own changes; those synced before it go back.
+            before.restore(maps, reports.len());
+            Err(error)
+        }
+    }
+}
+
 /// The trie changes made so far, to be undone if a later one fails.
 struct Journal<A> {
+    /// Which trie.
+    trie: Trie,
     /// (entry, its value before the change, if it had one).
     undo: Vec<((A, u8), Option<u32>)>,
 }
@@ -160,6 +378,18 @@ fn trie_key<A: NomasqTrie>((addr, prefix): (A, u8)) -> Key<A::Octets> {
 }
 
 impl<A: NomasqTrie> Journal<A> {
+    /// The journal's trie (`sync_trie` checked that the handles have it).
+    fn map<'maps>(
+        &self,
+        maps: &'maps mut DatapathMaps,
+    ) -> Result<&'maps mut aya::maps::LpmTrie<aya::maps::MapData, A::Octets, u32>, DatapathError>
+    {
+        A::trie_mut(maps, self.trie).ok_or(DatapathError::Missing {
+            kind: "map",
+            name: A::map_name(self.trie),
+        })
+    }
+
     fn write(
         &mut self,
         maps: &mut DatapathMaps,
@@ -167,9 +397,9 @@ impl<A: NomasqTrie> Journal<A> {
         kind: u32,
         before: Option<u32>,
     ) -> Result<(), DatapathError> {
-        A::trie_mut(maps)
+        self.map(maps)?
             .insert(&trie_key(key), kind, 0)
-            .map_err(DatapathError::map("inserting into", A::MAP_NAME))?;
+            .map_err(DatapathError::map("inserting into", A::map_name(self.trie)))?;
         self.undo.push((key, before));
         Ok(())
     }
@@ -180,37 +410,39 @@ impl<A: NomasqTrie> Journal<A> {
         key: (A, u8),
         before: Option<u32>,
     ) -> Result<(), DatapathError> {
-        A::trie_mut(maps)
+        self.map(maps)?
             .remove(&trie_key(key))
-            .map_err(DatapathError::map("removing from", A::MAP_NAME))?;
+            .map_err(DatapathError::map("removing from", A::map_name(self.trie)))?;
         self.undo.push((key, before));
         Ok(())
     }
 
     /// Puts every changed entry back as it was, newest change first.
     fn undo(self, maps: &mut DatapathMaps) {
+        let name = A::map_name(self.trie);
+        let Some(trie) = A::trie_mut(maps, self.trie) else {
+            return;
+        };
         for (key, before) in self.undo.into_iter().rev() {
-            let trie = A::trie_mut(maps);
             let restored = match before {
                 Some(kind) => trie.insert(&trie_key(key), kind, 0),
                 None => trie.remove(&trie_key(key)),
             };
             if let Err(error) = restored {
-                tracing::error!(cidr = %format!("{}/{}", key.0, key.1), %error, "could not undo a trie change; the next resync repairs it");
+                tracing::error!(trie = name, cidr = %format!("{}/{}", key.0, key.1), %error, "could not undo a trie change; the next resync repairs it");
             }
         }
     }
 }
 
-/// The settings value for the datapath.
-pub fn settings(ranges: &[PortRange], random_fully: bool) -> Settings {
+/// The settings value for the datapath; `source_exemptions` when the source tries hold
+/// entries (see [`WantedTries::source_exemptions`]).
+pub fn settings(ranges: &[PortRange], random_fully: bool, source_exemptions: bool) -> Settings {
     let mut settings = Settings::DISABLED;
+    let flag = |on: bool, bit: u32| if on { bit } else { 0 };
     settings.flags = SETTING_ENABLED
-        | if random_fully {
-            SETTING_RANDOM_FULLY
-        } else {
-            0
-        };
+        | flag(random_fully, SETTING_RANDOM_FULLY)
+        | flag(source_exemptions, SETTING_SOURCE_EXEMPTIONS);
     let ranges = &ranges[..ranges.len().min(MAX_PORT_RANGES)];
     for (slot, range) in settings.port_ranges.iter_mut().zip(ranges) {
         *slot = *range;
@@ -229,12 +461,53 @@ mod tests {
         let value = settings(
             &[PortRange::new(1024, 2047), PortRange::new(4000, 4000)],
             true,
+            false,
         );
         assert!(value.enabled() && value.random_fully());
+        assert!(!value.source_exemptions());
         assert_eq!(value.total_ports, 1025);
         assert_eq!(
             value.ranges(),
             [PortRange::new(1024, 2047), PortRange::new(4000, 4000)]
         );
+    }
+
+    #[test]
+    fn sources_are_looked_up_exactly_while_the_source_tries_hold_entries() {
+        let ranges = [PortRange::new(1024, 2047)];
+        let with = settings(&ranges, false, true);
+        assert!(with.enabled() && with.source_exemptions() && !with.random_fully());
+        assert_eq!(
+            settings(&ranges, false, false).flags,
+            with.flags & !SETTING_SOURCE_EXEMPTIONS
+        );
+
+        let mut wanted = WantedTries {
+            destinations_v4: [(("10.0.0.0".parse().unwrap(), 8), 1)]
+                .into_iter()
+                .collect(),
+            ..WantedTries::default()
+        };
+        assert!(
+            !wanted.source_exemptions(),
+            "destination entries alone need no source lookup"
+        );
+        wanted.sources_v6 = [(("2001:db8::".parse().unwrap(), 32), 4)]
+            .into_iter()
+            .collect();
+        assert!(wanted.source_exemptions());
+    }
+
+    #[test]
+    fn a_source_trie_overflow_names_the_source_trie() {
+        let message = check_capacity(Trie::Sources, 3, 2)
+            .expect_err("3 entries in 2")
+            .to_string();
+        assert!(
+            message.contains("nonMasqueradeSrcCIDRs") && !message.contains("--nomasq-max-entries"),
+            "{message}"
+        );
+        let message = check_trie_capacity(3, 2).expect_err("3 in 2").to_string();
+        assert!(message.contains("--nomasq-max-entries"), "{message}");
     }
 }

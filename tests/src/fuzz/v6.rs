@@ -292,7 +292,11 @@ impl Model6 {
         let decided = translated
             || matches!(
                 counter,
-                Some(Counter::EgressExemptCidr | Counter::EgressExemptLinkLocal)
+                Some(
+                    Counter::EgressExemptCidr
+                        | Counter::EgressExemptLinkLocal
+                        | Counter::EgressExemptSource
+                )
             );
         if let (Some(datagram), Some(fragment)) = (parsed.datagram(), parsed.fragment)
             && fragment.offset == 0
