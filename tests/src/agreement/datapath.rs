@@ -2,10 +2,13 @@
 //! case's policy, as the agent fills them, and UDP datagrams from a pod source to a
 //! destination run through `masq_egress` with `BPF_PROG_TEST_RUN`.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use aya::maps::lpm_trie::Key;
-use masq::policy::{NomasqEntries, Policy, Reason, RuleKind};
+use aya::maps::{LpmTrie, MapData, lpm_trie::Key};
+use masq::{
+    datapath::maps::{DatapathMaps, NomasqTrie, Trie},
+    policy::{NomasqEntries, Policy, Reason, RuleKind},
+};
 use masq_common::{counters::Counter, ports::PortRange};
 
 use super::Mismatch;
@@ -63,25 +66,9 @@ impl DatapathProbe {
     /// mapping, above all, which is looked up before the policy) carries over.
     fn clear(&mut self) {
         let maps = &mut self.harness.datapath.maps;
-        let keys: Vec<_> = maps.nomasq_v4.keys().filter_map(Result::ok).collect();
-        for key in keys {
-            let _ = maps.nomasq_v4.remove(&key);
-        }
-        let keys: Vec<_> = maps.nomasq_v6.keys().filter_map(Result::ok).collect();
-        for key in keys {
-            let _ = maps.nomasq_v6.remove(&key);
-        }
-        if let Some(trie) = maps.nomasq_src_v4.as_mut() {
-            let keys: Vec<_> = trie.keys().filter_map(Result::ok).collect();
-            for key in keys {
-                let _ = trie.remove(&key);
-            }
-        }
-        if let Some(trie) = maps.nomasq_src_v6.as_mut() {
-            let keys: Vec<_> = trie.keys().filter_map(Result::ok).collect();
-            for key in keys {
-                let _ = trie.remove(&key);
-            }
+        for trie in [Trie::Destinations, Trie::Sources] {
+            empty_trie::<Ipv4Addr>(maps, trie);
+            empty_trie::<Ipv6Addr>(maps, trie);
         }
         let keys: Vec<_> = maps.nat_v4.keys().filter_map(Result::ok).collect();
         for key in keys {
@@ -91,13 +78,8 @@ impl DatapathProbe {
         for key in keys {
             let _ = maps.nat_v6.remove(&key);
         }
-        let left = [
-            maps.nomasq_v4.keys().count(),
-            maps.nomasq_v6.keys().count(),
-            maps.nat_v4.keys().count(),
-            maps.nat_v6.keys().count(),
-        ];
-        assert_eq!(left, [0; 4], "maps left non-empty between cases");
+        let left = [maps.nat_v4.keys().count(), maps.nat_v6.keys().count()];
+        assert_eq!(left, [0; 2], "NAT tables left non-empty between cases");
     }
 
     /// Installs `policy` as the agent would: both destination tries from
@@ -108,23 +90,11 @@ impl DatapathProbe {
         self.clear();
         self.next_port = 10_000;
         let maps = &mut self.harness.datapath.maps;
-        fill(&mut maps.nomasq_v4, &policy.nomasq_v4(), "masq_nomasq_v4");
-        fill(&mut maps.nomasq_v6, &policy.nomasq_v6(), "masq_nomasq_v6");
+        fill(maps, Trie::Destinations, &policy.nomasq_v4());
+        fill(maps, Trie::Destinations, &policy.nomasq_v6());
         let (sources_v4, sources_v6) = (policy.nomasq_src_v4(), policy.nomasq_src_v6());
-        fill(
-            maps.nomasq_src_v4
-                .as_mut()
-                .unwrap_or_else(|| panic!("a loaded datapath has the IPv4 source trie")),
-            &sources_v4,
-            "masq_nomasq_src_v4",
-        );
-        fill(
-            maps.nomasq_src_v6
-                .as_mut()
-                .unwrap_or_else(|| panic!("a loaded datapath has the IPv6 source trie")),
-            &sources_v6,
-            "masq_nomasq_src_v6",
-        );
+        fill(maps, Trie::Sources, &sources_v4);
+        fill(maps, Trie::Sources, &sources_v6);
         self.harness
             .set_source_exemptions(!sources_v4.is_empty() || !sources_v6.is_empty());
         self.harness
@@ -241,35 +211,40 @@ impl DatapathProbe {
     }
 }
 
-/// Writes `entries` into `trie` (emptied before).
-fn fill<A, O>(
-    trie: &mut aya::maps::LpmTrie<aya::maps::MapData, O, u32>,
-    entries: &NomasqEntries<A>,
-    name: &str,
-) where
-    A: masq::policy::TrieAddress + Octets<O> + std::fmt::Display,
-    O: aya::Pod,
-{
+/// The family's `trie` of a loaded datapath, which has every map.
+fn trie_of<A: NomasqTrie>(
+    maps: &mut DatapathMaps,
+    trie: Trie,
+) -> &mut LpmTrie<MapData, A::Octets, u32> {
+    A::trie_mut(maps, trie)
+        .unwrap_or_else(|| panic!("a loaded datapath lacks {}", A::map_name(trie)))
+}
+
+/// Removes every entry of the family's `trie`.
+fn empty_trie<A: NomasqTrie>(maps: &mut DatapathMaps, trie: Trie) {
+    let map = trie_of::<A>(maps, trie);
+    let keys: Vec<_> = map.keys().filter_map(Result::ok).collect();
+    for key in keys {
+        let _ = map.remove(&key);
+    }
+    assert_eq!(
+        map.keys().count(),
+        0,
+        "{} left non-empty between cases",
+        A::map_name(trie)
+    );
+}
+
+/// Writes `entries` into the family's `trie` (emptied before).
+fn fill<A: NomasqTrie>(maps: &mut DatapathMaps, trie: Trie, entries: &NomasqEntries<A>) {
+    let map = trie_of::<A>(maps, trie);
     for &((address, prefix), kind) in entries {
-        trie.insert(&Key::new(u32::from(prefix), address.octets_of()), kind, 0)
-            .unwrap_or_else(|error| panic!("inserting {address}/{prefix} into {name}: {error}"));
-    }
-}
-
-/// An address as its trie's key data.
-pub trait Octets<O> {
-    /// The address in network byte order.
-    fn octets_of(self) -> O;
-}
-
-impl Octets<[u8; 4]> for std::net::Ipv4Addr {
-    fn octets_of(self) -> [u8; 4] {
-        self.octets()
-    }
-}
-
-impl Octets<[u8; 16]> for Ipv6Addr {
-    fn octets_of(self) -> [u8; 16] {
-        self.octets()
+        map.insert(&Key::new(u32::from(prefix), address.octets()), kind, 0)
+            .unwrap_or_else(|error| {
+                panic!(
+                    "inserting {address}/{prefix} into {}: {error}",
+                    A::map_name(trie)
+                )
+            });
     }
 }
