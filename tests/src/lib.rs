@@ -8,6 +8,9 @@
 //! [`fuzz`] drives random and mutated frames through both programs the same way and checks
 //! every result against an oracle of what the datapath may do to a frame.
 //!
+//! [`agreement`] generates configs and checks that `masq explain`, the datapath and the
+//! iptables rules decide alike for every pod source and destination.
+//!
 //! [`kernel_compat`] lists what the built datapath object needs from the kernel, without root.
 //!
 //! The namespace tests build a [`sandbox`] (pods, a node, a router, an outside host), run the
@@ -15,6 +18,7 @@
 //! tests run the image instead, as the rendered [`manifest`]s say, under podman ([`container`]).
 
 pub mod agent;
+pub mod agreement;
 pub mod caps;
 pub mod check;
 pub mod configmap;
