@@ -234,6 +234,27 @@ const E2E_CONNTRACK: Step = e2e(
     300,
 );
 
+/// masq's own rules (issue 26): a masquerade exception inside an exempt range and an exempt
+/// pod source, through the agent in the kernel's own attach mode and through its iptables
+/// backend.
+const E2E_RULES_TC: Step = e2e(
+    "e2e_rules",
+    "e2e_rules",
+    &[
+        "the_ebpf_backend_masquerades_exceptions_and_spares_exempt_pods::tc",
+        "the_iptables_backend_masquerades_exceptions_and_spares_exempt_pods",
+    ],
+    200,
+);
+
+/// The same through tcx links (6.6 and later).
+const E2E_RULES_TCX: Step = e2e(
+    "e2e_rules_tcx",
+    "e2e_rules",
+    &["the_ebpf_backend_masquerades_exceptions_and_spares_exempt_pods::tcx"],
+    150,
+);
+
 /// Tests that need what the development kernel lacks, marked `#[ignore]` there and run here
 /// with `--ignored`: each must pass.
 const fn e2e_guest_only(
@@ -294,6 +315,7 @@ pub(crate) const MATRIX: &[Series] = &[
             DATAPATH_V6,
             E2E_TC,
             E2E_CONNTRACK,
+            E2E_RULES_TC,
             E2E_CSUM_COMPLETE,
             E2E_WIREGUARD_TC,
         ],
@@ -314,6 +336,8 @@ pub(crate) const MATRIX: &[Series] = &[
             E2E_TCX,
             E2E_TC,
             E2E_CONNTRACK,
+            E2E_RULES_TC,
+            E2E_RULES_TCX,
             E2E_CSUM_COMPLETE,
             E2E_WIREGUARD_TC,
             E2E_WIREGUARD_TCX,
