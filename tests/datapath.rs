@@ -1652,6 +1652,30 @@ fn udp_from_a_masqueraded_remote_inside_an_exempt_range_is_tracked() {
     assert_eq!(harness.counter(Counter::EgressNewMapping), 0);
 }
 
+/// An exempt pod's answers are never masqueraded, so UDP from outside to it needs no entry:
+/// the ingress program asks the policy the egress program asks, source exemptions included.
+#[test]
+fn udp_to_an_exempt_source_is_not_tracked() {
+    let mut harness = Harness::new();
+    harness.add_nomasq_src("100.64.0.0/24");
+    harness.set_source_exemptions(true);
+    let inbound = Packet::udp("203.0.113.7:5000", "100.64.0.5:53").frame();
+    assert_eq!(harness.ingress(&inbound).frame, inbound);
+    assert_eq!(harness.counter(Counter::IngressInboundTracked), 0);
+    assert_eq!(harness.counter(Counter::IngressPassed), 1);
+    let answer = Packet::udp("100.64.0.5:53", "203.0.113.7:5000").frame();
+    assert_eq!(harness.egress(&answer).frame, answer);
+    assert_eq!(harness.counter(Counter::EgressExemptSource), 1);
+    assert!(
+        harness.egress_mappings().is_empty(),
+        "no entry for the exempt pod's flow"
+    );
+    // Another pod's inbound flow is still tracked.
+    let other = Packet::udp("203.0.113.7:5000", "10.244.1.5:53").frame();
+    assert_eq!(harness.ingress(&other).frame, other);
+    assert_eq!(harness.counter(Counter::IngressInboundTracked), 1);
+}
+
 /// Issue 26, `nonMasqueradeSrcCIDRs`: a pod in the source trie is never masqueraded, whatever
 /// the destination, once the settings flag says the trie holds entries; until then its flows
 /// are masqueraded (the flag gates the lookup), and a flow mapped before keeps its mapping.

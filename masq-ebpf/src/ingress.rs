@@ -79,14 +79,10 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
         if ip.protocol == proto::UDP
             && !ip.is_later_fragment()
             && let Some((src, dst)) = packet::udp_ports(ctx, &ip)
-            && nat::track_inbound(&NatKey::new(
-                ip.dst,
-                ip.src,
-                dst,
-                src,
-                proto::UDP,
-                Direction::Egress,
-            ))
+            && nat::track_inbound(
+                settings,
+                &NatKey::new(ip.dst, ip.src, dst, src, proto::UDP, Direction::Egress),
+            )
         {
             count_in::<A>(Counter::IngressInboundTracked);
             return Verdict::Pass;

@@ -7,7 +7,6 @@ use aya_ebpf::{
 };
 use masq_common::{
     counters::{ALLOC_CHUNK, Counter, FIRST_ALLOC_ROUND, MIN_ALLOC_ROUND},
-    layout::NOMASQ_KIND_MASQUERADE,
     nat::{
         Direction, FIN_WINDOW, FLOW_ACK_BYTES, FLOW_ANSWERED, FLOW_FLAG_BYTES, FLOW_SEEN,
         FLOW_TCP_CLOSING, FLOW_TCP_RST, FlowMarks, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND,
@@ -945,15 +944,14 @@ pub(crate) fn revive<A: Family>(ctx: &TcContext, key: &NatKey<A>, node_ip: A) ->
 
 /// Remembers a UDP flow that a masqueraded address opened towards a pod; `key` is the tuple
 /// the pod's replies will carry on egress. The replies are then recognised and left alone, as
-/// conntrack would treat them, instead of being masqueraded as new flows. Flows from
-/// non-masquerade addresses need nothing: their replies are exempt anyway. Returns whether a
-/// new flow was recorded.
+/// conntrack would treat them, instead of being masqueraded as new flows. Flows whose replies
+/// the policy exempts anyway need nothing. Returns whether a new flow was recorded.
 #[inline(always)]
-pub(crate) fn track_inbound<A: Family>(key: &NatKey<A>) -> bool {
-    // Most inbound traffic to pods comes from non-masquerade (in-cluster) addresses: the trie
-    // answers for those without touching the NAT table.
-    // A `masqueradeCIDRs` entry is no exemption: replies towards it would be masqueraded.
-    if A::exempt(key.dst_addr).is_some_and(|kind| kind != NOMASQ_KIND_MASQUERADE) {
+pub(crate) fn track_inbound<A: Family>(settings: &Settings, key: &NatKey<A>) -> bool {
+    // Most inbound traffic to pods comes from non-masquerade (in-cluster) addresses: the
+    // policy's own decision for the pod's replies answers for those without touching the NAT
+    // table.
+    if crate::egress::pod_exemption(settings, key.src_addr, key.dst_addr).is_some() {
         return false;
     }
     if lookup(key, FLOW_SEEN, false, TcpNumbers::default(), Sender::Remote).is_some() {
