@@ -267,8 +267,15 @@ fn attach_tcx(
                     detail: error.to_string(),
                 }
             })?;
-            let in_place = tcx::attached_program_ids(ifindex, hook)
-                .is_ok_and(|order| position.holds(&order, info.program_id));
+            // A hook that cannot be queried is taken as in place: moving the link would leave a
+            // gap without translation on the strength of no evidence.
+            let in_place = match tcx::attached_program_ids(ifindex, hook) {
+                Ok(order) => position.holds(&order, info.program_id),
+                Err(error) => {
+                    tracing::warn!(interface = name, hook = hook.name(), %error, "could not read the hook's program order; leaving masq's link where it is");
+                    true
+                }
+            };
             if info.ifindex == ifindex && info.hook == Some(hook) && !in_place {
                 tracing::warn!(
                     interface = name,
@@ -360,84 +367,75 @@ fn attach_tc(
             .into_iter()
             .partition(|filter| filter.bpf_name.as_deref() == Some(program_name));
     let priority = position.tc_priority();
-    let mut outcome = AttachOutcome::Created;
-    if let Some(misplaced) = ours.first().filter(|filter| filter.priority != priority) {
+    let (placed, misplaced): (Vec<_>, Vec<_>) = ours
+        .into_iter()
+        .partition(|filter| filter.priority == priority);
+    let delete = |filter: &tc_netlink::TcFilter| {
+        tc_netlink::delete_filter_if_named(
+            ifindex,
+            clsact_hook(hook),
+            filter.priority,
+            filter.handle,
+            program_name,
+        )
+        .map_err(|error| attach_error(error.to_string()))
+    };
+    if placed.is_empty() && !misplaced.is_empty() {
         tracing::warn!(
             interface = name,
             hook = hook.name(),
             position = position.name(),
             "moving masq's program on the hook; packets in between pass untranslated"
         );
-        tc_netlink::delete_filter_if_named(
-            ifindex,
-            clsact_hook(hook),
-            misplaced.priority,
-            misplaced.handle,
-            program_name,
+    }
+    // Filters at another priority (a changed position), and leftovers of an interrupted attach
+    // next to the one kept: each would run the old program a second time.
+    for filter in misplaced.iter().chain(placed.iter().skip(1)) {
+        delete(filter)?;
+    }
+    let (link_id, outcome) = if let Some(existing) = placed.first() {
+        let link = SchedClassifierLink::attached(
+            name,
+            attach_type(hook),
+            existing.priority,
+            existing.handle.into(),
+            None,
         )
         .map_err(|error| attach_error(error.to_string()))?;
-        outcome = AttachOutcome::Moved;
-    }
-    let (link_id, outcome) =
-        if let Some(existing) = ours.first().filter(|_| outcome != AttachOutcome::Moved) {
-            let link = SchedClassifierLink::attached(
-                name,
-                attach_type(hook),
-                existing.priority,
-                existing.handle.into(),
-                None,
-            )
-            .map_err(|error| attach_error(error.to_string()))?;
-            let link_id = program
-                .attach_to_link(link)
-                .map_err(DatapathError::program("replacing in filter", program_name))?;
-            // Leftovers of an interrupted attach would run the old program a second time.
-            for duplicate in ours.iter().skip(1) {
-                tc_netlink::delete_filter_if_named(
-                    ifindex,
-                    clsact_hook(hook),
-                    duplicate.priority,
-                    duplicate.handle,
-                    program_name,
-                )
-                .map_err(|error| attach_error(error.to_string()))?;
-            }
-            (link_id, AttachOutcome::Replaced)
-        } else {
-            // tc runs filters in priority order and the first verdict other than "continue" ends
-            // the walk: say so when another filter shares masq's end of it.
-            let contested = match position {
-                HookPosition::First => others.iter().any(|filter| filter.priority <= priority),
-                HookPosition::Last => others.iter().any(|filter| filter.priority >= priority),
-            };
-            if contested {
-                tracing::warn!(
-                    interface = name,
-                    hook = hook.name(),
-                    position = position.name(),
-                    "another tc filter shares masq's priority at that end of the hook"
-                );
-            }
-            for leftover in ours.iter().skip(1) {
-                tc_netlink::delete_filter_if_named(
-                    ifindex,
-                    clsact_hook(hook),
-                    leftover.priority,
-                    leftover.handle,
-                    program_name,
-                )
-                .map_err(|error| attach_error(error.to_string()))?;
-            }
-            let options = NlOptions {
-                priority,
-                handle: TC_HANDLE.into(),
-                ..NlOptions::default()
-            };
-            let link_id = program
-                .attach_with_options(name, attach_type(hook), TcAttachOptions::Netlink(options))
-                .map_err(DatapathError::program("attaching", program_name))?;
-            (link_id, outcome)
+        let link_id = program
+            .attach_to_link(link)
+            .map_err(DatapathError::program("replacing in filter", program_name))?;
+        (link_id, AttachOutcome::Replaced)
+    } else {
+        // tc runs filters in priority order and the first verdict other than "continue" ends
+        // the walk: say so when another filter shares masq's end of it.
+        let contested = match position {
+            HookPosition::First => others.iter().any(|filter| filter.priority <= priority),
+            HookPosition::Last => others.iter().any(|filter| filter.priority >= priority),
         };
+        if contested {
+            tracing::warn!(
+                interface = name,
+                hook = hook.name(),
+                position = position.name(),
+                "another tc filter shares masq's priority at that end of the hook"
+            );
+        }
+        let options = NlOptions {
+            priority,
+            handle: TC_HANDLE.into(),
+            ..NlOptions::default()
+        };
+        let link_id = program
+            .attach_with_options(name, attach_type(hook), TcAttachOptions::Netlink(options))
+            .map_err(DatapathError::program("attaching", program_name))?;
+        let outcome = if misplaced.is_empty() {
+            AttachOutcome::Created
+        } else {
+            AttachOutcome::Moved
+        };
+        (link_id, outcome)
+    };
     let link = program
         .take_link(link_id)
         .map_err(DatapathError::program("taking filter of", program_name))?;
