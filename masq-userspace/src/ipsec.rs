@@ -135,7 +135,12 @@ pub fn bypassed(policies: &[XfrmPolicy], translation: &Translation) -> Vec<Bypas
 
 /// Reads the node's policies and pod routes and applies [`bypassed`]. Only the policies are
 /// required: a route table that cannot be read counts as no pod network, the loud side.
-pub fn check(uplinks: Vec<SnatUplink>, nomasq: Vec<IpNet>) -> Result<Vec<Bypass>, XfrmError> {
+/// `nomasq` gives the exempt networks (see [`exempt_networks`]); it is called only when the node
+/// has policies, which it mostly has not, so a 10,000-CIDR config costs nothing here then.
+pub fn check(
+    uplinks: Vec<SnatUplink>,
+    nomasq: impl FnOnce() -> Vec<IpNet>,
+) -> Result<Vec<Bypass>, XfrmError> {
     let policies = xfrm::policies()?;
     if policies.is_empty() {
         return Ok(Vec::new());
@@ -153,7 +158,7 @@ pub fn check(uplinks: Vec<SnatUplink>, nomasq: Vec<IpNet>) -> Result<Vec<Bypass>
         &policies,
         &Translation {
             uplinks,
-            nomasq,
+            nomasq: nomasq(),
             pod_networks,
         },
     ))

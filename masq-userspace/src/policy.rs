@@ -291,6 +291,10 @@ impl Policy {
     /// each (of any list, or link-local) masquerades already, or none does. Worth a warning:
     /// the entry was meant to carve an exception out of an exempt range that is not there.
     pub fn ineffective_masquerade_cidrs(&self) -> Vec<&SourcedCidr> {
+        // The common config has none: no trie to build then.
+        if self.config.masquerade_cidrs.is_empty() {
+            return Vec::new();
+        }
         let (entries_v4, entries_v6) = (self.nomasq_v4(), self.nomasq_v6());
         let mut ineffective = Vec::new();
         for family in [Family::Ipv4, Family::Ipv6] {

@@ -481,7 +481,7 @@ impl Agent {
             return;
         };
         let policy = Policy::shared(Arc::clone(config), self.options.enable_ipv6);
-        let nomasq = ipsec::exempt_networks(&policy.nomasq_v4(), &policy.nomasq_v6());
+        let nomasq = || ipsec::exempt_networks(&policy.nomasq_v4(), &policy.nomasq_v6());
         let uplinks = self
             .status
             .lock()

@@ -8,10 +8,7 @@ use std::{
 
 use clap::Args;
 use masq::{
-    config::{
-        MASQUERADE_CIDRS_KEY, NON_MASQUERADE_SRC_CIDRS_KEY,
-        source::{CidrOrigin, load},
-    },
+    config::{MASQUERADE_CIDRS_KEY, NON_MASQUERADE_SRC_CIDRS_KEY, source::load},
     policy::{Decision, Policy, Reason, Rule, RuleKind},
 };
 use serde::Serialize;
@@ -136,25 +133,19 @@ const fn list_name(kind: &RuleKind) -> &'static str {
 }
 
 fn reason(decision: &Decision<'_>) -> String {
-    let origin = |origin: &CidrOrigin| match origin {
-        CidrOrigin::Default => "default".to_owned(),
-        CidrOrigin::File(path) => path.display().to_string(),
-    };
     match decision.reason {
         Reason::NoRuleMatched => "no non-masquerade CIDR matches".to_owned(),
         Reason::Ipv6Disabled => "IPv6 is not masqueraded without --enable-ipv6".to_owned(),
         Reason::Exempt(rule) | Reason::Masqueraded(rule) => match &rule.kind {
             RuleKind::LinkLocal => format!("link-local {} (masqLinkLocal is false)", rule.cidr),
-            RuleKind::Configured(from) => format!("matches {} ({})", rule.cidr, origin(from)),
+            RuleKind::Configured(from) => format!("matches {} ({from})", rule.cidr),
             RuleKind::Masquerade(from) => format!(
-                "matches {MASQUERADE_CIDRS_KEY} entry {}, the longest matching prefix ({})",
-                rule.cidr,
-                origin(from)
+                "matches {MASQUERADE_CIDRS_KEY} entry {}, the longest matching prefix ({from})",
+                rule.cidr
             ),
             RuleKind::Source(from) => format!(
-                "source is in {NON_MASQUERADE_SRC_CIDRS_KEY} entry {} ({})",
-                rule.cidr,
-                origin(from)
+                "source is in {NON_MASQUERADE_SRC_CIDRS_KEY} entry {} ({from})",
+                rule.cidr
             ),
         },
     }

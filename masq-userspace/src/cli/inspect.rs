@@ -252,7 +252,7 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             ipv6: uplink.node_ipv6.as_deref().and_then(|ip| ip.parse().ok()),
         })
         .collect();
-    let nomasq = ipsec::exempt_networks(&trie_v4, &trie_v6);
+    let nomasq = || ipsec::exempt_networks(&trie_v4, &trie_v6);
     let (ipsec_bypassed, ipsec_error) = match ipsec::check(snat_uplinks, nomasq) {
         Ok(bypassed) => (
             Some(bypassed.iter().map(ipsec::Bypass::describe).collect()),

@@ -154,14 +154,6 @@ impl MasqConfig {
         json.push('}');
         json
     }
-
-    /// Whether the config uses masq's own keys with any entry: only then do decisions depend on
-    /// the longest prefix across lists, or on the source.
-    pub fn has_extensions(&self) -> bool {
-        [&self.masquerade_cidrs, &self.non_masquerade_src_cidrs]
-            .into_iter()
-            .any(|list| list.as_ref().is_some_and(|list| !list.is_empty()))
-    }
 }
 
 /// A `[]string` as `json.Marshal` writes it.

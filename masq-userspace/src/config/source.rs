@@ -495,6 +495,10 @@ fn file_config(
         options.enable_ipv6,
         [non_masquerade_origin, CidrOrigin::file(path)],
     )
+    .and_then(|valid| {
+        check_not_in_both(&valid.non_masquerade, &valid.masquerade)?;
+        Ok(valid)
+    })
     .map_err(ConfigError::Invalid)?;
     let origin = ConfigOrigin::File(path.to_path_buf());
     Ok(EffectiveConfig {
@@ -913,7 +917,6 @@ mod tests {
             config.non_masquerade_src_cidrs[0].cidr.as_str(),
             "100.64.0.0/16"
         );
-        assert!(config.raw.has_extensions());
         assert!(
             config.raw.to_go_json().ends_with(
                 r#""resyncInterval":"1m0s","masqueradeCIDRs":["10.100.10.0/24"],"nonMasqueradeSrcCIDRs":["100.64.0.0/16"]}"#
@@ -927,7 +930,6 @@ mod tests {
             plain.raw.to_go_json(),
             r#"{"nonMasqueradeCIDRs":["10.0.0.0/8"],"cidrLimit":64,"masqLinkLocal":false,"masqLinkLocalIPv6":false,"resyncInterval":"1m0s"}"#
         );
-        assert!(!plain.raw.has_extensions());
         // cidrLimit counts every list (the 3 defaults and 2 more).
         assert_eq!(
             read("cidrLimit: 4\nmasqueradeCIDRs: [10.1.0.0/16]\nnonMasqueradeSrcCIDRs: [100.64.0.0/16]\n"),
@@ -952,7 +954,7 @@ mod tests {
         );
         // A null list is no list; an explicit empty one is logged as such.
         let null = read("masqueradeCIDRs: null\nnonMasqueradeSrcCIDRs: []\n").expect("valid");
-        assert!(null.masquerade_cidrs.is_empty() && !null.raw.has_extensions());
+        assert!(null.masquerade_cidrs.is_empty() && null.non_masquerade_src_cidrs.is_empty());
         assert!(
             null.raw
                 .to_go_json()

@@ -92,7 +92,8 @@ pub struct ValidLists {
 }
 
 /// Validates a file's lists: the count of all three against `limit`, then each list in turn
-/// (`nonMasqueradeCIDRs` first, as upstream), then that no prefix is both masqueraded and kept.
+/// (`nonMasqueradeCIDRs` first, as upstream). That no prefix is both masqueraded and kept is
+/// [`check_not_in_both`]'s, on the lists in force (a directory's merged ones).
 /// `origins` are those of `nonMasqueradeCIDRs` (the defaults, when the file does not set it)
 /// and of masq's own lists.
 pub fn validate_lists(
@@ -113,7 +114,6 @@ pub fn validate_lists(
         masquerade: parse_all(lists.masquerade.iter(), enable_ipv6, origin)?,
         non_masquerade_src: parse_all(lists.non_masquerade_src.iter(), enable_ipv6, origin)?,
     };
-    check_not_in_both(&valid.non_masquerade, &valid.masquerade)?;
     Ok(valid)
 }
 
