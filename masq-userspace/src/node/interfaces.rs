@@ -197,31 +197,8 @@ pub fn interface(name: &str) -> Result<NetInterface, InterfaceError> {
         .ok_or_else(|| InterfaceError::NoSuchInterface(name.to_owned()))
 }
 
-/// Interfaces that routes of the main table send traffic through towards a gateway (the default
-/// route included): the ones traffic leaves the node by.
-pub fn gateway_interfaces() -> Result<BTreeSet<String>, InterfaceError> {
-    let table = fs::read_to_string("/proc/net/route").map_err(InterfaceError::RouteTable)?;
-    Ok(gateway_interfaces_in(&table))
-}
-
-/// As [`gateway_interfaces`], for IPv6 routes (`/proc/net/ipv6_route`). A node without IPv6
-/// (disabled in the kernel) has none.
-pub fn gateway_interfaces_v6() -> Result<BTreeSet<String>, InterfaceError> {
-    match fs::read_to_string("/proc/self/net/ipv6_route") {
-        Ok(table) => Ok(gateway_interfaces_v6_in(&table)),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(BTreeSet::new()),
-        Err(error) => Err(InterfaceError::RouteTableV6(error)),
-    }
-}
-
-/// The interfaces of the IPv6 routes towards a gateway (see [`routes::parse_v6`]). Every table
-/// is listed, so the local table's routes (to the node's own addresses) and rejecting routes
-/// (an unreachable default on `lo`) are told apart by their flags.
-fn gateway_interfaces_v6_in(table: &str) -> BTreeSet<String> {
-    interfaces_of(routes::parse_v6(table), Route::towards_a_gateway)
-}
-
-/// The interfaces of the node's gateway routes, per family: see [`gateway_interfaces`]; and
+/// The interfaces of the node's routes towards a gateway (the default route included: the ones
+/// traffic leaves the node by), per family; and
 /// the interfaces any route goes through, which is what makes a device without a link-layer
 /// header (a tunnel, a VPN) an uplink: its routes have no gateway.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -250,36 +227,35 @@ impl Gateways {
         } else {
             String::new()
         };
+        let (ipv4, routed_ipv4) = gateway_and_routed(&routes::parse_v4(&table));
+        let (ipv6, routed_ipv6) = gateway_and_routed(&routes::parse_v6(&table_v6));
         Ok(Self {
-            ipv4: gateway_interfaces_in(&table),
-            ipv6: gateway_interfaces_v6_in(&table_v6),
-            routed_ipv4: routed_interfaces_in(&table),
-            routed_ipv6: routed_interfaces_v6_in(&table_v6),
+            ipv4,
+            ipv6,
+            routed_ipv4,
+            routed_ipv6,
         })
     }
 }
 
-/// Interfaces any usable IPv4 route of `/proc/net/route` goes through.
-fn routed_interfaces_in(table: &str) -> BTreeSet<String> {
-    interfaces_of(routes::parse_v4(table), |_| true)
-}
-
-/// Interfaces any usable IPv6 route of `/proc/net/ipv6_route` goes through.
-fn routed_interfaces_v6_in(table: &str) -> BTreeSet<String> {
-    interfaces_of(routes::parse_v6(table), |_| true)
+/// The interfaces of a table's routes towards a gateway, and of all its routes, from one parse.
+/// Every IPv6 table is listed, so the local table's routes (to the node's own addresses) and
+/// rejecting routes (an unreachable default on `lo`) are told apart by their flags.
+fn gateway_and_routed(routes: &[Route]) -> (BTreeSet<String>, BTreeSet<String>) {
+    let gateway = interfaces_of(routes.iter(), Route::towards_a_gateway);
+    let routed = interfaces_of(routes.iter(), |_| true);
+    (gateway, routed)
 }
 
 /// The interfaces of the usable routes among `routes` that `wanted` picks (never loopback's).
-fn interfaces_of(routes: Vec<Route>, wanted: impl Fn(&Route) -> bool) -> BTreeSet<String> {
+fn interfaces_of<'route>(
+    routes: impl Iterator<Item = &'route Route>,
+    wanted: impl Fn(&Route) -> bool,
+) -> BTreeSet<String> {
     routes
-        .into_iter()
         .filter(|route| route.usable() && route.interface != "lo" && wanted(route))
-        .map(|route| route.interface)
+        .map(|route| route.interface.clone())
         .collect()
-}
-
-fn gateway_interfaces_in(table: &str) -> BTreeSet<String> {
-    interfaces_of(routes::parse_v4(table), Route::towards_a_gateway)
 }
 
 /// The interfaces masq translates on when none are named: up, with an address other hosts can
@@ -651,6 +627,18 @@ impl InterfaceWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn gateway_interfaces_in(table: &str) -> BTreeSet<String> {
+        gateway_and_routed(&routes::parse_v4(table)).0
+    }
+
+    fn gateway_interfaces_v6_in(table: &str) -> BTreeSet<String> {
+        gateway_and_routed(&routes::parse_v6(table)).0
+    }
+
+    fn routed_interfaces_in(table: &str) -> BTreeSet<String> {
+        gateway_and_routed(&routes::parse_v4(table)).1
+    }
 
     const TABLE: &str = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
 eth1\t00000000\t0102A8C0\t0003\t0\t0\t200\t00000000\t0\t0\t0\n\
