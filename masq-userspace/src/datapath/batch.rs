@@ -9,7 +9,6 @@
 //!   collector see whether a packet refreshed a flow after it decided to remove it.
 
 use std::{
-    io,
     mem::{MaybeUninit, size_of},
     os::fd::{AsRawFd as _, BorrowedFd},
 };
@@ -70,15 +69,7 @@ pub(crate) fn lookup_all<K: Pod, V: Pod>(fd: BorrowedFd<'_>) -> Result<Vec<(K, V
         // SAFETY: `attr` is a valid `bpf_attr` prefix of the size passed; the kernel writes at
         // most `count` keys and values into buffers with room for `chunk` of each, and one
         // position token into `next`.
-        let result = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_BATCH,
-                &raw mut attr,
-                size_of::<BatchAttr>(),
-            )
-        };
-        let error = (result < 0).then(io::Error::last_os_error);
+        let error = super::bpf(BPF_MAP_LOOKUP_BATCH, &mut attr).err();
         let copied = usize::try_from(attr.count).unwrap_or(0).min(chunk);
         if error
             .as_ref()
@@ -151,20 +142,11 @@ pub(crate) fn take<K: Pod, V: Pod>(fd: BorrowedFd<'_>, key: &K) -> Result<Taken<
     };
     // SAFETY: `attr` is a valid `bpf_attr` prefix of the size passed; the kernel reads one key
     // and writes at most one value of the map's value size, which `V` is.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_LOOKUP_AND_DELETE_ELEM,
-            &raw mut attr,
-            size_of::<ElementAttr>(),
-        )
-    };
-    if result == 0 {
+    let Err(io_error) = super::bpf(BPF_MAP_LOOKUP_AND_DELETE_ELEM, &mut attr) else {
         // SAFETY: the call succeeded, so the kernel wrote the value; `Pod` is valid for any
         // bytes.
         return Ok(Taken::Removed(unsafe { value.assume_init() }));
-    }
-    let io_error = io::Error::last_os_error();
+    };
     match io_error.raw_os_error() {
         Some(libc::ENOENT) => Ok(Taken::Absent),
         Some(ENOTSUPP | libc::EINVAL) => Ok(Taken::Unsupported),

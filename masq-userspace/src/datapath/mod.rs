@@ -15,3 +15,24 @@ pub mod tc_netlink;
 pub mod tcx;
 
 pub use error::DatapathError;
+
+/// The `bpf(2)` system call with `command` and its attribute `attr`, for the commands aya does
+/// not wrap (batch and take on hash maps, tcx queries and link info).
+pub(crate) fn bpf<T>(command: libc::c_long, attr: &mut T) -> std::io::Result<()> {
+    // SAFETY: `attr` is a live, exclusively borrowed `#[repr(C)]` attribute of the layout the
+    // command expects, and its size is passed along; pointers inside it refer to buffers that
+    // outlive the call.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            command,
+            std::ptr::from_mut(attr),
+            size_of::<T>(),
+        )
+    };
+    if result < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

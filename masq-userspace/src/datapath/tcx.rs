@@ -12,7 +12,7 @@ use std::{
     os::fd::{AsRawFd as _, BorrowedFd},
 };
 
-use super::pins::Hook;
+use super::{bpf, pins::Hook};
 
 /// `bpf(2)` commands used here (`include/uapi/linux/bpf.h`).
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
@@ -80,25 +80,6 @@ struct QueryAttr {
     link_ids: u64,
     link_attach_flags: u64,
     revision: u64,
-}
-
-fn bpf<T>(command: libc::c_long, attr: &mut T) -> io::Result<()> {
-    // SAFETY: `attr` is a live, exclusively borrowed `#[repr(C)]` attribute of the layout the
-    // command expects, and its size is passed along; pointers inside it refer to buffers that
-    // outlive the call.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            command,
-            std::ptr::from_mut(attr),
-            size_of::<T>(),
-        )
-    };
-    if result < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
 
 /// The attachment of the tcx link `link`.
