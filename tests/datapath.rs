@@ -1763,6 +1763,52 @@ fn an_unmatched_later_fragment_follows_the_source_and_masquerade_entries() {
     assert_eq!(harness.counter(Counter::EgressExemptCidr), 1);
 }
 
+/// A trie that fails after others were synced puts them back, also on the very first sync,
+/// when nothing synced before says what they held: a config is applied whole or not at all.
+/// (A source trie missing from older pins stands in for a kernel refusing a later write.)
+#[test]
+fn a_failed_first_sync_leaves_every_trie_as_it_was() {
+    use masq::datapath::sync::{TrieView, WantedTries, sync_tries};
+    use masq_common::layout::NOMASQ_KIND_SOURCE;
+
+    let mut datapath = dual_stack_maps();
+    let maps = &mut datapath.maps;
+    maps.nomasq_src_v4 = None;
+    let wanted = WantedTries {
+        destinations_v4: [((Ipv4Addr::new(10, 0, 0, 0), 8), NOMASQ_KIND_CIDR)]
+            .into_iter()
+            .collect(),
+        destinations_v6: [((v6("2001:db8:ab::"), 48), NOMASQ_KIND_CIDR)]
+            .into_iter()
+            .collect(),
+        sources_v4: [((Ipv4Addr::new(100, 64, 0, 0), 24), NOMASQ_KIND_SOURCE)]
+            .into_iter()
+            .collect(),
+        ..WantedTries::default()
+    };
+    let failed = sync_tries(maps, &wanted, TrieView::LastSynced);
+    assert!(failed.is_err(), "the missing source trie fails the sync");
+    assert_eq!(maps.nomasq_entries().expect("IPv4 trie"), Vec::new());
+    assert_eq!(
+        maps.trie_entries::<std::net::Ipv6Addr>()
+            .expect("IPv6 trie"),
+        Vec::new()
+    );
+    // What the tries hold is then read from the kernel: a later sync still writes everything.
+    let without_sources = WantedTries {
+        sources_v4: std::iter::empty().collect(),
+        ..wanted
+    };
+    sync_tries(maps, &without_sources, TrieView::LastSynced).expect("second sync");
+    assert_eq!(maps.nomasq_entries().expect("IPv4 trie").len(), 1);
+    assert_eq!(
+        maps.trie_entries::<std::net::Ipv6Addr>()
+            .expect("IPv6 trie")
+            .len(),
+        1
+    );
+}
+
 /// The source tries go through the same diff sync as the destination tries, all four together:
 /// a config too big for one source trie changes no trie at all, and a sync that empties the
 /// source tries says the datapath need not look sources up any more.

@@ -119,9 +119,23 @@ pub fn sync_trie<A: NomasqTrie>(
     desired: &NomasqEntries<A>,
     view: TrieView,
 ) -> Result<TrieSync, DatapathError> {
+    apply_trie(maps, trie, desired, view).map(|(report, _)| report)
+}
+
+/// [`sync_trie`], with the journal of what it changed, for a later failure to undo.
+fn apply_trie<A: NomasqTrie>(
+    maps: &mut DatapathMaps,
+    trie: Trie,
+    desired: &NomasqEntries<A>,
+    view: TrieView,
+) -> Result<(TrieSync, Journal<A>), DatapathError> {
+    let mut journal = Journal {
+        trie,
+        undo: Vec::new(),
+    };
     if A::trie(maps, trie).is_none() {
         if desired.is_empty() {
-            return Ok(TrieSync::default());
+            return Ok((TrieSync::default(), journal));
         }
         return Err(DatapathError::Missing {
             kind: "map",
@@ -182,10 +196,6 @@ pub fn sync_trie<A: NomasqTrie>(
             "the old and new entries together exceed the trie: stale entries are removed before the last additions"
         );
     }
-    let mut journal = Journal {
-        trie,
-        undo: Vec::new(),
-    };
     let applied = (|| {
         for &(key, kind) in &early {
             journal.write(maps, key, kind, current.get(&key).copied())?;
@@ -201,7 +211,7 @@ pub fn sync_trie<A: NomasqTrie>(
     match applied {
         Ok(()) => {
             *A::last_synced(maps, trie) = Some(desired.clone());
-            Ok(report)
+            Ok((report, journal))
         }
         // The undo may fail too: the next sync reads what the kernel holds.
         Err(error) => {
@@ -248,49 +258,8 @@ impl WantedTries {
 /// What a sync of one trie changed: its family, which trie, the counts.
 pub type TrieReport = (Family, Trie, TrieSync);
 
-/// What the last syncs wrote to the tries [`sync_tries`] syncs before its last, to go back to
-/// (the last one undoes its own changes when it fails).
-struct LastSynced {
-    destinations_v4: Option<NomasqEntries<Ipv4Addr>>,
-    destinations_v6: Option<NomasqEntries<Ipv6Addr>>,
-    sources_v4: Option<NomasqEntries<Ipv4Addr>>,
-}
-
-impl LastSynced {
-    fn of(maps: &mut DatapathMaps) -> Self {
-        Self {
-            destinations_v4: Ipv4Addr::last_synced(maps, Trie::Destinations).clone(),
-            destinations_v6: Ipv6Addr::last_synced(maps, Trie::Destinations).clone(),
-            sources_v4: Ipv4Addr::last_synced(maps, Trie::Sources).clone(),
-        }
-    }
-
-    /// Puts the first `synced` tries, in [`sync_tries`]' order, back as they were. Unknown
-    /// before (the first sync): the next resync compares with what the kernel holds.
-    fn restore(self, maps: &mut DatapathMaps, synced: usize) {
-        fn back<A: NomasqTrie>(
-            maps: &mut DatapathMaps,
-            trie: Trie,
-            before: Option<NomasqEntries<A>>,
-        ) {
-            if let Some(before) = before
-                && let Err(undo) = sync_trie(maps, trie, &before, TrieView::LastSynced)
-            {
-                tracing::error!(trie = A::map_name(trie), %undo, "could not restore a trie after a later one failed; the next resync repairs it");
-            }
-        }
-        if synced > 0 {
-            back(maps, Trie::Destinations, self.destinations_v4);
-        }
-        if synced > 1 {
-            back(maps, Trie::Destinations, self.destinations_v6);
-        }
-        if synced > 2 {
-            back(maps, Trie::Sources, self.sources_v4);
-        }
-        // All four synced is a success: nothing to restore.
-    }
-}
+/// Puts a synced trie back as it was before (its journal's undo).
+type Undo = Box<dyn FnOnce(&mut DatapathMaps)>;
 
 /// Makes every trie hold what `wanted` says, or, if one cannot, every trie what it held
 /// before: a config is applied whole or not at all. Every trie's capacity is checked before
@@ -330,36 +299,34 @@ pub fn sync_tries(
         }
         check_capacity(trie, needed, capacity)?;
     }
-    let before = LastSynced::of(maps);
     let mut reports = Vec::with_capacity(4);
-    let synced = (|| {
-        reports.push((
-            Ipv4Addr::FAMILY,
-            Trie::Destinations,
-            sync_trie(maps, Trie::Destinations, &wanted.destinations_v4, view)?,
-        ));
-        reports.push((
-            Ipv6Addr::FAMILY,
-            Trie::Destinations,
-            sync_trie(maps, Trie::Destinations, &wanted.destinations_v6, view)?,
-        ));
-        reports.push((
-            Ipv4Addr::FAMILY,
-            Trie::Sources,
-            sync_trie(maps, Trie::Sources, &wanted.sources_v4, view)?,
-        ));
-        reports.push((
-            Ipv6Addr::FAMILY,
-            Trie::Sources,
-            sync_trie(maps, Trie::Sources, &wanted.sources_v6, view)?,
-        ));
+    // The journals of the tries synced so far, to undo newest first if a later one fails.
+    let mut synced: Vec<Undo> = Vec::with_capacity(4);
+    let applied = (|| {
+        let (report, journal) =
+            apply_trie(maps, Trie::Destinations, &wanted.destinations_v4, view)?;
+        reports.push((Ipv4Addr::FAMILY, Trie::Destinations, report));
+        synced.push(Box::new(move |maps| journal.undo(maps)));
+        let (report, journal) =
+            apply_trie(maps, Trie::Destinations, &wanted.destinations_v6, view)?;
+        reports.push((Ipv6Addr::FAMILY, Trie::Destinations, report));
+        synced.push(Box::new(move |maps| journal.undo(maps)));
+        let (report, journal) = apply_trie(maps, Trie::Sources, &wanted.sources_v4, view)?;
+        reports.push((Ipv4Addr::FAMILY, Trie::Sources, report));
+        synced.push(Box::new(move |maps| journal.undo(maps)));
+        let (report, _) = apply_trie(maps, Trie::Sources, &wanted.sources_v6, view)?;
+        reports.push((Ipv6Addr::FAMILY, Trie::Sources, report));
         Ok::<(), DatapathError>(())
     })();
-    match synced {
+    match applied {
         Ok(()) => Ok(reports),
         Err(error) => {
-            // The trie that failed undid its own changes; those synced before it go back.
-            before.restore(maps, reports.len());
+            // The trie that failed undid its own changes; those synced before it go back from
+            // their journals, which holds even on the first sync, when nothing was synced
+            // before to go back to.
+            for undo in synced.into_iter().rev() {
+                undo(maps);
+            }
             Err(error)
         }
     }
@@ -417,8 +384,10 @@ impl<A: NomasqTrie> Journal<A> {
         Ok(())
     }
 
-    /// Puts every changed entry back as it was, newest change first.
+    /// Puts every changed entry back as it was, newest change first. What the trie then holds
+    /// is known only to the kernel: the next sync reads it there.
     fn undo(self, maps: &mut DatapathMaps) {
+        *A::last_synced(maps, self.trie) = None;
         let name = A::map_name(self.trie);
         let Some(trie) = A::trie_mut(maps, self.trie) else {
             return;
