@@ -1434,19 +1434,22 @@ fn the_collector_keeps_a_flow_a_packet_refreshed_after_it_was_judged() {
     let (Some(egress_key), Some(ingress_key)) = halves(&harness) else {
         panic!("the flow has two halves: {:?}", harness.nat());
     };
-    // The collector's clock: the flow idle for longer than an established flow may be.
     let timeouts = FlowTimeouts::LINUX_DEFAULTS;
+    // The collector's judgement: the table as it reads it, the flow idle for longer than an
+    // established flow may be by its clock.
     let judge = |harness: &Harness| {
         let late = gc::monotonic_now_ns() + timeouts.tcp_established + 1_000_000_000;
-        gc::judge(
-            &harness.datapath.maps,
-            &egress_key,
-            Some(&ingress_key),
-            &timeouts,
-            late,
-        )
-        .expect("judging")
-        .expect("expired by the collector's clock")
+        let (Some((_, egress)), Some((_, ingress))) = (
+            half(harness, Direction::Egress),
+            half(harness, Direction::Ingress),
+        ) else {
+            panic!("the flow has two halves: {:?}", harness.nat());
+        };
+        assert!(
+            timeouts.expired(proto::TCP, &egress, &ingress, late),
+            "expired by the collector's clock"
+        );
+        gc::Judged::new(egress_key, egress, Some((ingress_key, Some(ingress))))
     };
     let pod_packet = Packet::tcp(pod, "203.0.113.10:443", TCP_ACK).payload(b"more");
     let reply_packet = tcp_reply_to(&out, TCP_ACK).seq(1_000).payload(b"more");

@@ -104,13 +104,16 @@ where
                 match table.get(&peer_key) {
                     Some(peer)
                         if timeouts.expired(key.protocol, entry, peer, now_ns)
-                            && collect_flow(maps, key, Some(&peer_key), timeouts, now_ns)? =>
+                            && collect_flow(
+                                maps,
+                                &Judged::new(*key, *entry, Some((peer_key, Some(*peer)))),
+                            )? =>
                     {
                         report.expired += 1;
                     }
                     Some(_) => {}
                     None if timeouts.expired(key.protocol, entry, &alone(entry), now_ns)
-                        && collect_flow(maps, key, None, timeouts, now_ns)? =>
+                        && collect_flow(maps, &Judged::new(*key, *entry, None))? =>
                     {
                         report.orphans += 1;
                     }
@@ -121,7 +124,7 @@ where
                 let peer_key = key.peer(entry);
                 if !table.contains_key(&peer_key)
                     && timeouts.expired(key.protocol, entry, &alone(entry), now_ns)
-                    && collect_flow(maps, key, None, timeouts, now_ns)?
+                    && collect_flow(maps, &Judged::new(*key, *entry, None))?
                 {
                     report.orphans += 1;
                 }
@@ -136,7 +139,7 @@ where
     Ok(report)
 }
 
-/// A flow the collector judged expired on a fresh read: what each half held then.
+/// A flow the collector judged expired on its snapshot of the table: what each half held then.
 #[derive(Clone, Copy, Debug)]
 pub struct Judged<A: NatTable>
 where
@@ -149,41 +152,24 @@ where
     peer: Option<(NatKey<A>, Option<NatEntry<A>>)>,
 }
 
-/// Reads the flow whose half is `key` (and whose other half, if it has one, is `peer_key`)
-/// afresh and judges it: `Some` if it is expired at `now_ns`. The snapshot a collection works
-/// from is seconds old; this read is what [`retire`] compares against.
-pub fn judge<A: NatTable>(
-    maps: &DatapathMaps,
-    key: &NatKey<A>,
-    peer_key: Option<&NatKey<A>>,
-    timeouts: &FlowTimeouts,
-    now_ns: u64,
-) -> Result<Option<Judged<A>>, DatapathError>
+impl<A: NatTable> Judged<A>
 where
     NatKey<A>: aya::Pod,
     NatEntry<A>: aya::Pod,
 {
-    let Some(entry) = get(maps, key)? else {
-        return Ok(None);
-    };
-    let peer = match peer_key {
-        Some(peer_key) => Some((*peer_key, get(maps, peer_key)?)),
-        None => None,
-    };
-    let peer_for_timeouts = peer
-        .and_then(|(_, peer)| peer)
-        .unwrap_or_else(|| alone(&entry));
-    Ok(timeouts
-        .expired(key.protocol, &entry, &peer_for_timeouts, now_ns)
-        .then_some(Judged {
-            key: *key,
-            entry,
-            peer,
-        }))
+    /// The half `key` holding `entry` judged expired, with its other half's key and entry
+    /// (`None` for an orphan).
+    pub const fn new(
+        key: NatKey<A>,
+        entry: NatEntry<A>,
+        peer: Option<(NatKey<A>, Option<NatEntry<A>>)>,
+    ) -> Self {
+        Self { key, entry, peer }
+    }
 }
 
-/// Removes a flow [`judge`] found expired, unless a packet refreshed it since; returns whether
-/// it did.
+/// Removes a flow judged expired (see [`Judged`]), unless a packet refreshed it since; returns
+/// whether it did.
 ///
 /// Each half is taken out with its value at that instant (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`), so
 /// no refresh between the judgement and the removal goes unseen, as one between a read and a
@@ -192,7 +178,7 @@ where
 /// microseconds a half is out finds no mapping (one refreshing the other half recreates the
 /// missing one); no refreshed flow is lost for good. The egress half goes first: while it is
 /// out, the reply half still translates replies. Kernels before 5.14 cannot take hash entries
-/// out; there the judgement's read is the last check.
+/// out; there a read just before the removal, compared with the judgement, is the last check.
 pub fn retire<A: NatTable>(
     maps: &mut DatapathMaps,
     judged: &Judged<A>,
@@ -203,6 +189,14 @@ where
 {
     match take(maps, &judged.key)? {
         Taken::Unsupported => {
+            if get(maps, &judged.key)? != Some(judged.entry) {
+                return Ok(false);
+            }
+            if let Some((peer_key, peer)) = &judged.peer
+                && get(maps, peer_key)? != *peer
+            {
+                return Ok(false);
+            }
             remove(maps, &judged.key)?;
             if let Some((peer_key, _)) = &judged.peer {
                 remove(maps, peer_key)?;
@@ -232,23 +226,17 @@ where
     }
 }
 
-/// Judges the flow whose half is `key` afresh and removes it if it is expired (see [`judge`],
-/// [`retire`]); returns whether it did.
+/// Removes a flow judged expired on the snapshot, unless a packet refreshed it since (see
+/// [`retire`]), and remembers an answered TCP flow for a late segment; returns whether it did.
 fn collect_flow<A: NatTable>(
     maps: &mut DatapathMaps,
-    key: &NatKey<A>,
-    peer_key: Option<&NatKey<A>>,
-    timeouts: &FlowTimeouts,
-    now_ns: u64,
+    judged: &Judged<A>,
 ) -> Result<bool, DatapathError>
 where
     NatKey<A>: aya::Pod,
     NatEntry<A>: aya::Pod,
 {
-    let Some(judged) = judge(maps, key, peer_key, timeouts, now_ns)? else {
-        return Ok(false);
-    };
-    if !retire(maps, &judged)? {
+    if !retire(maps, judged)? {
         return Ok(false);
     }
     let answered = judged
