@@ -90,10 +90,8 @@ const LOG_LEVEL_GLOBAL: &str = "AYA_LOG_LEVEL";
 /// IPv6 programs pass it where it exists and correct `skb->csum` themselves elsewhere. A kernel
 /// whose release cannot be read gets the correction, which is right on every kernel.
 fn kernel_takes_l4_csum_ipv6() -> bool {
-    crate::node::kernel::Kernel::current().is_ok_and(|kernel| {
-        (kernel.version.major, kernel.version.minor)
-            >= (MIN_KERNEL_L4_CSUM_IPV6.major, MIN_KERNEL_L4_CSUM_IPV6.minor)
-    })
+    crate::node::kernel::Kernel::current()
+        .is_ok_and(|kernel| kernel.version >= MIN_KERNEL_L4_CSUM_IPV6)
 }
 
 /// The datapath programs loaded into the kernel (not attached) and their maps.

@@ -1,16 +1,17 @@
 //! The kernel the agent runs on: whether masq's datapath can run there at all, said in one
 //! line before anything on the node changes, and what to call it in logs and metrics.
 
-use std::{fmt, io};
+use std::io;
+
+/// A kernel's version, as far as masq's requirements go (the one the eBPF object's own
+/// requirements are written in).
+pub use masq_common::kernel::KernelVersion;
 
 /// The oldest kernel masq's datapath runs on. `bpf_ktime_get_coarse_ns`, which dates every
 /// flow, arrived in 5.11; so did the charging of BPF memory to the memory cgroup, before which
 /// every map counts against `RLIMIT_MEMLOCK`, which a DaemonSet without `CAP_SYS_RESOURCE`
 /// cannot raise.
-pub const MINIMUM: KernelVersion = KernelVersion {
-    major: 5,
-    minor: 11,
-};
+pub const MINIMUM: KernelVersion = masq_common::kernel::MIN_KERNEL_TC;
 
 /// The verifier's limit on instructions processed per program (`BPF_COMPLEXITY_LIMIT_INSNS`,
 /// the same on every kernel masq supports).
@@ -20,21 +21,6 @@ pub const VERIFIER_LIMIT: u32 = 1_000_000;
 const MISSING_BELOW_MINIMUM: &str = "the bpf_ktime_get_coarse_ns helper that dates every flow, \
      and BPF memory charged to the memory cgroup (older kernels charge it to RLIMIT_MEMLOCK, \
      which the DaemonSet's capabilities cannot raise)";
-
-/// A kernel's version, as far as masq's requirements go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct KernelVersion {
-    /// The major version.
-    pub major: u32,
-    /// The minor version.
-    pub minor: u32,
-}
-
-impl fmt::Display for KernelVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.major, self.minor)
-    }
-}
 
 /// The running kernel's release string (`uname -r`) and the version read from it.
 #[derive(Clone, Debug, PartialEq, Eq)]
