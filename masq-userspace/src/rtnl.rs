@@ -1,6 +1,7 @@
 //! A blocking rtnetlink socket for the agent's rare control-plane requests: the clsact qdisc
 //! and its filters (`datapath::tc_netlink`) and the kernel's choice of a source address
-//! (`node::interfaces`). Each caller opens its own socket and closes it again.
+//! (`node::interfaces`), and, on a `NETLINK_XFRM` socket, the IPsec policy dump
+//! (`node::xfrm`). Each caller opens its own socket and closes it again.
 //!
 //! Messages are built and read with `netlink-packet-route`. What those crates leave to their
 //! users stays here: matching answers to a request by sequence number and sender, reading a
@@ -12,10 +13,9 @@ use std::io;
 use netlink_packet_core::{
     DecodeError, ErrorBuffer, ErrorMessage, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED,
     NLM_F_DUMP_INTR, NLM_F_MULTIPART, NLMSG_ALIGNTO, NLMSG_DONE, NLMSG_ERROR, NLMSG_OVERRUN,
-    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NlasIterator, Parseable as _,
-    parse_i32, parse_string, parse_u32,
+    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable,
+    NlasIterator, Parseable as _, parse_i32, parse_string, parse_u32,
 };
-use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 use nix::{
     errno::Errno,
@@ -40,7 +40,7 @@ const DUMP_ATTEMPTS: u32 = 3;
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RtnlError {
     /// The socket could not be opened or used.
-    #[error("rtnetlink socket: {operation} failed: {errno}")]
+    #[error("netlink socket: {operation} failed: {errno}")]
     Socket {
         /// What was being done.
         operation: &'static str,
@@ -62,7 +62,7 @@ pub(crate) enum RtnlError {
         attempts: u32,
     },
     /// A message was too short or inconsistent.
-    #[error("malformed rtnetlink message: {0}")]
+    #[error("malformed netlink message: {0}")]
     Malformed(String),
 }
 
@@ -92,7 +92,16 @@ impl Rtnl {
     /// at once, so silence means something is badly wrong and the caller should say so rather
     /// than hang.
     pub(crate) fn open(reply_timeout_seconds: i64) -> Result<Self, RtnlError> {
-        let mut socket = Socket::new(NETLINK_ROUTE).map_err(RtnlError::socket("opening"))?;
+        Self::open_protocol(NETLINK_ROUTE, reply_timeout_seconds)
+    }
+
+    /// [`Self::open`] for another netlink family (`NETLINK_XFRM`): the framing, errors and
+    /// dumps are netlink's own, the same in every family.
+    pub(crate) fn open_protocol(
+        protocol: isize,
+        reply_timeout_seconds: i64,
+    ) -> Result<Self, RtnlError> {
+        let mut socket = Socket::new(protocol).map_err(RtnlError::socket("opening"))?;
         socket.bind_auto().map_err(RtnlError::socket("binding"))?;
         setsockopt(
             &socket,
@@ -118,10 +127,10 @@ impl Rtnl {
     /// `NLM_F_ACK`), the one reply, or every message of a dump, sent again when the kernel
     /// marks it torn by concurrent changes. Returns what `parse` makes of each answer other
     /// than netlink's own (done, error, overrun), given its message type and payload.
-    pub(crate) fn exchange<T>(
+    pub(crate) fn exchange<M: NetlinkSerializable, T>(
         &mut self,
         flags: u16,
-        request: impl Fn() -> RouteNetlinkMessage,
+        request: impl Fn() -> M,
         mut parse: impl FnMut(u16, &[u8]) -> Result<Option<T>, DecodeError>,
     ) -> Result<Vec<T>, RtnlError> {
         // An acknowledged request ends with the acknowledgement, whatever comes before it.
@@ -129,55 +138,20 @@ impl Rtnl {
         for _ in 0..DUMP_ATTEMPTS {
             let seq = self.send(flags, request())?;
             let mut items = Vec::new();
-            let (mut interrupted, mut done) = (false, false);
-            while !done {
+            let mut answer = Answer::default();
+            while !answer.done {
                 let length = self.receive()?;
-                let mut rest = self.buf.get(..length).unwrap_or_default();
-                while !rest.is_empty() && !done {
-                    let message = split_message(&mut rest)?;
-                    if message.sequence_number() != seq {
-                        continue;
-                    }
-                    interrupted |= message.flags() & NLM_F_DUMP_INTR != 0;
-                    match message.message_type() {
-                        NLMSG_DONE => {
-                            // The dump's own status: negative when it failed part way.
-                            let status = message
-                                .payload()
-                                .get(..4)
-                                .and_then(|status| parse_i32(status).ok())
-                                .unwrap_or(0);
-                            if status < 0 {
-                                return Err(RtnlError::Refused {
-                                    errno: Errno::from_raw(status.saturating_neg()),
-                                    message: None,
-                                });
-                            }
-                            done = true;
-                        }
-                        NLMSG_ERROR => match refusal(&message)? {
-                            Some(refusal) => return Err(refusal),
-                            None => done = true,
-                        },
-                        NLMSG_OVERRUN => {
-                            return Err(RtnlError::Socket {
-                                operation: "receiving a dump",
-                                errno: Errno::ENOBUFS,
-                            });
-                        }
-                        _ => {
-                            let item = parse(message.message_type(), message.payload())
-                                .map_err(|error| RtnlError::malformed(&error))?;
-                            if let Some(item) = item {
-                                items.push(item);
-                            }
-                            // A reply without NLM_F_MULTI is complete in itself.
-                            done |= !wants_ack && message.flags() & NLM_F_MULTIPART == 0;
-                        }
-                    }
-                }
+                let datagram = self.buf.get(..length).unwrap_or_default();
+                read_datagram(
+                    datagram,
+                    seq,
+                    wants_ack,
+                    &mut parse,
+                    &mut items,
+                    &mut answer,
+                )?;
             }
-            if !interrupted {
+            if !answer.interrupted {
                 return Ok(items);
             }
         }
@@ -187,13 +161,13 @@ impl Rtnl {
     }
 
     /// Sends a request to the kernel and returns its sequence number.
-    fn send(&mut self, flags: u16, message: RouteNetlinkMessage) -> Result<u32, RtnlError> {
+    fn send<M: NetlinkSerializable>(&mut self, flags: u16, message: M) -> Result<u32, RtnlError> {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
         let mut header = NetlinkHeader::default();
         header.flags = flags;
         header.sequence_number = seq;
-        let mut request = NetlinkMessage::new(header, NetlinkPayload::from(message));
+        let mut request = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(message));
         request.finalize();
         let mut bytes = vec![0; request.buffer_len()];
         request.serialize(&mut bytes);
@@ -234,6 +208,71 @@ impl Rtnl {
             }
         }
     }
+}
+
+/// How far an answer has been read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Answer {
+    /// Its last message has been read.
+    pub(crate) done: bool,
+    /// The kernel marked a dump torn by concurrent changes.
+    pub(crate) interrupted: bool,
+}
+
+/// Reads one datagram of the answer to request `seq` into `items` (see [`Rtnl::exchange`]),
+/// up to the answer's end. Messages of other requests are skipped.
+pub(crate) fn read_datagram<T>(
+    mut rest: &[u8],
+    seq: u32,
+    wants_ack: bool,
+    parse: &mut impl FnMut(u16, &[u8]) -> Result<Option<T>, DecodeError>,
+    items: &mut Vec<T>,
+    answer: &mut Answer,
+) -> Result<(), RtnlError> {
+    while !rest.is_empty() && !answer.done {
+        let message = split_message(&mut rest)?;
+        if message.sequence_number() != seq {
+            continue;
+        }
+        answer.interrupted |= message.flags() & NLM_F_DUMP_INTR != 0;
+        match message.message_type() {
+            NLMSG_DONE => {
+                // The dump's own status: negative when it failed part way.
+                let status = message
+                    .payload()
+                    .get(..4)
+                    .and_then(|status| parse_i32(status).ok())
+                    .unwrap_or(0);
+                if status < 0 {
+                    return Err(RtnlError::Refused {
+                        errno: Errno::from_raw(status.saturating_neg()),
+                        message: None,
+                    });
+                }
+                answer.done = true;
+            }
+            NLMSG_ERROR => match refusal(&message)? {
+                Some(refusal) => return Err(refusal),
+                None => answer.done = true,
+            },
+            NLMSG_OVERRUN => {
+                return Err(RtnlError::Socket {
+                    operation: "receiving a dump",
+                    errno: Errno::ENOBUFS,
+                });
+            }
+            _ => {
+                let item = parse(message.message_type(), message.payload())
+                    .map_err(|error| RtnlError::malformed(&error))?;
+                if let Some(item) = item {
+                    items.push(item);
+                }
+                // A reply without NLM_F_MULTI is complete in itself.
+                answer.done |= !wants_ack && message.flags() & NLM_F_MULTIPART == 0;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Splits the first message off `datagram`. A malformed one is an error and ends the

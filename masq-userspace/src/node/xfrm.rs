@@ -6,11 +6,14 @@
 //! masq translates at tc egress, after the lookup, so the agent needs the policies to tell
 //! which ones would have covered masqueraded traffic (see [`crate::ipsec`]).
 //!
-//! The few structures needed are parsed here by hand. `netlink-packet-xfrm` 0.5 builds on the
-//! same netlink-packet-core 0.9, but its policy parser slices its input at fixed lengths and
-//! panics on a short reply; a dump here is read defensively instead: a short or odd message is
-//! an error, never a panic. The layouts (`linux/xfrm.h`, 64-bit and 32-bit alike except where
-//! said):
+//! The dump is read by [`crate::rtnl`]'s socket, as route netlink's are: a receive timeout,
+//! sequence and sender checks, a buffer sized to each datagram, the kernel's refusal and the
+//! error status a dump that fails part way ends with. The few structures needed are parsed
+//! here by hand. `netlink-packet-xfrm` 0.5 builds on the same netlink-packet-core 0.9, but its
+//! policy parser slices its input at fixed lengths and panics on a short reply; a policy here
+//! is read defensively instead: a short or odd one is an error, never a panic, and never a
+//! policy without its templates. The layouts (`linux/xfrm.h`, 64-bit and 32-bit alike except
+//! where said):
 //!
 //! ```text
 //! xfrm_userpolicy_info: sel (xfrm_selector, 56 bytes) | lft (64) | curlft (32) | priority u32
@@ -29,19 +32,22 @@ use std::{
 };
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_XFRM};
+use netlink_packet_core::{
+    DecodeError, NLM_F_DUMP, NLM_F_REQUEST, NetlinkSerializable, NlasIterator,
+};
+use netlink_sys::protocols::NETLINK_XFRM;
+use nix::errno::Errno;
 
-const NLMSG_HDRLEN: usize = 16;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_DUMP: u16 = 0x300;
+use crate::rtnl::{Rtnl, RtnlError};
+
+/// How long to wait for the kernel's answer: it answers at once, so silence means something
+/// is badly wrong, and the agent's loop must not hang on it.
+const REPLY_TIMEOUT_SECONDS: i64 = 5;
 const XFRM_MSG_NEWPOLICY: u16 = 0x13;
 const XFRM_MSG_GETPOLICY: u16 = 0x15;
 const XFRMA_TMPL: u16 = 5;
 const XFRMA_MARK: u16 = 21;
 const XFRMA_IF_ID: u16 = 31;
-const NLA_TYPE_MASK: u16 = 0x3fff;
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
 
@@ -100,93 +106,73 @@ impl XfrmPolicy {
 /// Why the policies could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum XfrmError {
-    /// The netlink socket failed.
+    /// The netlink socket failed, the kernel did not answer in time, or a reply could not be
+    /// read.
     #[error("reading XFRM policies over netlink: {0}")]
-    Socket(#[source] io::Error),
-    /// The kernel refused the dump (EPERM without CAP_NET_ADMIN).
-    #[error("the kernel refused the XFRM policy dump: {0}")]
+    Netlink(#[source] io::Error),
+    /// The kernel refused the dump (EPERM without CAP_NET_ADMIN) or ended it with an error part
+    /// way.
+    #[error("the kernel refused the XFRM policy dump or failed it part way: {0}")]
     Refused(#[source] io::Error),
-    /// A reply could not be parsed.
+    /// A policy could not be parsed.
     #[error("an unreadable XFRM policy reply: {0}")]
     Decode(&'static str),
+}
+
+impl From<RtnlError> for XfrmError {
+    fn from(error: RtnlError) -> Self {
+        match error {
+            RtnlError::Refused { errno, message } => Self::Refused(match message {
+                Some(text) => io::Error::other(format!("{errno} (kernel: {text})")),
+                None => io::Error::from(errno),
+            }),
+            error => Self::Netlink(io::Error::other(error)),
+        }
+    }
+}
+
+/// The dump request: `XFRM_MSG_GETPOLICY` without a payload.
+struct PolicyDump;
+
+impl NetlinkSerializable for PolicyDump {
+    fn message_type(&self) -> u16 {
+        XFRM_MSG_GETPOLICY
+    }
+
+    fn buffer_len(&self) -> usize {
+        0
+    }
+
+    fn serialize(&self, _buffer: &mut [u8]) {}
 }
 
 /// Every XFRM policy of the calling thread's network namespace. A kernel without XFRM netlink
 /// (`CONFIG_XFRM_USER` off) has none that an IPsec daemon could have installed through it.
 pub fn policies() -> Result<Vec<XfrmPolicy>, XfrmError> {
-    let mut socket = match Socket::new(NETLINK_XFRM) {
+    let mut socket = match Rtnl::open_protocol(NETLINK_XFRM, REPLY_TIMEOUT_SECONDS) {
         Ok(socket) => socket,
-        Err(error) if error.raw_os_error() == Some(libc::EPROTONOSUPPORT) => {
-            return Ok(Vec::new());
-        }
-        Err(error) => return Err(XfrmError::Socket(error)),
+        Err(RtnlError::Socket {
+            operation: "opening",
+            errno: Errno::EPROTONOSUPPORT,
+        }) => return Ok(Vec::new()),
+        Err(error) => return Err(error.into()),
     };
-    socket.bind_auto().map_err(XfrmError::Socket)?;
-    socket
-        .connect(&SocketAddr::new(0, 0))
-        .map_err(XfrmError::Socket)?;
-    let mut request = [0_u8; NLMSG_HDRLEN];
-    request[0..4].copy_from_slice(&(NLMSG_HDRLEN as u32).to_ne_bytes());
-    request[4..6].copy_from_slice(&XFRM_MSG_GETPOLICY.to_ne_bytes());
-    request[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-    request[8..12].copy_from_slice(&1_u32.to_ne_bytes());
-    socket.send(&request, 0).map_err(XfrmError::Socket)?;
-    let mut policies = Vec::new();
-    let mut receive = vec![0; 64 * 1024];
-    loop {
-        let size = socket
-            .recv(&mut &mut receive[..], 0)
-            .map_err(XfrmError::Socket)?;
-        if size == 0 {
-            return Err(XfrmError::Decode("the dump ended without NLMSG_DONE"));
-        }
-        if parse_datagram(receive.get(..size).unwrap_or_default(), &mut policies)? {
-            return Ok(policies);
-        }
-    }
+    Ok(socket.exchange(NLM_F_REQUEST | NLM_F_DUMP, || PolicyDump, parse_message)?)
 }
 
-/// Adds the policies of one datagram of the dump to `policies`; says whether it ended the
-/// dump.
-pub fn parse_datagram(datagram: &[u8], policies: &mut Vec<XfrmPolicy>) -> Result<bool, XfrmError> {
-    let mut rest = datagram;
-    while !rest.is_empty() {
-        let length = u32_at(rest, 0).ok_or(XfrmError::Decode("a truncated message header"))?;
-        let length = usize::try_from(length).unwrap_or(usize::MAX);
-        let message_type =
-            u16_at(rest, 4).ok_or(XfrmError::Decode("a truncated message header"))?;
-        if length < NLMSG_HDRLEN || length > rest.len() {
-            return Err(XfrmError::Decode("a message length beyond its datagram"));
-        }
-        let payload = rest.get(NLMSG_HDRLEN..length).unwrap_or_default();
-        match message_type {
-            NLMSG_DONE => return Ok(true),
-            NLMSG_ERROR => {
-                let code = u32_at(payload, 0)
-                    .ok_or(XfrmError::Decode("a truncated error message"))?
-                    .cast_signed();
-                if code == 0 {
-                    return Ok(true);
-                }
-                return Err(XfrmError::Refused(io::Error::from_raw_os_error(
-                    code.saturating_neg(),
-                )));
-            }
-            XFRM_MSG_NEWPOLICY => policies.extend(parse_policy(payload)?),
-            _ => {}
-        }
-        rest = rest
-            .get(length.next_multiple_of(4).min(rest.len())..)
-            .unwrap_or_default();
+/// One message of the dump: a policy, or `None` for anything else.
+fn parse_message(message_type: u16, payload: &[u8]) -> Result<Option<XfrmPolicy>, DecodeError> {
+    if message_type != XFRM_MSG_NEWPOLICY {
+        return Ok(None);
     }
-    Ok(false)
+    parse_policy(payload).map_err(|error| DecodeError::from(error.to_string()))
 }
 
 /// One `XFRM_MSG_NEWPOLICY` payload; `None` for a selector of a family other than IPv4 and
 /// IPv6, which selects nothing masq translates.
 pub fn parse_policy(payload: &[u8]) -> Result<Option<XfrmPolicy>, XfrmError> {
     const SHORT: XfrmError = XfrmError::Decode("a policy shorter than xfrm_userpolicy_info");
-    if payload.len() < PRIORITY_AT + 8 + 4 {
+    if payload.len() < USERPOLICY_INFO_LEN {
         return Err(SHORT);
     }
     let family = u16_at(payload, 40).ok_or(SHORT)?;
@@ -237,16 +223,13 @@ pub fn parse_policy(payload: &[u8]) -> Result<Option<XfrmPolicy>, XfrmError> {
         mark: None,
         if_id: 0,
     };
-    let mut attributes = payload.get(USERPOLICY_INFO_LEN..).unwrap_or_default();
-    while attributes.len() >= 4 {
-        const BAD: XfrmError = XfrmError::Decode("an attribute length beyond its message");
-        let length = usize::from(u16_at(attributes, 0).ok_or(BAD)?);
-        let kind = u16_at(attributes, 2).ok_or(BAD)? & NLA_TYPE_MASK;
-        if length < 4 || length > attributes.len() {
-            return Err(BAD);
-        }
-        let value = attributes.get(4..length).unwrap_or_default();
-        match kind {
+    // An attribute cut short, or 1-3 bytes too few for its header, is an error: a policy cut
+    // inside its attributes must not pass for one without templates.
+    for attribute in NlasIterator::new(payload.get(USERPOLICY_INFO_LEN..).unwrap_or_default()) {
+        let attribute =
+            attribute.map_err(|_| XfrmError::Decode("an attribute length beyond its message"))?;
+        let value = attribute.value();
+        match attribute.kind() {
             // `struct xfrm_user_tmpl` is 64 bytes; any content means at least one template.
             XFRMA_TMPL => policy.templates = value.len().div_ceil(64),
             XFRMA_MARK => {
@@ -255,9 +238,6 @@ pub fn parse_policy(payload: &[u8]) -> Result<Option<XfrmPolicy>, XfrmError> {
             XFRMA_IF_ID => policy.if_id = u32_at(value, 0).unwrap_or(0),
             _ => {}
         }
-        attributes = attributes
-            .get(length.next_multiple_of(4).min(attributes.len())..)
-            .unwrap_or_default();
     }
     Ok(Some(policy))
 }
@@ -306,7 +286,27 @@ pub fn describe(policy: &XfrmPolicy) -> String {
 
 #[cfg(test)]
 mod tests {
+    use netlink_packet_core::{NLM_F_MULTIPART, NLMSG_DONE, NLMSG_ERROR};
+
     use super::*;
+    use crate::rtnl::{Answer, read_datagram};
+
+    const NLMSG_HDRLEN: usize = 16;
+    const SEQ: u32 = 7;
+
+    /// Reads one datagram of the dump as [`policies`] does; says whether it ended the dump.
+    fn parse_datagram(datagram: &[u8], policies: &mut Vec<XfrmPolicy>) -> Result<bool, XfrmError> {
+        let mut answer = Answer::default();
+        read_datagram(
+            datagram,
+            SEQ,
+            false,
+            &mut parse_message,
+            policies,
+            &mut answer,
+        )?;
+        Ok(answer.done)
+    }
 
     /// An `xfrm_userpolicy_info` as the kernel lays it out, then `attributes`.
     fn payload(
@@ -340,12 +340,15 @@ mod tests {
         bytes
     }
 
+    /// A message of the dump with sequence number [`SEQ`], marked part of a multipart answer.
     fn message(kind: u16, payload: &[u8]) -> Vec<u8> {
         let mut bytes = Vec::new();
         let length = u32::try_from(NLMSG_HDRLEN + payload.len()).unwrap_or(u32::MAX);
         bytes.extend_from_slice(&length.to_ne_bytes());
         bytes.extend_from_slice(&kind.to_ne_bytes());
-        bytes.extend_from_slice(&[0; 10]);
+        bytes.extend_from_slice(&NLM_F_MULTIPART.to_ne_bytes());
+        bytes.extend_from_slice(&SEQ.to_ne_bytes());
+        bytes.extend_from_slice(&[0; 4]);
         bytes.extend_from_slice(payload);
         bytes.resize(bytes.len().next_multiple_of(4), 0);
         bytes
@@ -421,12 +424,15 @@ mod tests {
             24,
             &[(XFRMA_TMPL, vec![0; 64])],
         );
-        for cut in 0..good.len() {
-            // Cut inside the fixed part: an error; inside the attributes: an error too.
+        for cut in 0..=good.len() {
+            // Cut inside the fixed part: an error; inside the attributes: an error too. Only a
+            // cut between the fixed part and the attributes leaves a whole policy (one without
+            // attributes); the netlink header's length catches that cut.
             let parsed = parse_policy(&good[..cut]);
-            if cut < PRIORITY_AT + 12 {
-                assert!(parsed.is_err(), "cut at {cut}");
-            }
+            assert!(
+                parsed.is_err() || cut == USERPOLICY_INFO_LEN || cut == good.len(),
+                "cut at {cut}: {parsed:?}"
+            );
         }
         let too_long_prefix = payload(AF_INET, &[192, 0, 2, 1], 33, &[0; 4], 0, &[]);
         assert!(parse_policy(&too_long_prefix).is_err());
@@ -479,6 +485,22 @@ mod tests {
             // Whatever the cut, an answer: never a panic.
             let _ = parse_datagram(&datagram[..cut], &mut policies);
         }
+        // A dump that fails part way says so in its NLMSG_DONE: not a complete dump.
+        let failed = [
+            message(XFRM_MSG_NEWPOLICY, &policy),
+            message(NLMSG_DONE, &(-libc::EMSGSIZE).to_ne_bytes()),
+        ]
+        .concat();
+        match parse_datagram(&failed, &mut Vec::new()) {
+            Err(XfrmError::Refused(error)) => {
+                assert_eq!(error.raw_os_error(), Some(libc::EMSGSIZE));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Another request's messages are not this dump's.
+        let mut other = message(NLMSG_DONE, &[0; 4]);
+        other[8..12].copy_from_slice(&(SEQ + 1).to_ne_bytes());
+        assert!(matches!(parse_datagram(&other, &mut policies), Ok(false)));
         let mut short_header = message(NLMSG_DONE, &[]);
         short_header[0..4].copy_from_slice(&8_u32.to_ne_bytes());
         assert!(parse_datagram(&short_header, &mut policies).is_err());
