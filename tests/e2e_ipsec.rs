@@ -6,10 +6,11 @@
 //! holds only the DaemonSet's capabilities, so this also shows they suffice to read the
 //! policies.
 
-use std::{fs, time::Duration};
+use std::time::Duration;
 
 use masq_testbed::{
     agent::Agent,
+    configmap::ConfigMapVolume,
     sandbox::{NODE_IP, NODE_IPV6, Sandbox, SandboxOptions},
     wait_for,
 };
@@ -120,9 +121,9 @@ fn policies_that_select_masqueraded_traffic_only_after_translation_are_reported(
         &tunnel(&node_ip, "198.51.100.254"),
     );
 
-    let config = std::env::temp_dir().join(format!("{}-config", sandbox.tag));
-    fs::write(&config, "resyncInterval: 1s\n").expect("writing the config");
-    let config = config.to_string_lossy().into_owned();
+    let mut volume = ConfigMapVolume::new(&format!("{}-cm", sandbox.tag));
+    volume.update(&[("ip-masq-agent", "resyncInterval: 1s\n")]);
+    let config = volume.key("ip-masq-agent").to_string_lossy().into_owned();
     let agent = Agent::start(&sandbox, &["--config", &config, "--enable-ipv6"]);
     wait_for("the first IPsec check", Duration::from_secs(5), || {
         bypassed(&agent, "ipv4").is_some()
@@ -231,5 +232,4 @@ fn policies_that_select_masqueraded_traffic_only_after_translation_are_reported(
         text.contains("ipsec:        no XFRM output policy"),
         "{text}"
     );
-    let _ = fs::remove_file(&config);
 }

@@ -16,6 +16,7 @@ use std::{
 
 use masq_testbed::{
     agent::Agent,
+    configmap::ConfigMapVolume,
     in_both_attach_modes,
     sandbox::{
         AttachMode, NODE_IP, NODE_IPV6, OUTSIDE_IP, OUTSIDE_IPV6, SECOND_NODE_IP, SECOND_NODE_IPV6,
@@ -383,9 +384,9 @@ in_both_attach_modes! {
 /// `--take-over-iptables` removes it again.
 fn an_upstream_chain_that_comes_back_is_reported_or_removed_again(attach_mode) {
     let sandbox = Sandbox::new("chain", SandboxOptions::in_mode(attach_mode));
-    let config = std::env::temp_dir().join(format!("{}-config", sandbox.tag));
-    fs::write(&config, "resyncInterval: 1s\n").expect("writing the config");
-    let config = config.to_string_lossy().into_owned();
+    let mut volume = ConfigMapVolume::new(&format!("{}-cm", sandbox.tag));
+    volume.update(&[("ip-masq-agent", "resyncInterval: 1s\n")]);
+    let config = volume.key("ip-masq-agent").to_string_lossy().into_owned();
     let install_upstream = || {
         sandbox.node.exec("iptables", &["-t", "nat", "-N", "IP-MASQ-AGENT"]);
         sandbox.node.exec(
@@ -422,7 +423,6 @@ fn an_upstream_chain_that_comes_back_is_reported_or_removed_again(attach_mode) {
     assert_eq!(agent.metric("masq_upstream_chain_present"), Some(0.0));
     let (status, _) = agent.http_get("/readyz").expect("readyz");
     assert!(status.contains(" 200 "), "{status}");
-    let _ = fs::remove_file(&config);
 }
 }
 
@@ -579,10 +579,13 @@ fn a_tun_device_named_as_the_uplink_is_taken() {
     assert_eq!(listed, ["tun0"]);
 }
 
-/// A key pair for WireGuard (`wg genkey`, `wg pubkey`): the private key's file and the public
-/// key.
-fn wireguard_keys(tag: &str, side: &str) -> (String, String) {
-    let path = format!("/tmp/{tag}-wg-{side}.key");
+/// A key pair for WireGuard (`wg genkey`, `wg pubkey`): the private key's file in `dir` and the
+/// public key.
+fn wireguard_keys(dir: &ConfigMapVolume, side: &str) -> (String, String) {
+    let path = dir
+        .key(&format!("{side}.key"))
+        .to_string_lossy()
+        .into_owned();
     let private = std::process::Command::new("wg")
         .arg("genkey")
         .output()
@@ -618,8 +621,10 @@ fn wireguard_keys(tag: &str, side: &str) -> (String, String) {
 /// module loads on demand; run by hand with `--ignored` elsewhere.
 fn a_wireguard_uplink_masquerades_pod_traffic(attach_mode: AttachMode) {
     let sandbox = Sandbox::new("wg", SandboxOptions::in_mode(attach_mode));
-    let (node_key, node_public) = wireguard_keys(&sandbox.tag, "node");
-    let (router_key, router_public) = wireguard_keys(&sandbox.tag, "router");
+    // Removed with the directory when the test ends, however it ends.
+    let keys = ConfigMapVolume::new(&format!("{}-wg", sandbox.tag));
+    let (node_key, node_public) = wireguard_keys(&keys, "node");
+    let (router_key, router_public) = wireguard_keys(&keys, "router");
     let tunnel = |netns: &masq_testbed::netns::Netns,
                   (device, key, port): (&str, &str, &str),
                   (peer, allowed, endpoint): (&str, &str, String),
@@ -660,8 +665,6 @@ fn a_wireguard_uplink_masquerades_pod_traffic(attach_mode: AttachMode) {
         ),
         (TUN_ROUTER_IP, TUN_NODE_IP),
     );
-    let _ = fs::remove_file(&node_key);
-    let _ = fs::remove_file(&router_key);
     sandbox
         .node
         .ip(&["route", "add", &format!("{OUTSIDE_IP}/32"), "dev", "wg0"]);

@@ -136,20 +136,18 @@ mod tests {
                 ))
             })
             .collect();
-        let expected = format!(
-            "CARGO_TARGET_{}_LINKER",
-            foreign.musl_target().to_uppercase().replace('-', "_")
-        );
-        assert_eq!(
-            variables,
-            [(
-                expected,
-                format!(
-                    "{}-linux-gnu-gcc",
-                    foreign.triplet().split('-').next().unwrap()
-                )
-            )]
-        );
+        // Spelled out rather than derived the way the code derives them.
+        let expected = match foreign {
+            Arch::Arm64 => (
+                "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER",
+                "aarch64-linux-gnu-gcc",
+            ),
+            Arch::Amd64 => (
+                "CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER",
+                "x86_64-linux-gnu-gcc",
+            ),
+        };
+        assert_eq!(variables, [(expected.0.to_owned(), expected.1.to_owned())]);
         let host = Arch::host().unwrap();
         assert_eq!(host.cargo(host.musl_target()).get_envs().count(), 0);
         assert_eq!(host.tool("strip"), "strip");
