@@ -621,55 +621,97 @@ fn replace_pinned_map(agent: &Agent, name: &str, map_type: &str, key: u32, value
     );
 }
 
+/// An upgrade over pins another masq left, with a connection held across it: starts the agent
+/// with `config`, opens a connection from pod 1 to the outside (whose server must be up on
+/// port 8080), kills the agent, lets `alter` change the pins as that other masq would have
+/// left them, relaunches the agent on them, and checks that the connection still echoes.
+fn held_across_upgrade(
+    sandbox: &Sandbox,
+    config: &str,
+    alter: impl FnOnce(&Agent),
+) -> (Agent, HeldConnection) {
+    let mut agent = Agent::start(sandbox, &["--config", config]);
+    let mut held = sandbox
+        .pod(1)
+        .enter(|| HeldConnection::open(outside(8080), "held", None, TIMEOUT))
+        .expect("a connection before the upgrade");
+    assert!(is_node(held.peer), "the held connection is not masqueraded");
+    agent.kill();
+    alter(&agent);
+    agent.relaunch(&["--config", config]);
+    agent.wait_ready();
+    held.echo("after the upgrade").unwrap_or_else(|error| {
+        panic!(
+            "the live flow died in the upgrade: {error}\n{}",
+            agent.log()
+        )
+    });
+    (agent, held)
+}
+
 in_both_attach_modes! {
 /// A version that counts other datapath events pinned counters maps of another size: they are
 /// replaced by empty ones, and everything else (flows first) is adopted.
 fn counters_of_another_version_are_replaced_and_flows_kept(attach_mode) {
     let sandbox = Sandbox::new("ctrs", SandboxOptions::in_mode(attach_mode));
     let absent = format!("/tmp/{}-absent", sandbox.tag);
-    let mut agent = Agent::start(&sandbox, &["--config", &absent]);
     let _server = tcp_server(&sandbox.outside, any(8080));
-    let mut held = sandbox
-        .pod(1)
-        .enter(|| HeldConnection::open(outside(8080), "held", None, TIMEOUT))
-        .expect("a connection before the restart");
-    agent.kill();
-    replace_pinned_map(&agent, "masq_counters", "percpu_array", 4, 8);
-    agent.relaunch(&["--config", &absent]);
-    agent.wait_ready();
+    let (agent, _held) = held_across_upgrade(&sandbox, &absent, |agent| {
+        replace_pinned_map(agent, "masq_counters", "percpu_array", 4, 8);
+    });
     assert!(agent.log().contains("counters start again from zero"), "{}", agent.log());
-    held.echo("after the upgrade").expect("the live flow survives the upgrade");
 }
 }
 
 in_both_attach_modes! {
 /// Issue 26: the previous masq pinned a complete set without the source tries. The upgrade
-/// adopts it (live flows continue) and creates and pins the tries next to it.
+/// adopts it (live flows continue) and creates and pins the tries next to it, and they are
+/// the ones the programs look sources up in: a config that exempts pod 1 as a source reaches
+/// its new connections at once, while the held one keeps its translation.
 fn a_pinned_set_without_the_source_tries_is_adopted_and_flows_kept(attach_mode) {
     let sandbox = Sandbox::new("srct", SandboxOptions::in_mode(attach_mode));
-    let absent = format!("/tmp/{}-absent", sandbox.tag);
-    let mut agent = Agent::start(&sandbox, &["--config", &absent]);
+    let mut volume = ConfigMapVolume::new(&format!("{}-cm", sandbox.tag));
+    volume.update(&[("ip-masq-agent", "nonMasqueradeCIDRs: [10.0.0.0/8]\n")]);
+    let config = volume.key("ip-masq-agent");
     let _server = tcp_server(&sandbox.outside, any(8080));
-    let mut held = sandbox
-        .pod(1)
-        .enter(|| HeldConnection::open(outside(8080), "held", None, TIMEOUT))
-        .expect("a connection before the upgrade");
-    agent.kill();
     let tries = ["masq_nomasq_src_v4", "masq_nomasq_src_v6"];
-    for name in tries {
-        fs::remove_file(agent.pin_path().join(name)).unwrap();
-    }
-    agent.relaunch(&["--config", &absent]);
-    agent.wait_ready();
+    let (agent, mut held) = held_across_upgrade(&sandbox, config.to_str().unwrap(), |agent| {
+        for name in tries {
+            fs::remove_file(agent.pin_path().join(name)).unwrap();
+        }
+    });
     let log = agent.log();
     assert!(
         log.contains("adopted the pinned maps") && log.contains("masq_nomasq_src_v4"),
         "{log}"
     );
-    held.echo("after the upgrade").expect("the live flow survives the upgrade");
     for name in tries {
         assert!(agent.pin_path().join(name).exists(), "{name} is not pinned");
     }
+
+    volume.update(&[(
+        "ip-masq-agent",
+        &format!(
+            "nonMasqueradeCIDRs: [10.0.0.0/8]\nnonMasqueradeSrcCIDRs: [{}/32]\n",
+            pod_ip(1)
+        ),
+    )]);
+    let pod = IpAddr::V4(pod_ip(1));
+    let start = Instant::now();
+    while arrives_from(&sandbox, 1, outside(8080)) != pod {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "pod 1's new connections are still masqueraded after the source exemption:\n{}",
+            agent.log()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        is_node(SocketAddr::new(arrives_from(&sandbox, 2, outside(8080)), 0)),
+        "pod 2 is not listed, yet its connection kept its address"
+    );
+    held.echo("after the source exemption")
+        .expect("the held flow lost its mapping");
 }
 }
 

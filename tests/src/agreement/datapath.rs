@@ -1,13 +1,12 @@
-//! The datapath's side of the agreement: one loaded datapath whose tries are filled from each
-//! case's policy, as the agent fills them, and UDP datagrams from a pod source to a
+//! The datapath's side of the agreement: one loaded datapath whose tries and settings are
+//! brought in line with each case's policy by the agent's own code, and UDP datagrams from a pod source to a
 //! destination run through `masq_egress` with `BPF_PROG_TEST_RUN`.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr};
 
-use aya::maps::{LpmTrie, MapData, lpm_trie::Key};
 use masq::{
-    datapath::maps::{DatapathMaps, NomasqTrie, Trie},
-    policy::{NomasqEntries, Policy, Reason, RuleKind},
+    datapath::sync::{TrieView, WantedTries, settings, sync_tries},
+    policy::{Policy, Reason, RuleKind},
 };
 use masq_common::{counters::Counter, ports::PortRange};
 
@@ -21,6 +20,11 @@ use crate::{
 
 /// The node's IPv6 address in the datapath's tests: what masqueraded IPv6 leaves with.
 pub const NODE_IPV6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 1);
+
+/// The SNAT ports: every one for the taking.
+const PORTS: [PortRange; 1] = [PortRange::new(1024, 65_535)];
+/// Whether ports are chosen at random (`--random-fully`).
+const RANDOM_FULLY: bool = true;
 
 /// The counters that say why a packet was left alone.
 const EXEMPTIONS: [Counter; 3] = [
@@ -55,21 +59,17 @@ impl DatapathProbe {
     /// Loads the datapath (fails the test without root) with every port for the taking.
     pub fn new() -> Self {
         let mut harness = Harness::unconfigured();
-        harness.configure(&[PortRange::new(1024, 65_535)], true);
+        harness.configure(&PORTS, RANDOM_FULLY);
         Self {
             harness,
             next_port: 10_000,
         }
     }
 
-    /// Empties every trie and the NAT tables, so that no decision of an earlier case (a
-    /// mapping, above all, which is looked up before the policy) carries over.
-    fn clear(&mut self) {
+    /// Empties the NAT tables, so that no mapping of an earlier case (which is looked up before
+    /// the policy) carries over.
+    fn clear_nat(&mut self) {
         let maps = &mut self.harness.datapath.maps;
-        for trie in [Trie::Destinations, Trie::Sources] {
-            empty_trie::<Ipv4Addr>(maps, trie);
-            empty_trie::<Ipv6Addr>(maps, trie);
-        }
         let keys: Vec<_> = maps.nat_v4.keys().filter_map(Result::ok).collect();
         for key in keys {
             let _ = maps.nat_v4.remove(&key);
@@ -82,21 +82,25 @@ impl DatapathProbe {
         assert_eq!(left, [0; 2], "NAT tables left non-empty between cases");
     }
 
-    /// Installs `policy` as the agent would: both destination tries from
-    /// [`Policy::nomasq_v4`] / [`Policy::nomasq_v6`], the source tries from
-    /// [`Policy::nomasq_src_v4`] / [`Policy::nomasq_src_v6`] with the settings flag that
-    /// enables them when they hold entries, and IPv6 translated only with `--enable-ipv6`.
+    /// Installs `policy` with the agent's own code: [`sync_tries`] makes every trie hold what
+    /// [`Policy::nomasq_v4`], [`Policy::nomasq_v6`], [`Policy::nomasq_src_v4`] and
+    /// [`Policy::nomasq_src_v6`] say (whatever an earlier case left in them), then the
+    /// settings are written as the agent writes them, the source flag from
+    /// [`WantedTries::source_exemptions`]; IPv6 is translated only with `--enable-ipv6`.
     pub fn install(&mut self, policy: &Policy) {
-        self.clear();
+        self.clear_nat();
         self.next_port = 10_000;
+        let wanted = WantedTries {
+            destinations_v4: policy.nomasq_v4(),
+            destinations_v6: policy.nomasq_v6(),
+            sources_v4: policy.nomasq_src_v4(),
+            sources_v6: policy.nomasq_src_v6(),
+        };
         let maps = &mut self.harness.datapath.maps;
-        fill(maps, Trie::Destinations, &policy.nomasq_v4());
-        fill(maps, Trie::Destinations, &policy.nomasq_v6());
-        let (sources_v4, sources_v6) = (policy.nomasq_src_v4(), policy.nomasq_src_v6());
-        fill(maps, Trie::Sources, &sources_v4);
-        fill(maps, Trie::Sources, &sources_v6);
-        self.harness
-            .set_source_exemptions(!sources_v4.is_empty() || !sources_v6.is_empty());
+        sync_tries(maps, &wanted, TrieView::LastSynced)
+            .unwrap_or_else(|error| panic!("syncing the tries: {error}"));
+        maps.set_settings(&settings(&PORTS, RANDOM_FULLY, wanted.source_exemptions()))
+            .unwrap_or_else(|error| panic!("{error}"));
         self.harness
             .set_uplink_v6(policy.ipv6_enabled().then_some(NODE_IPV6));
     }
@@ -208,43 +212,5 @@ impl DatapathProbe {
             }
         }
         mismatches
-    }
-}
-
-/// The family's `trie` of a loaded datapath, which has every map.
-fn trie_of<A: NomasqTrie>(
-    maps: &mut DatapathMaps,
-    trie: Trie,
-) -> &mut LpmTrie<MapData, A::Octets, u32> {
-    A::trie_mut(maps, trie)
-        .unwrap_or_else(|| panic!("a loaded datapath lacks {}", A::map_name(trie)))
-}
-
-/// Removes every entry of the family's `trie`.
-fn empty_trie<A: NomasqTrie>(maps: &mut DatapathMaps, trie: Trie) {
-    let map = trie_of::<A>(maps, trie);
-    let keys: Vec<_> = map.keys().filter_map(Result::ok).collect();
-    for key in keys {
-        let _ = map.remove(&key);
-    }
-    assert_eq!(
-        map.keys().count(),
-        0,
-        "{} left non-empty between cases",
-        A::map_name(trie)
-    );
-}
-
-/// Writes `entries` into the family's `trie` (emptied before).
-fn fill<A: NomasqTrie>(maps: &mut DatapathMaps, trie: Trie, entries: &NomasqEntries<A>) {
-    let map = trie_of::<A>(maps, trie);
-    for &((address, prefix), kind) in entries {
-        map.insert(&Key::new(u32::from(prefix), address.octets()), kind, 0)
-            .unwrap_or_else(|error| {
-                panic!(
-                    "inserting {address}/{prefix} into {}: {error}",
-                    A::map_name(trie)
-                )
-            });
     }
 }

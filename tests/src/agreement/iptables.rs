@@ -17,13 +17,15 @@ use std::{
     io::{self, BufRead as _, BufReader, Write as _},
     net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpStream},
     os::fd::AsRawFd as _,
-    process::Stdio,
     time::Duration,
 };
 
 use masq::{
     config::cidr::Family,
-    iptables::render::{DEFAULT_CHAIN, RuleOptions, postrouting_jump_args, restore_input},
+    iptables::{
+        apply::Iptables,
+        render::{DEFAULT_CHAIN, RuleOptions, restore_input},
+    },
     policy::Policy,
     ports::ToPorts,
 };
@@ -90,7 +92,8 @@ pub struct RulesBed {
     pub node: Netns,
     pub receiver: Netns,
     assigned: BTreeSet<IpAddr>,
-    jumps: [bool; 2],
+    /// The agent's iptables for IPv4 and IPv6, as it detects them.
+    iptables: [Iptables; 2],
     _servers: [Server; 2],
 }
 
@@ -196,6 +199,10 @@ impl RulesBed {
         for root in roots_v6() {
             receiver.ip(&["-6", "route", "add", "local", &root.text(), "dev", "lo"]);
         }
+        let iptables = [Family::Ipv4, Family::Ipv6].map(|family| {
+            node.enter(|| Iptables::detect(family))
+                .unwrap_or_else(|error| panic!("detecting {family} iptables: {error}"))
+        });
         let servers = [
             tcp_server(
                 &receiver,
@@ -211,68 +218,32 @@ impl RulesBed {
             node,
             receiver,
             assigned: BTreeSet::new(),
-            jumps: [false; 2],
+            iptables,
             _servers: servers,
         }
     }
 
-    /// Writes `policy`'s chains (both families when IPv6 is enabled, and an empty IPv6 chain
-    /// otherwise, as no rule at all) with `iptables-restore --noflush`, then ensures the
-    /// POSTROUTING jumps, as the agent's iptables backend does.
+    /// Writes `policy`'s chains with the agent's own [`Iptables::sync`] (ensure the chain,
+    /// ensure the POSTROUTING jump, `iptables-restore --noflush`), run in the node's namespace:
+    /// both families when IPv6 is enabled, and otherwise an empty IPv6 chain, as no rule at all.
     pub fn install(&mut self, policy: &Policy) {
-        let options = RuleOptions {
-            chain: DEFAULT_CHAIN.to_owned(),
-            random_fully: true,
-            to_ports: ToPorts::default(),
-        };
-        for (index, (family, restore, tables)) in [
-            (Family::Ipv4, "iptables-restore", "iptables"),
-            (Family::Ipv6, "ip6tables-restore", "ip6tables"),
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        for (family, iptables) in [Family::Ipv4, Family::Ipv6].into_iter().zip(&self.iptables) {
             let input = if family == Family::Ipv6 && !policy.ipv6_enabled() {
-                // Upstream writes no IPv6 rules then; an empty chain is the same.
+                // Upstream writes no IPv6 rules then; an empty chain (which clears an earlier
+                // case's) is the same.
                 format!("*nat\n:{DEFAULT_CHAIN} - [0:0]\nCOMMIT\n")
             } else {
+                let options = RuleOptions {
+                    chain: DEFAULT_CHAIN.to_owned(),
+                    random_fully: iptables.has_random_fully,
+                    to_ports: ToPorts::default(),
+                };
                 restore_input(policy, family, &options)
             };
-            self.restore(restore, &input);
-            if !self.jumps[index] {
-                let mut args = vec!["-w".to_owned(), "-t".to_owned(), "nat".to_owned()];
-                args.extend(["-A".to_owned(), "POSTROUTING".to_owned()]);
-                args.extend(postrouting_jump_args(DEFAULT_CHAIN));
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                self.node.exec(tables, &args);
-                self.jumps[index] = true;
-            }
+            self.node
+                .enter(|| iptables.sync(DEFAULT_CHAIN, &input))
+                .unwrap_or_else(|error| panic!("syncing the {family} rules:\n{input}\n{error}"));
         }
-    }
-
-    fn restore(&self, program: &str, input: &str) {
-        let mut child = self
-            .node
-            .command(program)
-            .args(["-w", "--noflush"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|error| panic!("cannot run {program} (install iptables): {error}"));
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(input.as_bytes())
-                .unwrap_or_else(|error| panic!("feeding {program}: {error}"));
-        }
-        let output = child
-            .wait_with_output()
-            .unwrap_or_else(|error| panic!("{program}: {error}"));
-        assert!(
-            output.status.success(),
-            "{program} refused:\n{input}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
     }
 
     /// Gives the pod `source` (once).
