@@ -6,11 +6,14 @@
 //! with it sees a mismatch, verifies the packet again in software, finds it right and calls
 //! `netdev_rx_csum_fault` ("hw csum failure"), for every packet. The checksum counters
 //! (`InCsumErrors`) only move if the packet itself is wrong, and the kernel log shows only the
-//! first report since boot (`DO_ONCE_LITE`). So the test counts the calls with an fentry program
-//! (where the kernel refuses tracing programs, lockdown, it reads the log, and fails loudly if
-//! the one report is already spent), and reads every namespace's counters for real errors. A
-//! control phase first spoils `skb->csum` on purpose and must be counted: proof that the skbs
-//! are `CHECKSUM_COMPLETE` and the counting works, so the test can fail.
+//! first report since boot (`DO_ONCE_LITE`, until `clear_warn_once` rearms it). So the test
+//! counts the calls with an fentry program (where the kernel refuses tracing programs, lockdown,
+//! it reads the log, rearming its report through debugfs, and fails loudly where it cannot),
+//! and reads every namespace's counters for real errors. A control for each direction spoils
+//! `skb->csum` on purpose, before masq, and must be seen by the judge after it: proof that the
+//! skbs are `CHECKSUM_COMPLETE` and the failures are seen, so the test can fail. With the
+//! counter the controls run first; with the log, which shows one report per rearming, they run
+//! after the checked phases and must each add exactly one report, from the judge's device.
 //!
 //! Where the `CHECKSUM_COMPLETE` skbs come from. veth never makes one (it hands over what the
 //! sender had: `CHECKSUM_PARTIAL` or `CHECKSUM_NONE`); tun's virtio-net header only says
@@ -558,10 +561,27 @@ fn hw_csum_failures() -> Vec<String> {
         .collect()
 }
 
+/// Where the kernel rearms its one "hw csum failure" report (with every other once-only
+/// warning): debugfs, which the test mounts where it is not.
+const CLEAR_WARN_ONCE: &str = "/sys/kernel/debug/clear_warn_once";
+
+/// Rearms the kernel's one "hw csum failure" report (`DO_ONCE_LITE` keeps its flag where
+/// `clear_warn_once` clears it).
+fn rearm_report() -> Result<(), String> {
+    if !std::path::Path::new(CLEAR_WARN_ONCE).exists() {
+        let _ = Command::new("mount")
+            .args(["-t", "debugfs", "debugfs", "/sys/kernel/debug"])
+            .output();
+    }
+    std::fs::write(CLEAR_WARN_ONCE, "1")
+        .map_err(|error| format!("writing {CLEAR_WARN_ONCE}: {error}"))
+}
+
 /// How the test sees the stack find `skb->csum` wrong: the fentry counter where the kernel
-/// allows tracing programs (the kernel matrix's guests), else the kernel log, whose one report
-/// per boot must still be unspent (a kernel in lockdown, as some CI sandboxes run, refuses
-/// tracing programs).
+/// allows tracing programs (the kernel matrix's guests), else the kernel log, which shows one
+/// report until it is rearmed (a kernel in lockdown, as some CI sandboxes run, refuses tracing
+/// programs, and may refuse the rearming too: then the test fails, as it cannot prove its
+/// premise).
 enum Faults {
     Counted(CsumFaults),
     Logged,
@@ -571,17 +591,30 @@ impl Faults {
     fn watch() -> Self {
         match CsumFaults::attach() {
             Ok(counter) => Self::Counted(counter),
-            Err(why) => {
-                let spent = hw_csum_failures();
-                assert!(
-                    spent.is_empty(),
+            Err(why) => Self::logged(&why),
+        }
+    }
+
+    /// The kernel log, its report armed.
+    fn logged(why: &str) -> Self {
+        let spent = hw_csum_failures();
+        if !spent.is_empty() {
+            rearm_report().unwrap_or_else(|error| {
+                panic!(
                     "cannot count hw csum failures ({why}), and the kernel log cannot show a new \
-                     one: the kernel reports only its first since boot, and it has: {spent:?}; \
-                     run this test in a fresh boot (cargo xtask kernels) or where tracing \
-                     programs load"
-                );
-                Self::Logged
-            }
+                     one: the kernel reports only its first since boot, it has: {spent:?}, and \
+                     it cannot be rearmed ({error}); run this test where tracing programs load \
+                     (cargo xtask kernels)"
+                )
+            });
+        }
+        Self::Logged
+    }
+
+    fn mode(&self) -> &'static str {
+        match self {
+            Self::Counted(_) => "counted by an fentry program on netdev_rx_csum_fault",
+            Self::Logged => "read from the kernel log (one report per rearming)",
         }
     }
 
@@ -591,6 +624,96 @@ impl Faults {
             Self::Logged => hw_csum_failures().len() as u64,
         }
     }
+}
+
+/// Says which way the test sees failures, past the test harness's capture, so the kernel
+/// matrix's logs show it.
+fn announce(what: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "e2e_checksum_complete: {what}");
+}
+
+/// A direction through masq, as the test judges it.
+#[derive(Clone, Copy, Debug)]
+enum Direction {
+    /// Pod to outside: the router's conntrack judges masq's egress.
+    Egress,
+    /// Outside to pod: the node's conntrack judges masq's ingress.
+    Ingress,
+}
+
+impl Direction {
+    /// The node's device whose received frames cross masq this way; the namespace that judges
+    /// them, the other one, and the device the judge sees them arrive on.
+    fn ends(self, sandbox: &Sandbox) -> (&'static str, &Netns, &Netns, &'static str) {
+        match self {
+            Self::Egress => ("cvx", &sandbox.router, &sandbox.node, "eth0"),
+            Self::Ingress => ("rvx", &sandbox.node, &sandbox.router, UPLINK),
+        }
+    }
+}
+
+/// Lets only `judge` check transport checksums.
+fn judge_only(judge: &Netns, other: &Netns) {
+    judge.sysctl("net.netfilter.nf_conntrack_checksum", "1");
+    other.sysctl("net.netfilter.nf_conntrack_checksum", "0");
+}
+
+/// Datagrams [`udp_exchange`] sends, and receives a reply to, each.
+const DATAGRAMS: u64 = 8;
+
+/// The control of `direction`: with `skb->csum` spoiled before masq sees the IPv4 UDP datagrams
+/// that cross it this way, the judge must object, or the skbs are not `CHECKSUM_COMPLETE` (or
+/// the objections are not seen) and nothing the test checks could fail. The counter must see
+/// one fault per datagram at least; the kernel log, rearmed, exactly one new report, from the
+/// judge's device.
+fn control(sandbox: &Sandbox, faults: &Faults, direction: Direction) {
+    let (spoiled, judge, other, device) = direction.ends(sandbox);
+    judge_only(judge, other);
+    if matches!(faults, Faults::Logged) {
+        rearm_report().unwrap_or_else(|error| {
+            panic!(
+                "{direction:?} control: cannot rearm the kernel's hw csum failure report \
+                 ({error}), so the kernel log cannot show this control's"
+            )
+        });
+    }
+    let logged = hw_csum_failures();
+    tc_program(&sandbox.tag, &sandbox.node, spoiled, &CORRUPT_CSUM, "1");
+    let before = faults.count();
+    udp_exchange(sandbox, OUTSIDE_IP.into(), NODE_IP.into());
+    let found = faults.count() - before;
+    sandbox.node.exec(
+        "tc",
+        &["filter", "del", "dev", spoiled, "ingress", "pref", "1"],
+    );
+    let premise = "the skbs do not arrive CHECKSUM_COMPLETE on this kernel, or the failures \
+                   are not seen, so this test cannot judge masq";
+    match faults {
+        Faults::Counted(_) => assert!(
+            found >= DATAGRAMS,
+            "{direction:?} control: {} saw {found} hw csum failures for {DATAGRAMS} spoiled \
+             datagrams: {premise}",
+            judge.name()
+        ),
+        Faults::Logged => {
+            let new: Vec<String> = hw_csum_failures()
+                .into_iter()
+                .filter(|line| !logged.contains(line))
+                .collect();
+            let expected = format!("{device}: hw csum failure");
+            assert!(
+                new.len() == 1 && new[0].contains(&expected),
+                "{direction:?} control: the kernel log shows {new:?} new, not one \
+                 \"{expected}\" from {}: {premise}",
+                judge.name()
+            );
+        }
+    }
+    announce(&format!(
+        "{direction:?} control: {found} hw csum failures {} for {DATAGRAMS} spoiled datagrams",
+        faults.mode()
+    ));
 }
 
 /// Checksum errors every namespace counted.
@@ -655,7 +778,7 @@ fn servers(sandbox: &Sandbox) -> Vec<Server> {
 /// Each direction is judged on its own: only one side checks checksums at a time, since the
 /// kernel reports one failure per rearming.
 #[test]
-#[ignore = "needs fentry programs or an unspent hw-csum-failure report: run by `cargo xtask kernels` in the Debian guests"]
+#[ignore = "needs fentry programs or a rearmable hw-csum-failure report: run by `cargo xtask kernels` in the Debian guests"]
 fn checksum_complete_packets_keep_a_right_sum_through_masq() {
     let sandbox = complete_sandbox();
     let _servers = servers(&sandbox);
@@ -668,50 +791,34 @@ fn checksum_complete_packets_keep_a_right_sum_through_masq() {
         ],
     );
     let faults = Faults::watch();
-    let checks = |netns: &Netns, on: bool| {
-        netns.sysctl(
-            "net.netfilter.nf_conntrack_checksum",
-            if on { "1" } else { "0" },
-        );
-    };
+    announce(&format!("hw csum failures {}", faults.mode()));
 
-    // The control: with the replies' skb->csum spoiled before masq sees them, the node's
-    // conntrack must object, or the skbs are not CHECKSUM_COMPLETE and nothing below could fail.
-    // Only with the counter: the kernel log would spend its one report here.
+    // The controls, which spoil skb->csum on purpose. The counter tells their failures apart,
+    // so they run first; the kernel log must keep its one report for the checked phases, so
+    // they run last there, where they cannot disturb them.
+    let controls = || {
+        for direction in [Direction::Ingress, Direction::Egress] {
+            control(&sandbox, &faults, direction);
+        }
+    };
     if matches!(faults, Faults::Counted(_)) {
-        checks(&sandbox.node, true);
-        checks(&sandbox.router, false);
-        tc_program(&sandbox.tag, &sandbox.node, "rvx", &CORRUPT_CSUM, "1");
-        let before = faults.count();
-        udp_exchange(&sandbox, OUTSIDE_IP.into(), NODE_IP.into());
-        assert!(
-            faults.count() > before,
-            "the control saw no hw csum failure: the skbs do not arrive CHECKSUM_COMPLETE on \
-             this kernel, so this test cannot judge masq"
-        );
-        sandbox.node.exec(
-            "tc",
-            &["filter", "del", "dev", "rvx", "ingress", "pref", "1"],
-        );
+        controls();
     }
 
     for (family, server, node) in [
         ("IPv4", IpAddr::from(OUTSIDE_IP), IpAddr::from(NODE_IP)),
         ("IPv6", IpAddr::from(OUTSIDE_IPV6), IpAddr::from(NODE_IPV6)),
     ] {
-        for (direction, judge, other) in [
-            ("egress", &sandbox.router, &sandbox.node),
-            ("ingress", &sandbox.node, &sandbox.router),
-        ] {
-            checks(judge, true);
-            checks(other, false);
+        for direction in [Direction::Egress, Direction::Ingress] {
+            let (_, judge, other, _) = direction.ends(&sandbox);
+            judge_only(judge, other);
             let before = faults.count();
             exchange(&sandbox, server, node);
             let found = faults.count() - before;
             assert_eq!(
                 found,
                 0,
-                "{family} {direction}: {} found skb->csum wrong {found} times after masq \
+                "{family} {direction:?}: {} found skb->csum wrong {found} times after masq \
                  rewrote CHECKSUM_COMPLETE packets (\"hw csum failure\")\nagent log:\n{}",
                 judge.name(),
                 agent.log()
@@ -719,8 +826,12 @@ fn checksum_complete_packets_keep_a_right_sum_through_masq() {
             assert_eq!(
                 checksum_errors(&sandbox),
                 [],
-                "{family} {direction}: checksum errors"
+                "{family} {direction:?}: checksum errors"
             );
         }
+    }
+
+    if matches!(faults, Faults::Logged) {
+        controls();
     }
 }

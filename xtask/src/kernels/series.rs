@@ -290,7 +290,8 @@ const E2E_WIREGUARD_TCX: Step = e2e_guest_only(
 
 /// IPv6 and IPv4 through masq as CHECKSUM_COMPLETE skbs, both directions: on 6.1 and 6.12 the
 /// programs correct skb->csum themselves (no BPF_F_IPV6 before 6.16). Needs fentry programs
-/// (or an unspent "hw csum failure" report), which the development machine's lockdown refuses.
+/// (or a "hw csum failure" report that debugfs can rearm), which the development machine's
+/// lockdown refuses.
 const E2E_CSUM_COMPLETE: Step = e2e_guest_only(
     "e2e_checksum_complete",
     "e2e_checksum_complete",
