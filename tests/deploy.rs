@@ -2,8 +2,8 @@
 //! user's is ever shipped (so applying leaves it byte-identical and deleting never removes it),
 //! every layout reads its config where ip-masq-agent's users keep it, runs on Linux nodes only,
 //! with what bpffs and iptables need, probes where the agent listens, and updates without two
-//! agents on a node. And the README documents every agent flag with its default. Needs kubectl
-//! (cargo xtask test installs it), not root.
+//! agents on a node. And docs/configuration.md documents every agent flag with its default.
+//! Needs kubectl (cargo xtask test installs it), not root.
 
 #![expect(
     clippy::unwrap_used,
@@ -359,12 +359,12 @@ fn agent_flags() -> BTreeMap<String, Option<String>> {
 }
 
 #[test]
-fn the_readme_documents_every_agent_flag_with_its_default() {
-    let readme = std::fs::read_to_string(deploy_dir().join("../README.md")).unwrap();
-    let section = readme
+fn the_docs_document_every_agent_flag_with_its_default() {
+    let reference = std::fs::read_to_string(deploy_dir().join("../docs/configuration.md")).unwrap();
+    let section = reference
         .split("\n## Flags\n")
         .nth(1)
-        .expect("README.md has a `## Flags` section")
+        .expect("docs/configuration.md has a `## Flags` section")
         .split("\n## ")
         .next()
         .unwrap();
@@ -387,18 +387,18 @@ fn the_readme_documents_every_agent_flag_with_its_default() {
     for (flag, default) in &flags {
         let row = rows
             .get(flag)
-            .unwrap_or_else(|| panic!("README's Flags table lacks {flag}"));
+            .unwrap_or_else(|| panic!("docs/configuration.md's Flags table lacks {flag}"));
         if let Some(default) = default {
             assert!(
                 row.contains(&format!("`{default}`")),
-                "README gives {flag} the default {row}, masq agent --help says {default}"
+                "docs/configuration.md gives {flag} the default {row}, masq agent --help says {default}"
             );
         }
     }
     for flag in rows.keys() {
         assert!(
             flags.contains_key(flag),
-            "README documents {flag}, which masq agent does not take"
+            "docs/configuration.md documents {flag}, which masq agent does not take"
         );
     }
 }

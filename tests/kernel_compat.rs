@@ -1,5 +1,5 @@
-//! The README's minimum kernels hold for the datapath object the agent embeds. Reads the object
-//! only: no root needed.
+//! The minimum kernels of docs/kernels.md hold for the datapath object the agent embeds. Reads
+//! the object only: no root needed.
 
 #![expect(
     clippy::expect_used,
@@ -26,7 +26,7 @@ fn datapath_usage() -> BTreeSet<Usage> {
 #[test]
 fn datapath_object_needs_nothing_newer_than_min_kernel_tc() {
     let usage = datapath_usage();
-    // With --nocapture this prints the table the README's numbers come from.
+    // With --nocapture this prints the table docs/kernels.md's numbers come from.
     for Usage { kind, what, since } in &usage {
         let since = since.map_or_else(|| "?".to_owned(), |since| since.to_string());
         println!("{since:>5}  {kind:?}: {what}");
@@ -46,8 +46,9 @@ fn datapath_object_needs_nothing_newer_than_min_kernel_tc() {
     );
 }
 
-/// The constant (and the README) must not promise less than needed, nor demand more: if this
-/// fails after a datapath change, move `MIN_KERNEL_TC` and the README's "Kernel requirements".
+/// The constant (and docs/kernels.md) must not promise less than needed, nor demand more: if
+/// this fails after a datapath change, move `MIN_KERNEL_TC` and docs/kernels.md's "Kernel
+/// requirements".
 #[test]
 fn min_kernel_tc_is_exactly_what_object_and_agent_need() {
     let needed = datapath_usage()
@@ -58,7 +59,7 @@ fn min_kernel_tc_is_exactly_what_object_and_agent_need() {
         .expect("something is needed");
     assert_eq!(
         needed, MIN_KERNEL_TC,
-        "object and agent need Linux {needed}: make that MIN_KERNEL_TC and update the README"
+        "object and agent need Linux {needed}: make that MIN_KERNEL_TC and update docs/kernels.md"
     );
     assert!(MIN_KERNEL_TC < MIN_KERNEL_TCX);
 }

@@ -239,8 +239,8 @@ fn read_every_corpus_document_as_go_does() {
                 ));
             }
         }
-        // README, "Differences from ip-masq-agent": a file holding no document is rejected
-        // rather than meaning the defaults.
+        // docs/configuration.md, "Differences from ip-masq-agent": a file holding no document
+        // is rejected rather than meaning the defaults.
         if case.yaml_json.as_deref() == Some("null")
             && matches!(masq, Err(ConfigError::Empty { .. }))
         {

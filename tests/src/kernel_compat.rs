@@ -1,4 +1,5 @@
-//! What a built eBPF object needs from the kernel, for the minimum kernel the README promises.
+//! What a built eBPF object needs from the kernel, for the minimum kernel docs/kernels.md
+//! promises.
 //!
 //! [`object_usage`] lists what the object uses that older kernels lack: program types, map types
 //! and flags, helpers and instruction-set features, each with the first release whose tc

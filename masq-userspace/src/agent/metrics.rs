@@ -956,7 +956,7 @@ mod tests {
     }
 
     /// Dashboards and alerts match these names, types and labels: a change here must be
-    /// deliberate (update `metrics.golden` and the README's table together).
+    /// deliberate (update `metrics.golden` and the table in docs/operating.md together).
     #[test]
     fn exported_families_match_the_golden_list() {
         let (status, readings) = representative();

@@ -526,7 +526,7 @@ impl Agent {
                     tracing::warn!(
                         count = bypassed.len(),
                         policies = %policies.join("; "),
-                        "XFRM (IPsec) output policies select masqueraded traffic only after translation: MASQUERADE would have applied them, but masq translates after the kernel's only policy lookup, so this traffic leaves in clear text (and a block policy does not drop it). Make the policies select the pods' addresses too, or run this node with --backend iptables (see README, IPsec)"
+                        "XFRM (IPsec) output policies select masqueraded traffic only after translation: MASQUERADE would have applied them, but masq translates after the kernel's only policy lookup, so this traffic leaves in clear text (and a block policy does not drop it). Make the policies select the pods' addresses too, or run this node with --backend iptables (see docs/operating.md, IPsec)"
                     );
                 }
                 IpsecStatus::Unknown(error) => {

@@ -433,7 +433,7 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         (Some(bypassed), _) => {
             writeln!(
                 out,
-                "ipsec:        {} XFRM output {} masqueraded traffic only after translation: masq translates after the policy lookup, so that traffic leaves in clear text (see README, IPsec)",
+                "ipsec:        {} XFRM output {} masqueraded traffic only after translation: masq translates after the policy lookup, so that traffic leaves in clear text (see docs/operating.md, IPsec)",
                 bypassed.len(),
                 if bypassed.len() == 1 {
                     "policy selects"

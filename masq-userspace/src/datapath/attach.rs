@@ -94,7 +94,7 @@ pub enum AttachOutcome {
 }
 
 /// Where masq's program sits among the programs on a hook (tcx links, or tc filters by
-/// priority). See README, "Other programs on the uplink".
+/// priority). See docs/operating.md, "Other programs on the uplink".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HookPosition {
     /// Before every other program: nothing that ends the chain early can skip masq.

@@ -11,7 +11,7 @@ use super::wire::{Ip, be16, proto};
 
 /// A flow as masq keys it: the packet's addresses, its ports for TCP, UDP and SCTP, its ICMP
 /// query identifier (the source "port" of a request, the destination "port" of a reply), and
-/// zero ports for every other protocol, which is tracked by address only (README, "Protocols").
+/// zero ports for every other protocol, which is tracked by address only (docs/datapath.md, "Protocols").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Tuple {
     pub protocol: u8,
@@ -214,8 +214,8 @@ impl Model {
                 let reply = mapping.reply();
                 let owner = (original.src, original.src_port);
                 // The node's own traffic of a protocol without ports takes its tuple back from
-                // a pod flow that held it (README, "Protocols"): that flow is gone, and errors
-                // about it are no longer translated. (Any other change of owner is a violation
+                // a pod flow that held it (docs/datapath.md, "Protocols"): that flow is gone,
+                // and errors about it are no longer translated. (Any other change of owner is a violation
                 // the oracle reported already.)
                 if let Some(previous) = self.by_reply.insert(reply, owner)
                     && previous != owner
