@@ -3,9 +3,10 @@
 //!
 //! The cache root is `/var/cache/masq/kernels`, or the directory `MASQ_KERNEL_CACHE` names.
 //! Each set of suites and architecture has its own `sources.list`, package lists and apt cache
-//! under it, so the host's apt state is never read or written: not its sources, not its lists,
-//! not its `apt.conf.d` (whose hooks, on this machine, clean the host's archive cache and
-//! refresh AppStream data after every update). Debian's tools do the work: `apt-get update`
+//! under it, so the host's apt state is never written, and read only for the mirror its sources
+//! name: not its lists, not its dpkg status, not its `apt.conf.d` (whose hooks, on this
+//! machine, clean the host's archive cache and refresh AppStream data after every update).
+//! Debian's tools do the work: `apt-get update`
 //! refreshes the lists (at most once a day, so a run without network works off the cache),
 //! `apt-cache` names the builds they offer, `dpkg --compare-versions` orders them, `apt-get
 //! install --simulate` resolves dependencies, `apt-get download` fetches and `dpkg-deb -x`
