@@ -50,6 +50,40 @@ pub(crate) fn output(command: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&stdout).into_owned())
 }
 
+/// Runs `producer | consumer`; fails unless both exit successfully. Returns what the consumer
+/// wrote to its standard output, unless that was redirected.
+pub(crate) fn pipe(producer: &mut Command, consumer: &mut Command) -> Result<String> {
+    let line = format!("{} | {}", describe(producer), describe(consumer));
+    let mut first = producer
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("could not start `{line}`"))?;
+    let stream = first
+        .stdout
+        .take()
+        .context("a piped stdout that is missing")?;
+    let second = consumer.stdin(stream).output();
+    if !second.as_ref().is_ok_and(|output| output.status.success()) {
+        // The end of the pipe the consumer read is still open here: a producer with more to
+        // write would wait for ever.
+        let _ = first.kill();
+    }
+    let first_status = first.wait()?;
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = second.with_context(|| format!("could not start `{line}`"))?;
+    if !first_status.success() || !status.success() {
+        bail!(
+            "`{line}` failed with {first_status} | {status}: {}",
+            String::from_utf8_lossy(&stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&stdout).into_owned())
+}
+
 /// Whether `program` runs and exits successfully with `args`, output discarded.
 pub(crate) fn succeeds(program: impl AsRef<OsStr>, args: &[&str]) -> bool {
     Command::new(program)

@@ -254,13 +254,10 @@ impl Source {
         fs::create_dir_all(&cache)
             .with_context(|| format!("creating the package cache {}", cache.display()))?;
         let sysroot = sysroot::assemble(&cache, "image", arch, &["iptables"])?;
-        let package = &sysroot.package("iptables")?.root;
-        let mut iptables_files = Vec::new();
-        list_tree(package, package, &mut iptables_files)?;
         Ok(Self {
             arch,
+            iptables_files: sysroot.files("iptables")?,
             root: sysroot.root,
-            iptables_files,
         })
     }
 
@@ -268,20 +265,6 @@ impl Source {
     fn host_path(&self, path: &Path) -> PathBuf {
         self.root.join(path.strip_prefix("/").unwrap_or(path))
     }
-}
-
-/// Every file and symlink under `dir`, as absolute paths relative to `base`.
-fn list_tree(base: &Path, dir: &Path, found: &mut Vec<PathBuf>) -> Result<()> {
-    for entry in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let entry = entry?;
-        let path = entry.path();
-        if entry.file_type()?.is_dir() {
-            list_tree(base, &path, found)?;
-        } else {
-            found.push(Path::new("/").join(path.strip_prefix(base)?));
-        }
-    }
-    Ok(())
 }
 
 /// `cargo build --release` for `arch`'s musl target; the path of the binary.

@@ -15,7 +15,6 @@
 
 pub(crate) mod apt;
 mod caps;
-mod cpio;
 mod guest;
 mod initramfs;
 mod report;
@@ -48,13 +47,14 @@ use crate::{
 };
 
 /// Debian packages of the host the matrix uses: the initramfs' shell, capsh for the
-/// DaemonSet's capabilities, decompressors for modules, the archive keyring for apt (and qemu,
-/// by the guests' architecture: [`guest::qemu_package`]).
+/// DaemonSet's capabilities, decompressors for modules, cpio for the initramfs, the archive
+/// keyring for apt (and qemu, by the guests' architecture: [`guest::qemu_package`]).
 const HOST_PACKAGES: &[&str] = &[
     "busybox-static",
     "libcap2-bin",
     "xz-utils",
     "zstd",
+    "cpio",
     "debian-archive-keyring",
 ];
 

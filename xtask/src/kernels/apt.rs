@@ -1,26 +1,30 @@
-//! Debian packages fetched through a private apt configuration into a cache outside the
-//! repository, never installed.
+//! Debian packages fetched by apt itself through a private configuration into a cache outside
+//! the repository, never installed.
 //!
-//! Each set of suites has its own sources.list, package lists and apt cache under the cache
-//! root, so the host's apt state is never read or written: not its sources, not its lists, not
-//! its `apt.conf.d` (whose hooks, on this machine, clean the host's archive cache and refresh
-//! AppStream data after every update). The lists are refreshed at most once a day, so a run
-//! without network works off the cache.
+//! The cache root is `/var/cache/masq/kernels`, or the directory `MASQ_KERNEL_CACHE` names.
+//! Each set of suites and architecture has its own `sources.list`, package lists and apt cache
+//! under it, so the host's apt state is never written, and read only for the mirror its sources
+//! name: not its lists, not its dpkg status, not its `apt.conf.d` (whose hooks, on this
+//! machine, clean the host's archive cache and refresh AppStream data after every update).
+//! Debian's tools do the work: `apt-get update`
+//! refreshes the lists (at most once a day, so a run without network works off the cache),
+//! `apt-cache` names the builds they offer, `dpkg --compare-versions` orders them, `apt-get
+//! install --simulate` resolves dependencies, `apt-get download` fetches and `dpkg-deb -x`
+//! unpacks.
 
 use std::{
-    cmp::Ordering,
     fs,
     path::{Path, PathBuf},
     process::Command,
     time::{Duration, SystemTime},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, anyhow, bail};
 
 use super::series::{Archive, Suite};
 use crate::{
     arch::Arch,
-    command::{output, run},
+    command::{describe, output, run},
 };
 
 /// Overrides where packages are cached (default [`DEFAULT_CACHE`]).
@@ -54,53 +58,27 @@ impl Mirrors {
     }
 }
 
-/// The mirrors of the machine's apt sources (`/etc/apt/sources.list` and `sources.list.d`).
+/// The Debian mirrors of the machine's apt sources, as apt itself reads them (either format).
 pub(crate) fn host_mirrors() -> Result<Mirrors> {
-    let mut text = fs::read_to_string("/etc/apt/sources.list").unwrap_or_default();
-    if let Ok(entries) = fs::read_dir("/etc/apt/sources.list.d") {
-        let mut paths: Vec<PathBuf> = entries
-            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-            .filter(|path| {
-                path.extension()
-                    .is_some_and(|extension| extension == "list" || extension == "sources")
-            })
-            .collect();
-        paths.sort();
-        for path in paths {
-            text.push('\n');
-            text.push_str(&fs::read_to_string(&path).unwrap_or_default());
-        }
-    }
-    mirrors_in(&text).context(
-        "no Debian mirror (a URI ending in /debian) in /etc/apt/sources.list or \
-         /etc/apt/sources.list.d; add one, e.g. `deb http://deb.debian.org/debian bookworm main`",
+    let uris = output(Command::new("apt-get").env("LC_ALL", "C").args([
+        "indextargets",
+        "--no-release-info",
+        "--format",
+        "$(REPO_URI)",
+    ]))?;
+    mirrors_in(&uris).context(
+        "no Debian mirror (a URI ending in /debian) in the machine's apt sources; add one, e.g. \
+         `deb http://deb.debian.org/debian bookworm main`",
     )
 }
 
-/// The Debian mirrors among apt source entries in either format (one-line `deb URI ...` or
-/// deb822 `URIs:` fields): the first URI ending in `/debian`, and the first ending in
+/// Among repository URIs (one a line): the first ending in `/debian`, and the first ending in
 /// `/debian-security` or else the same host's `/debian-security`. Third-party sources are
 /// ignored.
-fn mirrors_in(sources: &str) -> Option<Mirrors> {
-    let mut uris = Vec::new();
-    for line in sources.lines() {
-        let line = line.trim();
-        if let Some(rest) = line.strip_prefix("deb ") {
-            // `deb [options] URI suite components`
-            let rest = rest.trim_start();
-            let rest = if rest.starts_with('[') {
-                rest.split_once(']').map_or("", |(_, after)| after)
-            } else {
-                rest
-            };
-            uris.extend(rest.split_whitespace().next());
-        } else if let Some(list) = line.strip_prefix("URIs:") {
-            uris.extend(list.split_whitespace());
-        }
-    }
-    let trimmed = uris.iter().map(|uri| uri.trim_end_matches('/'));
-    let main = trimmed.clone().find(|uri| uri.ends_with("/debian"))?;
-    let security = trimmed
+fn mirrors_in(uris: &str) -> Option<Mirrors> {
+    let uris = uris.lines().map(|uri| uri.trim().trim_end_matches('/'));
+    let main = uris.clone().find(|uri| uri.ends_with("/debian"))?;
+    let security = uris
         .clone()
         .find(|uri| uri.ends_with("/debian-security"))
         .map_or_else(|| format!("{main}-security"), str::to_owned);
@@ -117,6 +95,31 @@ pub(crate) struct Candidate {
     pub(crate) version: String,
     /// Where it comes from, e.g. `bookworm-security/main`.
     pub(crate) origin: String,
+}
+
+/// A package build apt's resolver picked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Build {
+    pub(crate) package: String,
+    pub(crate) version: String,
+    /// `all` or the configuration's architecture.
+    pub(crate) arch: String,
+}
+
+impl Build {
+    /// What `apt-get download` names its file.
+    pub(crate) fn deb_name(&self) -> String {
+        format!(
+            "{}_{}.deb",
+            file_stem(&self.package, &self.version),
+            self.arch
+        )
+    }
+}
+
+/// `PACKAGE_VERSION`, an epoch's `:` written `%3a`, as apt names files.
+fn file_stem(package: &str, version: &str) -> String {
+    format!("{package}_{}", version.replace(':', "%3a"))
 }
 
 /// A private apt configuration for a set of suites.
@@ -184,7 +187,7 @@ impl Apt {
     }
 
     /// Whether the lists were refreshed successfully less than a day ago.
-    pub(crate) fn lists_are_fresh(&self) -> bool {
+    fn lists_are_fresh(&self) -> bool {
         fs::metadata(self.stamp())
             .and_then(|meta| meta.modified())
             .ok()
@@ -211,7 +214,9 @@ impl Apt {
             format!("Dir::Etc::PreferencesParts={}", dir("empty")),
             "Dir::Etc::Preferences=/dev/null".to_owned(),
             format!("Dir::State::Lists={}", dir("lists")),
+            // Nothing is installed, so a resolution names every package needed.
             "Dir::State::status=/dev/null".to_owned(),
+            format!("Dir::State::extended_states={}", dir("extended_states")),
             format!("Dir::Cache={}", dir("cache")),
             // Downloads go to a directory of this cache that the `_apt` user cannot write.
             "APT::Sandbox::User=root".to_owned(),
@@ -228,85 +233,67 @@ impl Apt {
     /// `apt-get update` with this configuration; an index that failed to download fails it
     /// (apt otherwise keeps the old lists and exits 0), so the lists count as fresh only when
     /// they are.
-    pub(crate) fn update(&self) -> Result<()> {
+    fn update(&self) -> Result<()> {
         run(self.command("apt-get").args(["update", "--error-on=any"]))?;
         fs::write(self.stamp(), "").with_context(|| format!("writing {}", self.stamp().display()))
     }
 
+    /// Refreshes the lists unless they are fresh: `None` when they were, else how the refresh
+    /// went (a failure is reported: the lists on disk, if any, decide then).
+    pub(crate) fn refresh_if_stale(&self) -> Option<Result<()>> {
+        if self.lists_are_fresh() {
+            return None;
+        }
+        let refresh = self.update();
+        if let Err(error) = &refresh {
+            eprintln!("xtask: {error:#}; using the package lists on disk, if any");
+        }
+        Some(refresh)
+    }
+
     /// The newest build among the packages named `prefix...` that `wanted` accepts; `None`
     /// when the lists have none.
-    pub(crate) fn newest(
-        &self,
-        prefix: &str,
-        wanted: &dyn Fn(&str) -> bool,
-    ) -> Result<Option<Candidate>> {
+    fn newest(&self, prefix: &str, wanted: &dyn Fn(&str) -> bool) -> Result<Option<Candidate>> {
         let names = output(self.command("apt-cache").args(["pkgnames", prefix]))?;
-        let names: Vec<&str> = names.lines().map(str::trim).filter(|n| wanted(n)).collect();
+        let mut names: Vec<&str> = names.lines().map(str::trim).filter(|n| wanted(n)).collect();
         if names.is_empty() {
             return Ok(None);
         }
+        // Of two names with the same build, the greater one, whatever the lists' order.
+        names.sort_unstable_by(|a, b| b.cmp(a));
         let madison = output(self.command("apt-cache").arg("madison").args(&names))?;
-        Ok(newest(parse_madison(&madison)))
+        newest(parse_madison(&madison), |candidate| &candidate.version)
     }
 
-    /// `packages` and every package they need to work (`Depends` and `Pre-Depends`,
-    /// recursively; the first of alternatives), sorted.
-    pub(crate) fn dependency_closure(&self, packages: &[&str]) -> Result<Vec<String>> {
-        let listing = output(
-            self.command("apt-cache")
-                .args(["depends", "--recurse", "--no-recommends", "--no-suggests"])
-                .args([
-                    "--no-conflicts",
-                    "--no-breaks",
-                    "--no-replaces",
-                    "--no-enhances",
-                ])
+    /// The builds apt would install for `packages` on a system with nothing installed: the
+    /// packages and every package they need (`Depends` and `Pre-Depends`, recursively,
+    /// alternatives as apt's resolver picks them), each with its architecture.
+    pub(crate) fn resolve(&self, packages: &[&str]) -> Result<Vec<Build>> {
+        let simulation = output(
+            self.command("apt-get")
+                .args(["install", "--simulate", "--no-install-recommends"])
                 .args(packages),
         )?;
-        Ok(closure_in(&listing))
+        Ok(installs_in(&simulation))
     }
 
-    /// Downloads `candidate` into `dir` and returns the .deb's path.
-    pub(crate) fn download(&self, candidate: &Candidate, dir: &Path) -> Result<PathBuf> {
+    /// `apt-get download` of each `(package, version)` into `dir`; apt skips the files
+    /// already there.
+    pub(crate) fn download<'a>(
+        &self,
+        builds: impl IntoIterator<Item = (&'a str, &'a str)>,
+        dir: &Path,
+    ) -> Result<()> {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let specs = builds
+            .into_iter()
+            .map(|(package, version)| format!("{package}={version}"));
         run(self
             .command("apt-get")
             .arg("download")
-            .arg(format!("{}={}", candidate.package, candidate.version))
-            .current_dir(dir))?;
-        fs::read_dir(dir)?
-            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-            .find(|path| {
-                path.file_name()
-                    .and_then(|name| name.to_str())
-                    .is_some_and(|name| {
-                        name.starts_with(&format!("{}_", candidate.package))
-                            && name.ends_with(".deb")
-                    })
-            })
-            .with_context(|| {
-                format!(
-                    "apt-get download left no {} .deb in {}",
-                    candidate.package,
-                    dir.display()
-                )
-            })
+            .args(specs)
+            .current_dir(dir))
     }
-}
-
-/// The real packages `apt-cache depends --recurse` names: its unindented lines, without the
-/// virtual ones (`<name>`), which some real package named there provides.
-fn closure_in(listing: &str) -> Vec<String> {
-    let mut packages: Vec<String> = listing
-        .lines()
-        .filter(|line| !line.starts_with([' ', '|']) && !line.trim().is_empty())
-        .map(str::trim)
-        .filter(|name| !name.starts_with('<'))
-        .map(str::to_owned)
-        .collect();
-    packages.sort();
-    packages.dedup();
-    packages
 }
 
 /// The `(package, version, origin)` lines of `apt-cache madison`.
@@ -327,80 +314,49 @@ fn parse_madison(text: &str) -> Vec<Candidate> {
         .collect()
 }
 
-/// The candidate with the highest Debian version (ties: the greatest name, so the choice never
-/// depends on the lists' order).
-fn newest(candidates: Vec<Candidate>) -> Option<Candidate> {
-    candidates.into_iter().max_by(|a, b| {
-        compare_versions(&a.version, &b.version).then_with(|| a.package.cmp(&b.package))
-    })
+/// The `Inst PACKAGE (VERSION RELEASE [ARCH])` lines of `apt-get install --simulate`.
+fn installs_in(simulation: &str) -> Vec<Build> {
+    simulation
+        .lines()
+        .filter_map(|line| {
+            let (package, rest) = line.strip_prefix("Inst ")?.split_once(" (")?;
+            let version = rest.split_whitespace().next()?;
+            let arch = rest.split_once('[')?.1.split_once(']')?.0;
+            Some(Build {
+                package: package.to_owned(),
+                version: version.to_owned(),
+                arch: arch.to_owned(),
+            })
+        })
+        .collect()
 }
 
-/// Orders Debian versions as dpkg does (`[epoch:]upstream[-revision]`, `~` before anything,
-/// digit runs numerically).
-pub(crate) fn compare_versions(a: &str, b: &str) -> Ordering {
-    let (epoch_a, upstream_a, revision_a) = split_version(a);
-    let (epoch_b, upstream_b, revision_b) = split_version(b);
-    epoch_a
-        .cmp(&epoch_b)
-        .then_with(|| compare_part(upstream_a, upstream_b))
-        .then_with(|| compare_part(revision_a, revision_b))
-}
-
-fn split_version(version: &str) -> (u64, &str, &str) {
-    let (epoch, rest) = match version.split_once(':') {
-        Some((epoch, rest)) if epoch.bytes().all(|b| b.is_ascii_digit()) => {
-            (epoch.parse().unwrap_or(0), rest)
-        }
-        _ => (0, version),
-    };
-    match rest.rsplit_once('-') {
-        Some((upstream, revision)) => (epoch, upstream, revision),
-        None => (epoch, rest, ""),
+/// Whether Debian version `a` is higher than `b`, as dpkg orders them.
+fn is_newer(a: &str, b: &str) -> Result<bool> {
+    let mut command = Command::new("dpkg");
+    command.args(["--compare-versions", a, "gt", b]);
+    let status = command
+        .status()
+        .with_context(|| format!("could not start `{}`", describe(&command)))?;
+    match status.code() {
+        Some(0) => Ok(true),
+        Some(1) => Ok(false),
+        _ => bail!("`{}` failed with {status}", describe(&command)),
     }
 }
 
-/// dpkg's `verrevcmp`: alternating runs of non-digits (compared by [`char_order`]) and digits
-/// (compared as numbers).
-fn compare_part(a: &str, b: &str) -> Ordering {
-    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
-    while !a.is_empty() || !b.is_empty() {
-        while a.first().is_some_and(|c| !c.is_ascii_digit())
-            || b.first().is_some_and(|c| !c.is_ascii_digit())
+/// The item with the highest Debian version (`version` of it); of equal ones, the first.
+fn newest<T>(items: Vec<T>, version: impl Fn(&T) -> &str) -> Result<Option<T>> {
+    let mut best: Option<T> = None;
+    for item in items {
+        if let Some(current) = &best
+            && !is_newer(version(&item), version(current))?
         {
-            let order = char_order(a.first().copied()).cmp(&char_order(b.first().copied()));
-            if order != Ordering::Equal {
-                return order;
-            }
-            a = a.get(1..).unwrap_or_default();
-            b = b.get(1..).unwrap_or_default();
+            continue;
         }
-        let digits = |s: &[u8]| s.iter().take_while(|c| c.is_ascii_digit()).count();
-        let (run_a, run_b) = (digits(a), digits(b));
-        let number_a = a[..run_a].iter().skip_while(|&&c| c == b'0').count();
-        let number_b = b[..run_b].iter().skip_while(|&&c| c == b'0').count();
-        // Without leading zeros, a longer run is a larger number; equal lengths compare as text.
-        let order = number_a
-            .cmp(&number_b)
-            .then_with(|| a[run_a - number_a..run_a].cmp(&b[run_b - number_b..run_b]));
-        if order != Ordering::Equal {
-            return order;
-        }
-        a = &a[run_a..];
-        b = &b[run_b..];
+        best = Some(item);
     }
-    Ordering::Equal
-}
-
-/// dpkg's `order`: `~` sorts before the end of the part, which sorts before letters, which sort
-/// before other characters.
-fn char_order(c: Option<u8>) -> i32 {
-    match c {
-        None => 0,
-        Some(c) if c.is_ascii_digit() => 0,
-        Some(c) if c.is_ascii_alphabetic() => i32::from(c),
-        Some(b'~') => -1,
-        Some(c) => i32::from(c) + 256,
-    }
+    Ok(best)
 }
 
 /// A package build extracted into the cache.
@@ -413,16 +369,13 @@ pub(crate) struct Extracted {
     pub(crate) root: PathBuf,
 }
 
-/// The directory a build is extracted to (`:` of an epoch is not wanted in paths).
-fn build_dir(store: &Path, package: &str, version: &str) -> PathBuf {
-    store.join(format!("{package}_{}", version.replace(':', "%3a")))
-}
-
-/// The newest build of `prefix...` that `wanted` accepts, extracted under `store`: taken from
-/// the cache when the lists name a build already there, else downloaded and extracted, with
-/// `prepare` run on the extracted tree before it takes its final place; older builds in
-/// `store` are removed. Lists older than a day are refreshed first; when that fails (no
-/// network), the lists on disk decide, and without lists the newest build in the cache is used.
+/// The newest build of `prefix...` that `wanted` accepts, extracted under `store` (one
+/// directory per build, named like apt's files, [`file_stem`]): taken from the cache when the lists name a build already there, else downloaded and
+/// extracted, with `prepare` run on the extracted tree before it takes its final place; older
+/// builds in `store` are removed. Lists older than a day are refreshed first, and once more
+/// when the build they name cannot be had (the archive may have dropped it since); when
+/// refreshing fails (no network), the lists on disk decide, and without lists the newest build
+/// in the cache is used.
 pub(crate) fn fetch(
     apt: &Apt,
     store: &Path,
@@ -430,68 +383,28 @@ pub(crate) fn fetch(
     wanted: &dyn Fn(&str) -> bool,
     prepare: &dyn Fn(&Path) -> Result<()>,
 ) -> Result<Extracted> {
-    let mut refreshed = false;
-    let mut refresh_error = None;
-    if !apt.lists_are_fresh() {
-        match apt.update() {
-            Ok(()) => refreshed = true,
-            Err(error) => {
-                eprintln!("xtask: {error:#}; using the package lists on disk, if any");
-                refresh_error = Some(error);
+    let mut refresh = apt.refresh_if_stale();
+    let problem = loop {
+        match fetch_newest(apt, store, prefix, wanted, prepare) {
+            Ok(extracted) => return Ok(extracted),
+            Err(error) if refresh.is_none() => {
+                eprintln!("xtask: {error:#}; refreshing the package lists");
+                refresh = Some(apt.update());
             }
+            Err(error) => break error,
         }
-    }
-    let mut problem = None;
-    loop {
-        let candidate = match apt.newest(prefix, wanted) {
-            Ok(candidate) => candidate,
-            Err(error) => {
-                problem = Some(error);
-                None
-            }
-        };
-        if let Some(candidate) = candidate {
-            let dir = build_dir(store, &candidate.package, &candidate.version);
-            let ready = if dir.is_dir() {
-                Ok(())
-            } else {
-                download_and_extract(apt, store, &candidate, &dir, prepare)
-            };
-            match ready {
-                Ok(()) => {
-                    prune(store, &dir);
-                    return Ok(Extracted {
-                        package: candidate.package,
-                        version: candidate.version,
-                        origin: candidate.origin,
-                        root: dir,
-                    });
-                }
-                Err(error) => problem = Some(error),
-            }
-        }
-        // The lists may be older than the archive (a build removed since): refresh them once.
-        if refreshed || refresh_error.is_some() {
-            break;
-        }
-        match apt.update() {
-            Ok(()) => refreshed = true,
-            Err(error) => refresh_error = Some(error),
-        }
-    }
-    if let Some(cached) = newest_in_store(store) {
+    };
+    let refresh_error = refresh.and_then(Result::err);
+    if let Some(cached) = newest_in_store(store)? {
         eprintln!(
             "xtask: using {} {} from the cache: {:#}",
             cached.package,
             cached.version,
-            refresh_error
-                .or(problem)
-                .unwrap_or_else(|| anyhow::anyhow!("the lists offer no build"))
+            refresh_error.as_ref().unwrap_or(&problem)
         );
         return Ok(cached);
     }
-    let mut error =
-        problem.unwrap_or_else(|| anyhow::anyhow!("the package lists offer no package {prefix}…"));
+    let mut error = problem;
     if let Some(refresh) = refresh_error {
         error = error.context(format!("refreshing the package lists failed: {refresh:#}"));
     }
@@ -502,61 +415,82 @@ pub(crate) fn fetch(
     )))
 }
 
-fn download_and_extract(
+/// The newest build the lists name, from the cache or else downloaded and extracted.
+fn fetch_newest(
     apt: &Apt,
     store: &Path,
-    candidate: &Candidate,
-    dir: &Path,
+    prefix: &str,
+    wanted: &dyn Fn(&str) -> bool,
     prepare: &dyn Fn(&Path) -> Result<()>,
-) -> Result<()> {
-    eprintln!(
-        "xtask: fetching {} {} ({})",
-        candidate.package, candidate.version, candidate.origin
-    );
-    let downloads = store.join(".download");
-    let _ = fs::remove_dir_all(&downloads);
-    let deb = apt.download(candidate, &downloads)?;
-    let partial = store.join(".partial");
-    let _ = fs::remove_dir_all(&partial);
-    fs::create_dir_all(&partial)?;
-    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial))?;
-    prepare(&partial)?;
-    fs::rename(&partial, dir)
-        .with_context(|| format!("moving {} to {}", partial.display(), dir.display()))?;
-    let _ = fs::remove_dir_all(&downloads);
-    Ok(())
-}
-
-/// Removes every build in `store` but `keep`, so the cache holds one build per series.
-fn prune(store: &Path, keep: &Path) {
-    let Ok(entries) = fs::read_dir(store) else {
-        return;
-    };
-    for entry in entries.filter_map(Result::ok) {
-        let path = entry.path();
-        if path != keep && path.is_dir() {
-            eprintln!("xtask: removing the older build {}", path.display());
-            let _ = fs::remove_dir_all(&path);
+) -> Result<Extracted> {
+    let candidate = apt
+        .newest(prefix, wanted)?
+        .ok_or_else(|| anyhow!("the package lists offer no package {prefix}…"))?;
+    let stem = file_stem(&candidate.package, &candidate.version);
+    let dir = store.join(&stem);
+    if !dir.is_dir() {
+        eprintln!(
+            "xtask: fetching {} {} ({})",
+            candidate.package, candidate.version, candidate.origin
+        );
+        let downloads = store.join(".download");
+        let partial = store.join(".partial");
+        for scratch in [&downloads, &partial] {
+            let _ = fs::remove_dir_all(scratch);
+        }
+        apt.download([(&*candidate.package, &*candidate.version)], &downloads)?;
+        run(Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(downloads.join(format!("{stem}_{}.deb", apt.arch)))
+            .arg(&partial))?;
+        prepare(&partial)?;
+        fs::rename(&partial, &dir)
+            .with_context(|| format!("moving {} to {}", partial.display(), dir.display()))?;
+        let _ = fs::remove_dir_all(&downloads);
+    }
+    // One build per series: the others go.
+    for other in builds_in(store)? {
+        if other.root != dir {
+            eprintln!("xtask: removing the older build {}", other.root.display());
+            let _ = fs::remove_dir_all(&other.root);
         }
     }
+    Ok(Extracted {
+        package: candidate.package,
+        version: candidate.version,
+        origin: candidate.origin,
+        root: dir,
+    })
 }
 
-/// The newest build extracted in `store`, by the version in its directory name.
-fn newest_in_store(store: &Path) -> Option<Extracted> {
-    fs::read_dir(store)
-        .ok()?
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
-            let name = entry.file_name().into_string().ok()?;
-            let (package, version) = name.split_once('_')?;
-            (!name.starts_with('.')).then(|| Extracted {
+/// The builds extracted in `store`, by their directories' names.
+fn builds_in(store: &Path) -> Result<Vec<Extracted>> {
+    let Ok(entries) = fs::read_dir(store) else {
+        return Ok(Vec::new());
+    };
+    let mut builds = Vec::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("reading {}", store.display()))?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if let Some((package, version)) = name.split_once('_')
+            && !name.starts_with('.')
+        {
+            builds.push(Extracted {
                 package: package.to_owned(),
                 version: version.replace("%3a", ":"),
                 origin: "cache".to_owned(),
                 root: entry.path(),
-            })
-        })
-        .max_by(|a, b| compare_versions(&a.version, &b.version))
+            });
+        }
+    }
+    Ok(builds)
+}
+
+/// The newest build extracted in `store`.
+fn newest_in_store(store: &Path) -> Result<Option<Extracted>> {
+    newest(builds_in(store)?, |build| &build.version)
 }
 
 #[cfg(test)]
@@ -564,40 +498,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn versions_order_as_dpkg_orders_them() {
-        let ascending = [
-            "5.10.223-1",
-            "5.10.262-1",
-            "6.1.158-1",
-            "6.1.192-1",
-            "6.1.192-2",
-            "6.12.90-1~bpo12+1",
-            "6.12.90-1",
-            "6.12.90-2~bpo12+1",
-            "6.12.95-1~bpo12+1",
-            "6.12.117-1~deb12u1",
-            "1:0.1-1",
-        ];
-        for pair in ascending.windows(2) {
-            assert_eq!(
-                compare_versions(pair[0], pair[1]),
-                Ordering::Less,
-                "{pair:?}"
-            );
-            assert_eq!(
-                compare_versions(pair[1], pair[0]),
-                Ordering::Greater,
-                "{pair:?}"
-            );
-        }
-        assert_eq!(compare_versions("1.0", "1.00"), Ordering::Equal);
-        assert_eq!(compare_versions("1.0~rc1", "1.0"), Ordering::Less);
-        assert_eq!(compare_versions("1.0a", "1.0+"), Ordering::Less);
-        assert_eq!(compare_versions("30+20221128-1", "28-1"), Ordering::Greater);
-    }
-
-    #[test]
-    fn the_newest_build_wins_whatever_the_order_of_the_lists() {
+    fn dpkg_picks_the_newest_build_whatever_the_order_of_the_lists() {
         let madison = "\
 linux-image-6.12.90+deb12.1-amd64 | 6.12.90-2~bpo12+1 | http://deb.debian.org/debian bookworm-backports/main amd64 Packages
 linux-image-6.12.95+deb12-amd64 | 6.12.95-1~bpo12+1 | http://deb.debian.org/debian bookworm-backports/main amd64 Packages
@@ -606,33 +507,39 @@ linux-image-6.12.90+deb12-amd64 | 6.12.90-1~bpo12+1 | http://deb.debian.org/debi
 ";
         let candidates = parse_madison(madison);
         assert_eq!(candidates.len(), 4);
-        let chosen = newest(candidates.clone()).unwrap();
+        let chosen = newest(candidates.clone(), |c| &c.version).unwrap().unwrap();
         assert_eq!(chosen.package, "linux-image-6.12.95+deb12-amd64");
         assert_eq!(chosen.version, "6.12.95-1~bpo12+1");
         assert_eq!(chosen.origin, "bookworm-backports/main");
         let mut reversed = candidates;
         reversed.reverse();
-        assert_eq!(newest(reversed).unwrap(), chosen);
-        assert_eq!(newest(Vec::new()), None);
+        assert_eq!(newest(reversed, |c| &c.version).unwrap(), Some(chosen));
+        assert_eq!(
+            newest(Vec::<Candidate>::new(), |c| &c.version).unwrap(),
+            None
+        );
     }
 
     #[test]
-    fn a_closure_is_the_real_packages_apt_cache_lists() {
-        let listing = "\
-iptables
-  Depends: libc6
-  Depends: netbase
- |Depends: <libnftnl11>
-libc6
-  Depends: libgcc-s1
-netbase
-<debconf-2.0>
-libgcc-s1
-  Depends: libc6
-";
+    fn dpkg_orders_tildes_epochs_and_revisions() {
+        // Each later than the one before: a plain text or numeric order gets some wrong.
+        let ascending = [
+            "6.12.90-1~bpo12+1",
+            "6.12.90-1",
+            "6.12.117-1~deb12u1",
+            "1:0.1-1",
+        ];
+        for pair in ascending.windows(2) {
+            assert!(is_newer(pair[1], pair[0]).unwrap(), "{pair:?}");
+            assert!(!is_newer(pair[0], pair[1]).unwrap(), "{pair:?}");
+        }
+        assert!(is_newer("not a version", "1").is_err());
+        let versions = ["6.1.192-1", "6.1.192-2", "6.1.158-1"].map(str::to_owned);
         assert_eq!(
-            closure_in(listing),
-            ["iptables", "libc6", "libgcc-s1", "netbase"]
+            newest(versions.to_vec(), String::as_str)
+                .unwrap()
+                .as_deref(),
+            Some("6.1.192-2")
         );
     }
 
@@ -642,41 +549,57 @@ libgcc-s1
  linux-image-6.1.0-50-amd64 |  6.1.176-1 | http://deb.debian.org/debian bookworm/main amd64 Packages
  linux-image-6.1.0-56-amd64 |  6.1.192-2 | http://deb.debian.org/debian-security bookworm-security/main amd64 Packages
 ";
-        let chosen = newest(parse_madison(madison)).unwrap();
+        let chosen = newest(parse_madison(madison), |c| &c.version)
+            .unwrap()
+            .unwrap();
         assert_eq!(chosen.package, "linux-image-6.1.0-56-amd64");
         assert_eq!(chosen.origin, "bookworm-security/main");
     }
 
     #[test]
-    fn mirrors_come_from_either_source_format() {
-        let deb822 = "\
-Types: deb
-# http://snapshot.debian.org/archive/debian/20250520T000000Z
-URIs: http://deb.debian.org/debian
-Suites: bookworm bookworm-updates
-Components: main
-
-Types: deb
-URIs: http://deb.debian.org/debian-security
-Suites: bookworm-security
+    fn a_simulated_install_names_every_build_with_its_architecture() {
+        let simulation = "\
+NOTE: This is only a simulation!
+The following NEW packages will be installed:
+  iptables libc6 netbase
+Inst netbase (6.4 Debian:12.15/oldstable [all])
+Inst libgcc-s1 (12.2.0-14+deb12u1 Debian:12.15/oldstable [arm64]) []
+Inst busybox-static (1:1.35.0-4+deb12u1+b1 Debian:12.15/oldstable [arm64])
+Conf netbase (6.4 Debian:12.15/oldstable [all])
 ";
-        let third_party = "deb https://packages.cloud.google.com/apt cloud-sdk-bookworm main\n";
-        let expected = Mirrors {
-            main: "http://deb.debian.org/debian".to_owned(),
-            security: "http://deb.debian.org/debian-security".to_owned(),
-        };
+        let builds = installs_in(simulation);
+        let names: Vec<String> = builds.iter().map(Build::deb_name).collect();
         assert_eq!(
-            mirrors_in(&format!("{third_party}{deb822}")),
-            Some(expected.clone())
+            names,
+            [
+                "netbase_6.4_all.deb",
+                "libgcc-s1_12.2.0-14+deb12u1_arm64.deb",
+                "busybox-static_1%3a1.35.0-4+deb12u1+b1_arm64.deb",
+            ]
         );
-        let one_line = "# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://ftp.example.org/debian/ bookworm main\n";
+    }
+
+    #[test]
+    fn mirrors_are_the_debian_ones_among_the_hosts_repositories() {
+        let uris = "\
+https://packages.cloud.google.com/apt/
+http://deb.debian.org/debian/
+http://deb.debian.org/debian-security/
+";
         assert_eq!(
-            mirrors_in(one_line),
+            mirrors_in(uris),
+            Some(Mirrors {
+                main: "http://deb.debian.org/debian".to_owned(),
+                security: "http://deb.debian.org/debian-security".to_owned(),
+            })
+        );
+        assert_eq!(
+            mirrors_in("http://ftp.example.org/debian/\n"),
             Some(Mirrors {
                 main: "http://ftp.example.org/debian".to_owned(),
                 security: "http://ftp.example.org/debian-security".to_owned(),
             })
         );
-        assert_eq!(mirrors_in(third_party), None);
+        assert_eq!(mirrors_in("https://deb.nodesource.com/node_20.x/\n"), None);
     }
 }

@@ -6,18 +6,21 @@
 //! drivers (and before 6.12 virtio_pci) as modules, so the initramfs carries them, in
 //! dependency order, decompressed on the host: bookworm's busybox `insmod` reads 6.12's
 //! `.ko.xz`, but busybox has no zstd, which newer Debian kernels compress modules with.
+//!
+//! The tree is staged in a directory and archived by Debian's `cpio` in the "newc" format
+//! Linux unpacks, as initramfs-tools does it (`find . | cpio -o -H newc`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs,
+    os::unix::fs::{PermissionsExt as _, symlink},
     path::{Path, PathBuf},
     process::Command,
 };
 
 use anyhow::{Context as _, Result, bail};
 
-use super::cpio;
-use crate::command::describe;
+use crate::command::{describe, pipe, run};
 
 /// The modules that mount the root, by module name.
 const ROOT_MODULES: &[&str] = &["virtio_pci", "9pnet_virtio", "9p", "overlay"];
@@ -179,7 +182,8 @@ exec switch_root /newroot {shell} {GUEST_RESULTS}/{GUEST_SCRIPT}
     )
 }
 
-/// Writes the initramfs for a kernel whose modules (with modules.dep) are in `layout.modules`.
+/// Writes the initramfs for a kernel whose modules (with modules.dep) are in `layout.modules`,
+/// staged in `out` with the extension `d`.
 pub(crate) fn write(layout: &Layout<'_>, busybox: &Path, out: &Path) -> Result<()> {
     let read = |name: &str| {
         let path = layout.modules.join(name);
@@ -190,17 +194,22 @@ pub(crate) fn write(layout: &Layout<'_>, busybox: &Path, out: &Path) -> Result<(
         &read("modules.builtin")?,
         ROOT_MODULES,
     )?;
-    let mut archive = cpio::Archive::new();
+    let staging = out.with_extension("d");
+    let _ = fs::remove_dir_all(&staging);
     for dir in [
         "bin", "dev", "proc", "sys", "lower", "scratch", "newroot", "modules",
     ] {
-        archive.directory(dir);
+        let dir = staging.join(dir);
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     // The kernel opens the console before it runs /init, before devtmpfs is mounted.
-    archive.char_device("dev/console", 0o600, 5, 1);
-    let busybox_bytes =
-        fs::read(busybox).with_context(|| format!("reading {}", busybox.display()))?;
-    archive.file("bin/busybox", 0o755, &busybox_bytes);
+    run(Command::new("mknod")
+        .args(["-m", "600"])
+        .arg(staging.join("dev/console"))
+        .args(["c", "5", "1"]))?;
+    let bin = staging.join("bin");
+    fs::copy(busybox, bin.join("busybox"))
+        .with_context(|| format!("copying {}", busybox.display()))?;
     for applet in [
         "sh",
         "mount",
@@ -214,19 +223,31 @@ pub(crate) fn write(layout: &Layout<'_>, busybox: &Path, out: &Path) -> Result<(
         "sleep",
         "switch_root",
     ] {
-        archive.symlink(&format!("bin/{applet}"), "busybox");
+        symlink("busybox", bin.join(applet))
+            .with_context(|| format!("linking {applet} in {}", bin.display()))?;
     }
     for (index, module) in order.iter().enumerate() {
         let contents = read_module(&layout.modules.join(module))?;
         // Numbered, so the init's glob loads them in this order.
-        archive.file(
-            &format!("modules/{index:02}-{}.ko", module_name(module)),
-            0o644,
-            &contents,
-        );
+        let path = staging.join(format!("modules/{index:02}-{}.ko", module_name(module)));
+        fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
     }
-    archive.file("init", 0o755, init_script(layout).as_bytes());
-    fs::write(out, archive.finish()).with_context(|| format!("writing {}", out.display()))
+    let init = staging.join("init");
+    fs::write(&init, init_script(layout)).with_context(|| format!("writing {}", init.display()))?;
+    fs::set_permissions(&init, fs::Permissions::from_mode(0o755))?;
+    let archive = fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
+    // Owned by root whoever stages it; `find` names each directory before what it holds.
+    pipe(
+        Command::new("find")
+            .args([".", "-print0"])
+            .current_dir(&staging),
+        Command::new("cpio")
+            .args(["--null", "--create", "--format=newc", "--owner=0:0"])
+            .args(["--reproducible", "--quiet"])
+            .current_dir(&staging)
+            .stdout(archive),
+    )?;
+    fs::remove_dir_all(&staging).with_context(|| format!("removing {}", staging.display()))
 }
 
 #[cfg(test)]
