@@ -240,7 +240,7 @@ fn build_userspace_and_locate_object() -> Result<PathBuf> {
 
 fn demo() -> Result<()> {
     setup::ensure_privileged_environment(setup::TEST_PACKAGES)?;
-    build_masq_and_run("masq-demo", false, &[])
+    build_masq_and_run("masq-testbed", "masq-demo", false, &[])
 }
 
 fn bench(quick: bool) -> Result<()> {
@@ -275,7 +275,7 @@ fn run_bench(quick: bool) -> Result<()> {
     if quick {
         args.push("--quick".to_owned());
     }
-    build_masq_and_run("masq-bench", !quick, &args)
+    build_masq_and_run("masq-bench", "masq-bench", !quick, &args)
 }
 
 /// The checkout's commit, and whether it has uncommitted changes.
@@ -300,9 +300,10 @@ fn revision() -> String {
     }
 }
 
-/// Builds the `masq` binary (which the sandbox runs as the agent), then runs `program` from the
-/// testbed with the same profile and `args`.
-fn build_masq_and_run(program: &str, release: bool, args: &[String]) -> Result<()> {
+/// Builds the `masq` binary (which the sandbox runs as the agent), then runs binary `program` of
+/// `package` (the testbed's demo, the benchmark) with the same profile and `args`: it finds
+/// `masq` next to itself in the target directory.
+fn build_masq_and_run(package: &str, program: &str, release: bool, args: &[String]) -> Result<()> {
     let profile: &[&str] = if release { &["--release"] } else { &[] };
     run(cargo().args(["build", "--quiet"]).args(profile).args([
         "--package",
@@ -313,7 +314,7 @@ fn build_masq_and_run(program: &str, release: bool, args: &[String]) -> Result<(
     run(cargo()
         .args(["run", "--quiet"])
         .args(profile)
-        .args(["--package", "masq-testbed", "--bin", program, "--"])
+        .args(["--package", package, "--bin", program, "--"])
         .args(args))
 }
 
