@@ -15,6 +15,7 @@
 mod apply;
 mod config;
 mod cpu;
+mod flatness;
 mod footprint;
 mod frames;
 mod interleave;
@@ -22,7 +23,6 @@ mod paths;
 mod profile;
 mod progtime;
 mod report;
-mod sidebyside;
 mod tcp;
 mod tx;
 mod udp;
@@ -37,13 +37,13 @@ use anyhow::{Context as _, Result, bail};
 use clap::Parser;
 
 use crate::{
+    flatness::{Flatness, FlatnessSettings},
     footprint::FootprintSettings,
     frames::Family,
     paths::{BenchPath, Cores, Mode},
     profile::Profiles,
     progtime::ProgramSettings,
     report::{Figures, Results, Run},
-    sidebyside::{SideBySide, SideBySideSettings},
     udp::UdpSettings,
 };
 
@@ -103,10 +103,6 @@ struct Args {
     /// the quick loop while changing the datapath.
     #[arg(long)]
     program_only: bool,
-    /// Where `cargo xtask build-ebpf-variants` put the design alternatives' objects: they are
-    /// timed against the production object. Without it that comparison is not run.
-    #[arg(long, value_name = "DIR")]
-    variants: Option<PathBuf>,
 }
 
 /// How long and how large everything is.
@@ -124,7 +120,7 @@ struct Plan {
     stream_pairs: usize,
     stream_seconds: u32,
     program: ProgramSettings,
-    side_by_side: SideBySideSettings,
+    flatness: FlatnessSettings,
     apply_sizes: Vec<usize>,
     footprint: FootprintSettings,
     /// How long each profile samples the path's core.
@@ -164,12 +160,11 @@ impl Plan {
                     repeat: 100,
                     single_runs: 11,
                 },
-                side_by_side: SideBySideSettings {
+                flatness: FlatnessSettings {
                     nat_entries: 2048,
                     many_cidrs: 1000,
                     rounds: 3,
                     repeat: 100,
-                    single_runs: 11,
                 },
                 apply_sizes: vec![100],
                 footprint: FootprintSettings {
@@ -204,12 +199,11 @@ impl Plan {
                 repeat: 1_000_000,
                 single_runs: 2001,
             },
-            side_by_side: SideBySideSettings {
+            flatness: FlatnessSettings {
                 nat_entries: conntrack_max.saturating_mul(2),
                 many_cidrs: 100_000,
                 rounds: 41,
                 repeat: 50_000,
-                single_runs: 2001,
             },
             apply_sizes: vec![1_000, 10_000, config::MAX_CIDRS, 100_000],
             footprint: FootprintSettings {
@@ -373,51 +367,20 @@ fn progress(
     );
 }
 
-/// The flatness comparison, and the design comparison when `variants` holds the alternatives.
-fn side_by_side(
-    plan: &Plan,
-    cores: Cores,
-    variants: Option<&std::path::Path>,
-) -> Result<SideBySide> {
+/// The established path with 3 CIDRs and with many, timed in alternating rounds.
+fn flatness(plan: &Plan, cores: Cores) -> Result<Flatness> {
     eprintln!(
         "bench: the established path with 3 and with {} CIDRs, side by side",
-        plan.side_by_side.many_cidrs
+        plan.flatness.many_cidrs
     );
-    let flatness = sidebyside::flatness(&plan.side_by_side, cores)?;
-    let designs = match variants {
-        Some(variants) => {
-            eprintln!("bench: the datapath's design choices against their alternatives");
-            sidebyside::designs(&plan.side_by_side, cores, variants)?
-        }
-        None => Vec::new(),
-    };
-    Ok(SideBySide {
-        flatness,
-        designs,
-        new_flows_timed: plan.side_by_side.single_runs,
-        many_cidrs: plan.side_by_side.many_cidrs,
-        nat_entries: plan.side_by_side.nat_entries,
-    })
-}
-
-fn print_side_by_side(side_by_side: &SideBySide) {
-    for times in side_by_side.flatness.iter().chain(&side_by_side.designs) {
+    let flatness = flatness::measure(&plan.flatness, cores)?;
+    for times in &flatness.times {
         eprintln!(
-            "  {:<85} {:>6.0} ns {:>6.0} ns both cores {:>6.0} ns exempt {:>8} new {:>14} full",
-            times.label,
-            times.established,
-            times.established_both_cores,
-            times.exempt,
-            times
-                .new_flow
-                .map_or_else(String::new, |ns| format!("{ns:.0} ns")),
-            times
-                .new_flow_full
-                .map_or_else(String::new, |(ns, admitted)| format!(
-                    "{ns:.0} ns ({admitted} in)"
-                )),
+            "  {:<85} {:>6.0} ns {:>6.0} ns both cores {:>6.0} ns exempt",
+            times.label, times.established, times.established_both_cores, times.exempt,
         );
     }
+    Ok(flatness)
 }
 
 fn print_program_times(times: &[progtime::ProgramTime]) {
@@ -482,24 +445,13 @@ fn check(results: &Results) -> Result<()> {
     {
         bail!("the attach modes were not compared");
     }
-    let side_by_side = &results.side_by_side;
-    if side_by_side.flatness.len() != 2 || side_by_side.designs.len() < 2 {
-        bail!("the side-by-side comparisons are missing (does xtask pass --variants?)");
-    }
-    if side_by_side
-        .flatness
-        .iter()
-        .chain(&side_by_side.designs)
-        .any(|times| !(times.established > 0.0 && times.established_both_cores > 0.0))
+    let flatness = &results.flatness.times;
+    if flatness.len() != 2
+        || flatness
+            .iter()
+            .any(|times| !(times.established > 0.0 && times.established_both_cores > 0.0))
     {
-        bail!("a side-by-side time is missing");
-    }
-    if side_by_side
-        .designs
-        .iter()
-        .any(|times| times.new_flow.is_none() || times.new_flow_full.is_none())
-    {
-        bail!("a design alternative's new flows were not timed");
+        bail!("a time of the flatness comparison is missing");
     }
     if results.apply.is_empty() || results.footprint.phases.is_empty() {
         bail!("the config apply or footprint part produced nothing");
@@ -546,8 +498,7 @@ fn main() -> Result<()> {
         for (function, share) in profile.functions.iter().take(profile::SHOWN) {
             eprintln!("  {:>5.1}%  {function}", 100.0 * share);
         }
-        let side_by_side = side_by_side(&plan, cores, args.variants.as_deref())?;
-        print_side_by_side(&side_by_side);
+        flatness(&plan, cores)?;
         return Ok(());
     }
     let mut figures = Vec::new();
@@ -584,14 +535,13 @@ fn main() -> Result<()> {
         }
     }
 
-    let (program, side_by_side, apply, footprint, profiles, attach_modes) = if args.traffic_only {
+    let (program, flatness, apply, footprint, profiles, attach_modes) = if args.traffic_only {
         Default::default()
     } else {
         eprintln!("bench: datapath programs (BPF_PROG_TEST_RUN)");
         let (program, program_profile) = progtime::measure(&plan.program, plan.profile)?;
         print_program_times(&program);
-        let side_by_side = side_by_side(&plan, cores, args.variants.as_deref())?;
-        print_side_by_side(&side_by_side);
+        let flatness = flatness(&plan, cores)?;
         let mut apply = Vec::new();
         for &cidrs in &plan.apply_sizes {
             eprintln!("bench: applying {cidrs} CIDRs");
@@ -608,7 +558,7 @@ fn main() -> Result<()> {
         let attach_modes = udp::attach_modes(plan.nat_entries, &plan.udp, cores)?;
         (
             program,
-            side_by_side,
+            flatness,
             apply,
             footprint,
             profiles,
@@ -622,7 +572,7 @@ fn main() -> Result<()> {
         figures,
         program,
         program_many: plan.program.many_cidrs,
-        side_by_side,
+        flatness,
         apply,
         footprint,
         profiles,

@@ -1,11 +1,10 @@
 //! `cargo xtask`: the developer entry points of masq.
 //!
 //! * `build-ebpf`: installs what the eBPF build needs and builds the datapath object;
-//! * `build-ebpf-variants`: builds the datapath's benchmark variants, one object each;
 //! * `test`: prepares the machine, then runs formatting, lints and every test (as root);
 //! * `demo`: a sandbox of namespaces showing what masq masquerades;
 //! * `bench`: masq against iptables MASQUERADE and no NAT, side by side (`--quick`: the harness
-//!   at tiny sizes, which `test` runs too);
+//!   at tiny sizes, which `test` runs too), the `masq-bench` crate;
 //! * `image`: the container images (linux/amd64, linux/arm64) and their manifest list, from
 //!   scratch, with buildah;
 //! * `kernels`: the tests inside Debian's 5.10, 6.1 and 6.12 kernels under qemu (`test` runs
@@ -32,7 +31,6 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
-use masq_common::variants::{CONTROL, VARIANTS};
 
 use crate::{
     arch::Arch,
@@ -50,9 +48,6 @@ struct Cli {
 enum Task {
     /// Install the eBPF toolchain parts if needed and build the datapath object.
     BuildEbpf,
-    /// Build one datapath object per benchmark variant (a design alternative, selected by a
-    /// `masq-ebpf` feature) into target/ebpf-variants/<feature>.o.
-    BuildEbpfVariants,
     /// Build a sandbox of namespaces (pods, a node running masq, an outside host), send
     /// traffic, and show what was masqueraded. Needs root.
     Demo,
@@ -111,7 +106,6 @@ enum Task {
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::BuildEbpf => build_ebpf(),
-        Task::BuildEbpfVariants => build_ebpf_variants().map(|_| ()),
         Task::Demo => demo(),
         Task::Bench { quick } => bench(quick),
         Task::Image { mut arches } => {
@@ -139,63 +133,6 @@ fn build_ebpf() -> Result<()> {
         .unwrap_or(0);
     println!("eBPF object: {} ({size} bytes)", object.display());
     Ok(())
-}
-
-/// Builds one datapath object per benchmark variant (`masq_common::variants::VARIANTS`, each a
-/// `masq-ebpf` feature) as `target/ebpf-variants/<feature>.o`, and the control without any
-/// (`variants::CONTROL`), and returns that directory.
-///
-/// The recipe is aya-build's, which builds the embedded object (`masq-userspace/build.rs`), so
-/// the variants differ from it only by their feature. They share one target directory, so
-/// `core` is built once for all of them.
-fn build_ebpf_variants() -> Result<PathBuf> {
-    setup::ensure_ebpf_toolchain()?;
-    let dir = workspace_root().join("target").join("ebpf-variants");
-    let target_dir = dir.join("target");
-    let target = if cfg!(target_endian = "big") {
-        "bpfeb-unknown-none"
-    } else {
-        "bpfel-unknown-none"
-    };
-    // aya-ebpf picks its register layouts by this cfg; aya-build sets it to the host's
-    // architecture, which is xtask's own.
-    let rustflags = [
-        &format!("--cfg=bpf_target_arch=\"{}\"", std::env::consts::ARCH),
-        "-Cdebuginfo=2",
-        "-Clink-arg=--btf",
-    ]
-    .join("\x1f");
-    // The control first: no feature at all, the production datapath built as the variants are.
-    let builds =
-        std::iter::once((CONTROL, None)).chain(VARIANTS.iter().map(|name| (*name, Some(*name))));
-    for (name, feature) in builds {
-        let mut build = Command::new("rustup");
-        build
-            .args(["run", setup::EBPF_TOOLCHAIN, "cargo", "build", "--quiet"])
-            .args(["--package", "masq-ebpf", "--bins", "--release"])
-            .args(["--target", target, "-Z", "build-std=core"])
-            .args(
-                feature
-                    .map(|feature| ["--features", feature])
-                    .into_iter()
-                    .flatten(),
-            )
-            .arg("--target-dir")
-            .arg(&target_dir)
-            .current_dir(workspace_root())
-            .env("CARGO_ENCODED_RUSTFLAGS", &rustflags)
-            // As aya-build does: a RUSTC inherited from the cargo running xtask would be the
-            // stable compiler.
-            .env_remove("RUSTC")
-            .env_remove("RUSTC_WORKSPACE_WRAPPER");
-        run(&mut build).with_context(|| format!("building the {name} datapath object"))?;
-        let built = target_dir.join(target).join("release").join("masq-ebpf");
-        let object = dir.join(format!("{name}.o"));
-        std::fs::copy(&built, &object)
-            .with_context(|| format!("copying {} to {}", built.display(), object.display()))?;
-        println!("eBPF variant: {}", object.display());
-    }
-    Ok(dir)
 }
 
 /// Builds `masq-userspace`, whose build script compiles the eBPF object, and returns the path of
@@ -252,7 +189,6 @@ fn bench(quick: bool) -> Result<()> {
 /// repository's root; quick in the debug build `cargo test` made, writing to target/.
 fn run_bench(quick: bool) -> Result<()> {
     let root = workspace_root();
-    let variants = build_ebpf_variants()?;
     let (output, command) = if quick {
         let dir = root.join("target").join("bench-quick");
         std::fs::create_dir_all(&dir)?;
@@ -269,8 +205,6 @@ fn run_bench(quick: bool) -> Result<()> {
         command.to_owned(),
         "--revision".to_owned(),
         revision(),
-        "--variants".to_owned(),
-        variants.display().to_string(),
     ];
     if quick {
         args.push("--quick".to_owned());
@@ -468,27 +402,4 @@ fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
         run_bench(true).context("the quick benchmark failed")?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The benchmark variants listed for xtask and the benchmark are exactly the `variant-*`
-    /// features of `masq-ebpf`.
-    #[test]
-    fn variants_are_the_ebpf_crates_variant_features() {
-        let manifest = std::fs::read_to_string(workspace_root().join("masq-ebpf/Cargo.toml"))
-            .unwrap_or_else(|error| panic!("reading masq-ebpf/Cargo.toml: {error}"));
-        let mut features: Vec<&str> = manifest
-            .lines()
-            .filter_map(|line| line.split_once(" = "))
-            .map(|(name, _)| name.trim())
-            .filter(|name| name.starts_with("variant-"))
-            .collect();
-        let mut listed = VARIANTS.to_vec();
-        features.sort_unstable();
-        listed.sort_unstable();
-        assert_eq!(features, listed);
-    }
 }
