@@ -5,6 +5,10 @@
 //!
 //! `--quick` runs every part at tiny sizes: it checks that the harness works end to end (as
 //! `cargo xtask test` does), and its numbers mean nothing.
+//!
+//! `--baseline-agent` adds the `masq` agent of an earlier revision (`cargo xtask bench
+//! --baseline REV` builds it) as one more mode of the traffic tests, measured like masq and
+//! shown next to it with the ratio between the two.
 
 #![expect(
     clippy::print_stdout,
@@ -22,6 +26,7 @@ mod interleave;
 mod paths;
 mod profile;
 mod progtime;
+mod rawnat;
 mod report;
 mod tcp;
 mod tx;
@@ -85,7 +90,7 @@ struct Args {
     /// Only these CIDR counts (comma-separated), for a partial run while developing.
     #[arg(long, value_delimiter = ',')]
     cidrs: Vec<usize>,
-    /// Only these modes (nft, legacy, masq), for a partial run while developing.
+    /// Only these modes (nft, legacy, masq, baseline), for a partial run while developing.
     #[arg(long, value_delimiter = ',')]
     modes: Vec<String>,
     /// Only the traffic of these families (ipv4, ipv6), for a partial run while developing.
@@ -103,6 +108,13 @@ struct Args {
     /// the quick loop while changing the datapath.
     #[arg(long)]
     program_only: bool,
+    /// The `masq` binary of an earlier revision (it embeds that revision's datapath): its
+    /// agent is measured in every traffic test as one more mode, `masq@<revision>`.
+    #[arg(long, value_name = "PATH", requires = "baseline_revision")]
+    baseline_agent: Option<PathBuf>,
+    /// The revision `--baseline-agent` was built from, as the report names it.
+    #[arg(long, value_name = "REV", requires = "baseline_agent")]
+    baseline_revision: Option<String>,
 }
 
 /// How long and how large everything is.
@@ -394,6 +406,14 @@ fn print_program_times(times: &[progtime::ProgramTime]) {
 
 /// What `--quick` checks: every part produced something (never how much).
 fn check(results: &Results) -> Result<()> {
+    if paths::baseline().is_some()
+        && !results
+            .figures
+            .iter()
+            .any(|figures| figures.mode == Mode::Baseline)
+    {
+        bail!("the baseline was not measured");
+    }
     for figures in &results.figures {
         for (name, comparison) in [
             ("established", &figures.established),
@@ -468,6 +488,9 @@ fn main() -> Result<()> {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     remove_leftovers();
+    if let (Some(agent), Some(revision)) = (&args.baseline_agent, &args.baseline_revision) {
+        paths::set_baseline(agent.clone(), revision)?;
+    }
     let started = *STARTED.get_or_init(Instant::now);
     let plan = Plan::new(args.quick);
     let cores = Cores::pick()?;
@@ -475,13 +498,9 @@ fn main() -> Result<()> {
     let mut run = machine(&args, online);
 
     if let Some(seconds) = args.soak {
-        let mode = Mode::ALL
+        let mode = Mode::all()
             .into_iter()
-            .find(|mode| {
-                args.modes
-                    .first()
-                    .is_some_and(|name| mode.name().ends_with(name.as_str()))
-            })
+            .find(|mode| args.modes.first().is_some_and(|name| mode.is_named(name)))
             .unwrap_or(Mode::Masq);
         let cidrs = args.cidrs.first().copied().unwrap_or(3);
         return udp::soak(
@@ -515,14 +534,12 @@ fn main() -> Result<()> {
         // paths under test are.
         let reference = BenchPath::new(Mode::NoNat, family, 3, plan.nat_entries, cores)?;
         for &cidrs in plan.cidr_counts(family) {
-            for mode in Mode::COMPARED {
+            // The baseline right after masq, so the two are measured close together.
+            for mode in Mode::compared() {
                 let chosen = (args.cidrs.is_empty() || args.cidrs.contains(&cidrs))
-                    && (args.modes.is_empty()
-                        || args
-                            .modes
-                            .iter()
-                            .any(|name| mode.name().ends_with(name.as_str())));
-                if !chosen || (mode != Mode::Masq && cidrs > plan.iptables_max_cidrs) {
+                    && (args.modes.is_empty() || args.modes.iter().any(|name| mode.is_named(name)))
+                    && mode.runs(family);
+                if !chosen || (!mode.is_masq() && cidrs > plan.iptables_max_cidrs) {
                     continue;
                 }
                 if interrupted() {

@@ -123,17 +123,30 @@ impl Test {
 
     /// What a unit costs on top of the reference.
     fn extra(self, comparison: &Comparison) -> String {
+        self.format_extra(self.extra_value(comparison))
+    }
+
+    /// What a unit costs on top of the reference, in the unit [`Test::format_extra`] shows.
+    fn extra_value(self, comparison: &Comparison) -> f64 {
         match self {
             // The path threads' CPU time per packet: what else ran on the core does not count.
-            Self::Established => format!("{:+.0} ns/pkt", comparison.extra_path_ns()),
-            Self::NewFlows => format!("{:+.0} ns/flow", comparison.extra_path_ns()),
+            Self::Established | Self::NewFlows => comparison.extra_path_ns(),
             // Both cores work for a connection: its price is CPU time, not wall time.
-            Self::Connect => format!(
-                "{:+.1} µs CPU/conn",
+            Self::Connect => {
                 (comparison.test.cpu_ns_per_unit() - comparison.reference.cpu_ns_per_unit()) / 1e3
-            ),
+            }
             // Per 1500-byte packet's worth of the stream.
-            Self::Stream => format!("{:+.0} ns/1500 B", comparison.extra_ns() * 1500.0),
+            Self::Stream => comparison.extra_ns() * 1500.0,
+        }
+    }
+
+    /// An extra cost (or a difference of two) with its unit.
+    fn format_extra(self, value: f64) -> String {
+        match self {
+            Self::Established => format!("{value:+.0} ns/pkt"),
+            Self::NewFlows => format!("{value:+.0} ns/flow"),
+            Self::Connect => format!("{value:+.1} µs CPU/conn"),
+            Self::Stream => format!("{value:+.0} ns/1500 B"),
         }
     }
 }
@@ -160,9 +173,9 @@ fn bounds(results: &Results, out: &mut String) {
     let Some(masq) = ipv4.iter().find(|figures| figures.mode == Mode::Masq) else {
         return;
     };
-    let conntrack = ipv4
-        .iter()
-        .find(|figures| figures.mode != Mode::Masq && figures.cidrs == masq.cidrs);
+    let conntrack = ipv4.iter().find(|figures| {
+        matches!(figures.mode, Mode::Nft | Mode::Legacy) && figures.cidrs == masq.cidrs
+    });
     let _ = writeln!(out, "\n## What bounds the packet targets\n");
     let _ = writeln!(
         out,
@@ -815,22 +828,63 @@ fn millis(duration: Duration) -> String {
     format!("{:.1} ms", duration.as_secs_f64() * 1e3)
 }
 
-/// The no NAT cell and the compared modes' cells of `test` at `cidrs`, each followed by `|`.
+/// The compared modes' column titles, with the baseline's ratio column when the run has a
+/// baseline, and their header rule: each followed by `|`.
+fn mode_columns() -> (String, String) {
+    let mut titles: Vec<String> = Mode::compared()
+        .into_iter()
+        .map(|mode| mode.name().to_owned())
+        .collect();
+    if Mode::compared().contains(&Mode::Baseline) {
+        titles.push(format!("masq / {}", Mode::Baseline.name()));
+    }
+    let rule = "---|".repeat(titles.len());
+    let titles = titles
+        .iter()
+        .map(|title| format!(" {title} |"))
+        .collect::<String>();
+    (titles, rule)
+}
+
+/// The no NAT cell and the compared modes' cells of `test` at `cidrs`, and the baseline's
+/// ratio cell when the run has a baseline, each followed by `|`.
 fn mode_cells(test: Test, figures: &[&Figures], cidrs: usize) -> String {
-    let reference = Mode::COMPARED
+    let compared = Mode::compared();
+    let reference = compared
         .iter()
         .find_map(|&mode| find(figures, mode, cidrs))
         .map(|figures| test.rate(&test.of(figures).reference))
         .unwrap_or_default();
     let mut cells = format!(" 1.00 ({reference}) |");
-    for mode in Mode::COMPARED {
+    for &mode in &compared {
         let cell = find(figures, mode, cidrs).map_or_else(
             || "not run".to_owned(),
             |figures| ratio_cell(test, test.of(figures)),
         );
         let _ = write!(cells, " {cell} |");
     }
+    if compared.contains(&Mode::Baseline) {
+        let _ = write!(cells, " {} |", new_over_old(test, figures, cidrs));
+    }
     cells
+}
+
+/// masq against the baseline at `cidrs`: masq's ratio to no NAT over the baseline's (each from
+/// its own windows against the same reference; above 1.00 this revision is faster) and the
+/// difference of their extra costs per unit.
+fn new_over_old(test: Test, figures: &[&Figures], cidrs: usize) -> String {
+    let (Some(new), Some(old)) = (
+        find(figures, Mode::Masq, cidrs),
+        find(figures, Mode::Baseline, cidrs),
+    ) else {
+        return "-".to_owned();
+    };
+    let (new, old) = (test.of(new), test.of(old));
+    format!(
+        "**{:.2}** ({})",
+        new.ratio() / old.ratio(),
+        test.format_extra(test.extra_value(new) - test.extra_value(old))
+    )
 }
 
 const RATIO_LEGEND: &str = "Ratio to no NAT (1.00 = free), the extra cost per unit, and the \
@@ -890,7 +944,9 @@ fn fill_table(figures: &[&Figures], out: &mut String) {
             100.0 * flows.fill.0,
             100.0 * flows.fill.1,
             flows.window_flows,
-            flows.refused_full
+            flows
+                .refused_full
+                .map_or_else(|| "-".to_owned(), |refused| refused.to_string())
         );
     }
 }
@@ -913,12 +969,9 @@ fn traffic_sections(figures: &[&Figures], cores: Cores, out: &mut String) {
     for test in Test::ALL {
         let _ = writeln!(out, "## {}\n", test.title());
         let _ = writeln!(out, "{RATIO_LEGEND}");
-        let _ = writeln!(
-            out,
-            "| CIDRs | no NAT | {} |",
-            Mode::COMPARED.map(Mode::name).join(" | ")
-        );
-        let _ = writeln!(out, "|---:|---|---|---|---|");
+        let (titles, rule) = mode_columns();
+        let _ = writeln!(out, "| CIDRs | no NAT |{titles}");
+        let _ = writeln!(out, "|---:|---|{rule}");
         for &cidrs in &counts {
             let _ = writeln!(out, "| {cidrs} |{}", mode_cells(test, figures, cidrs));
         }
@@ -941,12 +994,9 @@ fn ipv6_section(results: &Results, out: &mut String) {
     let _ = writeln!(out, "## IPv6\n");
     out.push_str(IPV6_METHOD);
     let _ = writeln!(out, "\n{RATIO_LEGEND}");
-    let _ = writeln!(
-        out,
-        "| test | IPv6 CIDRs | no NAT | {} |",
-        Mode::COMPARED.map(Mode::name).join(" | ")
-    );
-    let _ = writeln!(out, "|---|---:|---|---|---|---|");
+    let (titles, rule) = mode_columns();
+    let _ = writeln!(out, "| test | IPv6 CIDRs | no NAT |{titles}");
+    let _ = writeln!(out, "|---|---:|---|{rule}");
     for test in Test::ALL {
         for cidrs in cidr_counts(figures) {
             let _ = writeln!(
@@ -998,6 +1048,7 @@ pub(crate) fn markdown(results: &Results, plot_name: &str) -> String {
         run.cpu, run.cores, run.memory_gib, run.kernel, run.iptables, run.revision
     );
     out.push_str(METHOD);
+    baseline_method(&mut out);
     let _ = writeln!(
         out,
         "\n![ratio to no NAT against CIDR count]({plot_name})\n"
@@ -1172,6 +1223,32 @@ so whatever else the machine does affects both alike. The sections per test are 
   ConfigMap holds); iptables is run up to 10,000, where a new flow already walks 10,000 rules.
 ";
 
+/// How the baseline is measured, when the run has one.
+fn baseline_method(out: &mut String) {
+    let Some(baseline) = crate::paths::baseline() else {
+        return;
+    };
+    let name = &baseline.name;
+    let ipv6 = if baseline.ipv6 {
+        "IPv4 and IPv6"
+    } else {
+        "IPv4 (its agent has no `--enable-ipv6`)"
+    };
+    let _ = writeln!(
+        out,
+        "* **{name}**: the `masq` agent of revision {} (`cargo xtask bench --baseline`, built in \
+         release from a worktree of that revision), with the datapath it embeds and maps of its \
+         own, run with the same flags, table sizes and sandboxes as masq and measured as one \
+         more mode against the same no NAT reference, right after masq at each CIDR count, for \
+         {ipv6}. The column masq / {name} divides masq's ratio by {name}'s (above 1.00: this \
+         revision is faster) and gives the difference of their extra costs. Its new-flow test \
+         reads {name}'s NAT table without its types: the entries the fill leaves are \
+         remembered and whatever a window adds is deleted again. The sections after the \
+         traffic measure this revision alone.",
+        baseline.revision
+    );
+}
+
 const IPV6_METHOD: &str = "\
 The same four tests over IPv6, each against a no NAT reference of its own that forwards IPv6,
 in alternating windows as above. Every sandbox is dual-stack (pods, node, router and outside
@@ -1192,11 +1269,13 @@ host get addresses in 2001:db8::/32, and the node forwards IPv6).
 * **TCP**: connections and the iperf3 stream go to the outside host's IPv6 address.
 ";
 
-const COLORS: [RGBColor; 4] = [
+/// One colour a mode, in the order of [`Mode::all`]; the last is the baseline's.
+const COLORS: [RGBColor; 5] = [
     RGBColor(120, 120, 120),
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
 ];
 
 /// Where Debian's fonts-dejavu-core puts its sans-serif font (`cargo xtask bench` installs it).
@@ -1230,7 +1309,7 @@ pub(crate) fn plot(results: &Results, path: &Path) -> Result<()> {
         ("sans-serif", 26),
     ))?;
     // One legend for the four panels, above them, where it hides no point.
-    for (index, (mode, color)) in Mode::ALL.into_iter().zip(COLORS).enumerate() {
+    for (index, (mode, color)) in Mode::all().into_iter().zip(COLORS).enumerate() {
         let x = 20 + i32::try_from(index).unwrap_or(0) * 220;
         title.draw(&PathElement::new(
             vec![(x, 62), (x + 40, 62)],
@@ -1252,7 +1331,7 @@ pub(crate) fn plot(results: &Results, path: &Path) -> Result<()> {
             .x_label_formatter(&|value| format!("{value:.0}"))
             .label_style(("sans-serif", 15))
             .draw()?;
-        for (mode, color) in Mode::ALL.into_iter().zip(COLORS) {
+        for (mode, color) in Mode::all().into_iter().zip(COLORS) {
             let points: Vec<(f64, f64)> = if mode == Mode::NoNat {
                 counts.iter().map(|&count| (count as f64, 1.0)).collect()
             } else {
