@@ -257,6 +257,7 @@ fn build_baseline(rev: &str) -> Result<Baseline> {
         "rev-parse",
         "--verify",
         "--quiet",
+        "--end-of-options",
         &format!("{rev}^{{commit}}"),
     ])
     .with_context(|| format!("--baseline {rev}: not a commit of this repository"))?;
