@@ -16,7 +16,6 @@ pub mod nat;
 pub mod ports;
 pub mod settings;
 pub mod timeouts;
-pub mod variants;
 
 /// Implements `aya::Pod` for plain-old-data map types when building for userspace.
 macro_rules! impl_pod {

@@ -36,7 +36,7 @@ const OPTIONS: ReadOptions = ReadOptions {
     resync_interval: GoDuration::from_secs(60),
 };
 
-/// tests/src/bin/masq-bench/config.rs: the defaults, then /32s in 100.64.0.0/10, flow style.
+/// masq-bench/src/config.rs: the defaults, then /32s in 100.64.0.0/10, flow style.
 fn file_text(count: usize, changed: bool) -> String {
     let mut text = format!("cidrLimit: {}\nnonMasqueradeCIDRs: [", count.max(64));
     for index in 0..count {

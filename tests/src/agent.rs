@@ -44,9 +44,10 @@ pub fn agent_capabilities() -> CapabilitySet {
     *CAPABILITIES.get_or_init(daemonset_capabilities)
 }
 
-/// `masq ARGS...` in the namespace at `netns`, holding only the DaemonSet's capabilities.
-fn restricted_masq(netns: &Path) -> Command {
-    let mut command = Command::new(masq_binary());
+/// `masq ARGS...` (`binary`, or the `masq` built alongside) in the namespace at `netns`, holding
+/// only the DaemonSet's capabilities.
+fn restricted_masq(binary: Option<&Path>, netns: &Path) -> Command {
+    let mut command = Command::new(binary.map_or_else(masq_binary, Path::to_path_buf));
     run_restricted(&mut command, netns, agent_capabilities());
     command
 }
@@ -54,6 +55,8 @@ fn restricted_masq(netns: &Path) -> Command {
 /// A `masq agent` process in a node namespace; killed and uninstalled when dropped.
 #[derive(Debug)]
 pub struct Agent {
+    /// The `masq` binary to run; `None`: the one built alongside (see [`masq_binary`]).
+    binary: Option<PathBuf>,
     node: PathBuf,
     /// `--interface` values; empty lets the agent find the uplinks itself.
     interfaces: Vec<String>,
@@ -71,6 +74,16 @@ impl Agent {
     /// until it reports ready.
     pub fn start(sandbox: &Sandbox, args: &[&str]) -> Self {
         let mut agent = Self::launch(sandbox, args);
+        agent.wait_ready();
+        agent
+    }
+
+    /// Like [`Agent::start`], running `binary` instead of the `masq` built alongside (another
+    /// revision's, which embeds its own datapath). Its own `uninstall` cleans up after it.
+    pub fn start_binary(sandbox: &Sandbox, binary: &Path, args: &[&str]) -> Self {
+        let mut agent = Self::prepare(sandbox, args);
+        agent.binary = Some(binary.to_path_buf());
+        agent.spawn();
         agent.wait_ready();
         agent
     }
@@ -116,6 +129,7 @@ impl Agent {
         let pin_path = PathBuf::from("/sys/fs/bpf").join(&sandbox.tag);
         let log_path = env::temp_dir().join(format!("{}-agent.log", sandbox.tag));
         Self {
+            binary: None,
             node: sandbox.node.path(),
             interfaces: vec![UPLINK.to_owned()],
             attach_mode: sandbox.attach_mode.flag(),
@@ -135,7 +149,7 @@ impl Agent {
             .open(&self.log_path)
             .unwrap_or_else(|error| panic!("opening {}: {error}", self.log_path.display()));
         let log_err = log.try_clone().unwrap_or_else(|error| panic!("{error}"));
-        let mut command = restricted_masq(&self.node);
+        let mut command = restricted_masq(self.binary.as_deref(), &self.node);
         command
             .args(["--log-level", "info", "agent"])
             .args(
@@ -299,7 +313,7 @@ impl Agent {
     /// Runs `masq ARGS...` in the node namespace as given, with the DaemonSet's capabilities
     /// (as `kubectl exec` into the agent's pod would).
     pub fn masq_command(&self, args: &[&str]) -> Output {
-        restricted_masq(&self.node)
+        restricted_masq(self.binary.as_deref(), &self.node)
             .args(args)
             .output()
             .unwrap_or_else(|error| panic!("running masq {args:?}: {error}"))
@@ -326,7 +340,10 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         self.kill();
-        uninstall_quietly(&self.node, &self.pin_path);
+        match &self.binary {
+            Some(binary) => uninstall_with(binary, &self.node, &self.pin_path),
+            None => uninstall_quietly(&self.node, &self.pin_path),
+        }
         let _ = fs::remove_file(&self.log_path);
     }
 }
@@ -354,13 +371,18 @@ pub fn http_get(netns: &Path, address: SocketAddr, path: &str) -> Option<(String
 /// Removes whatever a test's agent left pinned under `pin_path`, with the `masq` built alongside
 /// the tests, in the node namespace at `node`. Never panics: this runs while failed tests unwind.
 pub fn uninstall_quietly(node: &Path, pin_path: &Path) {
-    // Full root here: cleaning up must work even when the restricted path is broken.
     if let Some(binary) = locate_masq_binary() {
-        let _ = Command::new("nsenter")
-            .arg(format!("--net={}", node.display()))
-            .arg(binary)
-            .args(["uninstall", "--pin-path"])
-            .arg(pin_path)
-            .output();
+        uninstall_with(&binary, node, pin_path);
     }
+}
+
+/// [`uninstall_quietly`] with `binary`.
+fn uninstall_with(binary: &Path, node: &Path, pin_path: &Path) {
+    // Full root here: cleaning up must work even when the restricted path is broken.
+    let _ = Command::new("nsenter")
+        .arg(format!("--net={}", node.display()))
+        .arg(binary)
+        .args(["uninstall", "--pin-path"])
+        .arg(pin_path)
+        .output();
 }

@@ -82,14 +82,8 @@ impl Harness {
     /// Like [`Harness::new`], with maps of the given sizes (`--nat-max-entries`,
     /// `--nomasq-max-entries`).
     pub fn sized(nat_max_entries: u32, nomasq_max_entries: u32) -> Self {
-        Self::sized_from_object(DATAPATH_OBJECT, nat_max_entries, nomasq_max_entries)
-    }
-
-    /// Like [`Harness::sized`], running `object` (another build of the datapath, such as a
-    /// benchmark variant: `masq_common::variants`) instead of the embedded one.
-    pub fn sized_from_object(object: &[u8], nat_max_entries: u32, nomasq_max_entries: u32) -> Self {
         Self::load_object(
-            object,
+            DATAPATH_OBJECT,
             &LoadOptions {
                 nat_max_entries,
                 nomasq_max_entries,

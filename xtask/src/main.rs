@@ -1,11 +1,11 @@
 //! `cargo xtask`: the developer entry points of masq.
 //!
 //! * `build-ebpf`: installs what the eBPF build needs and builds the datapath object;
-//! * `build-ebpf-variants`: builds the datapath's benchmark variants, one object each;
 //! * `test`: prepares the machine, then runs formatting, lints and every test (as root);
 //! * `demo`: a sandbox of namespaces showing what masq masquerades;
 //! * `bench`: masq against iptables MASQUERADE and no NAT, side by side (`--quick`: the harness
-//!   at tiny sizes, which `test` runs too);
+//!   at tiny sizes, which `test` runs too; `--baseline REV`: and against masq of revision REV),
+//!   the `masq-bench` crate;
 //! * `image`: the container images (linux/amd64, linux/arm64) and their manifest list, from
 //!   scratch, with buildah;
 //! * `kernels`: the tests inside Debian's 5.10, 6.1 and 6.12 kernels under qemu (`test` runs
@@ -32,7 +32,6 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
-use masq_common::variants::{CONTROL, VARIANTS};
 
 use crate::{
     arch::Arch,
@@ -50,9 +49,6 @@ struct Cli {
 enum Task {
     /// Install the eBPF toolchain parts if needed and build the datapath object.
     BuildEbpf,
-    /// Build one datapath object per benchmark variant (a design alternative, selected by a
-    /// `masq-ebpf` feature) into target/ebpf-variants/<feature>.o.
-    BuildEbpfVariants,
     /// Build a sandbox of namespaces (pods, a node running masq, an outside host), send
     /// traffic, and show what was masqueraded. Needs root.
     Demo,
@@ -65,6 +61,12 @@ enum Task {
         /// goes to target/bench-quick/ and its numbers mean nothing.
         #[arg(long)]
         quick: bool,
+        /// Also measure the `masq` agent of this git revision (a commit, tag or branch) in
+        /// every traffic test, next to masq, with the ratio between them. It is built in
+        /// release from a worktree under target/bench-baseline/<commit>/ (kept for later runs;
+        /// the first build takes minutes) and runs with the datapath it embeds.
+        #[arg(long, value_name = "REV")]
+        baseline: Option<String>,
     },
     /// Build the container images from scratch with buildah (a static masq and both iptables
     /// backends), linux/amd64 and linux/arm64, as `masq:<version>-<arch>` (the host's also as
@@ -111,9 +113,8 @@ enum Task {
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::BuildEbpf => build_ebpf(),
-        Task::BuildEbpfVariants => build_ebpf_variants().map(|_| ()),
         Task::Demo => demo(),
-        Task::Bench { quick } => bench(quick),
+        Task::Bench { quick, baseline } => bench(quick, baseline.as_deref()),
         Task::Image { mut arches } => {
             if arches.is_empty() {
                 arches = Arch::ALL.to_vec();
@@ -139,63 +140,6 @@ fn build_ebpf() -> Result<()> {
         .unwrap_or(0);
     println!("eBPF object: {} ({size} bytes)", object.display());
     Ok(())
-}
-
-/// Builds one datapath object per benchmark variant (`masq_common::variants::VARIANTS`, each a
-/// `masq-ebpf` feature) as `target/ebpf-variants/<feature>.o`, and the control without any
-/// (`variants::CONTROL`), and returns that directory.
-///
-/// The recipe is aya-build's, which builds the embedded object (`masq-userspace/build.rs`), so
-/// the variants differ from it only by their feature. They share one target directory, so
-/// `core` is built once for all of them.
-fn build_ebpf_variants() -> Result<PathBuf> {
-    setup::ensure_ebpf_toolchain()?;
-    let dir = workspace_root().join("target").join("ebpf-variants");
-    let target_dir = dir.join("target");
-    let target = if cfg!(target_endian = "big") {
-        "bpfeb-unknown-none"
-    } else {
-        "bpfel-unknown-none"
-    };
-    // aya-ebpf picks its register layouts by this cfg; aya-build sets it to the host's
-    // architecture, which is xtask's own.
-    let rustflags = [
-        &format!("--cfg=bpf_target_arch=\"{}\"", std::env::consts::ARCH),
-        "-Cdebuginfo=2",
-        "-Clink-arg=--btf",
-    ]
-    .join("\x1f");
-    // The control first: no feature at all, the production datapath built as the variants are.
-    let builds =
-        std::iter::once((CONTROL, None)).chain(VARIANTS.iter().map(|name| (*name, Some(*name))));
-    for (name, feature) in builds {
-        let mut build = Command::new("rustup");
-        build
-            .args(["run", setup::EBPF_TOOLCHAIN, "cargo", "build", "--quiet"])
-            .args(["--package", "masq-ebpf", "--bins", "--release"])
-            .args(["--target", target, "-Z", "build-std=core"])
-            .args(
-                feature
-                    .map(|feature| ["--features", feature])
-                    .into_iter()
-                    .flatten(),
-            )
-            .arg("--target-dir")
-            .arg(&target_dir)
-            .current_dir(workspace_root())
-            .env("CARGO_ENCODED_RUSTFLAGS", &rustflags)
-            // As aya-build does: a RUSTC inherited from the cargo running xtask would be the
-            // stable compiler.
-            .env_remove("RUSTC")
-            .env_remove("RUSTC_WORKSPACE_WRAPPER");
-        run(&mut build).with_context(|| format!("building the {name} datapath object"))?;
-        let built = target_dir.join(target).join("release").join("masq-ebpf");
-        let object = dir.join(format!("{name}.o"));
-        std::fs::copy(&built, &object)
-            .with_context(|| format!("copying {} to {}", built.display(), object.display()))?;
-        println!("eBPF variant: {}", object.display());
-    }
-    Ok(dir)
 }
 
 /// Builds `masq-userspace`, whose build script compiles the eBPF object, and returns the path of
@@ -240,42 +184,165 @@ fn build_userspace_and_locate_object() -> Result<PathBuf> {
 
 fn demo() -> Result<()> {
     setup::ensure_privileged_environment(setup::TEST_PACKAGES)?;
-    build_masq_and_run("masq-demo", false, &[])
+    build_masq_and_run("masq-testbed", "masq-demo", false, &[])
 }
 
-fn bench(quick: bool) -> Result<()> {
+fn bench(quick: bool, baseline: Option<&str>) -> Result<()> {
     setup::ensure_privileged_environment(setup::TEST_PACKAGES)?;
-    run_bench(quick)
+    run_bench(quick, baseline)
 }
 
 /// Runs the benchmark: at full length in release, writing BENCHMARKS.md and its plot at the
-/// repository's root; quick in the debug build `cargo test` made, writing to target/.
-fn run_bench(quick: bool) -> Result<()> {
+/// repository's root; quick in the debug build `cargo test` made, writing to target/. With
+/// `baseline`, the agent of that revision is built first and measured next to masq.
+fn run_bench(quick: bool, baseline: Option<&str>) -> Result<()> {
     let root = workspace_root();
-    let variants = build_ebpf_variants()?;
-    let (output, command) = if quick {
+    let baseline = baseline.map(build_baseline).transpose()?;
+    let output = if quick {
         let dir = root.join("target").join("bench-quick");
         std::fs::create_dir_all(&dir)?;
-        (dir, "cargo xtask bench --quick")
+        dir
     } else {
-        (root.clone(), "cargo xtask bench")
+        root.clone()
     };
+    let mut command = "cargo xtask bench".to_owned();
+    if quick {
+        command.push_str(" --quick");
+    }
+    if let Some(baseline) = &baseline {
+        command.push_str(&format!(" --baseline {}", baseline.revision));
+    }
     let mut args = vec![
         "--output".to_owned(),
         output.join("BENCHMARKS.md").display().to_string(),
         "--plot".to_owned(),
         output.join("benchmarks.png").display().to_string(),
         "--command".to_owned(),
-        command.to_owned(),
+        command,
         "--revision".to_owned(),
         revision(),
-        "--variants".to_owned(),
-        variants.display().to_string(),
     ];
+    if let Some(baseline) = baseline {
+        args.extend([
+            "--baseline-agent".to_owned(),
+            baseline.agent.display().to_string(),
+            "--baseline-revision".to_owned(),
+            baseline.revision,
+        ]);
+    }
     if quick {
         args.push("--quick".to_owned());
     }
-    build_masq_and_run("masq-bench", !quick, &args)
+    build_masq_and_run("masq-bench", "masq-bench", !quick, &args)
+}
+
+/// The `masq` agent of an earlier revision, for the benchmark's `--baseline`.
+struct Baseline {
+    /// The release binary, which embeds that revision's datapath.
+    agent: PathBuf,
+    /// The revision's short commit id.
+    revision: String,
+}
+
+/// Builds the `masq` agent of `rev` in release: a worktree of that commit at
+/// target/bench-baseline/<short commit>/src with its own target directory beside it, both
+/// kept, so a later run against the same commit only checks that nothing changed.
+fn build_baseline(rev: &str) -> Result<Baseline> {
+    let root = workspace_root();
+    let git = |args: &[&str]| -> Result<String> {
+        output(Command::new("git").arg("-C").arg(&root).args(args))
+            .map(|text| text.trim().to_owned())
+    };
+    let commit = git(&[
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        "--end-of-options",
+        &format!("{rev}^{{commit}}"),
+    ])
+    .with_context(|| format!("--baseline {rev}: not a commit of this repository"))?;
+    let short = git(&["rev-parse", "--short", &commit])?;
+    let dir = root.join("target").join("bench-baseline").join(&short);
+    let source = dir.join("src");
+    let target_dir = dir.join("target");
+    worktree_at(&root, &commit, &source)?;
+    eprintln!(
+        "bench: building masq of {short} in {} (the first build of a revision takes minutes)",
+        source.display()
+    );
+    run(cargo()
+        .current_dir(&source)
+        .args(["build", "--quiet", "--release"])
+        .args(["--package", "masq-userspace", "--bin", "masq"])
+        .arg("--target-dir")
+        .arg(&target_dir))
+    .with_context(|| format!("building masq of {short} for --baseline"))?;
+    let agent = target_dir.join("release").join("masq");
+    if !agent.is_file() {
+        bail!("building masq of {short} left no {}", agent.display());
+    }
+    Ok(Baseline {
+        agent,
+        revision: short,
+    })
+}
+
+/// Makes `path` a worktree of the repository at `root` with `commit` checked out (detached).
+/// A worktree already there is reused, its files reset to `commit`; anything else at `path`
+/// (a plain directory, a worktree of another repository) is removed first. A registration
+/// whose directory is gone (`cargo clean`) is taken over.
+fn worktree_at(root: &Path, commit: &str, path: &Path) -> Result<()> {
+    let git_in = |dir: &Path, args: &[&str]| -> Result<String> {
+        output(Command::new("git").arg("-C").arg(dir).args(args)).map(|text| text.trim().to_owned())
+    };
+    if path.exists() {
+        // A directory inside this checkout answers for the checkout unless it is a worktree
+        // of its own: its top level must be the directory itself, and its repository ours.
+        let canonical = |path: &Path| std::fs::canonicalize(path).ok();
+        let ours = git_in(path, &["rev-parse", "--show-toplevel"])
+            .is_ok_and(|top| canonical(Path::new(&top)) == canonical(path))
+            && git_in(path, &["rev-parse", "--git-common-dir"])
+                .ok()
+                .and_then(|common| canonical(&path.join(common)))
+                == git_in(root, &["rev-parse", "--git-common-dir"])
+                    .ok()
+                    .and_then(|common| canonical(&root.join(common)));
+        if ours {
+            git_in(
+                path,
+                &["checkout", "--quiet", "--force", "--detach", commit],
+            )?;
+            git_in(path, &["clean", "--quiet", "--force", "-d"])?;
+            return Ok(());
+        }
+        // Not a worktree of ours (or a broken one): a registered worktree is unregistered
+        // with its directory, anything else just removed.
+        let _ = git_in(
+            root,
+            &["worktree", "remove", "--force", &path.to_string_lossy()],
+        );
+        if path.exists() {
+            std::fs::remove_dir_all(path)
+                .with_context(|| format!("removing {}", path.display()))?;
+        }
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    // --force: take over a registration whose directory was deleted.
+    git_in(
+        root,
+        &[
+            "worktree",
+            "add",
+            "--quiet",
+            "--force",
+            "--detach",
+            &path.to_string_lossy(),
+            commit,
+        ],
+    )?;
+    Ok(())
 }
 
 /// The checkout's commit, and whether it has uncommitted changes.
@@ -300,9 +367,10 @@ fn revision() -> String {
     }
 }
 
-/// Builds the `masq` binary (which the sandbox runs as the agent), then runs `program` from the
-/// testbed with the same profile and `args`.
-fn build_masq_and_run(program: &str, release: bool, args: &[String]) -> Result<()> {
+/// Builds the `masq` binary (which the sandbox runs as the agent), then runs binary `program` of
+/// `package` (the testbed's demo, the benchmark) with the same profile and `args`: it finds
+/// `masq` next to itself in the target directory.
+fn build_masq_and_run(package: &str, program: &str, release: bool, args: &[String]) -> Result<()> {
     let profile: &[&str] = if release { &["--release"] } else { &[] };
     run(cargo().args(["build", "--quiet"]).args(profile).args([
         "--package",
@@ -313,7 +381,7 @@ fn build_masq_and_run(program: &str, release: bool, args: &[String]) -> Result<(
     run(cargo()
         .args(["run", "--quiet"])
         .args(profile)
-        .args(["--package", "masq-testbed", "--bin", program, "--"])
+        .args(["--package", package, "--bin", program, "--"])
         .args(args))
 }
 
@@ -464,7 +532,7 @@ fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
     // The benchmark harness at tiny sizes, so it never rots (it checks that every part runs,
     // never a timing). Skipped when the tests were filtered.
     if test_args.is_empty() {
-        run_bench(true).context("the quick benchmark failed")?;
+        run_bench(true, None).context("the quick benchmark failed")?;
     }
     Ok(())
 }
@@ -473,21 +541,72 @@ fn test(no_lint: bool, test_args: &[String]) -> Result<()> {
 mod tests {
     use super::*;
 
-    /// The benchmark variants listed for xtask and the benchmark are exactly the `variant-*`
-    /// features of `masq-ebpf`.
+    /// `git ARGS` in `dir` with a fixed identity, its output trimmed.
+    fn git(dir: &Path, args: &[&str]) -> Result<String> {
+        output(
+            Command::new("git")
+                .arg("-C")
+                .arg(dir)
+                .args(["-c", "user.name=xtask", "-c", "user.email=xtask@localhost"])
+                .args(args),
+        )
+        .map(|text| text.trim().to_owned())
+    }
+
+    /// The baseline's worktree is created at the commit, reused (reset to the commit) on the
+    /// next run, moved to another commit, recreated after its directory was deleted while
+    /// still registered, and replaces a plain directory in its way.
     #[test]
-    fn variants_are_the_ebpf_crates_variant_features() {
-        let manifest = std::fs::read_to_string(workspace_root().join("masq-ebpf/Cargo.toml"))
-            .unwrap_or_else(|error| panic!("reading masq-ebpf/Cargo.toml: {error}"));
-        let mut features: Vec<&str> = manifest
-            .lines()
-            .filter_map(|line| line.split_once(" = "))
-            .map(|(name, _)| name.trim())
-            .filter(|name| name.starts_with("variant-"))
-            .collect();
-        let mut listed = VARIANTS.to_vec();
-        features.sort_unstable();
-        listed.sort_unstable();
-        assert_eq!(features, listed);
+    fn baseline_worktree_is_created_reused_and_replaced() -> Result<()> {
+        let scratch = std::env::temp_dir().join(format!("xtask-worktree-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&scratch);
+        let repo = scratch.join("repo");
+        std::fs::create_dir_all(&repo)?;
+        git(&repo, &["init", "--quiet"])?;
+        std::fs::write(repo.join("file"), "one")?;
+        git(&repo, &["add", "file"])?;
+        git(&repo, &["commit", "--quiet", "-m", "one"])?;
+        let first = git(&repo, &["rev-parse", "HEAD"])?;
+        std::fs::write(repo.join("file"), "two")?;
+        git(&repo, &["commit", "--quiet", "-am", "two"])?;
+        let second = git(&repo, &["rev-parse", "HEAD"])?;
+        let path = scratch.join("baseline").join("src");
+        let head = |path: &Path| git(path, &["rev-parse", "HEAD"]);
+
+        worktree_at(&repo, &first, &path)?;
+        assert_eq!(head(&path)?, first);
+        assert_eq!(std::fs::read_to_string(path.join("file"))?, "one");
+
+        // Reused: local changes and stray files are undone, ignored build output would stay.
+        std::fs::write(path.join("file"), "changed")?;
+        std::fs::write(path.join("stray"), "")?;
+        worktree_at(&repo, &first, &path)?;
+        assert_eq!(head(&path)?, first);
+        assert_eq!(std::fs::read_to_string(path.join("file"))?, "one");
+        assert!(!path.join("stray").exists());
+
+        worktree_at(&repo, &second, &path)?;
+        assert_eq!(std::fs::read_to_string(path.join("file"))?, "two");
+
+        // Deleted behind git's back, still registered.
+        std::fs::remove_dir_all(&path)?;
+        worktree_at(&repo, &first, &path)?;
+        assert_eq!(head(&path)?, first);
+
+        // Something else in the way.
+        git(
+            &repo,
+            &["worktree", "remove", "--force", &path.to_string_lossy()],
+        )?;
+        std::fs::create_dir_all(&path)?;
+        std::fs::write(path.join("other"), "")?;
+        worktree_at(&repo, &second, &path)?;
+        assert_eq!(head(&path)?, second);
+        assert!(!path.join("other").exists());
+
+        let worktrees = git(&repo, &["worktree", "list", "--porcelain"])?;
+        assert_eq!(worktrees.matches("worktree ").count(), 2, "{worktrees}");
+        std::fs::remove_dir_all(&scratch)?;
+        Ok(())
     }
 }

@@ -122,10 +122,9 @@ impl Datapath {
         Self::load_object(options, DATAPATH_OBJECT)
     }
 
-    /// As [`Datapath::load`], from `object` instead of the embedded object: for benchmarks
-    /// comparing builds of the datapath (`masq_common::variants`). `object` must be a build of
-    /// `masq-ebpf`, with its maps and programs; it may lie at any address (aya parses the ELF
-    /// in place and needs it aligned, so a misaligned one is copied first).
+    /// As [`Datapath::load`], from `object` instead of the embedded object. `object` must be a
+    /// build of `masq-ebpf`, with its maps and programs; it may lie at any address (aya parses
+    /// the ELF in place and needs it aligned, so a misaligned one is copied first).
     pub fn load_object(options: &LoadOptions, object: &[u8]) -> Result<Self, DatapathError> {
         let mut copy = Vec::new();
         let object = aligned(object, &mut copy);

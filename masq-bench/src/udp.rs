@@ -142,8 +142,9 @@ pub(crate) struct NewFlows {
     pub(crate) fill: (f64, f64),
     /// New flows measured per window (fresh tuples each).
     pub(crate) window_flows: u64,
-    /// New flows the path refused because its table was full.
-    pub(crate) refused_full: u64,
+    /// New flows the path refused because its table was full (`None`: the baseline's agent
+    /// did not say).
+    pub(crate) refused_full: Option<u64>,
 }
 
 /// `nf_conntrack_max`: a global setting, the same for every namespace.
@@ -192,6 +193,79 @@ fn refused_full(maps: &DatapathMaps, family: Family) -> Result<u64> {
         Family::V4 => maps.counter(counter)?,
         Family::V6 => maps.counter_v6(counter)?,
     })
+}
+
+/// The NAT table of a masq path under test, as the new-flow test fills it and deletes each
+/// window's flows again.
+enum MasqNat {
+    /// This revision's agent: its maps, with this revision's types.
+    Typed(Box<DatapathMaps>, Family),
+    /// The baseline's agent: its table with a layout of its own, whose entries after the fill
+    /// are remembered so that whatever a window adds can be deleted.
+    Raw(crate::rawnat::RawTable),
+}
+
+impl MasqNat {
+    fn open(path: &BenchPath) -> Result<Self> {
+        Ok(match path.mode {
+            Mode::Baseline => Self::Raw(path.baseline_nat()?),
+            _ => Self::Typed(Box::new(path.masq_maps()?), path.family),
+        })
+    }
+
+    /// The table now holds what the windows are to find in it.
+    fn filled(&mut self) -> Result<()> {
+        match self {
+            Self::Typed(..) => Ok(()),
+            Self::Raw(table) => table.keep_current(),
+        }
+    }
+
+    /// Deletes the flows `ids` created from `path`'s pod to its sink (the baseline's: every
+    /// entry added since [`MasqNat::filled`]); returns how many there were.
+    fn forget(&mut self, path: &BenchPath, ids: std::ops::Range<u64>) -> Result<u64> {
+        match self {
+            Self::Typed(maps, _) => {
+                Ok(forget_masq_flows(maps, &path.link, path.family.sink(), ids))
+            }
+            Self::Raw(table) => table.forget_new(),
+        }
+    }
+
+    /// New flows the full table refused so far: the baseline's from its agent's metrics,
+    /// which a revision without them leaves unknown.
+    fn refused_full(&self, path: &BenchPath) -> Result<Option<u64>> {
+        match self {
+            Self::Typed(maps, family) => refused_full(maps, *family).map(Some),
+            Self::Raw(_) => {
+                let family = match path.family {
+                    Family::V4 => "ipv4",
+                    Family::V6 => "ipv6",
+                };
+                let series = format!(
+                    "masq_datapath_drops_total{{direction=\"egress\",reason=\"table_full\",family=\"{family}\"}}"
+                );
+                Ok(path
+                    .agent
+                    .as_ref()
+                    .and_then(|agent| agent.metric(&series))
+                    .map(|value| value as u64))
+            }
+        }
+    }
+}
+
+impl Table for MasqNat {
+    fn flows(&self) -> Result<u64> {
+        match self {
+            Self::Typed(maps, family) => MasqTable {
+                maps,
+                family: *family,
+            }
+            .flows(),
+            Self::Raw(table) => Ok(table.entries()? / 2),
+        }
+    }
 }
 
 struct Conntrack<'a> {
@@ -340,7 +414,7 @@ pub(crate) fn new_flows(
 ) -> Result<NewFlows> {
     // The table's capacity in flows, and how far to fill it (all of it but in quick runs).
     let (capacity, target) = match test.mode {
-        Mode::Masq => (
+        Mode::Masq | Mode::Baseline => (
             u64::from(test.nat_entries / 2),
             u64::from(test.nat_entries / 2),
         ),
@@ -356,9 +430,10 @@ pub(crate) fn new_flows(
     let window_flows = (target / 8).clamp(64, 65_536);
     let reference_frames = sink_flows(reference, WINDOW_IDS..WINDOW_IDS + window_flows);
     let (family, sink) = (test.family, test.family.sink());
-    let mut maps = match test.mode {
-        Mode::Masq => Some(test.masq_maps()?),
-        _ => None,
+    let mut nat = if test.mode.is_masq() {
+        Some(MasqNat::open(test)?)
+    } else {
+        None
     };
     let test_ref: &BenchPath = test;
     on_core(cores.generator, || {
@@ -371,32 +446,28 @@ pub(crate) fn new_flows(
         // Flows in the table when a test window starts, and the most a window added.
         let base;
         let mut most_created = 0;
-        let mut refused_before = 0;
-        match maps.as_mut() {
-            Some(maps) => {
+        let mut refused_before = Some(0);
+        match nat.as_mut() {
+            Some(nat) => {
                 // The first fill leaves a whole window of room; a trial window shows how many
                 // flows a window really creates, and the room shrinks to twice that (windows vary).
                 let mut prefill_ids = PREFILL_IDS;
                 fill(
                     test_ref,
-                    &MasqTable { maps, family },
+                    nat,
                     sink,
                     &mut prefill_ids,
                     capacity - window_flows,
                 )?;
+                nat.filled()?;
                 let ids = take_ids();
                 let trial = sink_flows(test_ref, ids.clone());
                 window(test_ref, &trial, false, Duration::from_secs(1))?;
-                let created = forget_masq_flows(maps, &test_ref.link, sink, ids);
+                let created = nat.forget(test_ref, ids)?;
                 let room = (2 * created + 64).min(window_flows);
-                base = fill(
-                    test_ref,
-                    &MasqTable { maps, family },
-                    sink,
-                    &mut prefill_ids,
-                    capacity - room,
-                )?;
-                refused_before = refused_full(maps, family)?;
+                base = fill(test_ref, nat, sink, &mut prefill_ids, capacity - room)?;
+                nat.filled()?;
+                refused_before = nat.refused_full(test_ref)?;
             }
             None => {
                 let table = Conntrack { path: test_ref };
@@ -423,9 +494,9 @@ pub(crate) fn new_flows(
             |side| {
                 if side == Side::Test {
                     let ids = current.borrow().0.clone();
-                    match maps.as_mut() {
-                        Some(maps) => {
-                            let created = forget_masq_flows(maps, &test_ref.link, sink, ids);
+                    match nat.as_mut() {
+                        Some(nat) => {
+                            let created = nat.forget(test_ref, ids)?;
                             most_created = most_created.max(created);
                         }
                         // conntrack stays full by itself; what matters is that it does.
@@ -438,9 +509,12 @@ pub(crate) fn new_flows(
                 Ok(())
             },
         )?;
-        let refused_full = match maps.as_ref() {
-            Some(maps) => refused_full(maps, family)? - refused_before,
-            None => 0,
+        let refused_full = match nat.as_ref() {
+            Some(nat) => nat
+                .refused_full(test_ref)?
+                .zip(refused_before)
+                .map(|(after, before)| after.saturating_sub(before)),
+            None => Some(0),
         };
         Ok(NewFlows {
             comparison,

@@ -1,12 +1,15 @@
 //! The paths measured: one sandbox each (pods, node, router; see `masq_testbed::sandbox`), the
-//! node forwarding with no NAT, with upstream's iptables chain (nf_tables or legacy), or with
-//! masq, and the plumbing that lets the generator saturate the node without being the limit.
+//! node forwarding with no NAT, with upstream's iptables chain (nf_tables or legacy), with
+//! masq, or with the masq of an earlier revision (`--baseline-agent`), and the plumbing that
+//! lets the generator saturate the node without being the limit.
 
 use std::{
     collections::BTreeSet,
     fs,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    path::PathBuf,
     process::Command,
+    sync::OnceLock,
     time::Duration,
 };
 
@@ -35,24 +38,104 @@ pub(crate) enum Mode {
     Legacy,
     /// masq's eBPF datapath.
     Masq,
+    /// The `masq` agent of an earlier revision ([`baseline`]), with the datapath it embeds.
+    Baseline,
 }
 
 impl Mode {
-    /// Every mode.
-    pub(crate) const ALL: [Self; 4] = [Self::NoNat, Self::Nft, Self::Legacy, Self::Masq];
+    /// Every mode of this run: the reference, then [`Mode::compared`].
+    pub(crate) fn all() -> Vec<Self> {
+        std::iter::once(Self::NoNat)
+            .chain(Self::compared())
+            .collect()
+    }
 
-    /// Every mode compared with the reference.
-    pub(crate) const COMPARED: [Self; 3] = [Self::Nft, Self::Legacy, Self::Masq];
+    /// Every mode compared with the reference: the baseline only when the run has one.
+    pub(crate) fn compared() -> Vec<Self> {
+        let mut modes = vec![Self::Nft, Self::Legacy, Self::Masq];
+        if baseline().is_some() {
+            modes.push(Self::Baseline);
+        }
+        modes
+    }
+
+    /// Whether the mode takes part in `family`'s traffic: the baseline only if its agent
+    /// knows that family.
+    pub(crate) fn runs(self, family: Family) -> bool {
+        match self {
+            Self::Baseline => baseline().is_some_and(|baseline| match family {
+                Family::V4 => true,
+                Family::V6 => baseline.ipv6,
+            }),
+            Self::NoNat | Self::Nft | Self::Legacy | Self::Masq => true,
+        }
+    }
+
+    /// Whether a masq agent runs this path (this revision's or the baseline's).
+    pub(crate) const fn is_masq(self) -> bool {
+        matches!(self, Self::Masq | Self::Baseline)
+    }
 
     /// The name in reports.
-    pub(crate) const fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::NoNat => "no NAT",
             Self::Nft => "iptables-nft",
             Self::Legacy => "iptables-legacy",
             Self::Masq => "masq",
+            Self::Baseline => baseline().map_or("masq@baseline", |baseline| &baseline.name),
         }
     }
+
+    /// Whether `name` (from `--modes`) selects this mode: the end of its name (`nft`), or
+    /// `baseline` for the baseline.
+    pub(crate) fn is_named(self, name: &str) -> bool {
+        self.name().ends_with(name) || (self == Self::Baseline && name == "baseline")
+    }
+}
+
+/// The earlier revision's agent a run compares masq with.
+#[derive(Debug)]
+pub(crate) struct Baseline {
+    /// Its `masq` binary, which embeds that revision's datapath and creates its own maps.
+    pub(crate) agent: PathBuf,
+    /// The revision, as given (a short commit id).
+    pub(crate) revision: String,
+    /// The mode's name in reports: `masq@<revision>`.
+    pub(crate) name: String,
+    /// Whether its agent has `--enable-ipv6` (it then takes part in the IPv6 traffic).
+    pub(crate) ipv6: bool,
+}
+
+static BASELINE: OnceLock<Baseline> = OnceLock::new();
+
+/// The run's baseline, if it has one.
+pub(crate) fn baseline() -> Option<&'static Baseline> {
+    BASELINE.get()
+}
+
+/// Makes `agent`, built from `revision`, the run's baseline (once, before any path starts).
+pub(crate) fn set_baseline(agent: PathBuf, revision: &str) -> Result<()> {
+    let help = Command::new(&agent)
+        .args(["agent", "--help"])
+        .output()
+        .with_context(|| format!("running {}", agent.display()))?;
+    if !help.status.success() {
+        bail!(
+            "{} agent --help failed: {}",
+            agent.display(),
+            String::from_utf8_lossy(&help.stderr).trim()
+        );
+    }
+    let ipv6 = String::from_utf8_lossy(&help.stdout).contains("--enable-ipv6");
+    BASELINE
+        .set(Baseline {
+            agent,
+            revision: revision.to_owned(),
+            name: format!("masq@{revision}"),
+            ipv6,
+        })
+        .map_err(|_| anyhow::anyhow!("the baseline was set twice"))
 }
 
 /// The agent's garbage collection interval: its default.
@@ -241,26 +324,31 @@ impl BenchPath {
                 apply_legacy(&sandbox.node, &config, family)?;
                 None
             }
-            Mode::Masq => {
+            // The baseline runs exactly as masq does, from its own binary.
+            Mode::Masq | Mode::Baseline => {
                 let entries = nat_entries.to_string();
                 let trie = trie_capacity(cidrs).to_string();
-                Some(Agent::start(
-                    &sandbox,
+                let args = [
+                    args.as_slice(),
                     &[
-                        args.as_slice(),
-                        &[
-                            "--nat-max-entries",
-                            &entries,
-                            "--nomasq-max-entries",
-                            &trie,
-                            // The agent's default: the tests' 1 s would have the collector
-                            // walk the whole table every second, on the cores being measured.
-                            "--gc-interval",
-                            GC_INTERVAL,
-                        ],
-                    ]
-                    .concat(),
-                ))
+                        "--nat-max-entries",
+                        &entries,
+                        "--nomasq-max-entries",
+                        &trie,
+                        // The agent's default: the tests' 1 s would have the collector
+                        // walk the whole table every second, on the cores being measured.
+                        "--gc-interval",
+                        GC_INTERVAL,
+                    ],
+                ]
+                .concat();
+                Some(match (mode, baseline()) {
+                    (Mode::Baseline, Some(baseline)) => {
+                        Agent::start_binary(&sandbox, &baseline.agent, &args)
+                    }
+                    (Mode::Baseline, None) => bail!("no baseline agent was given"),
+                    _ => Agent::start(&sandbox, &args),
+                })
             }
         };
         if family == Family::V6 {
@@ -314,10 +402,17 @@ impl BenchPath {
         &self.config
     }
 
-    /// masq's maps, opened through the agent's pins.
+    /// masq's maps, opened through the agent's pins (this revision's layout).
     pub(crate) fn masq_maps(&self) -> Result<DatapathMaps> {
         let agent = self.agent.as_ref().context("no agent")?;
         DatapathMaps::from_pins(agent.pin_path()).context("opening masq's pinned maps")
+    }
+
+    /// The baseline's NAT table of this path's family, through its pin: its layout is the
+    /// baseline's own.
+    pub(crate) fn baseline_nat(&self) -> Result<crate::rawnat::RawTable> {
+        let agent = self.agent.as_ref().context("no agent")?;
+        crate::rawnat::RawTable::open(agent.pin_path(), self.family)
     }
 
     /// Conntrack entries in the node's namespace.

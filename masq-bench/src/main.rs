@@ -5,6 +5,10 @@
 //!
 //! `--quick` runs every part at tiny sizes: it checks that the harness works end to end (as
 //! `cargo xtask test` does), and its numbers mean nothing.
+//!
+//! `--baseline-agent` adds the `masq` agent of an earlier revision (`cargo xtask bench
+//! --baseline REV` builds it) as one more mode of the traffic tests, measured like masq and
+//! shown next to it with the ratio between the two.
 
 #![expect(
     clippy::print_stdout,
@@ -15,14 +19,15 @@
 mod apply;
 mod config;
 mod cpu;
+mod flatness;
 mod footprint;
 mod frames;
 mod interleave;
 mod paths;
 mod profile;
 mod progtime;
+mod rawnat;
 mod report;
-mod sidebyside;
 mod tcp;
 mod tx;
 mod udp;
@@ -37,13 +42,13 @@ use anyhow::{Context as _, Result, bail};
 use clap::Parser;
 
 use crate::{
+    flatness::{Flatness, FlatnessSettings},
     footprint::FootprintSettings,
     frames::Family,
     paths::{BenchPath, Cores, Mode},
     profile::Profiles,
     progtime::ProgramSettings,
     report::{Figures, Results, Run},
-    sidebyside::{SideBySide, SideBySideSettings},
     udp::UdpSettings,
 };
 
@@ -85,7 +90,7 @@ struct Args {
     /// Only these CIDR counts (comma-separated), for a partial run while developing.
     #[arg(long, value_delimiter = ',')]
     cidrs: Vec<usize>,
-    /// Only these modes (nft, legacy, masq), for a partial run while developing.
+    /// Only these modes (nft, legacy, masq, baseline), for a partial run while developing.
     #[arg(long, value_delimiter = ',')]
     modes: Vec<String>,
     /// Only the traffic of these families (ipv4, ipv6), for a partial run while developing.
@@ -103,10 +108,13 @@ struct Args {
     /// the quick loop while changing the datapath.
     #[arg(long)]
     program_only: bool,
-    /// Where `cargo xtask build-ebpf-variants` put the design alternatives' objects: they are
-    /// timed against the production object. Without it that comparison is not run.
-    #[arg(long, value_name = "DIR")]
-    variants: Option<PathBuf>,
+    /// The `masq` binary of an earlier revision (it embeds that revision's datapath): its
+    /// agent is measured in every traffic test as one more mode, `masq@<revision>`.
+    #[arg(long, value_name = "PATH", requires = "baseline_revision")]
+    baseline_agent: Option<PathBuf>,
+    /// The revision `--baseline-agent` was built from, as the report names it.
+    #[arg(long, value_name = "REV", requires = "baseline_agent")]
+    baseline_revision: Option<String>,
 }
 
 /// How long and how large everything is.
@@ -124,7 +132,7 @@ struct Plan {
     stream_pairs: usize,
     stream_seconds: u32,
     program: ProgramSettings,
-    side_by_side: SideBySideSettings,
+    flatness: FlatnessSettings,
     apply_sizes: Vec<usize>,
     footprint: FootprintSettings,
     /// How long each profile samples the path's core.
@@ -164,12 +172,11 @@ impl Plan {
                     repeat: 100,
                     single_runs: 11,
                 },
-                side_by_side: SideBySideSettings {
+                flatness: FlatnessSettings {
                     nat_entries: 2048,
                     many_cidrs: 1000,
                     rounds: 3,
                     repeat: 100,
-                    single_runs: 11,
                 },
                 apply_sizes: vec![100],
                 footprint: FootprintSettings {
@@ -204,12 +211,11 @@ impl Plan {
                 repeat: 1_000_000,
                 single_runs: 2001,
             },
-            side_by_side: SideBySideSettings {
+            flatness: FlatnessSettings {
                 nat_entries: conntrack_max.saturating_mul(2),
                 many_cidrs: 100_000,
                 rounds: 41,
                 repeat: 50_000,
-                single_runs: 2001,
             },
             apply_sizes: vec![1_000, 10_000, config::MAX_CIDRS, 100_000],
             footprint: FootprintSettings {
@@ -373,51 +379,20 @@ fn progress(
     );
 }
 
-/// The flatness comparison, and the design comparison when `variants` holds the alternatives.
-fn side_by_side(
-    plan: &Plan,
-    cores: Cores,
-    variants: Option<&std::path::Path>,
-) -> Result<SideBySide> {
+/// The established path with 3 CIDRs and with many, timed in alternating rounds.
+fn flatness(plan: &Plan, cores: Cores) -> Result<Flatness> {
     eprintln!(
         "bench: the established path with 3 and with {} CIDRs, side by side",
-        plan.side_by_side.many_cidrs
+        plan.flatness.many_cidrs
     );
-    let flatness = sidebyside::flatness(&plan.side_by_side, cores)?;
-    let designs = match variants {
-        Some(variants) => {
-            eprintln!("bench: the datapath's design choices against their alternatives");
-            sidebyside::designs(&plan.side_by_side, cores, variants)?
-        }
-        None => Vec::new(),
-    };
-    Ok(SideBySide {
-        flatness,
-        designs,
-        new_flows_timed: plan.side_by_side.single_runs,
-        many_cidrs: plan.side_by_side.many_cidrs,
-        nat_entries: plan.side_by_side.nat_entries,
-    })
-}
-
-fn print_side_by_side(side_by_side: &SideBySide) {
-    for times in side_by_side.flatness.iter().chain(&side_by_side.designs) {
+    let flatness = flatness::measure(&plan.flatness, cores)?;
+    for times in &flatness.times {
         eprintln!(
-            "  {:<85} {:>6.0} ns {:>6.0} ns both cores {:>6.0} ns exempt {:>8} new {:>14} full",
-            times.label,
-            times.established,
-            times.established_both_cores,
-            times.exempt,
-            times
-                .new_flow
-                .map_or_else(String::new, |ns| format!("{ns:.0} ns")),
-            times
-                .new_flow_full
-                .map_or_else(String::new, |(ns, admitted)| format!(
-                    "{ns:.0} ns ({admitted} in)"
-                )),
+            "  {:<85} {:>6.0} ns {:>6.0} ns both cores {:>6.0} ns exempt",
+            times.label, times.established, times.established_both_cores, times.exempt,
         );
     }
+    Ok(flatness)
 }
 
 fn print_program_times(times: &[progtime::ProgramTime]) {
@@ -431,6 +406,14 @@ fn print_program_times(times: &[progtime::ProgramTime]) {
 
 /// What `--quick` checks: every part produced something (never how much).
 fn check(results: &Results) -> Result<()> {
+    if paths::baseline().is_some()
+        && !results
+            .figures
+            .iter()
+            .any(|figures| figures.mode == Mode::Baseline)
+    {
+        bail!("the baseline was not measured");
+    }
     for figures in &results.figures {
         for (name, comparison) in [
             ("established", &figures.established),
@@ -482,24 +465,13 @@ fn check(results: &Results) -> Result<()> {
     {
         bail!("the attach modes were not compared");
     }
-    let side_by_side = &results.side_by_side;
-    if side_by_side.flatness.len() != 2 || side_by_side.designs.len() < 2 {
-        bail!("the side-by-side comparisons are missing (does xtask pass --variants?)");
-    }
-    if side_by_side
-        .flatness
-        .iter()
-        .chain(&side_by_side.designs)
-        .any(|times| !(times.established > 0.0 && times.established_both_cores > 0.0))
+    let flatness = &results.flatness.times;
+    if flatness.len() != 2
+        || flatness
+            .iter()
+            .any(|times| !(times.established > 0.0 && times.established_both_cores > 0.0))
     {
-        bail!("a side-by-side time is missing");
-    }
-    if side_by_side
-        .designs
-        .iter()
-        .any(|times| times.new_flow.is_none() || times.new_flow_full.is_none())
-    {
-        bail!("a design alternative's new flows were not timed");
+        bail!("a time of the flatness comparison is missing");
     }
     if results.apply.is_empty() || results.footprint.phases.is_empty() {
         bail!("the config apply or footprint part produced nothing");
@@ -516,6 +488,9 @@ fn main() -> Result<()> {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     remove_leftovers();
+    if let (Some(agent), Some(revision)) = (&args.baseline_agent, &args.baseline_revision) {
+        paths::set_baseline(agent.clone(), revision)?;
+    }
     let started = *STARTED.get_or_init(Instant::now);
     let plan = Plan::new(args.quick);
     let cores = Cores::pick()?;
@@ -523,13 +498,9 @@ fn main() -> Result<()> {
     let mut run = machine(&args, online);
 
     if let Some(seconds) = args.soak {
-        let mode = Mode::ALL
+        let mode = Mode::all()
             .into_iter()
-            .find(|mode| {
-                args.modes
-                    .first()
-                    .is_some_and(|name| mode.name().ends_with(name.as_str()))
-            })
+            .find(|mode| args.modes.first().is_some_and(|name| mode.is_named(name)))
             .unwrap_or(Mode::Masq);
         let cidrs = args.cidrs.first().copied().unwrap_or(3);
         return udp::soak(
@@ -546,8 +517,7 @@ fn main() -> Result<()> {
         for (function, share) in profile.functions.iter().take(profile::SHOWN) {
             eprintln!("  {:>5.1}%  {function}", 100.0 * share);
         }
-        let side_by_side = side_by_side(&plan, cores, args.variants.as_deref())?;
-        print_side_by_side(&side_by_side);
+        flatness(&plan, cores)?;
         return Ok(());
     }
     let mut figures = Vec::new();
@@ -564,14 +534,12 @@ fn main() -> Result<()> {
         // paths under test are.
         let reference = BenchPath::new(Mode::NoNat, family, 3, plan.nat_entries, cores)?;
         for &cidrs in plan.cidr_counts(family) {
-            for mode in Mode::COMPARED {
+            // The baseline right after masq, so the two are measured close together.
+            for mode in Mode::compared() {
                 let chosen = (args.cidrs.is_empty() || args.cidrs.contains(&cidrs))
-                    && (args.modes.is_empty()
-                        || args
-                            .modes
-                            .iter()
-                            .any(|name| mode.name().ends_with(name.as_str())));
-                if !chosen || (mode != Mode::Masq && cidrs > plan.iptables_max_cidrs) {
+                    && (args.modes.is_empty() || args.modes.iter().any(|name| mode.is_named(name)))
+                    && mode.runs(family);
+                if !chosen || (!mode.is_masq() && cidrs > plan.iptables_max_cidrs) {
                     continue;
                 }
                 if interrupted() {
@@ -584,14 +552,13 @@ fn main() -> Result<()> {
         }
     }
 
-    let (program, side_by_side, apply, footprint, profiles, attach_modes) = if args.traffic_only {
+    let (program, flatness, apply, footprint, profiles, attach_modes) = if args.traffic_only {
         Default::default()
     } else {
         eprintln!("bench: datapath programs (BPF_PROG_TEST_RUN)");
         let (program, program_profile) = progtime::measure(&plan.program, plan.profile)?;
         print_program_times(&program);
-        let side_by_side = side_by_side(&plan, cores, args.variants.as_deref())?;
-        print_side_by_side(&side_by_side);
+        let flatness = flatness(&plan, cores)?;
         let mut apply = Vec::new();
         for &cidrs in &plan.apply_sizes {
             eprintln!("bench: applying {cidrs} CIDRs");
@@ -608,7 +575,7 @@ fn main() -> Result<()> {
         let attach_modes = udp::attach_modes(plan.nat_entries, &plan.udp, cores)?;
         (
             program,
-            side_by_side,
+            flatness,
             apply,
             footprint,
             profiles,
@@ -622,7 +589,7 @@ fn main() -> Result<()> {
         figures,
         program,
         program_many: plan.program.many_cidrs,
-        side_by_side,
+        flatness,
         apply,
         footprint,
         profiles,

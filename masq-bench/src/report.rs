@@ -53,8 +53,8 @@ pub(crate) struct Results {
     pub(crate) figures: Vec<Figures>,
     pub(crate) program: Vec<ProgramTime>,
     pub(crate) program_many: usize,
-    /// The trie's size and the design alternatives, timed side by side.
-    pub(crate) side_by_side: crate::sidebyside::SideBySide,
+    /// The established path with 3 CIDRs and with many, timed side by side.
+    pub(crate) flatness: crate::flatness::Flatness,
     pub(crate) apply: Vec<ApplyTimes>,
     pub(crate) footprint: Footprint,
     pub(crate) profiles: crate::profile::Profiles,
@@ -123,17 +123,30 @@ impl Test {
 
     /// What a unit costs on top of the reference.
     fn extra(self, comparison: &Comparison) -> String {
+        self.format_extra(self.extra_value(comparison))
+    }
+
+    /// What a unit costs on top of the reference, in the unit [`Test::format_extra`] shows.
+    fn extra_value(self, comparison: &Comparison) -> f64 {
         match self {
             // The path threads' CPU time per packet: what else ran on the core does not count.
-            Self::Established => format!("{:+.0} ns/pkt", comparison.extra_path_ns()),
-            Self::NewFlows => format!("{:+.0} ns/flow", comparison.extra_path_ns()),
+            Self::Established | Self::NewFlows => comparison.extra_path_ns(),
             // Both cores work for a connection: its price is CPU time, not wall time.
-            Self::Connect => format!(
-                "{:+.1} µs CPU/conn",
+            Self::Connect => {
                 (comparison.test.cpu_ns_per_unit() - comparison.reference.cpu_ns_per_unit()) / 1e3
-            ),
+            }
             // Per 1500-byte packet's worth of the stream.
-            Self::Stream => format!("{:+.0} ns/1500 B", comparison.extra_ns() * 1500.0),
+            Self::Stream => comparison.extra_ns() * 1500.0,
+        }
+    }
+
+    /// An extra cost (or a difference of two) with its unit.
+    fn format_extra(self, value: f64) -> String {
+        match self {
+            Self::Established => format!("{value:+.0} ns/pkt"),
+            Self::NewFlows => format!("{value:+.0} ns/flow"),
+            Self::Connect => format!("{value:+.1} µs CPU/conn"),
+            Self::Stream => format!("{value:+.0} ns/1500 B"),
         }
     }
 }
@@ -160,9 +173,9 @@ fn bounds(results: &Results, out: &mut String) {
     let Some(masq) = ipv4.iter().find(|figures| figures.mode == Mode::Masq) else {
         return;
     };
-    let conntrack = ipv4
-        .iter()
-        .find(|figures| figures.mode != Mode::Masq && figures.cidrs == masq.cidrs);
+    let conntrack = ipv4.iter().find(|figures| {
+        matches!(figures.mode, Mode::Nft | Mode::Legacy) && figures.cidrs == masq.cidrs
+    });
     let _ = writeln!(out, "\n## What bounds the packet targets\n");
     let _ = writeln!(
         out,
@@ -244,36 +257,36 @@ fn ns_against(value: f64, baseline: f64, is_baseline: bool) -> String {
     }
 }
 
-/// The trie's size and the design alternatives, timed in alternating rounds.
-fn side_by_side(results: &Results, out: &mut String) {
-    let side_by_side = &results.side_by_side;
-    let [few, many] = side_by_side.flatness.as_slice() else {
+/// The established path with the default 3 CIDRs and with many, timed in alternating rounds.
+fn flatness(results: &Results, out: &mut String) {
+    let flatness = &results.flatness;
+    let [few, many] = flatness.times.as_slice() else {
         return;
     };
     let _ = writeln!(
         out,
-        "\n## Side by side: the trie's size and the design choices\n"
+        "\n## Flatness: the established path from 3 to {} CIDRs\n",
+        flatness.many_cidrs
     );
     let rounds = few.established_rounds.len();
     let (low, high) = round_spread(few, many);
     let _ = writeln!(
         out,
-        "Datapaths that differ in one thing, loaded together and timed with repeated \
-         `BPF_PROG_TEST_RUN` in {rounds} alternating rounds (each round times each datapath \
-         once, starting with a different one), medians shown: machine drift falls on all of \
-         them alike; the single-core rows run on one pinned core. Both cores at once: one \
-         thread per core, each on its own established flow, at the same moment, so whatever \
-         the two cores share (a counter's cache line, in the shared-counters row) is fought \
-         over.\n"
+        "The datapath loaded twice, with 3 CIDRs and with {}, and timed with repeated \
+         `BPF_PROG_TEST_RUN` in {rounds} alternating rounds (each round times both once, \
+         starting with a different one), medians shown: machine drift falls on both alike; \
+         the single-core rows run on one pinned core. Both cores at once: one thread per core, \
+         each on its own established flow, at the same moment.\n",
+        flatness.many_cidrs
     );
     let _ = writeln!(
         out,
-        "**Flatness (target: the established packet within 10% from 3 to {} CIDRs).** The \
-         established packet took {:.0} ns with 3 CIDRs and {:.0} ns with {}: {:+.1}% (the \
-         rounds' own ratios {low:.2}-{high:.2}). An established packet never reaches the trie: \
-         its mapping is found first. The exempt destination (in 10.0.0.0/8) is found near the \
-         trie's root whatever its size: the added CIDRs are /32s in 100.64.0.0/10.\n",
-        side_by_side.many_cidrs,
+        "**Target: the established packet within 10% from 3 to {} CIDRs.** The established \
+         packet took {:.0} ns with 3 CIDRs and {:.0} ns with {}: {:+.1}% (the rounds' own \
+         ratios {low:.2}-{high:.2}). An established packet never reaches the trie: its mapping \
+         is found first. The exempt destination (in 10.0.0.0/8) is found near the trie's root \
+         whatever its size: the added CIDRs are /32s in 100.64.0.0/10.\n",
+        flatness.many_cidrs,
         few.established,
         many.established,
         many.label,
@@ -288,83 +301,23 @@ fn side_by_side(results: &Results, out: &mut String) {
         let is_baseline = index == 0;
         let _ = writeln!(
             out,
-            "| {} | {} | {} |",
+            "| {} | {} | {} | {} |",
             times.label,
-            established_cells(times, few, is_baseline),
+            ns_against(times.established, few.established, is_baseline),
+            ns_against(
+                times.established_both_cores,
+                few.established_both_cores,
+                is_baseline
+            ),
             ns_against(times.exempt, few.exempt, is_baseline),
         );
     }
-    let Some(production) = side_by_side.designs.first() else {
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "\n**Design choices.** The production datapath against alternatives built from the same \
-         source with one cargo feature each (`cargo xtask build-ebpf-variants`), 3 CIDRs, NAT \
-         tables of {} entries. The second row is the same production source built the way the \
-         alternatives are: the difference between the first two rows is the measurement's own \
-         noise. New flows: {} single runs per datapath, interleaved frame by frame, medians less \
-         what timing a single run of a frame the programs only parse costs; first into tables \
-         filled to all but {} flows (every one of them got a mapping), then into full tables, \
-         where the production hash table admits a new flow by evicting one never answered (the \
-         fill's flows are; an answered flow it would refuse instead) and an LRU table evicts an \
-         entry (half of some flow) to admit it (\"in\": how many got a mapping). An LRU table with per-CPU lists \
-         gives each core its share of the capacity, and one core fills it here, so its \
-         \"nearly full\" flows already evict.\n",
-        side_by_side.nat_entries,
-        side_by_side.new_flows_timed,
-        2 * side_by_side.new_flows_timed + 1
-    );
-    let _ = writeln!(
-        out,
-        "| datapath | established packet | both cores at once | new flow, table nearly full | new flow, table full |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|");
-    for (index, times) in side_by_side.designs.iter().enumerate() {
-        let is_baseline = index == 0;
-        let new_flow = match (times.new_flow, production.new_flow) {
-            (Some(time), Some(baseline)) => ns_against(time, baseline, is_baseline),
-            _ => "-".to_owned(),
-        };
-        let full = match (times.new_flow_full, production.new_flow_full) {
-            (Some((time, admitted)), Some((baseline, _))) => format!(
-                "{}, {admitted} of {} in",
-                ns_against(time, baseline, is_baseline),
-                side_by_side.new_flows_timed
-            ),
-            _ => "-".to_owned(),
-        };
-        let _ = writeln!(
-            out,
-            "| {} | {} | {new_flow} | {full} |",
-            times.label,
-            established_cells(times, production, is_baseline),
-        );
-    }
-}
-
-/// The established packet's two cells of a side-by-side table (one core, both cores), each
-/// against `baseline`'s.
-fn established_cells(
-    times: &crate::sidebyside::ContenderTimes,
-    baseline: &crate::sidebyside::ContenderTimes,
-    is_baseline: bool,
-) -> String {
-    format!(
-        "{} | {}",
-        ns_against(times.established, baseline.established, is_baseline),
-        ns_against(
-            times.established_both_cores,
-            baseline.established_both_cores,
-            is_baseline
-        )
-    )
 }
 
 /// The lowest and highest ratio of `many`'s round time to `few`'s in the same round.
 fn round_spread(
-    few: &crate::sidebyside::ContenderTimes,
-    many: &crate::sidebyside::ContenderTimes,
+    few: &crate::flatness::ContenderTimes,
+    many: &crate::flatness::ContenderTimes,
 ) -> (f64, f64) {
     let ratios: Vec<f64> = few
         .established_rounds
@@ -381,6 +334,45 @@ fn round_spread(
             (low.min(*ratio), high.max(*ratio))
         })
 }
+
+/// What the benchmark variants (design alternatives built into the datapath behind `masq-ebpf`
+/// features, removed since) proved, as the last run that measured them recorded it. Static
+/// text: nothing in this run measures it again.
+const DESIGN_CHOICES: &str = "\
+## Design choices measured earlier
+
+Until the benchmark variants left the production datapath, this benchmark also timed the
+datapath against alternatives built from the same source with one `masq-ebpf` feature each:
+repeated `BPF_PROG_TEST_RUN` in 41 alternating rounds on one pinned core, 3 CIDRs, NAT tables
+of 524288 entries; new flows 2001 single runs per datapath, first into tables filled to all but
+4003 flows, then into full ones. From the run of 2026-11-27 (masq 5334561; AMD EPYC, 2 cores,
+Linux 6.18.44): the production datapath took 160 ns for an established packet (165 ns with
+both cores at once), 1821 ns for a new flow into a nearly full table and 2482 ns into a full
+one; the same source built the way the alternatives were differed by +0, +0, +1 and +41 ns,
+the measurement's own noise.
+
+* **Per-CPU counters, not one shared array with atomic adds.** Shared counters: 161 ns (+1)
+  per established packet, 166 ns (+1) on both cores at once, new flows 1791 ns (-30) and
+  2563 ns (+81): no difference beyond the noise on two cores.
+* **A flow's entry refreshed at most once a second, not on every packet** (timestamp written,
+  other half looked up). Refreshing on every packet: 196 ns (+36) per established packet, 200
+  ns (+36) on both cores at once; new flows 1801 ns (-20) and 2532 ns (+50).
+* **Hash tables, not LRU tables.** An LRU table (evicts when full): 161 ns (+1) established,
+  new flows 1711 ns (-110) nearly full and 1490 ns (-992) full, 2001 of 2001 admitted, each by
+  evicting an entry, half of some flow, answered or not; the production table admits a new
+  flow into a full table only by evicting one never answered.
+* **No per-CPU LRU lists.** LRU tables with per-CPU lists (`BPF_F_NO_COMMON_LRU`): 161 ns
+  (+1) established, new flows 2161 ns (+340) nearly full and 2112 ns (-370) full: each core
+  gets its share of the capacity, and one core filling the table already evicts when the
+  table is nearly full.
+* **Two entries a flow.** One entry a flow (no reverse entry: what it saves at most; replies
+  dropped): 160 ns (+0) established, 166 ns (+0) on both cores, new flows 1520 ns (-301)
+  nearly full and 2202 ns (-280) full.
+
+The alternatives' code (the `variant-*` features of `masq-ebpf`, `cargo xtask
+build-ebpf-variants`, `masq-bench --variants`) lives on at the git tag `bench-variants`
+(commit 87a82e3).
+";
 
 /// The attach modes side by side: what dispatching through a clsact qdisc costs a packet
 /// against tcx.
@@ -836,22 +828,63 @@ fn millis(duration: Duration) -> String {
     format!("{:.1} ms", duration.as_secs_f64() * 1e3)
 }
 
-/// The no NAT cell and the compared modes' cells of `test` at `cidrs`, each followed by `|`.
+/// The compared modes' column titles, with the baseline's ratio column when the run has a
+/// baseline, and their header rule: each followed by `|`.
+fn mode_columns() -> (String, String) {
+    let mut titles: Vec<String> = Mode::compared()
+        .into_iter()
+        .map(|mode| mode.name().to_owned())
+        .collect();
+    if Mode::compared().contains(&Mode::Baseline) {
+        titles.push(format!("masq / {}", Mode::Baseline.name()));
+    }
+    let rule = "---|".repeat(titles.len());
+    let titles = titles
+        .iter()
+        .map(|title| format!(" {title} |"))
+        .collect::<String>();
+    (titles, rule)
+}
+
+/// The no NAT cell and the compared modes' cells of `test` at `cidrs`, and the baseline's
+/// ratio cell when the run has a baseline, each followed by `|`.
 fn mode_cells(test: Test, figures: &[&Figures], cidrs: usize) -> String {
-    let reference = Mode::COMPARED
+    let compared = Mode::compared();
+    let reference = compared
         .iter()
         .find_map(|&mode| find(figures, mode, cidrs))
         .map(|figures| test.rate(&test.of(figures).reference))
         .unwrap_or_default();
     let mut cells = format!(" 1.00 ({reference}) |");
-    for mode in Mode::COMPARED {
+    for &mode in &compared {
         let cell = find(figures, mode, cidrs).map_or_else(
             || "not run".to_owned(),
             |figures| ratio_cell(test, test.of(figures)),
         );
         let _ = write!(cells, " {cell} |");
     }
+    if compared.contains(&Mode::Baseline) {
+        let _ = write!(cells, " {} |", new_over_old(test, figures, cidrs));
+    }
     cells
+}
+
+/// masq against the baseline at `cidrs`: masq's ratio to no NAT over the baseline's (each from
+/// its own windows against the same reference; above 1.00 this revision is faster) and the
+/// difference of their extra costs per unit.
+fn new_over_old(test: Test, figures: &[&Figures], cidrs: usize) -> String {
+    let (Some(new), Some(old)) = (
+        find(figures, Mode::Masq, cidrs),
+        find(figures, Mode::Baseline, cidrs),
+    ) else {
+        return "-".to_owned();
+    };
+    let (new, old) = (test.of(new), test.of(old));
+    format!(
+        "**{:.2}** ({})",
+        new.ratio() / old.ratio(),
+        test.format_extra(test.extra_value(new) - test.extra_value(old))
+    )
 }
 
 const RATIO_LEGEND: &str = "Ratio to no NAT (1.00 = free), the extra cost per unit, and the \
@@ -911,7 +944,9 @@ fn fill_table(figures: &[&Figures], out: &mut String) {
             100.0 * flows.fill.0,
             100.0 * flows.fill.1,
             flows.window_flows,
-            flows.refused_full
+            flows
+                .refused_full
+                .map_or_else(|| "-".to_owned(), |refused| refused.to_string())
         );
     }
 }
@@ -934,12 +969,9 @@ fn traffic_sections(figures: &[&Figures], cores: Cores, out: &mut String) {
     for test in Test::ALL {
         let _ = writeln!(out, "## {}\n", test.title());
         let _ = writeln!(out, "{RATIO_LEGEND}");
-        let _ = writeln!(
-            out,
-            "| CIDRs | no NAT | {} |",
-            Mode::COMPARED.map(Mode::name).join(" | ")
-        );
-        let _ = writeln!(out, "|---:|---|---|---|---|");
+        let (titles, rule) = mode_columns();
+        let _ = writeln!(out, "| CIDRs | no NAT |{titles}");
+        let _ = writeln!(out, "|---:|---|{rule}");
         for &cidrs in &counts {
             let _ = writeln!(out, "| {cidrs} |{}", mode_cells(test, figures, cidrs));
         }
@@ -962,12 +994,9 @@ fn ipv6_section(results: &Results, out: &mut String) {
     let _ = writeln!(out, "## IPv6\n");
     out.push_str(IPV6_METHOD);
     let _ = writeln!(out, "\n{RATIO_LEGEND}");
-    let _ = writeln!(
-        out,
-        "| test | IPv6 CIDRs | no NAT | {} |",
-        Mode::COMPARED.map(Mode::name).join(" | ")
-    );
-    let _ = writeln!(out, "|---|---:|---|---|---|---|");
+    let (titles, rule) = mode_columns();
+    let _ = writeln!(out, "| test | IPv6 CIDRs | no NAT |{titles}");
+    let _ = writeln!(out, "|---|---:|---|{rule}");
     for test in Test::ALL {
         for cidrs in cidr_counts(figures) {
             let _ = writeln!(
@@ -1019,6 +1048,7 @@ pub(crate) fn markdown(results: &Results, plot_name: &str) -> String {
         run.cpu, run.cores, run.memory_gib, run.kernel, run.iptables, run.revision
     );
     out.push_str(METHOD);
+    baseline_method(&mut out);
     let _ = writeln!(
         out,
         "\n![ratio to no NAT against CIDR count]({plot_name})\n"
@@ -1048,7 +1078,8 @@ pub(crate) fn markdown(results: &Results, plot_name: &str) -> String {
         );
     }
 
-    side_by_side(results, &mut out);
+    flatness(results, &mut out);
+    let _ = write!(out, "\n{DESIGN_CHOICES}");
     bounds(results, &mut out);
     attach_modes(results, &mut out);
     program_profile(results, &mut out);
@@ -1192,6 +1223,32 @@ so whatever else the machine does affects both alike. The sections per test are 
   ConfigMap holds); iptables is run up to 10,000, where a new flow already walks 10,000 rules.
 ";
 
+/// How the baseline is measured, when the run has one.
+fn baseline_method(out: &mut String) {
+    let Some(baseline) = crate::paths::baseline() else {
+        return;
+    };
+    let name = &baseline.name;
+    let ipv6 = if baseline.ipv6 {
+        "IPv4 and IPv6"
+    } else {
+        "IPv4 (its agent has no `--enable-ipv6`)"
+    };
+    let _ = writeln!(
+        out,
+        "* **{name}**: the `masq` agent of revision {} (`cargo xtask bench --baseline`, built in \
+         release from a worktree of that revision), with the datapath it embeds and maps of its \
+         own, run with the same flags, table sizes and sandboxes as masq and measured as one \
+         more mode against the same no NAT reference, right after masq at each CIDR count, for \
+         {ipv6}. The column masq / {name} divides masq's ratio by {name}'s (above 1.00: this \
+         revision is faster) and gives the difference of their extra costs. Its new-flow test \
+         reads {name}'s NAT table without its types: the entries the fill leaves are \
+         remembered and whatever a window adds is deleted again. The sections after the \
+         traffic measure this revision alone.",
+        baseline.revision
+    );
+}
+
 const IPV6_METHOD: &str = "\
 The same four tests over IPv6, each against a no NAT reference of its own that forwards IPv6,
 in alternating windows as above. Every sandbox is dual-stack (pods, node, router and outside
@@ -1212,11 +1269,13 @@ host get addresses in 2001:db8::/32, and the node forwards IPv6).
 * **TCP**: connections and the iperf3 stream go to the outside host's IPv6 address.
 ";
 
-const COLORS: [RGBColor; 4] = [
+/// One colour a mode, in the order of [`Mode::all`]; the last is the baseline's.
+const COLORS: [RGBColor; 5] = [
     RGBColor(120, 120, 120),
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
 ];
 
 /// Where Debian's fonts-dejavu-core puts its sans-serif font (`cargo xtask bench` installs it).
@@ -1250,7 +1309,7 @@ pub(crate) fn plot(results: &Results, path: &Path) -> Result<()> {
         ("sans-serif", 26),
     ))?;
     // One legend for the four panels, above them, where it hides no point.
-    for (index, (mode, color)) in Mode::ALL.into_iter().zip(COLORS).enumerate() {
+    for (index, (mode, color)) in Mode::all().into_iter().zip(COLORS).enumerate() {
         let x = 20 + i32::try_from(index).unwrap_or(0) * 220;
         title.draw(&PathElement::new(
             vec![(x, 62), (x + 40, 62)],
@@ -1272,7 +1331,7 @@ pub(crate) fn plot(results: &Results, path: &Path) -> Result<()> {
             .x_label_formatter(&|value| format!("{value:.0}"))
             .label_style(("sans-serif", 15))
             .draw()?;
-        for (mode, color) in Mode::ALL.into_iter().zip(COLORS) {
+        for (mode, color) in Mode::all().into_iter().zip(COLORS) {
             let points: Vec<(f64, f64)> = if mode == Mode::NoNat {
                 counts.iter().map(|&count| (count as f64, 1.0)).collect()
             } else {
