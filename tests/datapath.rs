@@ -5,13 +5,10 @@ use std::net::Ipv4Addr;
 
 use masq_common::{
     counters::{ALLOC_FAILED_SLOT, ALLOC_HISTOGRAM_BUCKETS, Counter},
+    flow::{EvictionCause, Timeouts, datagram, tcp},
     layout::{NOMASQ_KIND_CIDR, NOMASQ_KIND_MASQUERADE},
-    nat::{
-        Direction, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, FlowMarks, NatEntryV4, NatKeyV4,
-        ORIGIN_HOST, SeqLow, proto,
-    },
+    nat::{Direction, NatEntryV4, NatKeyV4, ORIGIN_HOST, last_activity, proto},
     ports::PortRange,
-    timeouts::FlowTimeouts,
 };
 use masq_testbed::{
     check::Ipv4View,
@@ -60,6 +57,71 @@ fn tcp_reply_to(view: &Ipv4View, flags: u8) -> Packet {
     let from = format!("{}:{}", view.dst, view.dst_port());
     let to = format!("{}:{}", view.src, view.src_port());
     Packet::tcp(&from, &to, flags)
+}
+
+/// The pod's initial sequence number in [`handshake`].
+const POD_ISN: u32 = 7_000;
+/// The remote's initial sequence number in [`handshake`].
+const REMOTE_ISN: u32 = 0x00ab_0000;
+
+/// Opens a TCP connection from `pod` to `remote` as a real handshake does (SYN, SYN-ACK, ACK,
+/// with numbers that agree, no data): returns the SYN's translation. The flow is then
+/// ESTABLISHED and assured; the pod's next byte is `POD_ISN + 1`, the remote's `REMOTE_ISN + 1`.
+fn handshake(harness: &Harness, pod: &str, remote: &str) -> Ipv4View {
+    let out = egress_ok(
+        harness,
+        &Packet::tcp(pod, remote, TCP_SYN).seq(POD_ISN).payload(b""),
+    );
+    ingress_ok(
+        harness,
+        &tcp_reply_to(&out, TCP_SYN | TCP_ACK)
+            .seq(REMOTE_ISN)
+            .ack(POD_ISN + 1)
+            .payload(b"")
+            .frame(),
+    );
+    egress_ok(
+        harness,
+        &Packet::tcp(pod, remote, TCP_ACK)
+            .seq(POD_ISN + 1)
+            .ack(REMOTE_ISN + 1)
+            .payload(b""),
+    );
+    out
+}
+
+/// Both halves of the one flow in the table, failing if either is missing.
+fn flow(harness: &Harness) -> (NatEntryV4, NatEntryV4) {
+    match (
+        half(harness, Direction::Egress),
+        half(harness, Direction::Ingress),
+    ) {
+        (Some((_, egress)), Some((_, ingress))) => (egress, ingress),
+        halves => panic!("the flow lost a half: {halves:?}"),
+    }
+}
+
+/// The conntrack state name the one TCP flow in the table is in, read from both halves (which
+/// must agree), with whether it is assured.
+fn tcp_state(harness: &Harness) -> (&'static str, bool) {
+    let (egress, ingress) = flow(harness);
+    assert_eq!(
+        (egress.state, egress.assured, egress.reset),
+        (ingress.state, ingress.assured, ingress.reset),
+        "the halves disagree"
+    );
+    (tcp::name(egress.state), egress.is_assured())
+}
+
+/// How long the one TCP flow in the table may stay idle, by conntrack's default timeouts.
+fn tcp_lifetime(harness: &Harness) -> u64 {
+    flow(harness)
+        .0
+        .lifetime(proto::TCP, &Timeouts::LINUX_DEFAULTS)
+}
+
+const fn seconds(count: u64) -> u64 {
+    count * 1_000_000_000
 }
 
 /// The half of the one flow in the table that goes `direction`.
@@ -176,22 +238,22 @@ fn replies_get_the_pod_address_back() {
     let harness = Harness::new();
     let out = egress_ok(
         &harness,
-        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
+        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN)
+            .seq(POD_ISN)
+            .payload(b""),
     );
-    let reply = tcp_reply_to(&out, TCP_SYN | TCP_ACK).payload(b"");
+    let reply = tcp_reply_to(&out, TCP_SYN | TCP_ACK)
+        .seq(REMOTE_ISN)
+        .ack(POD_ISN + 1)
+        .payload(b"");
     let back = ingress_ok(&harness, &reply.frame());
     assert_eq!((back.src, back.src_port()), (addr(REMOTE), 443));
     assert_eq!((back.dst, back.dst_port()), (addr(POD), 40_000));
     assert_eq!(harness.counter(Counter::IngressReverseNat), 1);
-    let (_, reverse_half) = harness
-        .nat()
-        .into_iter()
-        .find(|(key, _)| key.direction() == Some(Direction::Ingress))
-        .expect("reverse half");
-    assert_ne!(
-        reverse_half.marks.bits() & FLOW_SEEN,
-        0,
-        "a reply marks the flow as answered"
+    assert_eq!(
+        tcp_state(&harness),
+        ("SYN_RECV", false),
+        "the answer moves the flow on"
     );
 }
 
@@ -728,16 +790,11 @@ fn a_search_across_every_chunk_of_the_first_round_finds_the_last_port() {
 fn a_full_table_admits_new_flows_by_evicting_only_unanswered_ones() {
     // 64 entries: 32 flows.
     let harness = Harness::sized(64, 64);
-    // One answered flow, then SYNs to a black hole until the table is full.
-    let answered = egress_ok(
-        &harness,
-        &Packet::tcp("10.244.2.7:50000", "203.0.113.10:443", TCP_SYN),
-    );
-    let reply = tcp_reply_to(&answered, TCP_SYN | TCP_ACK).payload(b"");
-    ingress_ok(&harness, &reply.frame());
+    // One established flow, then SYNs to a black hole until the table is full.
+    let answered = handshake(&harness, "10.244.2.7:50000", "203.0.113.10:443");
     let mut flood = 0u16;
     while harness.counter(Counter::EgressDropTableFull) == 0
-        && harness.counter(Counter::NatEvictedTcpUnanswered) == 0
+        && harness.evicted(EvictionCause::TableFull) == 0
         && flood < 100
     {
         let syn = Packet::tcp(
@@ -749,12 +806,12 @@ fn a_full_table_admits_new_flows_by_evicting_only_unanswered_ones() {
         let _ = harness.egress(&syn.frame());
     }
     assert!(
-        harness.counter(Counter::NatEvictedTcpUnanswered) > 0,
+        harness.evicted(EvictionCause::TableFull) > 0,
         "the flood never filled the table ({flood} SYNs): {:?}",
         harness.counters()
     );
-    // Every further new flow is admitted, each in place of an unanswered one.
-    let evicted_before = harness.counter(Counter::NatEvictedTcpUnanswered);
+    // Every further new flow is admitted, each in place of an unassured one.
+    let evicted_before = harness.evicted(EvictionCause::TableFull);
     for flow in 0..20u16 {
         let out = harness.egress(
             &Packet::udp(&format!("10.244.3.9:{}", 30_000 + flow), "198.51.100.53:53").frame(),
@@ -773,46 +830,45 @@ fn a_full_table_admits_new_flows_by_evicting_only_unanswered_ones() {
         harness.counters()
     );
     assert_eq!(
-        harness.counter(Counter::NatEvictedTcpUnanswered) - evicted_before,
+        harness.evicted(EvictionCause::TableFull) - evicted_before,
         20,
         "{:?}",
-        harness.counters()
+        harness.evictions()
     );
-    // The answered flow was never evicted: it keeps its mapping.
+    // The established flow was never evicted: it keeps its mapping.
     let again = egress_ok(
         &harness,
-        &Packet::tcp("10.244.2.7:50000", "203.0.113.10:443", TCP_ACK),
+        &Packet::tcp("10.244.2.7:50000", "203.0.113.10:443", TCP_ACK)
+            .seq(POD_ISN + 1)
+            .ack(REMOTE_ISN + 1),
     );
     assert_eq!(again.src_port(), answered.src_port());
-    assert_eq!(harness.counter(Counter::EgressMasqueraded), 1);
 }
 
-/// The answered flows of a full table stay, and a new flow is refused then, as conntrack
+/// The assured flows of a full table stay, and a new flow is refused then, as conntrack
 /// refuses one when no entry near it is unassured.
 #[test]
-fn a_table_full_of_answered_flows_refuses_new_ones_and_evicts_none() {
+fn a_table_full_of_assured_flows_refuses_new_ones_and_evicts_none() {
     let harness = Harness::sized(8, 64);
-    let mut answered = Vec::new();
     for flow in 0..4u16 {
-        let out = egress_ok(
+        handshake(
             &harness,
-            &Packet::tcp(
-                &format!("10.244.1.5:{}", 40_000 + flow),
-                "203.0.113.10:443",
-                TCP_SYN,
-            ),
+            &format!("10.244.1.5:{}", 40_000 + flow),
+            "203.0.113.10:443",
         );
-        ingress_ok(
-            &harness,
-            &tcp_reply_to(&out, TCP_SYN | TCP_ACK).payload(b"").frame(),
-        );
-        answered.push(out.src_port());
     }
     let refused =
         harness.egress(&Packet::tcp("10.244.2.7:50000", "203.0.113.10:443", TCP_SYN).frame());
     assert_eq!(refused.action, Action::Drop);
     assert_eq!(harness.counter(Counter::EgressDropTableFull), 1);
-    assert_eq!(harness.counter(Counter::NatEvictedTcpUnanswered), 0);
+    assert_eq!(
+        harness
+            .evictions()
+            .iter()
+            .map(|(_, _, count)| count)
+            .sum::<u64>(),
+        0
+    );
     assert_eq!(
         harness.nat().len(),
         8,
@@ -938,215 +994,222 @@ fn tcp_segments_that_cannot_open_a_connection_create_no_mapping() {
     assert!(harness.nat().is_empty());
 }
 
+/// Issue 32: the flow's state is conntrack's, in both halves: the handshake assures it, a FIN
+/// moves it to FIN_WAIT, an exact RST to CLOSE (conntrack's 10 s), and a SYN on the closed
+/// tuple is a new connection, unassured.
 #[test]
-fn tcp_close_is_recorded_for_the_garbage_collector() {
-    let harness = Harness::new();
-    let out = egress_ok(
-        &harness,
-        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
-    );
-    egress_ok(
-        &harness,
-        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_FIN | TCP_ACK),
-    );
-    // At the pod's last acknowledgement: a RST the window check lets in.
-    ingress_ok(&harness, &tcp_reply_to(&out, TCP_RST).seq(2000).frame());
-    let table = harness.nat();
-    let egress = table
-        .iter()
-        .find(|(key, _)| key.direction() == Some(Direction::Egress))
-        .expect("egress half");
-    let ingress = table
-        .iter()
-        .find(|(key, _)| key.direction() == Some(Direction::Ingress))
-        .expect("ingress half");
-    assert_ne!(egress.1.marks.bits() & FLOW_TCP_FIN, 0);
-    assert_ne!(ingress.1.marks.bits() & FLOW_TCP_RST, 0);
-
-    // A new SYN on the same tuple reopens the flow: closing state is forgotten.
-    egress_ok(
-        &harness,
-        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
-    );
-    for (_, entry) in harness.nat() {
-        assert_eq!(
-            entry.marks.bits() & (FLOW_TCP_FIN | FLOW_TCP_RST),
-            0,
-            "{entry:?}"
-        );
-    }
-}
-
-/// Issue 24, point 5: any RST gave its flow the 10 s reset lifetime, so a spoofed RST that
-/// guessed the node port killed an idle-prone live connection. The endpoint ignores a RST
-/// outside its window and carries on; a RST whose side carries on a refresh interval later is
-/// forgotten, and a real one (after which that side sends nothing) stays.
-#[test]
-fn a_rst_the_endpoint_ignored_does_not_shorten_the_flow() {
-    let harness = Harness::new();
-    let out = egress_ok(
-        &harness,
-        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
-    );
-    ingress_ok(
-        &harness,
-        &tcp_reply_to(&out, TCP_SYN | TCP_ACK).payload(b"").frame(),
-    );
-    let reply_half_marks = |harness: &Harness| {
-        harness
-            .nat()
-            .into_iter()
-            .find(|(key, _)| key.direction() == Some(Direction::Ingress))
-            .map(|(_, entry)| entry.marks.bits())
-            .expect("reply half")
-    };
-    // A spoofed RST "from the remote": marked, as conntrack cannot know yet either.
-    ingress_ok(&harness, &tcp_reply_to(&out, TCP_RST).frame());
-    assert_ne!(reply_half_marks(&harness) & FLOW_TCP_RST, 0);
-    // The remote carries on: the RST was not its own.
-    std::thread::sleep(std::time::Duration::from_millis(1_100));
-    ingress_ok(
-        &harness,
-        &tcp_reply_to(&out, TCP_ACK).payload(b"still here").frame(),
-    );
-    assert_eq!(
-        reply_half_marks(&harness) & FLOW_TCP_RST,
-        0,
-        "the flow keeps the established lifetime"
-    );
-    // A real RST: nothing follows from that side, so it stays.
-    ingress_ok(&harness, &tcp_reply_to(&out, TCP_RST).frame());
-    egress_ok(
-        &harness,
-        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_ACK),
-    );
-    assert_ne!(reply_half_marks(&harness) & FLOW_TCP_RST, 0);
-}
-
-/// Issue 24, point 5: any RST or FIN from the remote moved its flow to the 10 s / 120 s
-/// lifetimes, so a spoofed RST that guessed the node port ended a connection left idle for
-/// 10 s. conntrack checks RSTs and FINs against the window it tracks; masq checks them against
-/// the pod's last acknowledgement (`RST_WINDOW`, `FIN_WINDOW`).
-#[test]
-fn a_rst_or_fin_outside_the_pods_window_does_not_shorten_the_flow() {
+fn a_connection_moves_through_conntracks_states() {
     let harness = Harness::new();
     let pod = "10.244.1.5:40000";
+    let remote = "203.0.113.10:443";
     let out = egress_ok(
         &harness,
-        &Packet::tcp(pod, "203.0.113.10:443", TCP_SYN).seq(7_000),
+        &Packet::tcp(pod, remote, TCP_SYN).seq(POD_ISN).payload(b""),
     );
+    assert_eq!(tcp_state(&harness), ("SYN_SENT", false));
+    assert_eq!(tcp_lifetime(&harness), seconds(120));
     ingress_ok(
         &harness,
         &tcp_reply_to(&out, TCP_SYN | TCP_ACK)
-            .seq(0x00ab_0000)
-            .ack(7_001)
+            .seq(REMOTE_ISN)
+            .ack(POD_ISN + 1)
             .payload(b"")
             .frame(),
     );
-    // The pod acknowledges the remote's SYN: what the remote's next RST must match.
-    let acked: u32 = 0x00ab_0001;
+    assert_eq!(tcp_state(&harness), ("SYN_RECV", false));
+    assert_eq!(tcp_lifetime(&harness), seconds(60));
+    egress_ok(
+        &harness,
+        &Packet::tcp(pod, remote, TCP_ACK)
+            .seq(POD_ISN + 1)
+            .ack(REMOTE_ISN + 1)
+            .payload(b""),
+    );
+    assert_eq!(tcp_state(&harness), ("ESTABLISHED", true));
+    assert_eq!(tcp_lifetime(&harness), seconds(432_000));
+    assert!(
+        harness.holders().is_empty(),
+        "an assured flow counts against no pod"
+    );
+
+    egress_ok(
+        &harness,
+        &Packet::tcp(pod, remote, TCP_FIN | TCP_ACK)
+            .seq(POD_ISN + 1)
+            .ack(REMOTE_ISN + 1)
+            .payload(b""),
+    );
+    assert_eq!(tcp_state(&harness), ("FIN_WAIT", true));
+    assert_eq!(tcp_lifetime(&harness), seconds(120));
+    ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_RST).seq(REMOTE_ISN + 1).frame(),
+    );
+    assert_eq!(tcp_state(&harness), ("CLOSE", true));
+    assert_eq!(tcp_lifetime(&harness), seconds(10));
+
+    // A new SYN on the same tuple: conntrack replaces the closed entry with a new one.
+    let again = egress_ok(
+        &harness,
+        &Packet::tcp(pod, remote, TCP_SYN).seq(90_000).payload(b""),
+    );
+    assert_eq!(again.src_port(), out.src_port(), "the mapping stays");
+    assert_eq!(tcp_state(&harness), ("SYN_SENT", false));
+    assert_eq!(harness.holders(), [(addr(POD), 1)]);
+}
+
+/// Issue 24, point 5, and issue 32: a RST inside the window but not at the pod's last
+/// acknowledgement may be spoofed (RFC 5961: the endpoint answers it with a challenge ACK and
+/// carries on). conntrack keeps the state and gives the flow the CLOSE timeout until a segment
+/// shows the connection alive; a RST at the acknowledgement closes it.
+#[test]
+fn a_rst_the_endpoint_may_challenge_keeps_the_state_until_the_flow_carries_on() {
+    let harness = Harness::new();
+    let pod = "10.244.1.5:40000";
+    let out = handshake(&harness, pod, "203.0.113.10:443");
+    let acked = REMOTE_ISN + 1;
+    ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_RST).seq(acked + 100).frame(),
+    );
+    assert_eq!(tcp_state(&harness), ("ESTABLISHED", true));
+    assert_ne!(flow(&harness).0.reset, 0);
+    assert_eq!(tcp_lifetime(&harness), seconds(10));
+    // The remote carries on: the RST was not its own.
+    ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_ACK)
+            .seq(acked)
+            .ack(POD_ISN + 1)
+            .payload(b"still here")
+            .frame(),
+    );
+    assert_eq!(tcp_state(&harness), ("ESTABLISHED", true));
+    assert_eq!(tcp_lifetime(&harness), seconds(432_000));
+    // The pod acknowledges the data; a RST at that acknowledgement is the real end.
+    let acked = acked + 10;
     egress_ok(
         &harness,
         &Packet::tcp(pod, "203.0.113.10:443", TCP_ACK)
-            .seq(7_001)
+            .seq(POD_ISN + 1)
             .ack(acked)
             .payload(b""),
     );
-    let flow = |harness: &Harness| match (
-        half(harness, Direction::Egress),
-        half(harness, Direction::Ingress),
-    ) {
-        (Some((_, egress)), Some((_, ingress))) => (egress, ingress),
-        halves => panic!("the flow lost a half: {halves:?}"),
-    };
-    let lifetime = |harness: &Harness| {
-        let (egress, ingress) = flow(harness);
-        FlowTimeouts::LINUX_DEFAULTS.idle_limit(proto::TCP, &egress, &ingress)
-    };
-    assert_eq!(flow(&harness).0.marks.ack_low(), SeqLow::of(acked));
-    assert_eq!(
-        lifetime(&harness),
-        FlowTimeouts::LINUX_DEFAULTS.tcp_established
-    );
+    ingress_ok(&harness, &tcp_reply_to(&out, TCP_RST).seq(acked).frame());
+    assert_eq!(tcp_state(&harness), ("CLOSE", true));
+    assert_eq!(harness.counter(Counter::TcpCloseOutOfWindow), 0);
+}
+
+/// Issue 24, point 5: any RST or FIN from the remote moved its flow to the short lifetimes, so
+/// a spoofed RST that guessed the node port ended a connection left idle for 10 s. conntrack
+/// checks RSTs, FINs and SYN-ACKs against the windows it tracks, and so does masq.
+#[test]
+fn a_rst_or_fin_outside_the_window_does_not_shorten_the_flow() {
+    let harness = Harness::new();
+    let pod = "10.244.1.5:40000";
+    let out = handshake(&harness, pod, "203.0.113.10:443");
+    // The pod acknowledges the remote's SYN: what the remote's next RST must match.
+    let acked = REMOTE_ISN + 1;
+    assert_eq!(flow(&harness).0.window.max_ack, acked);
+    assert_eq!(tcp_lifetime(&harness), seconds(432_000));
 
     // Spoofed: a RST far past the window, one just before the acknowledgement (conntrack's
     // "invalid rst"), a FIN half the sequence space away. Each is delivered to the pod
-    // (whose stack ignores it) and counted; the flow keeps its lifetime.
+    // (whose stack ignores it) and counted; the flow keeps its state and lifetime.
     for spoofed in [
         tcp_reply_to(&out, TCP_RST).seq(acked + (1 << 20)),
         tcp_reply_to(&out, TCP_RST | TCP_ACK)
             .seq(acked - 1)
-            .ack(7_001),
+            .ack(POD_ISN + 1),
         tcp_reply_to(&out, TCP_FIN | TCP_ACK)
-            .seq(acked + (1 << 23))
-            .ack(7_001),
+            .seq(acked + (1 << 31))
+            .ack(POD_ISN + 1),
     ] {
         let delivered = ingress_ok(&harness, &spoofed.frame());
         assert_eq!(delivered.dst.to_string(), POD);
     }
     assert_eq!(harness.counter(Counter::TcpCloseOutOfWindow), 3);
-    assert_eq!(
-        flow(&harness).1.marks.bits() & (FLOW_TCP_FIN | FLOW_TCP_RST),
-        0
-    );
-    assert_eq!(
-        lifetime(&harness),
-        FlowTimeouts::LINUX_DEFAULTS.tcp_established
-    );
+    assert_eq!(tcp_state(&harness), ("ESTABLISHED", true));
+    assert_eq!(tcp_lifetime(&harness), seconds(432_000));
 
-    // The remote's own FIN, a segment of data ahead of what the pod acknowledged: counted.
+    // The remote's own FIN, a segment of data ahead of what the pod acknowledged: in the window.
     ingress_ok(
         &harness,
         &tcp_reply_to(&out, TCP_FIN | TCP_ACK)
             .seq(acked + 1_400)
-            .ack(7_001)
+            .ack(POD_ISN + 1)
             .frame(),
     );
-    assert_eq!(lifetime(&harness), FlowTimeouts::LINUX_DEFAULTS.tcp_closing);
+    assert_eq!(tcp_state(&harness), ("FIN_WAIT", true));
+    assert_eq!(tcp_lifetime(&harness), seconds(120));
     // And a RST ending data still in flight towards the pod: the flow is over.
     ingress_ok(
         &harness,
         &tcp_reply_to(&out, TCP_RST).seq(acked + 1_500).frame(),
     );
-    assert_eq!(lifetime(&harness), FlowTimeouts::LINUX_DEFAULTS.tcp_reset);
+    assert_eq!(tcp_state(&harness), ("CLOSE", true));
     assert_eq!(harness.counter(Counter::TcpCloseOutOfWindow), 3);
 }
 
-/// The pod's acknowledgement is recorded as it moves, and a SYN reopening the tuple clears it:
-/// the refused connection's RST (sequence 0) must end the new attempt, not be checked against
-/// the old connection's numbers.
+/// Issue 32: a RST that is a connection's only answer (a closed port) ends the flow at once, as
+/// conntrack deletes such an entry, so its port is free for the next attempt; and a SYN that
+/// reopens a closed tuple is judged as a new connection, not against the old one's numbers.
 #[test]
-fn a_reopened_tuple_forgets_the_old_connections_acknowledgement() {
+fn a_refused_connection_ends_at_once_even_on_a_reopened_tuple() {
     let harness = Harness::new();
     let pod = "10.244.1.5:40000";
-    let out = egress_ok(&harness, &Packet::tcp(pod, "203.0.113.10:443", TCP_SYN));
+    let remote = "203.0.113.10:443";
+    let refused = egress_ok(
+        &harness,
+        &Packet::tcp(pod, remote, TCP_SYN).seq(1).payload(b""),
+    );
     ingress_ok(
         &harness,
-        &tcp_reply_to(&out, TCP_SYN | TCP_ACK)
-            .seq(50)
-            .payload(b"")
+        &tcp_reply_to(&refused, TCP_RST | TCP_ACK)
+            .seq(0)
+            .ack(2)
             .frame(),
     );
-    for ack in [51, 1_000_051] {
+    assert!(harness.nat().is_empty(), "{:?}", harness.nat());
+    assert_eq!(harness.counter(Counter::TcpRefused), 1);
+    assert!(harness.holders().is_empty(), "{:?}", harness.holders());
+
+    // A connection that lived and closed, then a new SYN on its tuple, refused.
+    let out = handshake(&harness, pod, remote);
+    for ack in [REMOTE_ISN + 1, REMOTE_ISN + 1_000_001] {
         egress_ok(
             &harness,
-            &Packet::tcp(pod, "203.0.113.10:443", TCP_ACK).ack(ack),
+            &Packet::tcp(pod, remote, TCP_ACK)
+                .seq(POD_ISN + 1)
+                .ack(ack)
+                .payload(b""),
         );
-        let (_, egress_half) = half(&harness, Direction::Egress).expect("egress half");
-        assert_eq!(egress_half.marks.ack_low(), SeqLow::of(ack));
     }
     egress_ok(
         &harness,
-        &Packet::tcp(pod, "203.0.113.10:443", TCP_FIN | TCP_ACK).ack(1_000_051),
+        &Packet::tcp(pod, remote, TCP_FIN | TCP_ACK)
+            .seq(POD_ISN + 1)
+            .ack(REMOTE_ISN + 1_000_001)
+            .payload(b""),
     );
-    egress_ok(&harness, &Packet::tcp(pod, "203.0.113.10:443", TCP_SYN));
     ingress_ok(
         &harness,
-        &tcp_reply_to(&out, TCP_RST | TCP_ACK).seq(0).frame(),
+        &tcp_reply_to(&out, TCP_RST)
+            .seq(REMOTE_ISN + 1_000_001)
+            .frame(),
+    );
+    assert_eq!(tcp_state(&harness), ("CLOSE", true));
+    egress_ok(
+        &harness,
+        &Packet::tcp(pod, remote, TCP_SYN).seq(5).payload(b""),
+    );
+    ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_RST | TCP_ACK).seq(0).ack(6).frame(),
     );
     assert_eq!(harness.counter(Counter::TcpCloseOutOfWindow), 0);
-    let (_, reply_half) = half(&harness, Direction::Ingress).expect("reply half");
-    assert_ne!(reply_half.marks.bits() & FLOW_TCP_RST, 0);
+    assert_eq!(harness.counter(Counter::TcpRefused), 2);
+    assert!(harness.nat().is_empty(), "{:?}", harness.nat());
 }
 
 #[test]
@@ -1229,37 +1292,55 @@ fn without_random_fully_the_source_port_is_kept_when_free() {
     assert!((1024..=29_999).contains(&outside.src_port()));
 }
 
+/// Issue 32: the collector buries a TCP flow before it removes its halves, one at a time. Had
+/// it stopped between them (killed, or a packet in the instant between), the half left behind
+/// and the buried record bring the flow back whole, from either end, on its old port.
 #[test]
-fn an_evicted_half_is_recreated_from_its_peer() {
+fn a_flow_the_collector_left_half_removed_comes_back_whole() {
     let mut harness = Harness::new();
-    let out = egress_ok(
-        &harness,
-        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_SYN),
-    );
-    let (key, mut entry) = harness.egress_mappings()[0];
-    let reverse = key.peer(&entry);
-    harness
-        .datapath
-        .maps
-        .nat_v4
-        .remove(&reverse)
-        .expect("removing the reverse half");
-    // Make the next packet refresh the entry, which checks the pair.
-    entry.last_seen_ns = 0;
-    harness
-        .datapath
-        .maps
-        .nat_v4
-        .insert(key, entry, 0)
-        .expect("aging the entry");
+    let pod = "10.244.1.5:40000";
+    let remote = "203.0.113.10:443";
+    let out = handshake(&harness, pod, remote);
+    let bury_and_remove = |harness: &mut Harness, direction: Direction| {
+        let maps = &mut harness.datapath.maps;
+        for (key, entry) in maps.nat_entries().expect("reading the table") {
+            maps.buried_v4.insert(key, entry, 0).expect("burying");
+        }
+        let (key, _) = half(harness, direction).expect("the half");
+        harness
+            .datapath
+            .maps
+            .nat_v4
+            .remove(&key)
+            .expect("removing the half");
+    };
 
-    egress_ok(
+    // The egress half is gone: the pod's next segment brings it back.
+    bury_and_remove(&mut harness, Direction::Egress);
+    let next = egress_ok(
         &harness,
-        &Packet::tcp("10.244.1.5:40000", "203.0.113.10:443", TCP_ACK),
+        &Packet::tcp(pod, remote, TCP_ACK | TCP_PSH)
+            .seq(POD_ISN + 1)
+            .ack(REMOTE_ISN + 1),
     );
-    assert_eq!(harness.counter(Counter::MappingRepaired), 1);
-    let back = ingress_ok(&harness, &tcp_reply_to(&out, TCP_ACK).frame());
+    assert_eq!((next.src, next.src_port()), (out.src, out.src_port()));
+    assert_eq!(harness.counter(Counter::EgressTcpRevived), 1);
+    assert_eq!(tcp_state(&harness), ("ESTABLISHED", true));
+    assert!(harness.buried().is_empty(), "{:?}", harness.buried());
+
+    // The reply half is gone: the remote's next segment brings it back, to the pod.
+    bury_and_remove(&mut harness, Direction::Ingress);
+    let back = ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_ACK)
+            .seq(REMOTE_ISN + 1)
+            .ack(POD_ISN + 18)
+            .frame(),
+    );
     assert_eq!((back.dst, back.dst_port()), (addr(POD), 40_000));
+    assert_eq!(harness.counter(Counter::IngressTcpRevived), 1);
+    assert_eq!(tcp_state(&harness), ("ESTABLISHED", true));
+    assert!(harness.buried().is_empty(), "{:?}", harness.buried());
 }
 
 #[test]
@@ -1307,7 +1388,7 @@ fn the_nat_table_is_read_whole_past_one_batch() {
             [192, 0, 2, 1],
             u16::try_from(index % 60_000).unwrap(),
             ORIGIN_HOST,
-            FlowMarks::from_bits(FLOW_SEEN),
+            tcp::ESTABLISHED,
             u64::from(index),
             u64::from(index) * 2,
         );
@@ -1422,11 +1503,7 @@ fn the_collector_keeps_a_flow_a_packet_refreshed_after_it_was_judged() {
 
     let mut harness = Harness::new();
     let pod = "10.244.1.5:40000";
-    let out = egress_ok(&harness, &Packet::tcp(pod, "203.0.113.10:443", TCP_SYN));
-    ingress_ok(
-        &harness,
-        &tcp_reply_to(&out, TCP_SYN | TCP_ACK).payload(b"").frame(),
-    );
+    let out = handshake(&harness, pod, "203.0.113.10:443");
     let halves = |harness: &Harness| {
         let key = |direction| half(harness, direction).map(|(key, _)| key);
         (key(Direction::Egress), key(Direction::Ingress))
@@ -1434,25 +1511,26 @@ fn the_collector_keeps_a_flow_a_packet_refreshed_after_it_was_judged() {
     let (Some(egress_key), Some(ingress_key)) = halves(&harness) else {
         panic!("the flow has two halves: {:?}", harness.nat());
     };
-    let timeouts = FlowTimeouts::LINUX_DEFAULTS;
     // The collector's judgement: the table as it reads it, the flow idle for longer than an
     // established flow may be by its clock.
     let judge = |harness: &Harness| {
-        let late = gc::monotonic_now_ns() + timeouts.tcp_established + 1_000_000_000;
-        let (Some((_, egress)), Some((_, ingress))) = (
-            half(harness, Direction::Egress),
-            half(harness, Direction::Ingress),
-        ) else {
-            panic!("the flow has two halves: {:?}", harness.nat());
-        };
+        let lifetime = tcp_lifetime(harness);
+        let late = gc::monotonic_now_ns() + lifetime + seconds(1);
+        let (egress, ingress) = flow(harness);
         assert!(
-            timeouts.expired(proto::TCP, &egress, &ingress, late),
+            late - last_activity(&egress, Some(&ingress)) > lifetime,
             "expired by the collector's clock"
         );
         gc::Judged::new(egress_key, egress, Some((ingress_key, Some(ingress))))
     };
-    let pod_packet = Packet::tcp(pod, "203.0.113.10:443", TCP_ACK).payload(b"more");
-    let reply_packet = tcp_reply_to(&out, TCP_ACK).seq(1_000).payload(b"more");
+    let pod_packet = Packet::tcp(pod, "203.0.113.10:443", TCP_ACK)
+        .seq(POD_ISN + 1)
+        .ack(REMOTE_ISN + 1)
+        .payload(b"more");
+    let reply_packet = tcp_reply_to(&out, TCP_ACK)
+        .seq(REMOTE_ISN + 1)
+        .ack(POD_ISN + 1)
+        .payload(b"more");
 
     // A packet a refresh interval after the last refresh writes to its half. Between the
     // judgement and the removal: the pod's, then (another round) the remote's.
@@ -1497,20 +1575,15 @@ fn a_late_segment_of_a_removed_connection_never_leaves_with_the_pods_address() {
     let mut harness = Harness::new();
     let pod = "10.244.1.5:40000";
     let remote = "203.0.113.10:443";
-    let open = |harness: &Harness| {
-        let out = egress_ok(harness, &Packet::tcp(pod, remote, TCP_SYN));
-        ingress_ok(
-            harness,
-            &tcp_reply_to(&out, TCP_SYN | TCP_ACK).payload(b"").frame(),
-        );
-        out
-    };
-    let out = open(&harness);
-    let segment = Packet::tcp(pod, remote, TCP_ACK | TCP_PSH).payload(b"after a long pause");
+    let out = handshake(&harness, pod, remote);
+    let segment = Packet::tcp(pod, remote, TCP_ACK | TCP_PSH)
+        .seq(POD_ISN + 1)
+        .ack(REMOTE_ISN + 1)
+        .payload(b"after a long pause");
 
     // Idle past the established lifetime: collected.
-    let timeouts = FlowTimeouts::LINUX_DEFAULTS;
-    let late = gc::monotonic_now_ns() + timeouts.tcp_established + 1_000_000_000;
+    let timeouts = Timeouts::LINUX_DEFAULTS;
+    let late = gc::monotonic_now_ns() + tcp_lifetime(&harness) + seconds(1);
     let report = gc::collect(&mut harness.datapath.maps, &timeouts, late).expect("collect");
     assert_eq!(report.ipv4.expired, 1, "{report:?}");
     assert!(harness.nat().is_empty());
@@ -1525,7 +1598,11 @@ fn a_late_segment_of_a_removed_connection_never_leaves_with_the_pods_address() {
     assert_eq!(harness.counter(Counter::EgressTcpMidstreamPassed), 0);
     let reply = ingress_ok(
         &harness,
-        &tcp_reply_to(&out, TCP_ACK).payload(b"welcome back").frame(),
+        &tcp_reply_to(&out, TCP_ACK)
+            .seq(REMOTE_ISN + 1)
+            .ack(POD_ISN + 19)
+            .payload(b"welcome back")
+            .frame(),
     );
     assert_eq!(reply.dst.to_string(), POD);
     assert_eq!(reply.dst_port(), 40_000);
@@ -1548,14 +1625,103 @@ fn a_late_segment_of_a_removed_connection_never_leaves_with_the_pods_address() {
     assert_eq!(harness.counter(Counter::EgressTcpMidstreamPassed), 1);
 }
 
+/// Issue 32, point 5: the uplink's address changes but the old one stays on the interface
+/// (the kernel's preferred source moved on): the flows mapped to the old address carry on, both
+/// ways, new flows take the new address, and the node's own packets from the old address stay
+/// the node's, as under MASQUERADE, which forgets a flow only when its address is removed.
+#[test]
+fn flows_of_a_former_address_still_on_the_interface_carry_on() {
+    let mut harness = Harness::new();
+    let pod = "10.244.1.5:40000";
+    let remote = "203.0.113.10:443";
+    let out = handshake(&harness, pod, remote);
+    let renumbered: Ipv4Addr = "192.0.2.3".parse().expect("address");
+    harness.set_uplink_renumbered(renumbered, node_ip());
+
+    let next = egress_ok(
+        &harness,
+        &Packet::tcp(pod, remote, TCP_ACK)
+            .seq(POD_ISN + 1)
+            .ack(REMOTE_ISN + 1)
+            .payload(b"more"),
+    );
+    assert_eq!((next.src, next.src_port()), (out.src, out.src_port()));
+    let back = ingress_ok(
+        &harness,
+        &tcp_reply_to(&out, TCP_ACK)
+            .seq(REMOTE_ISN + 1)
+            .ack(POD_ISN + 5)
+            .payload(b"reply")
+            .frame(),
+    );
+    assert_eq!((back.dst, back.dst_port()), (addr(POD), 40_000));
+
+    let new_flow = egress_ok(
+        &harness,
+        &Packet::tcp("10.244.1.5:40001", remote, TCP_SYN).payload(b""),
+    );
+    assert_eq!(new_flow.src, renumbered);
+
+    // The node's own connection on the old address is left alone, not masqueraded.
+    let node_packet = Packet::tcp("192.0.2.1:45000", remote, TCP_ACK).frame();
+    assert_eq!(harness.egress(&node_packet).frame, node_packet);
+    assert_eq!(harness.counter(Counter::EgressHostPassed), 1);
+}
+
+/// Issue 32, point 6: a flow adopted from upstream's conntrack keeps the node port upstream
+/// gave it, usually inside the node's own ephemeral range. A node connection that later picks
+/// that port towards the same remote would have its replies delivered to the pod; conntrack
+/// gives such a clashing connection another port (its null binding), and so does masq: the
+/// node's replies reach the node, the pod's reach the pod.
+#[test]
+fn a_node_connection_that_clashes_with_an_adopted_flow_gets_another_port() {
+    use masq::datapath::{gc, maps::KernelFlow};
+
+    let mut harness = Harness::new();
+    let adopted = KernelFlow {
+        protocol: proto::TCP,
+        source: addr(POD).octets(),
+        source_port: 40_000,
+        node: node_ip().octets(),
+        node_port: 45_000,
+        remote: addr(REMOTE).octets(),
+        remote_port: 443,
+        replied: true,
+    };
+    harness
+        .datapath
+        .maps
+        .insert_kernel_flow(&adopted, gc::monotonic_now_ns())
+        .expect("adopting the flow");
+
+    let node_syn = Packet::tcp("192.0.2.1:45000", "203.0.113.10:443", TCP_SYN).payload(b"");
+    let out = egress_ok(&harness, &node_syn);
+    assert_eq!(out.src, node_ip());
+    assert_ne!(
+        out.src_port(),
+        45_000,
+        "the node's connection keeps the pod's port"
+    );
+    assert_eq!(harness.counter(Counter::EgressHostRemapped), 1);
+
+    let to_node = ingress_ok(&harness, &tcp_reply_to(&out, TCP_SYN | TCP_ACK).frame());
+    assert_eq!(
+        (to_node.dst, to_node.dst_port()),
+        (node_ip(), 45_000),
+        "the node's reply reaches the node's socket"
+    );
+    let to_pod = ingress_ok(
+        &harness,
+        &Packet::tcp("203.0.113.10:443", "192.0.2.1:45000", TCP_ACK).frame(),
+    );
+    assert_eq!((to_pod.dst, to_pod.dst_port()), (addr(POD), 40_000));
+}
+
 /// Expired IPv6 flows are collected by the same collector as IPv4 ones, and live ones stay.
 #[test]
 fn expired_ipv6_flows_are_collected() {
     use masq::datapath::gc;
-    use masq_common::{
-        nat::{NatEntryV6, NatKeyV6, ORIGIN_POD, proto},
-        timeouts::FlowTimeouts,
-    };
+    use masq_common::nat::{NatEntryV6, NatKeyV6, ORIGIN_POD};
 
     let mut datapath = dual_stack_maps();
     let maps = &mut datapath.maps;
@@ -1573,7 +1739,7 @@ fn expired_ipv6_flows_are_collected() {
             v6("2001:db8::1").octets(),
             pod_port + 10_000,
             ORIGIN_POD,
-            FlowMarks::from_bits(0),
+            datagram::UNREPLIED,
             created_ns,
             created_ns,
         );
@@ -1588,7 +1754,7 @@ fn expired_ipv6_flows_are_collected() {
     };
     insert_flow(4000, second);
     insert_flow(4001, 100 * second);
-    let report = gc::collect(maps, &FlowTimeouts::LINUX_DEFAULTS, 110 * second).expect("collect");
+    let report = gc::collect(maps, &Timeouts::LINUX_DEFAULTS, 110 * second).expect("collect");
     assert_eq!(report.ipv6.flows, 2);
     assert_eq!(report.ipv6.entries, 4);
     assert_eq!(report.ipv6.expired, 1, "{report:?}");
@@ -1768,7 +1934,8 @@ fn an_unmatched_later_fragment_follows_the_source_and_masquerade_entries() {
 
 /// A trie that fails after others were synced puts them back, also on the very first sync,
 /// when nothing synced before says what they held: a config is applied whole or not at all.
-/// (A source trie missing from older pins stands in for a kernel refusing a later write.)
+/// (A source trie with room for one entry, where the agent expects thousands, stands in for a
+/// kernel refusing a later write.)
 #[test]
 fn a_failed_first_sync_leaves_every_trie_as_it_was() {
     use masq::datapath::sync::{TrieView, WantedTries, sync_tries};
@@ -1776,7 +1943,28 @@ fn a_failed_first_sync_leaves_every_trie_as_it_was() {
 
     let mut datapath = dual_stack_maps();
     let maps = &mut datapath.maps;
-    maps.nomasq_src_v4 = None;
+    let pin = std::path::PathBuf::from(format!(
+        "/sys/fs/bpf/masq-test-small-trie-{}",
+        std::process::id()
+    ));
+    let created = std::process::Command::new("bpftool")
+        .args(["map", "create"])
+        .arg(&pin)
+        .args(["type", "lpm_trie", "key", "8", "value", "4", "entries", "1"])
+        .args(["name", "masq_small_trie", "flags", "1"])
+        .output()
+        .expect("running bpftool");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let small = aya::maps::MapData::from_pin(&pin);
+    let _ = std::fs::remove_file(&pin);
+    maps.nomasq_src_v4 = aya::maps::LpmTrie::try_from(aya::maps::Map::LpmTrie(
+        small.expect("opening the small trie"),
+    ))
+    .expect("a trie");
     let wanted = WantedTries {
         destinations_v4: [((Ipv4Addr::new(10, 0, 0, 0), 8), NOMASQ_KIND_CIDR)]
             .into_iter()
@@ -1784,13 +1972,16 @@ fn a_failed_first_sync_leaves_every_trie_as_it_was() {
         destinations_v6: [((v6("2001:db8:ab::"), 48), NOMASQ_KIND_CIDR)]
             .into_iter()
             .collect(),
-        sources_v4: [((Ipv4Addr::new(100, 64, 0, 0), 24), NOMASQ_KIND_SOURCE)]
-            .into_iter()
-            .collect(),
+        sources_v4: [
+            ((Ipv4Addr::new(100, 64, 0, 0), 24), NOMASQ_KIND_SOURCE),
+            ((Ipv4Addr::new(100, 65, 0, 0), 24), NOMASQ_KIND_SOURCE),
+        ]
+        .into_iter()
+        .collect(),
         ..WantedTries::default()
     };
     let failed = sync_tries(maps, &wanted, TrieView::LastSynced);
-    assert!(failed.is_err(), "the missing source trie fails the sync");
+    assert!(failed.is_err(), "the full source trie fails the sync");
     assert_eq!(maps.nomasq_entries().expect("IPv4 trie"), Vec::new());
     assert_eq!(
         maps.trie_entries::<std::net::Ipv6Addr>()
@@ -1938,23 +2129,19 @@ impl Drop for PinsGuard {
     }
 }
 
-/// Issue 26: the previous masq pinned a complete set of the same layout without the source
-/// tries. An upgrade adopts it (the NAT table and its flows live on) and creates the missing
-/// tries next to it; a source trie of another shape is refused; uninstall removes them too.
+/// A pinned map of the right name but another shape is refused rather than adopted (the
+/// programs would misread it), and uninstall removes every pin and the directory.
 #[test]
-fn a_pinned_set_without_the_source_tries_is_adopted_and_completed() {
+fn a_pinned_map_of_another_shape_is_refused_and_uninstall_removes_every_pin() {
     use masq::datapath::{
-        DatapathError,
-        maps::{DatapathMaps, Trie},
         object::{Datapath, LoadOptions},
         pins::{PinDir, PinnedState},
-        sync::{TrieView, sync_nomasq_src},
     };
-    use masq_common::layout::{MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6, MapMeta, NOMASQ_KIND_SOURCE};
+    use masq_common::layout::{MAP_NOMASQ_SRC_V6, MapMeta};
 
     masq_testbed::netns::require_root();
     let root = std::path::PathBuf::from(format!(
-        "/sys/fs/bpf/masq-test-adopt-{}",
+        "/sys/fs/bpf/masq-test-shape-{}",
         std::process::id()
     ));
     let pins = PinsGuard(PinDir::new(&root));
@@ -1965,92 +2152,18 @@ fn a_pinned_set_without_the_source_tries_is_adopted_and_completed() {
         pin_dir: Some(root.clone()),
         ..LoadOptions::default()
     };
-    let key = NatKeyV4::new(
-        addr(POD).octets(),
-        addr(REMOTE).octets(),
-        40_000,
-        443,
-        proto::TCP,
-        Direction::Egress,
-    );
-    let entry = NatEntryV4::new(
-        node_ip().octets(),
-        20_000,
-        masq_common::nat::ORIGIN_POD,
-        FlowMarks::from_bits(0),
-        1,
-        1,
-    );
     {
         let mut datapath = Datapath::load(&options).expect("loading with pins");
         datapath
             .maps
             .set_meta(&MapMeta::current(64))
             .expect("stamping the layout");
-        datapath
-            .maps
-            .nat_v4
-            .insert(key, entry, 0)
-            .expect("a live flow");
     }
-    // What the previous version left: everything but the tries added since.
-    for name in [MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6] {
-        std::fs::remove_file(pins.0.map(name)).expect("unpinning");
-    }
-    match pins.0.inspect().expect("inspecting") {
-        PinnedState::Compatible {
-            nat_max_entries,
-            missing_added,
-            ..
-        } => {
-            assert_eq!(nat_max_entries, 64);
-            assert_eq!(missing_added, [MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6]);
-        }
-        other => panic!("the older set must be adoptable, got {other:?}"),
-    }
-
-    // Read as it is (masq status, uninstall before the upgrade): the tries are just missing.
-    let mut old = DatapathMaps::from_pins(&root).expect("opening the older set");
-    assert!(old.nomasq_src_v4.is_none() && old.nomasq_src_v6.is_none());
-    assert!(
-        old.trie_entries_of::<Ipv4Addr>(Trie::Sources)
-            .expect("a missing trie reads as empty")
-            .is_empty()
-    );
-    sync_nomasq_src::<Ipv4Addr>(&mut old, &std::iter::empty().collect(), TrieView::Kernel)
-        .expect("nothing is all a missing trie can hold");
-    let wanted = [((addr("100.64.0.0"), 24), NOMASQ_KIND_SOURCE)]
-        .into_iter()
-        .collect();
     assert!(matches!(
-        sync_nomasq_src::<Ipv4Addr>(&mut old, &wanted, TrieView::Kernel),
-        Err(DatapathError::Missing { .. })
+        pins.0.inspect().expect("inspecting"),
+        PinnedState::Compatible { .. }
     ));
-    drop(old);
 
-    // The upgrade: adopted, the flow still there, the tries created and pinned.
-    let mut upgraded = Datapath::load(&options).expect("adopting the older set");
-    assert_eq!(
-        upgraded.maps.nat_v4.get(&key, 0).expect("the live flow"),
-        entry
-    );
-    sync_nomasq_src::<Ipv4Addr>(&mut upgraded.maps, &wanted, TrieView::LastSynced)
-        .expect("filling the new trie");
-    drop(upgraded);
-    match pins.0.inspect().expect("inspecting") {
-        PinnedState::Compatible { missing_added, .. } => assert!(missing_added.is_empty()),
-        other => panic!("the completed set must be adoptable, got {other:?}"),
-    }
-    let reopened = DatapathMaps::from_pins(&root).expect("opening the completed set");
-    assert_eq!(
-        reopened
-            .trie_entries_of::<Ipv4Addr>(Trie::Sources)
-            .expect("the pinned source trie"),
-        [((addr("100.64.0.0"), 24), NOMASQ_KIND_SOURCE)]
-    );
-    drop(reopened);
-
-    // A source trie of another shape is refused like any other map.
     std::fs::remove_file(pins.0.map(MAP_NOMASQ_SRC_V6)).expect("unpinning");
     let created = std::process::Command::new("bpftool")
         .args(["map", "create"])
@@ -2071,7 +2184,6 @@ fn a_pinned_set_without_the_source_tries_is_adopted_and_completed() {
         other => panic!("a hash where the trie belongs must be refused, got {other:?}"),
     }
 
-    // Uninstall removes the tries with the rest, and the directory with them.
     pins.0.remove_all().expect("removing the pins");
     assert!(!root.exists());
 }

@@ -376,10 +376,11 @@ type End = (IpAddr, u16);
 /// One address family's TCP frames and outcomes, for a test that runs over both.
 struct FamilyFrames {
     name: &'static str,
-    /// A segment from the pod's port `port` to the remote's 443.
-    from_pod: fn(u16, u8) -> Vec<u8>,
-    /// A segment from the remote's 443 to the node's port `port`.
-    to_node: fn(u16, u8) -> Vec<u8>,
+    /// A segment without data from the pod's port `port` to the remote's 443: port, flags,
+    /// sequence and acknowledgement numbers.
+    from_pod: fn(u16, u8, u32, u32) -> Vec<u8>,
+    /// A segment without data from the remote's 443 to the node's port `port`.
+    to_node: fn(u16, u8, u32, u32) -> Vec<u8>,
     /// `((source, port), (destination, port))` of a frame, its checksums verified.
     ends: fn(&[u8]) -> (End, End),
     /// The node's address in this family.
@@ -394,11 +395,19 @@ struct FamilyFrames {
 
 const IPV4: FamilyFrames = FamilyFrames {
     name: "IPv4",
-    from_pod: |port, flags| {
-        Packet::tcp(&format!("10.244.1.5:{port}"), "203.0.113.10:443", flags).frame()
+    from_pod: |port, flags, seq, ack| {
+        Packet::tcp(&format!("10.244.1.5:{port}"), "203.0.113.10:443", flags)
+            .seq(seq)
+            .ack(ack)
+            .payload(b"")
+            .frame()
     },
-    to_node: |port, flags| {
-        Packet::tcp("203.0.113.10:443", &format!("{}:{port}", node_ip()), flags).frame()
+    to_node: |port, flags, seq, ack| {
+        Packet::tcp("203.0.113.10:443", &format!("{}:{port}", node_ip()), flags)
+            .seq(seq)
+            .ack(ack)
+            .payload(b"")
+            .frame()
     },
     ends: |frame| {
         let view = Ipv4View::of_frame(frame);
@@ -416,8 +425,18 @@ const IPV4: FamilyFrames = FamilyFrames {
 
 const IPV6: FamilyFrames = FamilyFrames {
     name: "IPv6",
-    from_pod: |port, flags| Packet6::tcp(POD, port, REMOTE, 443, flags).frame(),
-    to_node: |port, flags| Packet6::tcp(REMOTE, 443, NODE, port, flags).frame(),
+    from_pod: |port, flags, seq, ack| {
+        Packet6::tcp(POD, port, REMOTE, 443, flags)
+            .numbers(seq, ack)
+            .without_payload()
+            .frame()
+    },
+    to_node: |port, flags, seq, ack| {
+        Packet6::tcp(REMOTE, 443, NODE, port, flags)
+            .numbers(seq, ack)
+            .without_payload()
+            .frame()
+    },
     ends: |frame| {
         let view = Ipv6View::of_frame(frame);
         view.assert_checksum("IPv6");
@@ -430,22 +449,29 @@ const IPV6: FamilyFrames = FamilyFrames {
     entries: |harness| harness.nat_v6().len(),
 };
 
-/// A NAT table at capacity refuses a new flow (dropped, counted) and evicts nothing: every live
-/// flow keeps its port, both ways, as conntrack never evicts an assured flow to make room.
+/// A NAT table full of established flows refuses a new flow (dropped, counted) and evicts
+/// nothing: every live flow keeps its port, both ways, as conntrack never evicts an assured
+/// flow to make room.
 fn a_full_nat_table_refuses_new_flows_and_keeps_live_ones(family: &FamilyFrames) {
     const CAPACITY: u32 = 16;
+    const POD_ISN: u32 = 7_000;
+    const REMOTE_ISN: u32 = 90_000;
     let mut harness = Harness::sized(CAPACITY, 64);
     harness.set_uplink_v6(Some(node()));
     let name = family.name;
     let mut live = Vec::new();
     for port in 40_000.. {
-        let run = harness.egress(&(family.from_pod)(port, TCP_SYN));
+        let run = harness.egress(&(family.from_pod)(port, TCP_SYN, POD_ISN, 0));
         if run.action == Action::Drop {
             break;
         }
         assert_eq!(run.action, Action::Pass, "{name}");
         let ((src, translated), _) = (family.ends)(&run.frame);
         assert_eq!(src, family.node, "{name}: left with the pod's address");
+        let answer = (family.to_node)(translated, TCP_SYN | TCP_ACK, REMOTE_ISN, POD_ISN + 1);
+        assert_eq!(harness.ingress(&answer).action, Action::Pass, "{name}");
+        let ack = (family.from_pod)(port, TCP_ACK, POD_ISN + 1, REMOTE_ISN + 1);
+        assert_eq!(harness.egress(&ack).action, Action::Pass, "{name}");
         live.push((port, translated));
         assert!(
             live.len() <= CAPACITY as usize,
@@ -461,7 +487,7 @@ fn a_full_nat_table_refuses_new_flows_and_keeps_live_ones(family: &FamilyFrames)
         "{name}"
     );
     // Refused again, and again nothing is evicted for it.
-    let refused = harness.egress(&(family.from_pod)(50_000, TCP_SYN));
+    let refused = harness.egress(&(family.from_pod)(50_000, TCP_SYN, POD_ISN, 0));
     assert_eq!(refused.action, Action::Drop, "{name}");
     assert_eq!(
         (family.counter)(&harness, Counter::EgressDropTableFull),
@@ -470,7 +496,12 @@ fn a_full_nat_table_refuses_new_flows_and_keeps_live_ones(family: &FamilyFrames)
     );
 
     for &(port, translated) in &live {
-        let run = harness.egress(&(family.from_pod)(port, TCP_ACK));
+        let run = harness.egress(&(family.from_pod)(
+            port,
+            TCP_ACK,
+            POD_ISN + 1,
+            REMOTE_ISN + 1,
+        ));
         assert_eq!(run.action, Action::Pass, "{name}: live flow {port} dropped");
         let ((src, src_port), _) = (family.ends)(&run.frame);
         assert_eq!(
@@ -478,7 +509,12 @@ fn a_full_nat_table_refuses_new_flows_and_keeps_live_ones(family: &FamilyFrames)
             (family.node, translated),
             "{name}: flow {port} re-mapped"
         );
-        let back = harness.ingress(&(family.to_node)(translated, TCP_ACK));
+        let back = harness.ingress(&(family.to_node)(
+            translated,
+            TCP_ACK,
+            REMOTE_ISN + 1,
+            POD_ISN + 1,
+        ));
         assert_eq!(
             back.action,
             Action::Pass,
@@ -509,7 +545,7 @@ fn a_full_ipv4_nat_table_refuses_new_flows_and_keeps_live_ones() {
 #[test]
 fn a_late_ipv6_segment_of_a_removed_connection_gets_its_mapping_back() {
     use masq::datapath::gc;
-    use masq_common::timeouts::FlowTimeouts;
+    use masq_common::flow::{Timeouts, tcp};
 
     let mut harness = harness();
     let out = egress_translated(&harness, &Packet6::tcp(POD, 40_000, REMOTE, 443, TCP_SYN));
@@ -517,8 +553,8 @@ fn a_late_ipv6_segment_of_a_removed_connection_gets_its_mapping_back() {
     let answer = Packet6::tcp(REMOTE, 443, NODE, port, TCP_SYN | TCP_ACK);
     assert_eq!(harness.ingress(&answer.frame()).action, Action::Pass);
 
-    let timeouts = FlowTimeouts::LINUX_DEFAULTS;
-    let late = gc::monotonic_now_ns() + timeouts.tcp_established + 1_000_000_000;
+    let timeouts = Timeouts::LINUX_DEFAULTS;
+    let late = gc::monotonic_now_ns() + timeouts.tcp[usize::from(tcp::ESTABLISHED)] + 1_000_000_000;
     let report = gc::collect(&mut harness.datapath.maps, &timeouts, late).expect("collect");
     assert_eq!(report.ipv6.expired, 1, "{report:?}");
     assert!(harness.nat_v6().is_empty());

@@ -295,11 +295,11 @@ pub(crate) fn measure(
     }
     let mut many = times(&harness, &fresh(singles as u64))?;
     with_sources(&mut harness, &mut many)?;
-    // Now fill it up: from then on a new flow evicts the oldest of the fill's flows, which
-    // were never answered (as conntrack's early_drop would), to get its mapping.
+    // Now fill it up: from then on a new flow evicts one of the fill's flows, which were never
+    // answered (as conntrack's early_drop would), to get its mapping.
     let egress = harness.datapath.egress()?;
     let full_count = |harness: &Harness| {
-        harness.counter(Counter::NatEvictedUnassured)
+        harness.evicted(masq_common::flow::EvictionCause::TableFull)
             + harness.counter(Counter::EgressDropTableFull)
     };
     let full_before = full_count(&harness);

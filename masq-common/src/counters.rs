@@ -16,6 +16,16 @@ macro_rules! counters {
             /// Every counter, in index order.
             pub const ALL: &[Counter] = &[$(Counter::$variant,)+];
 
+            /// The counter at index `index`, if there is one.
+            pub const fn of(index: u16) -> Option<Counter> {
+                let index = index as usize;
+                if index < Counter::ALL.len() {
+                    Some(Counter::ALL[index])
+                } else {
+                    None
+                }
+            }
+
             /// Stable snake_case name, used in metrics and `masq status`.
             pub const fn name(self) -> &'static str {
                 match self {
@@ -51,6 +61,9 @@ counters! {
     EgressTcpMidstreamPassed = "egress_tcp_midstream_passed",
     /// Egress packets of the node's own flows that use a port in the SNAT range (tracked).
     EgressHostTracked = "egress_host_tracked",
+    /// Egress packets of the node's own new flows given another port because a pod's mapping
+    /// holds the tuple their replies would come back on (conntrack's null binding).
+    EgressHostRemapped = "egress_host_remapped",
     /// Egress packets of UDP flows opened from outside, and ICMP errors about such flows, left
     /// alone as conntrack would.
     EgressInboundReply = "egress_inbound_reply",
@@ -60,13 +73,19 @@ counters! {
     EgressFragmentTranslated = "egress_fragment_translated",
     /// Egress non-first fragments left alone like their datagram's first fragment.
     EgressFragmentPassed = "egress_fragment_passed",
+    /// Egress non-first fragments dropped because their datagram's first fragment was (it
+    /// could not be mapped, say): no part of it leaves with the pod's address.
+    EgressDropFragment = "egress_drop_fragment",
     /// Egress packets dropped because no free port was found in the SNAT range.
     EgressDropNoPort = "egress_drop_no_port",
     /// Egress SCTP packets dropped because their source port is taken towards that remote.
     EgressDropSctpPortInUse = "egress_drop_sctp_port_in_use",
-    /// Egress packets of new flows dropped because the NAT table is full (live flows are never
-    /// evicted for new ones; raise --nat-max-entries).
+    /// Egress packets of new flows dropped because the NAT table is full and no unassured flow
+    /// was found to make room (assured flows are never evicted; raise --nat-max-entries).
     EgressDropTableFull = "egress_drop_table_full",
+    /// Egress packets of new flows dropped because their pod holds its whole share of the NAT
+    /// table in unassured flows (--nat-holder-share) and none of them could make room.
+    EgressDropHolderShare = "egress_drop_holder_share",
     /// Egress packets of new flows dropped because a new-flow program (the port allocator or
     /// the translation after it) is missing from the program array: the agent had not finished
     /// loading the datapath.
@@ -94,6 +113,12 @@ counters! {
     IngressFragmentUnmatched = "ingress_fragment_unmatched",
     /// Ingress UDP flows opened from a masqueraded address towards a pod, now tracked.
     IngressInboundTracked = "ingress_inbound_tracked",
+    /// Ingress UDP datagrams of new flows towards a pod dropped because that pod holds its
+    /// whole share of the NAT table in unassured flows and none of them could make room.
+    IngressDropHolderShare = "ingress_drop_holder_share",
+    /// Ingress TCP segments of a flow whose mapping the agent had removed, given their old
+    /// mapping back rather than reaching the node's stack.
+    IngressTcpRevived = "ingress_tcp_revived",
     /// Ingress packets without a mapping (the node's own traffic), left alone.
     IngressPassed = "ingress_passed",
     /// Ingress packets dropped because rewriting them failed half-way.
@@ -108,22 +133,16 @@ counters! {
     IngressMalformed = "ingress_malformed",
     /// Ingress packets seen before the agent configured the datapath, left alone.
     IngressNotConfigured = "ingress_not_configured",
-    /// Mapping halves found missing (evicted) and recreated from their peer.
-    MappingRepaired = "mapping_repaired",
-    /// Mappings dropped because their missing half could not be recreated.
+    /// Pod mappings of protocols without ports dropped because the node's own traffic took
+    /// their tuple.
     MappingConflict = "mapping_conflict",
-    /// TCP flows never answered (SYN sent), evicted from a full NAT table to admit a new flow.
-    NatEvictedTcpUnanswered = "nat_evicted_tcp_unanswered",
-    /// UDP (and other) flows that were not an answered stream, evicted from a full NAT table
-    /// to admit a new flow.
-    NatEvictedUnassured = "nat_evicted_unassured",
-    /// Inbound UDP flows (towards a pod) the pod never answered, evicted from a full NAT table
-    /// to admit a new flow.
-    NatEvictedInbound = "nat_evicted_inbound",
-    /// TCP RSTs and FINs from a remote end outside the window of what the local end has
-    /// acknowledged (spoofed, or stale): delivered, but the flow keeps its lifetime, as
-    /// conntrack ignores them.
+    /// TCP RSTs, FINs and SYN-ACKs from a remote end outside the window conntrack would track
+    /// (spoofed, or stale): delivered, but the flow's state does not change, as conntrack
+    /// ignores them.
     TcpCloseOutOfWindow = "tcp_close_out_of_window",
+    /// TCP flows ended at once because a RST was their only answer (a connection refused), as
+    /// conntrack ends them: their port is free for the next flow.
+    TcpRefused = "tcp_refused",
     /// Egress TCP segments of a flow whose mapping the agent had removed (expired while
     /// idle), given their old mapping back; conntrack would pick the flow up on a new port.
     EgressTcpRevived = "egress_tcp_revived",

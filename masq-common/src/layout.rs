@@ -9,7 +9,7 @@ use crate::ports::PortRange;
 
 /// Version of the pinned map layout. Bump it whenever a shared struct, a map type, or the meaning
 /// of a stored value changes; the agent then refuses to adopt old pins instead of misreading them.
-pub const MAP_LAYOUT_VERSION: u32 = 5;
+pub const MAP_LAYOUT_VERSION: u32 = 6;
 
 /// Longest-prefix-match trie of IPv4 destinations that keep their source address.
 pub const MAP_NOMASQ_V4: &str = "masq_nomasq_v4";
@@ -33,9 +33,9 @@ pub const MAP_UPLINK_SLOTS: &str = "masq_uplink_slots";
 
 /// Program array the egress program tail-calls into: see [`PROG_SLOT_ALLOCATOR`].
 pub const MAP_PROGS: &str = "masq_progs";
-/// Per-CPU single-entry array handing a [`crate::nat::AllocRequest`] from the egress program to
-/// the allocator it tail-calls.
-pub const MAP_ALLOC_REQUEST: &str = "masq_alloc_request";
+/// Per-CPU single-entry array handing a [`crate::nat::Handoff`] from one program of a packet's
+/// tail calls to the next.
+pub const MAP_HANDOFF: &str = "masq_handoff";
 /// Longest-prefix-match trie of IPv6 destinations that keep their source address.
 pub const MAP_NOMASQ_V6: &str = "masq_nomasq_v6";
 /// Hash holding both halves of every IPv6 translation.
@@ -45,19 +45,51 @@ pub const MAP_NAT_V6: &str = "masq_nat_v6";
 pub const MAP_COUNTERS_V6: &str = "masq_counters_v6";
 /// LRU hash remembering how the first fragment of an IPv6 datagram was translated.
 pub const MAP_FRAGS_V6: &str = "masq_frags_v6";
-/// The IPv6 allocator's [`MAP_ALLOC_REQUEST`].
-pub const MAP_ALLOC_REQUEST_V6: &str = "masq_alloc_request_v6";
+/// The IPv6 programs' [`MAP_HANDOFF`].
+pub const MAP_HANDOFF_V6: &str = "masq_handoff_v6";
 
-/// LRU hash of the egress halves of IPv4 TCP flows the agent removed (expired, or bound to an
-/// address their uplink lost), by egress key: what lets a late segment of such a flow get its
-/// mapping back instead of leaving with the pod's address. Not pinned: a cache each load
-/// starts empty.
-pub const MAP_EXPIRED_V4: &str = "masq_expired_v4";
-/// [`MAP_EXPIRED_V4`] for IPv6.
-pub const MAP_EXPIRED_V6: &str = "masq_expired_v6";
-/// Capacity of each of [`MAP_EXPIRED_V4`] and [`MAP_EXPIRED_V6`]: the flows removed most
-/// recently are the ones whose segments may still come.
-pub const EXPIRED_MAX_ENTRIES: u32 = 8_192;
+/// LRU hash of both halves of the IPv4 TCP flows the agent removed (expired, or bound to an
+/// address their uplink lost), by their own keys: what lets a late segment of such a flow, from
+/// either end, get its mapping back instead of leaving with the pod's address or reaching the
+/// node's stack.
+pub const MAP_BURIED_V4: &str = "masq_buried_v4";
+/// [`MAP_BURIED_V4`] for IPv6.
+pub const MAP_BURIED_V6: &str = "masq_buried_v6";
+/// Capacity of each of [`MAP_BURIED_V4`] and [`MAP_BURIED_V6`], in halves: the flows removed
+/// most recently are the ones whose segments may still come.
+pub const BURIED_MAX_ENTRIES: u32 = 65_536;
+
+/// LRU hash of how many unassured IPv4 flows each local address (a pod's, the node's) holds:
+/// see [`crate::nat::Holder`].
+pub const MAP_HOLDERS_V4: &str = "masq_holders_v4";
+/// [`MAP_HOLDERS_V4`] for IPv6.
+pub const MAP_HOLDERS_V6: &str = "masq_holders_v6";
+/// Capacity of each holders table: far more local addresses than a node has pods.
+pub const HOLDERS_MAX_ENTRIES: u32 = 16_384;
+
+/// Array of IPv4 flows' egress keys: what eviction samples to find a victim anywhere in the
+/// table, as conntrack's `early_drop` does. A new flow takes the slot of the flow it evicted,
+/// or else the next slot of [`MAP_FLOW_CURSOR`]'s round; a slot whose flow is gone is only a
+/// wasted sample. Sized at load time to the table's flows (half its entries).
+pub const MAP_FLOW_INDEX_V4: &str = "masq_flow_index_v4";
+/// [`MAP_FLOW_INDEX_V4`] for IPv6.
+pub const MAP_FLOW_INDEX_V6: &str = "masq_flow_index_v6";
+
+/// Array of two `u64` cursors, IPv4's then IPv6's: the slot of the flow index the next new
+/// flow takes when it evicted none, counted up by the programs (modulo the index's slots).
+/// Slots are taken in turn, so that the index holds the table's newest flows, each once.
+pub const MAP_FLOW_CURSOR: &str = "masq_flow_cursor";
+
+/// The slots of a flow index for a NAT table of `nat_entries` entries: one per flow the table
+/// holds (two entries each), and at least one.
+pub const fn flow_slots(nat_entries: u32) -> u32 {
+    if nat_entries < 2 { 1 } else { nat_entries / 2 }
+}
+
+/// Per-CPU array counting IPv4 evictions by cause and class (`flow::eviction_slot`).
+pub const MAP_EVICTIONS: &str = "masq_evictions";
+/// [`MAP_EVICTIONS`] for IPv6.
+pub const MAP_EVICTIONS_V6: &str = "masq_evictions_v6";
 
 /// Longest-prefix-match trie of IPv4 pod sources never masqueraded, whatever the destination
 /// (`nonMasqueradeSrcCIDRs`), value [`NOMASQ_KIND_SOURCE`]. Written by the agent from the
@@ -72,7 +104,7 @@ pub const NOMASQ_SRC_MAX_ENTRIES: u32 = 16_384;
 
 /// Every map the datapath defines and the agent pins, in the order the agent pins and reports
 /// them.
-pub const ALL_MAPS: [&str; 18] = [
+pub const ALL_MAPS: [&str; 27] = [
     MAP_META,
     MAP_SETTINGS,
     MAP_UPLINKS,
@@ -83,39 +115,53 @@ pub const ALL_MAPS: [&str; 18] = [
     MAP_COUNTERS,
     MAP_ALLOC_RETRIES,
     MAP_PROGS,
-    MAP_ALLOC_REQUEST,
+    MAP_HANDOFF,
     MAP_NOMASQ_V6,
     MAP_NAT_V6,
     MAP_COUNTERS_V6,
-    MAP_ALLOC_REQUEST_V6,
+    MAP_HANDOFF_V6,
     MAP_FRAGS_V6,
     MAP_NOMASQ_SRC_V4,
     MAP_NOMASQ_SRC_V6,
+    MAP_BURIED_V4,
+    MAP_BURIED_V6,
+    MAP_HOLDERS_V4,
+    MAP_HOLDERS_V6,
+    MAP_FLOW_INDEX_V4,
+    MAP_FLOW_INDEX_V6,
+    MAP_FLOW_CURSOR,
+    MAP_EVICTIONS,
+    MAP_EVICTIONS_V6,
 ];
-
-/// The maps of [`ALL_MAPS`] added after [`MAP_LAYOUT_VERSION`] last changed: a pinned set of
-/// that version written by an older masq lacks them. An upgrade adopts such a set (its flows
-/// live on) and creates the missing maps next to it; nothing in the older maps changes meaning.
-pub const ADDED_MAPS: [&str; 2] = [MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6];
 
 /// Name of the TC egress program.
 pub const PROG_EGRESS: &str = "masq_egress";
 /// Name of the TC ingress program.
 pub const PROG_INGRESS: &str = "masq_ingress";
-/// Name of the port allocator: a classifier that is never attached, only tail-called by the
-/// egress program for a packet that needs a new mapping.
+/// Name of the port allocator: a classifier that is never attached, only tail-called for a
+/// packet that needs a new mapping.
 pub const PROG_ALLOCATOR: &str = "masq_allocator";
-/// Name of the classifier that translates the packet of a new flow once the allocator has
-/// mapped it; tail-called by the allocator, never attached.
-pub const PROG_NEW_FLOW: &str = "masq_new_flow";
+/// Name of the classifier that rewrites a leaving packet's source with the mapping in the
+/// hand-off (one the allocator just created, or one a flow event settled); tail-called, never
+/// attached.
+pub const PROG_SOURCE_NAT: &str = "masq_source_nat";
+/// Name of the classifier that rewrites an arriving packet's destination with the mapping in
+/// the hand-off; tail-called by the flow-event program.
+pub const PROG_REVERSE_NAT: &str = "masq_reverse_nat";
+/// Name of the classifier that handles a packet the fast path leaves to it (see
+/// `nat::EVENT_*`): one that moves its flow's state, one whose flow may come back from the
+/// buried, a datagram from outside opening a flow towards a pod. Tail-called by the egress and
+/// ingress programs, never attached: what is rare stays out of the programs every packet runs,
+/// whose stack and verification it would crowd.
+pub const PROG_FLOW_EVENT: &str = "masq_flow_event";
 /// Slot of [`MAP_PROGS`] holding [`PROG_ALLOCATOR`]. The port search is a program of its own,
 /// and the packet rewrite after it another, so the verifier checks the search once, from one
 /// entry state, instead of once per path into it, and the rewrite once instead of once per
 /// port the search may stop at: that is what lets the search try as many ports as the
 /// kernel's.
 pub const PROG_SLOT_ALLOCATOR: u32 = 0;
-/// Slot of [`MAP_PROGS`] holding [`PROG_NEW_FLOW`].
-pub const PROG_SLOT_NEW_FLOW: u32 = 1;
+/// Slot of [`MAP_PROGS`] holding [`PROG_SOURCE_NAT`].
+pub const PROG_SLOT_SOURCE_NAT: u32 = 1;
 /// Name of the IPv6 egress classifier, tail-called by [`PROG_EGRESS`] for IPv6 frames: one
 /// program per family keeps each one's verification apart.
 pub const PROG_EGRESS_V6: &str = "masq_egress6";
@@ -123,12 +169,16 @@ pub const PROG_EGRESS_V6: &str = "masq_egress6";
 pub const PROG_INGRESS_V6: &str = "masq_ingress6";
 /// Name of the IPv6 [`PROG_ALLOCATOR`].
 pub const PROG_ALLOCATOR_V6: &str = "masq_allocator6";
-/// Name of the IPv6 [`PROG_NEW_FLOW`].
-pub const PROG_NEW_FLOW_V6: &str = "masq_new_flow6";
+/// Name of the IPv6 [`PROG_SOURCE_NAT`].
+pub const PROG_SOURCE_NAT_V6: &str = "masq_source_nat6";
+/// Name of the IPv6 [`PROG_REVERSE_NAT`].
+pub const PROG_REVERSE_NAT_V6: &str = "masq_reverse_nat6";
+/// Name of the IPv6 [`PROG_FLOW_EVENT`].
+pub const PROG_FLOW_EVENT_V6: &str = "masq_flow_event6";
 /// Slot of [`MAP_PROGS`] holding [`PROG_ALLOCATOR_V6`].
 pub const PROG_SLOT_ALLOCATOR_V6: u32 = 2;
-/// Slot of [`MAP_PROGS`] holding [`PROG_NEW_FLOW_V6`].
-pub const PROG_SLOT_NEW_FLOW_V6: u32 = 3;
+/// Slot of [`MAP_PROGS`] holding [`PROG_SOURCE_NAT_V6`].
+pub const PROG_SLOT_SOURCE_NAT_V6: u32 = 3;
 /// Slot of [`MAP_PROGS`] holding [`PROG_EGRESS_V6`].
 pub const PROG_SLOT_EGRESS_V6: u32 = 4;
 /// Slot of [`MAP_PROGS`] holding [`PROG_INGRESS_V6`].
@@ -144,8 +194,16 @@ pub const PROG_ICMP_ERROR_INGRESS_V6: &str = "masq_icmp6_ingress";
 pub const PROG_SLOT_ICMP_ERROR_EGRESS_V6: u32 = 6;
 /// Slot of [`MAP_PROGS`] holding [`PROG_ICMP_ERROR_INGRESS_V6`].
 pub const PROG_SLOT_ICMP_ERROR_INGRESS_V6: u32 = 7;
+/// Slot of [`MAP_PROGS`] holding [`PROG_FLOW_EVENT`].
+pub const PROG_SLOT_FLOW_EVENT: u32 = 8;
+/// Slot of [`MAP_PROGS`] holding [`PROG_FLOW_EVENT_V6`].
+pub const PROG_SLOT_FLOW_EVENT_V6: u32 = 9;
+/// Slot of [`MAP_PROGS`] holding [`PROG_REVERSE_NAT`].
+pub const PROG_SLOT_REVERSE_NAT: u32 = 10;
+/// Slot of [`MAP_PROGS`] holding [`PROG_REVERSE_NAT_V6`].
+pub const PROG_SLOT_REVERSE_NAT_V6: u32 = 11;
 /// Slots of [`MAP_PROGS`].
-pub const PROG_SLOTS: u32 = 8;
+pub const PROG_SLOTS: u32 = 12;
 
 /// Default capacity of the IPv4 LPM trie. Upstream limits a config to 64 CIDRs by default; the
 /// trie is sized for configs that raise `cidrLimit` into the thousands.
@@ -254,6 +312,15 @@ pub struct Uplink {
     pub ifname: [u8; IFNAME_SIZE],
     /// The global IPv6 address masqueraded IPv6 traffic leaving by this interface gets.
     pub snat_addr_v6: [u8; 16],
+    /// The IPv4 address the interface masqueraded to before `snat_addr`, while it is still one
+    /// of the interface's addresses: the flows mapped to it live on (their replies are
+    /// restored, the node's own packets from it are the node's), as MASQUERADE forgets a flow
+    /// only when its address is removed. Zero when there is none.
+    pub former_addr: [u8; 4],
+    /// As `former_addr`, for IPv6 (the unspecified address when there is none): the kernel
+    /// changes its preferred IPv6 source routinely (SLAAC renumbering, temporary addresses),
+    /// leaving the old one on the interface, deprecated.
+    pub former_addr_v6: [u8; 16],
 }
 
 /// [`Uplink::link`] of an Ethernet device (veth, NICs, bridges, bonds, VLANs): frames start
@@ -284,6 +351,10 @@ pub struct UplinkSlot {
     pub pad: u8,
     /// The global IPv6 address masqueraded IPv6 traffic leaving by this uplink gets.
     pub snat_addr_v6: [u8; 16],
+    /// As [`Uplink::former_addr`].
+    pub former_addr: [u8; 4],
+    /// As [`Uplink::former_addr_v6`].
+    pub former_addr_v6: [u8; 16],
 }
 
 impl UplinkSlot {
@@ -296,6 +367,8 @@ impl UplinkSlot {
             link: uplink.link,
             pad: 0,
             snat_addr_v6: uplink.snat_addr_v6,
+            former_addr: uplink.former_addr,
+            former_addr_v6: uplink.former_addr_v6,
         }
     }
 }
@@ -317,6 +390,8 @@ impl Uplink {
             link: LINK_ETHERNET,
             ifname,
             snat_addr_v6: [0; 16],
+            former_addr: [0; 4],
+            former_addr_v6: [0; 16],
         }
     }
 
@@ -347,15 +422,3 @@ impl Uplink {
 }
 
 crate::impl_pod!(Uplink, UplinkSlot);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn maps_added_later_are_pinned_like_the_others() {
-        for name in ADDED_MAPS {
-            assert!(ALL_MAPS.contains(&name), "{name} is not in ALL_MAPS");
-        }
-    }
-}

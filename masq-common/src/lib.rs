@@ -2,7 +2,7 @@
 //!
 //! Everything that crosses the kernel/userspace boundary lives here: the `#[repr(C)]` layouts of
 //! map keys and values, the names the maps are pinned under, the counter indices, and the small
-//! pieces of arithmetic (port selection, incremental checksums, flow lifetimes) that both sides
+//! pieces of arithmetic (port selection, incremental checksums, the flow state model) that both sides
 //! must agree on. The crate is `no_std` so the eBPF programs can use it; with the `user` feature
 //! it also implements `aya::Pod` for the map types.
 
@@ -10,12 +10,12 @@
 
 pub mod checksum;
 pub mod counters;
+pub mod flow;
 pub mod kernel;
 pub mod layout;
 pub mod nat;
 pub mod ports;
 pub mod settings;
-pub mod timeouts;
 
 /// Implements `aya::Pod` for plain-old-data map types when building for userspace.
 macro_rules! impl_pod {

@@ -1,6 +1,6 @@
 //! Entries of the NAT table.
 //!
-//! Every translated flow is stored twice in one LRU hash, like conntrack's original and reply
+//! Every translated flow is stored twice in one hash, like conntrack's original and reply
 //! tuples:
 //!
 //! * the **egress** half is keyed by the tuple as the pod sent it (`pod:port -> remote:port`)
@@ -12,6 +12,12 @@
 //! `(remote, remote port, node, nat port, protocol)` tuple belong to exactly one flow. For ICMP
 //! queries the identifier plays the part of the local port: it is the source "port" of an egress
 //! key and the destination "port" of an ingress key, the remote side's port being zero.
+//!
+//! Both halves carry the flow's state as [`crate::flow`] models it (the state, whether it is
+//! assured), written by whichever program moves it, and each carries the TCP window of its own
+//! direction's sender, written only by the program that sees that direction.
+
+use crate::flow::{TcpSegment, Timeouts, Window};
 
 /// Extension headers the datapath walks to an IPv6 packet's transport header: more than any
 /// ordinary packet carries (RFC 8200 recommends at most one of each, in order). A longer chain
@@ -105,20 +111,6 @@ pub struct NatKey<A> {
     pub pad: [u8; 2],
 }
 
-/// The TCP SYN flag was seen in this direction (without ACK: a connection attempt).
-pub const FLOW_TCP_SYN: u8 = 1 << 0;
-/// The TCP FIN flag was seen in this direction.
-pub const FLOW_TCP_FIN: u8 = 1 << 1;
-/// The TCP RST flag was seen in this direction.
-pub const FLOW_TCP_RST: u8 = 1 << 2;
-/// At least one packet matched this half after it was created (for the ingress half: a reply).
-pub const FLOW_SEEN: u8 = 1 << 3;
-/// Set by the egress program on every entry it finds: on an inbound flow's one entry, that the
-/// pod has answered (its other packets, the remote's, are marked only [`FLOW_SEEN`]).
-pub const FLOW_ANSWERED: u8 = 1 << 4;
-/// Flags that mark a TCP connection as closing.
-pub const FLOW_TCP_CLOSING: u8 = FLOW_TCP_FIN | FLOW_TCP_RST;
-
 /// The flow was started by a pod (or any address other than the node's).
 pub const ORIGIN_POD: u8 = 0;
 /// The flow was started by the node itself with a port inside the SNAT range; it is tracked so
@@ -129,103 +121,7 @@ pub const ORIGIN_HOST: u8 = 1;
 /// replies leave untouched, as conntrack would, instead of being masqueraded as new flows.
 pub const ORIGIN_INBOUND: u8 = 2;
 
-/// The `FLOW_*` bits of a half, one byte per bit (byte `i` is 1 when bit `1 << i` was seen), in
-/// bytes 0 to 4; and in bytes 5 to 7, on a TCP flow's egress half, the low bits of the last
-/// acknowledgement the local end (pod or node) sent ([`FlowMarks::ack_low`]), written by the
-/// egress program: what a RST or FIN from the remote end is checked against (see
-/// [`RST_WINDOW`]). Those three bytes were unused (zero) before, so tables pinned by an older
-/// masq read as "nothing recorded".
-///
-/// Packets of one direction may be handled on several CPUs at once. A bit set by reading,
-/// or-ing and writing back one shared byte can be lost when another CPU does the same (a FIN
-/// lost holds a closed flow 5 days), and the atomic OR that would prevent it needs Linux 5.12.
-/// With a byte per bit every update is a plain store of a constant to its own byte, and
-/// concurrent stores to different bytes cannot undo each other. Eight bytes, not five and
-/// three: LLVM zeroes an odd run of bytes with a call to `memset`, a bpf-to-bpf call in every
-/// program that builds an entry.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FlowMarks(pub [u8; 8]);
-
-/// Bytes of [`FlowMarks`] that hold one `FLOW_*` bit each.
-pub const FLOW_FLAG_BYTES: usize = 5;
-/// Where [`FlowMarks`] keeps the acknowledgement's low bits.
-pub const FLOW_ACK_BYTES: core::ops::Range<usize> = FLOW_FLAG_BYTES..8;
-
-impl FlowMarks {
-    /// Marks with the given `FLOW_*` bits set, and no acknowledgement recorded.
-    #[inline(always)]
-    pub const fn from_bits(bits: u8) -> Self {
-        let mut bytes = [0; 8];
-        let mut index = 0;
-        while index < FLOW_FLAG_BYTES {
-            bytes[index] = (bits >> index) & 1;
-            index += 1;
-        }
-        Self(bytes)
-    }
-
-    /// The `FLOW_*` bits set. Every packet of a flow asks, so it is one load, a mask and a
-    /// multiply, without a branch per byte: each flag byte is 0 or 1 (only those are ever
-    /// stored), and the multiplication gathers byte `i`'s value into bit `i` of the top byte.
-    #[inline(always)]
-    pub const fn bits(&self) -> u8 {
-        const GATHER: u64 = 0x0102_0408_1020_4080;
-        const FLAGS: u64 = (1 << (8 * FLOW_FLAG_BYTES)) - 1;
-        ((u64::from_le_bytes(self.0) & FLAGS).wrapping_mul(GATHER) >> 56) as u8
-    }
-
-    /// The low bits of the last acknowledgement recorded ([`SeqLow::UNKNOWN`] if none).
-    #[inline(always)]
-    pub const fn ack_low(&self) -> SeqLow {
-        SeqLow([self.0[5], self.0[6], self.0[7]])
-    }
-}
-
-/// The low 24 bits of a TCP sequence or acknowledgement number, as [`FlowMarks`] stores them
-/// (little-endian bytes). 24 bits are what the entry had spare; they make a spoofed segment
-/// land in a tracked window 1 time in 2^24 / window, on top of guessing the node port.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SeqLow(pub [u8; 3]);
-
-impl SeqLow {
-    /// Nothing recorded: no acknowledgement seen yet (or one whose low bits are all zero,
-    /// 1 time in 2^24, which then counts as nothing recorded).
-    pub const UNKNOWN: Self = Self([0; 3]);
-
-    /// The low 24 bits of `number`.
-    #[inline(always)]
-    pub const fn of(number: u32) -> Self {
-        let [b0, b1, b2, _] = number.to_le_bytes();
-        Self([b0, b1, b2])
-    }
-
-    /// How far `number` lies after this one, modulo 2^24 (sequence space wraps).
-    #[inline(always)]
-    pub const fn distance_to(self, number: u32) -> u32 {
-        let [b0, b1, b2] = self.0;
-        number.wrapping_sub(u32::from_le_bytes([b0, b1, b2, 0])) & SEQ_LOW_MASK
-    }
-}
-
-/// The bits of a sequence number [`SeqLow`] keeps.
-pub const SEQ_LOW_MASK: u32 = 0x00ff_ffff;
-
-/// A RST from the remote end of a flow ends the flow's lifetime only if its sequence number
-/// is the local end's last acknowledgement or at most this far past it. conntrack accepts a
-/// RST exactly at the last acknowledgement, or ending the remote's last segment (data in flight
-/// the local end has not acknowledged yet); this bound covers that flight.
-pub const RST_WINDOW: u32 = 1 << 16;
-
-/// A FIN from the remote end changes the flow's lifetime only if its sequence number lies
-/// within this distance of the local end's last acknowledgement, either way: ahead, a receive
-/// window (Linux's default `tcp_rmem` maximum advertises about 3 MiB); behind, a retransmitted
-/// FIN. conntrack checks a FIN against the window it tracks; half the 24-bit space is the
-/// honest bound without the window scale.
-pub const FIN_WINDOW: u32 = 1 << 22;
-
-/// Value of a NAT table.
+/// Value of a NAT table: one half of a flow.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NatEntry<A: Address> {
@@ -235,16 +131,25 @@ pub struct NatEntry<A: Address> {
     pub port: u16,
     /// `ORIGIN_*` of the flow.
     pub origin: u8,
+    /// The flow's state: `flow::tcp::*` for TCP, `flow::datagram::*` for the rest. The same
+    /// in both halves.
+    pub state: u8,
+    /// 1 once the flow is assured (see `crate::flow`), in both halves.
+    pub assured: u8,
+    /// 1 while the last TCP segment was an accepted RST that left the state as it was
+    /// (`flow::TcpFlow::reset`), in both halves.
+    pub reset: u8,
     /// Keeps the layout free of implicit padding; always zero.
-    pub pad: u8,
-    /// `FLOW_*` bits seen in this direction (and, on a TCP egress half, the local end's last
-    /// acknowledgement).
-    pub marks: FlowMarks,
+    pub pad: [u8; 2],
+    /// The TCP window of this half's direction, as its sender offered it (zero for other
+    /// protocols).
+    pub window: Window,
     /// Keeps the layout free of implicit padding (see [`Address::EntryPad`]); always zero.
     pub align: A::EntryPad,
     /// When the flow was created (`bpf_ktime_get_coarse_ns`, CLOCK_MONOTONIC).
     pub created_ns: u64,
-    /// Last packet in this direction, refreshed at most once per [`TOUCH_INTERVAL_NS`].
+    /// Last packet in this direction, refreshed at most once per [`TOUCH_INTERVAL_NS`]; zero
+    /// until this direction carried one (an ingress half: until an answer came).
     pub last_seen_ns: u64,
 }
 
@@ -253,13 +158,14 @@ pub struct NatEntry<A: Address> {
 pub const TOUCH_INTERVAL_NS: u64 = 1_000_000_000;
 
 impl<A: Address> NatEntry<A> {
-    /// An entry translating to `addr` and `port`.
+    /// A half translating to `addr` and `port`, for a flow in `state`, with nothing tracked of
+    /// its direction's window.
     #[inline(always)]
     pub const fn new(
         addr: A,
         port: u16,
         origin: u8,
-        marks: FlowMarks,
+        state: u8,
         created_ns: u64,
         last_seen_ns: u64,
     ) -> Self {
@@ -267,13 +173,55 @@ impl<A: Address> NatEntry<A> {
             addr,
             port,
             origin,
-            pad: 0,
-            marks,
+            state,
+            assured: 0,
+            reset: 0,
+            pad: [0; 2],
+            window: Window::EMPTY,
             align: A::ENTRY_PAD,
             created_ns,
             last_seen_ns,
         }
     }
+
+    /// The same half with `window` as its direction's window.
+    #[inline(always)]
+    #[must_use]
+    pub const fn with_window(mut self, window: Window) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Whether the flow is assured.
+    #[inline(always)]
+    pub const fn is_assured(&self) -> bool {
+        self.assured != 0
+    }
+
+    /// How long the flow this half belongs to may stay idle, by the state it holds.
+    #[inline(always)]
+    pub const fn lifetime(&self, protocol: u8, timeouts: &Timeouts) -> u64 {
+        timeouts.lifetime(protocol, self.state, self.assured != 0, self.reset != 0)
+    }
+}
+
+/// When the flow whose halves are `egress` and `ingress` (none: an inbound flow's one entry,
+/// or a half whose other is gone) last showed activity, in monotonic nanoseconds.
+#[inline(always)]
+pub const fn last_activity<A: Address>(egress: &NatEntry<A>, ingress: Option<&NatEntry<A>>) -> u64 {
+    let mut last = egress.created_ns;
+    if egress.last_seen_ns > last {
+        last = egress.last_seen_ns;
+    }
+    if let Some(ingress) = ingress {
+        if ingress.created_ns > last {
+            last = ingress.created_ns;
+        }
+        if ingress.last_seen_ns > last {
+            last = ingress.last_seen_ns;
+        }
+    }
+    last
 }
 
 impl<A: Address> NatKey<A> {
@@ -337,50 +285,79 @@ impl<A: Address> NatKey<A> {
             Some(Direction::Ingress) => (self.dst_addr, self.dst_port),
             _ => (self.src_addr, self.src_port),
         };
-        NatEntry::new(
-            addr,
-            port,
-            entry.origin,
-            FlowMarks::from_bits(0),
-            entry.created_ns,
-            0,
-        )
+        let mut peer = NatEntry::new(addr, port, entry.origin, entry.state, entry.created_ns, 0);
+        peer.assured = entry.assured;
+        peer.reset = entry.reset;
+        peer
     }
 }
 
-crate::impl_pod!(
-    NatKeyV4, NatKeyV6, NatEntryV4, NatEntryV6, FlowMarks, SeqLow
-);
+crate::impl_pod!(NatKeyV4, NatKeyV6, NatEntryV4, NatEntryV6);
 
-/// The IPv4 allocator's request.
-pub type AllocRequestV4 = AllocRequest<[u8; 4]>;
-/// The IPv6 allocator's request.
-pub type AllocRequestV6 = AllocRequest<[u8; 16]>;
+/// The IPv4 hand-off.
+pub type HandoffV4 = Handoff<[u8; 4]>;
+/// The IPv6 hand-off.
+pub type HandoffV6 = Handoff<[u8; 16]>;
 
-/// What the egress program hands the port allocator it tail-calls (the flow that needs a
-/// mapping, decided on but not yet created), and the allocator hands the program that
-/// translates the packet (the mapping). Lives in a per-CPU map for the length of the tail calls
-/// (softirq context: nothing else runs on the CPU in between).
+/// What passes, per CPU, between the programs that handle one packet the fast path leaves to
+/// others: the egress and ingress programs, the flow-event program, the allocator, and the
+/// programs that rewrite the packet at the end. It lives for the length of their tail calls
+/// (softirq context: nothing else runs on the CPU in between). Each part has one writer at a
+/// time: the program that asks, the allocator while it searches, whoever made the mapping.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AllocRequest<A: Address> {
-    /// Egress key of the new flow, as the packet carries it.
-    pub key: NatKey<A>,
-    /// Address the flow is masqueraded to (its uplink's), network byte order.
-    pub snat_addr: A,
-    /// `ORIGIN_*` of the flow.
-    pub origin: u8,
-    /// `FLOW_*` bits of the packet.
-    pub flow_flags: u8,
-    /// Keeps the value free of implicit padding; always zero.
-    pub pad: [u8; 2],
-    /// Aligns `entry` for either family (see [`Address::EntryPad`]); always zero.
-    pub align: A::EntryPad,
-    /// The mapping the allocator created, for the program that translates the packet.
-    pub entry: NatEntry<A>,
-    /// Where the allocator's port search starts; the allocator's own scratch space.
+pub struct Handoff<A: Address> {
+    /// The packet's flow and what is asked for it: written by the program that tail-calls.
+    pub request: FlowRequest<A>,
+    /// Where the allocator's port search stands between its runs: the allocator's alone.
     pub search: PortSearch,
+    /// The translation for the packet (the half it matched, or the egress half the allocator
+    /// created), for the program that rewrites it.
+    pub mapping: NatEntry<A>,
+    /// Where a new flow's key goes in the flow index: the slot of the flow evicted to make room
+    /// for it (so that the index keeps as many live flows as before), or [`NO_INDEX_SLOT`] for
+    /// the cursor's next. Reset by the program that asks; set by an eviction.
+    pub index_slot: u32,
+    /// Always zero.
+    pub pad: u32,
 }
+
+/// [`Handoff::index_slot`]: no flow made room for this one.
+pub const NO_INDEX_SLOT: u32 = u32::MAX;
+
+/// A packet the fast path hands on: its flow's key and what it needs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowRequest<A: Address> {
+    /// The packet's tuple: an egress key for a packet leaving (and for a datagram towards a
+    /// pod, the key of the pod's answers), an ingress key for a reply arriving.
+    pub key: NatKey<A>,
+    /// The uplink's address: what the flow is masqueraded to.
+    pub node_addr: A,
+    /// `ORIGIN_*` of a new flow.
+    pub origin: u8,
+    /// `EVENT_*`: what the fast path could not do.
+    pub event: u8,
+    /// The counter (`counters::Counter`) the packet's translation counts under.
+    pub counter: u16,
+    /// The packet's TCP segment (all zero for other protocols): a new flow's state and window
+    /// start from it, an existing flow's move by it.
+    pub segment: TcpSegment,
+    /// Aligns the hand-off's mapping for either family (see [`Address::EntryPad`]); always
+    /// zero.
+    pub align: A::EntryPad,
+}
+
+/// [`FlowRequest::event`]: the packet needs a new mapping (the allocator).
+pub const EVENT_NEW_FLOW: u8 = 0;
+/// [`FlowRequest::event`]: the packet moves its flow's state (a handshake, a close, an
+/// answer): both halves are read and written.
+pub const EVENT_TRACK: u8 = 1;
+/// [`FlowRequest::event`]: the packet has no mapping, but its flow was buried by the agent and
+/// may come back (see the datapath's `nat::revive`).
+pub const EVENT_REVIVE: u8 = 2;
+/// [`FlowRequest::event`]: a datagram from outside towards a pod, of a flow not tracked yet.
+pub const EVENT_INBOUND: u8 = 3;
 
 /// A port search in progress: the range it runs through and how far it has come. The search
 /// runs in chunks of [`ALLOC_CHUNK`](crate::counters::ALLOC_CHUNK) ports, one allocator run
@@ -400,40 +377,6 @@ pub struct PortSearch {
     pub start: u32,
     /// Ports of the current round already tried.
     pub step: u32,
-}
-
-/// Whether a flow may be evicted to admit a new one when the NAT table is full, as conntrack's
-/// `early_drop` evicts what is not assured: a flow never answered, and a UDP (or other
-/// protocol's) flow that is not an answered stream. An answered TCP flow, or an answered
-/// stream still active two seconds after it began, is never evicted. `egress` and `ingress`
-/// are the flow's halves (an inbound flow has one entry: pass it as both).
-pub const fn unassured<A: Address>(
-    protocol: u8,
-    egress: &NatEntry<A>,
-    ingress: &NatEntry<A>,
-) -> bool {
-    let replied = if egress.origin == ORIGIN_INBOUND {
-        egress.marks.bits() & FLOW_ANSWERED != 0
-    } else {
-        ingress.marks.bits() & FLOW_SEEN != 0
-    };
-    if !replied {
-        return true;
-    }
-    if protocol == proto::TCP {
-        return false;
-    }
-    let began = if egress.created_ns > ingress.created_ns {
-        egress.created_ns
-    } else {
-        ingress.created_ns
-    };
-    let last = if egress.last_seen_ns > ingress.last_seen_ns {
-        egress.last_seen_ns
-    } else {
-        ingress.last_seen_ns
-    };
-    last.saturating_sub(began) <= crate::timeouts::UDP_STREAM_AFTER_NS
 }
 
 /// Key of the IPv4 fragment table.
@@ -467,6 +410,9 @@ pub struct FragKey<A> {
 pub const FRAG_TRANSLATED: u8 = 1;
 /// The datagram was left alone; later fragments are too.
 pub const FRAG_UNTOUCHED: u8 = 2;
+/// The datagram was dropped (or its first fragment could not be mapped); later fragments are
+/// dropped too, so no part of it leaves with the pod's address.
+pub const FRAG_DROPPED: u8 = 3;
 
 /// Value of a fragment table.
 #[repr(C)]
@@ -492,64 +438,54 @@ crate::impl_pod!(
     FragKeyV6,
     FragEntryV4,
     FragEntryV6,
-    AllocRequestV4,
-    AllocRequestV6,
-    PortSearch
+    HandoffV4,
+    HandoffV6,
+    PortSearch,
+    Holder
 );
+
+/// Value of a holders table, keyed by the local address of flows (a pod's, the node's): how
+/// many unassured flows that address holds. The datapath adds and subtracts atomically as
+/// flows are created, assured and evicted; the agent's garbage collector corrects the count
+/// from the table on every pass (what it removed, and whatever two CPUs raced over). A
+/// holder at its share of the table admits a new flow only in place of one of its own.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Holder {
+    /// Unassured flows, as a two's complement count (a race can take it below zero for a
+    /// moment; readers take that as zero).
+    pub unassured: u64,
+}
+
+impl Holder {
+    /// The count, as a number of flows.
+    pub const fn flows(&self) -> u64 {
+        if (self.unassured as i64) < 0 {
+            0
+        } else {
+            self.unassured
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flow::{datagram, tcp};
 
     const POD: [u8; 4] = [10, 244, 1, 5];
     const REMOTE: [u8; 4] = [203, 0, 113, 10];
     const NODE: [u8; 4] = [192, 0, 2, 1];
 
     fn entry(addr: [u8; 4], port: u16) -> NatEntryV4 {
-        NatEntry::new(addr, port, ORIGIN_POD, FlowMarks::from_bits(0), 7, 9)
-    }
-
-    #[test]
-    fn marks_hold_each_bit_in_its_own_byte() {
-        for bits in 0..32 {
-            assert_eq!(FlowMarks::from_bits(bits).bits(), bits);
-            // Whatever acknowledgement is recorded beside them.
-            let mut marks = FlowMarks::from_bits(bits);
-            marks.0[FLOW_ACK_BYTES].copy_from_slice(&[0xff, 0x13, 0x80]);
-            assert_eq!(marks.bits(), bits);
-            assert_eq!(marks.ack_low(), SeqLow([0xff, 0x13, 0x80]));
-        }
-        assert_eq!(
-            FlowMarks::from_bits(FLOW_TCP_FIN | FLOW_SEEN).0,
-            [0, 1, 0, 1, 0, 0, 0, 0]
-        );
-    }
-
-    #[test]
-    fn entries_keep_the_layout_pinned_tables_have() {
-        // The acknowledgement's bytes took the marks' three unused bytes: tables pinned by an
-        // older masq stay compatible, their zero bytes reading as nothing recorded.
-        assert_eq!(size_of::<NatEntryV4>(), 32);
-        assert_eq!(size_of::<NatEntryV6>(), 48);
-        assert_eq!(core::mem::offset_of!(NatEntryV4, marks), 8);
-        let entry = entry(NODE, 1);
-        assert_eq!(entry.marks.ack_low(), SeqLow::UNKNOWN);
-    }
-
-    #[test]
-    fn sequence_distances_wrap_in_24_bits() {
-        let ack = SeqLow::of(0x1234_5678);
-        assert_eq!(ack.0, [0x78, 0x56, 0x34]);
-        assert_eq!(ack.distance_to(0x1234_5678), 0);
-        assert_eq!(ack.distance_to(0xff34_5679), 1);
-        assert_eq!(ack.distance_to(0x1234_5677), SEQ_LOW_MASK);
-        assert_eq!(SeqLow::of(0x00ff_fff0).distance_to(0x0100_0010), 0x20);
+        NatEntry::new(addr, port, ORIGIN_POD, tcp::ESTABLISHED, 7, 9)
     }
 
     #[test]
     fn peer_of_egress_is_the_reply_tuple() {
         let egress = NatKeyV4::new(POD, REMOTE, 40_000, 443, proto::TCP, Direction::Egress);
-        let translated = entry(NODE, 2_000);
+        let mut translated = entry(NODE, 2_000);
+        translated.assured = 1;
         let ingress = egress.peer(&translated);
         assert_eq!(
             ingress,
@@ -559,12 +495,15 @@ mod tests {
         assert_eq!((restore.addr, restore.port), (POD, 40_000));
         assert_eq!(restore.created_ns, 7);
         assert_eq!(restore.last_seen_ns, 0);
+        // The flow's state travels with it; the window is the other direction's own.
+        assert_eq!((restore.state, restore.assured), (tcp::ESTABLISHED, 1));
+        assert_eq!(restore.window, Window::EMPTY);
     }
 
     #[test]
     fn peer_is_an_involution() {
         let egress = NatKeyV4::new(POD, REMOTE, 5, 0, proto::ICMP, Direction::Egress);
-        let translated = entry(NODE, 1_500);
+        let translated = NatEntry::new(NODE, 1_500, ORIGIN_POD, datagram::UNREPLIED, 7, 9);
         let ingress = egress.peer(&translated);
         assert_eq!(
             ingress,
@@ -579,23 +518,39 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<NatKeyV4>(), 16);
-        // 4 + 2 + 1 + 1, eight mark bytes, two timestamps.
-        assert_eq!(size_of::<NatEntryV4>(), 32);
+        assert_eq!(size_of::<Window>(), 20);
+        // 4 + 2 + 1 + 1 + 1 + 1 + 2, the window, two timestamps.
+        assert_eq!(size_of::<NatEntryV4>(), 48);
         assert_eq!(size_of::<NatKeyV6>(), 40);
-        // 16 + 2 + 1 + 1, eight mark bytes, four of padding, two timestamps.
-        assert_eq!(size_of::<NatEntryV6>(), 48);
+        // 16 + 8, the window, four of padding, two timestamps.
+        assert_eq!(size_of::<NatEntryV6>(), 64);
         assert_eq!(size_of::<FragKeyV4>(), 16);
         assert_eq!(size_of::<FragEntryV4>(), 16);
         assert_eq!(size_of::<FragKeyV6>(), 40);
         assert_eq!(size_of::<FragEntryV6>(), 32);
         assert_eq!(size_of::<PortSearch>(), 16);
+        assert_eq!(size_of::<TcpSegment>(), 16);
         assert_eq!(
-            size_of::<AllocRequestV4>(),
-            size_of::<NatKeyV4>() + 8 + size_of::<NatEntryV4>() + size_of::<PortSearch>()
+            size_of::<FlowRequest<[u8; 4]>>(),
+            size_of::<NatKeyV4>() + 4 + 4 + size_of::<TcpSegment>()
         );
         assert_eq!(
-            size_of::<AllocRequestV6>(),
-            size_of::<NatKeyV6>() + 16 + 4 + 4 + size_of::<NatEntryV6>() + size_of::<PortSearch>()
+            size_of::<HandoffV4>(),
+            size_of::<FlowRequest<[u8; 4]>>()
+                + size_of::<PortSearch>()
+                + size_of::<NatEntryV4>()
+                + 8
+        );
+        assert_eq!(
+            size_of::<FlowRequest<[u8; 16]>>(),
+            size_of::<NatKeyV6>() + 16 + 4 + size_of::<TcpSegment>() + 4
+        );
+        assert_eq!(
+            size_of::<HandoffV6>(),
+            size_of::<FlowRequest<[u8; 16]>>()
+                + size_of::<PortSearch>()
+                + size_of::<NatEntryV6>()
+                + 8
         );
     }
 }

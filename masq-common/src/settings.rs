@@ -33,7 +33,18 @@ pub struct Settings {
     pub total_ports: u32,
     /// Port intervals translated flows may use, in the order given by the operator.
     pub port_ranges: [PortRange; MAX_PORT_RANGES],
+    /// By family ([`FAMILY_IPV4`], [`FAMILY_IPV6`]): the most unassured flows one holder (a
+    /// pod, the node) may have in the family's table, its share; zero for no limit.
+    pub holder_share: [u32; 2],
+    /// By family: the slots of the family's flow index (`layout::MAP_FLOW_INDEX_V4`), which
+    /// eviction samples at random.
+    pub flow_slots: [u32; 2],
 }
+
+/// Index of the IPv4 values of [`Settings::holder_share`] and [`Settings::flow_slots`].
+pub const FAMILY_IPV4: usize = 0;
+/// Index of the IPv6 values of [`Settings::holder_share`] and [`Settings::flow_slots`].
+pub const FAMILY_IPV6: usize = 1;
 
 impl Settings {
     /// Settings that translate nothing: what the datapath sees before the agent configured it.
@@ -42,6 +53,8 @@ impl Settings {
         port_range_count: 0,
         total_ports: 0,
         port_ranges: [PortRange::EMPTY; MAX_PORT_RANGES],
+        holder_share: [0; 2],
+        flow_slots: [0; 2],
     };
 
     /// Whether the datapath should translate at all.

@@ -1,66 +1,39 @@
-//! New flows: the port allocator and the translation of a new flow's packet, two classifiers
-//! the egress program reaches by tail call.
+//! The port allocator: a classifier the egress program tail-calls for a packet that needs a
+//! mapping. A new flow gets a port it searches, both halves created, and its packet handed to
+//! `masq_source_nat` to be rewritten. A TCP segment of a flow the agent buried (from either
+//! end, `EVENT_REVIVE`) gets the flow's old halves back (`nat::revive`), and goes on to the
+//! flow-event program to be tracked and rewritten on them; a pod's segment whose flow cannot
+//! come back is picked up on a new mapping, as conntrack picks a flow up.
 //!
-//! The verifier checks a program from its entry, once per distinct state it can reach a point
-//! with. Inside the egress program the port search would be checked once for every parsing path
-//! into it (IP options, fragments, protocols), which capped it at a few dozen ports; and the
-//! rewrite after the search would be checked once for every port it can stop at. Split into
-//! `masq_allocator` (search and insert, from one entry state) and `masq_new_flow` (parse and
-//! rewrite, once), the search can try as many ports as the kernel's NAT. The programs pass the
-//! flow and its mapping along in a per-CPU map; the packet's headers are unchanged in between.
+//! Inside the egress program the port search would be checked once for every parsing path into
+//! it (IP options, fragments, protocols), which capped it at a few dozen ports; and the rewrite
+//! after the search would be checked once for every port it can stop at. As programs of their
+//! own, the search can try as many ports as the kernel's NAT.
 
 use aya_ebpf::programs::TcContext;
 use aya_log_ebpf::debug;
 use masq_common::{
     counters::Counter,
-    nat::{NatKey, ORIGIN_HOST},
+    nat::{
+        Direction, EVENT_NEW_FLOW, EVENT_REVIVE, EVENT_TRACK, Handoff, NatKey, ORIGIN_HOST, proto,
+    },
 };
 
 use crate::{
     counters::{count_in, record_allocation},
-    egress, evict,
+    evict,
     family::Family,
     maps::{self, PROGS},
     nat::{self, AllocError, Allocation},
     verdict::Verdict,
 };
 
-/// Asks the allocator to map the flow of `key`, leaving by the uplink whose address is
-/// `snat_addr`, and to translate the packet. Does not return when the tail call succeeds;
-/// returns if the allocator's slot is empty.
-///
-/// Only the fields the allocator reads are written: the rest of the slot is its output and
-/// scratch space, and writing a whole zeroed request costs a call to a byte-by-byte memset.
-#[inline(always)]
-pub(crate) fn hand_over<A: Family>(
-    ctx: &TcContext,
-    key: &NatKey<A>,
-    snat_addr: A,
-    origin: u8,
-    flow_flags: u8,
-) {
-    let Some(slot) = A::alloc_request().get_ptr_mut(0) else {
-        return;
-    };
-    // SAFETY: per-CPU array slots are private to this CPU while the program runs, and the tail
-    // call below runs the allocator on this CPU before anything else can.
-    unsafe {
-        (*slot).key = *key;
-        (*slot).snat_addr = snat_addr;
-        (*slot).origin = origin;
-        (*slot).flow_flags = flow_flags;
-        // A new request: the allocator begins a search rather than resuming one.
-        (*slot).search.round = 0;
-        PROGS.tail_call(ctx, A::SLOT_ALLOCATOR);
-    }
-}
-
 /// Entry point of `masq_allocator`: creates the mapping, then hands the packet to
-/// `masq_new_flow`; or, when this run's chunk of ports is taken, runs itself again for the
+/// `masq_source_nat`; or, when this run's chunk of ports is taken, runs itself again for the
 /// next chunk (see `nat::allocate`).
 #[inline(always)]
 pub(crate) fn allocate<A: Family>(ctx: &TcContext) -> i32 {
-    let Some(slot) = A::alloc_request().get_ptr_mut(0) else {
+    let Some(slot) = A::handoff().get_ptr_mut(0) else {
         count_in::<A>(Counter::EgressDropNoAllocator);
         return Verdict::Drop.tc_action();
     };
@@ -72,22 +45,44 @@ pub(crate) fn allocate<A: Family>(ctx: &TcContext) -> i32 {
     // records: a copy of the whole request would not fit the IPv6 allocator's stack.
     let (src_port, dst_port, protocol) = unsafe {
         (
-            (*slot).key.src_port,
-            (*slot).key.dst_port,
-            (*slot).key.protocol,
+            (*slot).request.key.src_port,
+            (*slot).request.key.dst_port,
+            (*slot).request.key.protocol,
         )
     };
+    // SAFETY: as above.
+    if unsafe { core::ptr::read_volatile(&raw const (*slot).request.event) } == EVENT_REVIVE {
+        return revive::<A>(ctx, slot);
+    }
     let allocated = nat::allocate::<A>(ctx, settings);
     if !matches!(allocated, Ok(Allocation::SearchGoesOn)) {
         nat::end_search::<A>();
     }
     let counter = match allocated {
         Ok(Allocation::Mapped) => {
-            // SAFETY: only this CPU writes its slot; the key is copied out.
-            let key = unsafe { (*slot).key };
-            evict::remember::<A>(&key);
+            // SAFETY: only this CPU writes its slot; the key is read in place.
+            let key = unsafe { &raw const (*slot).request.key };
+            // SAFETY: as above.
+            unsafe { evict::admitted::<A>(settings, key) };
+            if protocol == proto::TCP {
+                // A new connection takes the tuple: a buried one must not come back on it.
+                // SAFETY: as above.
+                let key: &NatKey<A> = unsafe { &*key };
+                let _ = A::buried().remove(key);
+            }
+            // SAFETY: as above.
+            let (origin, port) = unsafe { ((*slot).mapping.origin, (*slot).mapping.port) };
+            let counter = match (origin == ORIGIN_HOST, port == src_port) {
+                (false, _) => Counter::EgressNewMapping,
+                (true, true) => Counter::EgressHostTracked,
+                // The node's flow clashed with a mapping: it leaves from another port, as
+                // conntrack's null binding gives it one.
+                (true, false) => Counter::EgressHostRemapped,
+            };
+            // SAFETY: as above.
+            unsafe { (*slot).request.counter = counter as u16 };
             // SAFETY: the context is the program's own; the mapping is in the slot.
-            unsafe { PROGS.tail_call(ctx, A::SLOT_NEW_FLOW) };
+            unsafe { PROGS.tail_call(ctx, A::SLOT_SOURCE_NAT) };
             // The mapping exists; the packet's retransmission will find it.
             Counter::EgressDropNoAllocator
         }
@@ -106,14 +101,21 @@ pub(crate) fn allocate<A: Family>(ctx: &TcContext) -> i32 {
             Counter::EgressDropNoPort
         }
         Err(AllocError::TableFull) => {
-            // Room made by evicting a flow that was never answered: the request starts over
-            // (its search ended above), as conntrack admits a new flow after `early_drop`.
-            if evict::make_room::<A>() {
+            // Room made by evicting a flow that was never assured: the request starts over (its
+            // search ended above), as conntrack admits a new flow after `early_drop`.
+            if evict::make_room::<A>(settings) {
                 // SAFETY: the context is the program's own; the request is in the slot.
                 unsafe { PROGS.tail_call(ctx, A::SLOT_ALLOCATOR) };
             }
             debug!(ctx, "NAT table full: new flow refused");
             Counter::EgressDropTableFull
+        }
+        Err(AllocError::HolderShare) => {
+            debug!(
+                ctx,
+                "the pod holds its share of the NAT table: new flow refused"
+            );
+            Counter::EgressDropHolderShare
         }
         Err(AllocError::SctpPortInUse) => {
             debug!(
@@ -127,25 +129,49 @@ pub(crate) fn allocate<A: Family>(ctx: &TcContext) -> i32 {
     Verdict::Drop.tc_action()
 }
 
-/// Entry point of `masq_new_flow`: translates the packet whose flow the allocator just mapped.
+/// A segment of a flow the agent buried (see `nat::revive`): its halves come back and the
+/// flow-event program tracks and rewrites it on them; a pod's segment whose flow cannot come
+/// back starts over here as a new flow (each by a tail call, so that what the revival learned
+/// does not multiply the verification of what follows).
 #[inline(always)]
-pub(crate) fn translate_new_flow<A: Family>(ctx: &TcContext) -> i32 {
-    // SAFETY: the value is copied out at once; only this CPU writes its slot.
-    let Some(request) = A::alloc_request().get_ptr(0).map(|slot| unsafe { *slot }) else {
-        count_in::<A>(Counter::EgressDropNoAllocator);
-        return Verdict::Drop.tc_action();
+fn revive<A: Family>(ctx: &TcContext, slot: *mut Handoff<A>) -> i32 {
+    // SAFETY: only this CPU writes its slot; the key is read in place.
+    let (key, node_addr) = unsafe {
+        (
+            &(*slot).request.key,
+            A::load(&raw const (*slot).request.node_addr),
+        )
     };
-    let (key, entry) = (request.key, request.entry);
-    A::log_new_mapping(ctx, &key, entry.port);
-    let counter = if request.origin == ORIGIN_HOST {
-        Counter::EgressHostTracked
-    } else {
-        Counter::EgressNewMapping
-    };
-    // The egress program parsed these same headers a moment ago; parsing them again gives the
-    // verifier the bounds it needs to rewrite them.
-    let Some(ip) = A::parse_again(ctx) else {
-        return Verdict::Pass.tc_action();
-    };
-    egress::translate(ctx, &ip, &key, &entry, counter).tc_action()
+    let outbound = key.direction() == Some(Direction::Egress);
+    match nat::revive::<A>(ctx, key, node_addr) {
+        nat::Revival::Revived => {
+            // SAFETY: as above; the request stays as it is but for what is asked.
+            unsafe {
+                core::ptr::write_volatile(&raw mut (*slot).request.event, EVENT_TRACK);
+                PROGS.tail_call(ctx, A::SLOT_FLOW_EVENT);
+            }
+        }
+        nat::Revival::PickUp => {
+            // SAFETY: as above.
+            unsafe {
+                core::ptr::write_volatile(&raw mut (*slot).request.event, EVENT_NEW_FLOW);
+                core::ptr::write_volatile(
+                    &raw mut (*slot).request.counter,
+                    Counter::EgressNewMapping as u16,
+                );
+                PROGS.tail_call(ctx, A::SLOT_ALLOCATOR);
+            }
+        }
+        nat::Revival::Unknown => {
+            count_in::<A>(if outbound {
+                Counter::EgressTcpMidstreamPassed
+            } else {
+                Counter::IngressNoMappingPassed
+            });
+            return Verdict::Pass.tc_action();
+        }
+    }
+    // Only if the kernel refused the tail call.
+    count_in::<A>(Counter::EgressDropNoAllocator);
+    Verdict::Drop.tc_action()
 }

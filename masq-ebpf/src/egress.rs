@@ -14,22 +14,29 @@
 //!    one, see `nat::revive`), the others (replies of connections opened from outside) pass.
 //!    New mappings are made by the allocator program, which this one tail-calls (see
 //!    `allocator`).
+//!
+//! The node's own flows outside the SNAT range pass as they are, unless a pod's mapping holds
+//! the tuple they would be answered on: then the node's flow gets another port, as conntrack
+//! gives a clashing flow one (its "null binding"), so its replies reach the node, not the pod.
 
 use aya_ebpf::programs::TcContext;
 use masq_common::{
     counters::Counter,
     layout::{NOMASQ_KIND_LINK_LOCAL, NOMASQ_KIND_MASQUERADE, PROG_SLOT_EGRESS_V6},
     nat::{
-        Direction, FLOW_ANSWERED, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND, ORIGIN_POD, proto,
+        Direction, EVENT_NEW_FLOW, EVENT_REVIVE, EVENT_TRACK, NatKey, ORIGIN_HOST, ORIGIN_INBOUND,
+        ORIGIN_POD, proto,
     },
     settings::Settings,
 };
 
 use crate::{
-    allocator,
     counters::{count, count_in},
     family::{Family, V6},
-    frag, maps, nat,
+    frag,
+    handoff::{self, Request},
+    maps,
+    nat::{self, Mapping},
     packet::{self, EarlyOutcomes, Frame6, Ip, Kind},
     rewrite::{self, End},
     verdict::Verdict,
@@ -46,11 +53,11 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
     let Some(ip) = packet::classifiable(ctx, &outcomes) else {
         return Verdict::Pass.tc_action();
     };
-    let (Some(settings), Some(node_ip)) = (maps::settings(), maps::snat_addr(ctx)) else {
+    let (Some(settings), Some(addrs)) = (maps::settings(), maps::uplink_addrs(ctx)) else {
         count(Counter::EgressNotConfigured);
         return Verdict::Pass.tc_action();
     };
-    classify_ip(ctx, settings, node_ip, &ip).tc_action()
+    classify_ip(ctx, settings, addrs.serving(ip.src), &ip).tc_action()
 }
 
 /// Entry point of `masq_egress6`: an IPv6 frame leaving by an uplink.
@@ -67,11 +74,11 @@ pub(crate) fn classify_v6(ctx: &TcContext) -> i32 {
             return Verdict::Pass.tc_action();
         }
     };
-    let (Some(settings), Some(node_ip)) = (maps::settings(), maps::snat_addr(ctx)) else {
+    let (Some(settings), Some(addrs)) = (maps::settings(), maps::uplink_addrs(ctx)) else {
         count_in::<V6>(Counter::EgressNotConfigured);
         return Verdict::Pass.tc_action();
     };
-    classify_ip(ctx, settings, node_ip, &ip).tc_action()
+    classify_ip(ctx, settings, addrs.serving(ip.src), &ip).tc_action()
 }
 
 /// Entry point of `masq_icmp6_egress`: the ICMPv6 error `masq_egress6` found.
@@ -81,14 +88,16 @@ pub(crate) fn icmp_error_v6(ctx: &TcContext) -> i32 {
         count_in::<V6>(Counter::EgressMalformed);
         return Verdict::Pass.tc_action();
     };
-    let Some(node_ip) = maps::snat_addr::<V6>(ctx) else {
+    let Some(addrs) = maps::uplink_addrs::<V6>(ctx) else {
         count_in::<V6>(Counter::EgressNotConfigured);
         return Verdict::Pass.tc_action();
     };
-    crate::icmp::egress(ctx, node_ip, &ip).tc_action()
+    crate::icmp::egress(ctx, addrs.now, &ip).tc_action()
 }
 
-/// `node_ip` is the address of the interface the packet leaves by: what it is masqueraded to.
+/// `node_ip` is the address of the interface the packet leaves by: what it is masqueraded to
+/// (for a packet of the node's own from the interface's former address, that address: see
+/// `maps::UplinkAddrs`).
 #[inline(always)]
 fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: &Ip<A>) -> Verdict {
     if ip.is_later_fragment() {
@@ -111,7 +120,7 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
         count_in::<A>(Counter::EgressUnsupported);
         return Verdict::Pass;
     }
-    let tcp_opens = transport.tcp_opens;
+    let tcp_opens = transport.tcp_opens();
     let (src_port, dst_port) = match transport.kind {
         Kind::Ports => (transport.src, transport.dst),
         Kind::IcmpQuery if transport.request => (transport.src, 0),
@@ -135,39 +144,60 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
         ip.protocol,
         Direction::Egress,
     );
-    let flow_flags = transport.flow_flags();
-
-    // Marked answered: on an inbound flow's one entry, that tells the pod replied (see
-    // `FLOW_ANSWERED`); the egress halves masq creates carry it from the start, so it costs
-    // them no write.
-    if let Some(entry) = nat::lookup(
-        &key,
-        flow_flags | FLOW_ANSWERED,
-        tcp_opens,
-        transport.tcp,
-        nat::Sender::Local,
-    ) {
-        let counter = if entry.origin == ORIGIN_INBOUND {
+    if let Some(mapping) = nat::lookup(&key, true, &transport.tcp) {
+        let counter = if mapping.origin == ORIGIN_INBOUND {
             Counter::EgressInboundReply
         } else if ip.src == node_ip {
             Counter::EgressHostTracked
         } else {
             Counter::EgressMasqueraded
         };
-        return translate(ctx, ip, &key, &entry, counter);
+        if mapping.quiet != 0 {
+            return translate(ctx, ip, &key, &mapping, counter);
+        }
+        // The packet moves its flow: the flow-event program tracks it, then has it rewritten.
+        let request = Request {
+            key: &key,
+            node_addr: node_ip,
+            origin: mapping.origin,
+            event: EVENT_TRACK,
+            counter,
+            segment: &transport.tcp,
+        };
+        handoff::hand_over(ctx, &request, A::SLOT_FLOW_EVENT);
+        count_in::<A>(Counter::EgressDropNoAllocator);
+        return Verdict::Drop;
     }
 
     let origin = if ip.src == node_ip {
         let has_port =
             matches!(ip.protocol, proto::TCP | proto::UDP | proto::SCTP) || ip.protocol == A::ICMP;
-        // The node's flows outside the SNAT range cannot clash with a mapping. Its flows of
-        // protocols without ports are tracked: their tuple is the remote address alone, and
-        // the node's own (a tunnel endpoint) must never be handed to a pod.
         // On an uplink without an address of the family, the node's packets from the
         // unspecified address (a DHCP client's) are left alone, as MASQUERADE leaves them.
-        if (has_port && !settings.port_in_range(src_port)) || A::unaddressed(node_ip) {
+        if A::unaddressed(node_ip) {
             count_in::<A>(Counter::EgressHostPassed);
             return Verdict::Pass;
+        }
+        // The node's flows outside the SNAT range cannot clash with a mapping masq chose, but
+        // they can with one it adopted, or one a pod holds on a port the node picks later: a
+        // new flow of the node's (a SYN, a datagram) whose reply tuple a mapping holds gets
+        // another port. Its flows of protocols without ports are tracked: their tuple is the
+        // remote address alone, and the node's own (a tunnel endpoint) must never be handed to
+        // a pod.
+        if has_port && !settings.port_in_range(src_port) {
+            let opens = ip.protocol != proto::TCP || tcp_opens;
+            let reply = NatKey::new(
+                ip.dst,
+                node_ip,
+                dst_port,
+                src_port,
+                ip.protocol,
+                Direction::Ingress,
+            );
+            if !opens || A::nat().get_ptr(reply).is_none() {
+                count_in::<A>(Counter::EgressHostPassed);
+                return Verdict::Pass;
+            }
         }
         ORIGIN_HOST
     } else {
@@ -185,29 +215,31 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
         }
         ORIGIN_POD
     };
-    if ip.protocol == proto::TCP && !tcp_opens {
-        let revival = if origin == ORIGIN_POD {
-            nat::revive::<A>(ctx, &key, node_ip)
-        } else {
-            nat::Revival::Unknown
-        };
-        match revival {
-            nat::Revival::Revived => {
-                if let Some(entry) = A::nat().get_ptr(key) {
-                    // SAFETY: the pointer comes from a successful lookup; copied at once.
-                    let entry = unsafe { *entry };
-                    return translate(ctx, ip, &key, &entry, Counter::EgressTcpRevived);
-                }
-            }
-            nat::Revival::PickUp => {}
-            nat::Revival::Unknown => {
-                count_in::<A>(Counter::EgressTcpMidstreamPassed);
-                return Verdict::Pass;
-            }
+    // Until a rewrite records its translation, this datagram's later fragments are dropped: an
+    // allocation that fails must not let them leave with the pod's address.
+    frag::remember_dropped(ip, Direction::Egress);
+    let mut request = Request {
+        key: &key,
+        node_addr: node_ip,
+        origin,
+        event: EVENT_NEW_FLOW,
+        counter: Counter::EgressNewMapping,
+        segment: &transport.tcp,
+    };
+    if ip.protocol == proto::TCP && !tcp_opens && origin == ORIGIN_POD {
+        // A segment that cannot open a connection: its flow's mapping comes back if the agent
+        // buried it; a connection masq never translated (a reply of one opened from outside)
+        // passes as it is.
+        if A::buried().get_ptr(request.key).is_none() {
+            frag::remember(ip, Direction::Egress, None);
+            count_in::<A>(Counter::EgressTcpMidstreamPassed);
+            return Verdict::Pass;
         }
+        request.event = EVENT_REVIVE;
+        request.counter = Counter::EgressTcpRevived;
     }
-    allocator::hand_over(ctx, &key, node_ip, origin, flow_flags);
-    // Only reached when the tail call failed: the allocator is not in its slot.
+    handoff::hand_over(ctx, &request, A::SLOT_ALLOCATOR);
+    // Only reached when the tail call failed: the program is not in its slot.
     count_in::<A>(Counter::EgressDropNoAllocator);
     Verdict::Drop
 }
@@ -238,16 +270,23 @@ pub(crate) fn translate<A: Family>(
     ctx: &TcContext,
     ip: &Ip<A>,
     key: &NatKey<A>,
-    entry: &NatEntry<A>,
+    mapping: &Mapping<A>,
     counter: Counter,
 ) -> Verdict {
-    let rewritten =
-        rewrite::address_and_port(ctx, ip, End::Source, entry.addr, key.src_port, entry.port);
+    let rewritten = rewrite::address_and_port(
+        ctx,
+        ip,
+        End::Source,
+        mapping.addr,
+        key.src_port,
+        mapping.port,
+    );
     if rewritten.is_err() {
+        frag::remember_dropped(ip, Direction::Egress);
         count_in::<A>(Counter::EgressDropRewriteFailed);
         return Verdict::Drop;
     }
-    frag::remember(ip, Direction::Egress, Some(entry.addr));
+    frag::remember(ip, Direction::Egress, Some(mapping.addr));
     count_in::<A>(counter);
     Verdict::Pass
 }

@@ -1,109 +1,196 @@
-//! Room in a full NAT table: evicting a flow that was never answered, as conntrack's
-//! `early_drop` does, so that one pod flooding SYNs at a black hole (or a spoofed flood of
-//! inbound UDP) cannot shut every pod's new connections out. An assured flow (see
-//! `masq_common::nat::unassured`) is never evicted.
+//! Room for new flows: eviction from the whole table, and each holder's share of it.
 //!
-//! conntrack looks for a victim in the new tuple's hash neighbourhood; a BPF program cannot
-//! walk a hash map's buckets, so the programs keep the keys of the last flows created in a
-//! ring ([`YOUNG_FLOWS`] of them), and a new flow that finds the table full evicts the oldest
-//! of those still unassured. A flood fills the ring with its own flows, so it is the flood
-//! that makes room. The ring is shared by all CPUs, so a flood on one CPU makes room for new
-//! flows on any: concurrent writers may overwrite each other's slot or read a key half
-//! written, which only costs a candidate, since a flow is evicted only after its entries say
-//! it is unassured.
+//! conntrack admits a new flow into a full table by dropping one that was never assured, found
+//! near the new tuple's hash bucket (`early_drop`): its victims are effectively random across
+//! the table, so a young flow lives about as long as the table takes to churn. A BPF program
+//! cannot walk a hash map's buckets, so every new flow writes its egress key into a slot of an
+//! index with room for every flow the table holds ([`admitted`]), and a flow that needs room
+//! samples random slots and evicts the first unassured flow it finds ([`make_room`]): victims
+//! random across the table, as conntrack's.
+//!
+//! Beyond conntrack, no local address (a pod's, the node's) may hold more than its share of
+//! the table in unassured flows (`--nat-pod-share`). A holder at its share admits a new flow
+//! only in place of one of its own unassured flows, sampled the same way ([`within_share`]), so
+//! a pod spraying SYNs or datagrams at a black hole, or a flood from outside towards one pod,
+//! churns its own flows and costs the others nothing.
 
-use aya_ebpf::btf_maps::Array;
+use aya_ebpf::helpers::generated::bpf_get_prandom_u32;
 use masq_common::{
-    counters::Counter,
-    nat::{NatEntry, NatKey, ORIGIN_INBOUND, proto, unassured},
+    flow::{EvictionCause, FlowClass},
+    nat::{Direction, NO_INDEX_SLOT, NatKey, ORIGIN_INBOUND},
+    settings::Settings,
 };
 
-use crate::{counters::count_in, family::Family};
+use crate::{
+    atomic,
+    counters::count_eviction,
+    family::Family,
+    holders,
+    maps::FLOW_CURSOR,
+    table::{copy_key, has_peer, peer_of, remove_flow},
+};
 
-/// How many of the last flows created are remembered as candidates for eviction.
-pub(crate) const YOUNG_FLOWS: usize = 32;
-/// How many candidates a full table's new flow looks at, oldest first.
-const EVICTION_TRIES: u32 = 8;
+/// Slots a flow that needs room in a full table samples. A full table under a flood holds
+/// mostly unassured flows, found at the first try; one full of assured flows holds nothing to
+/// evict, and the new flow is refused after these.
+const TABLE_FULL_SAMPLES: u32 = 8;
+/// Slots a holder at its share samples for one of its own flows. A holder at its share holds
+/// a quarter of the table (by default), so 16 samples miss all of its flows 1 time in 100.
+const HOLDER_SAMPLES: u32 = 16;
 
-/// The last flows created: their egress keys, in a ring whose next slot is the oldest.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct YoungFlows<A: Family> {
-    next: u32,
-    pad: u32,
-    keys: [NatKey<A>; YOUNG_FLOWS],
-}
-
-/// The map type of [`YoungFlows`]: one ring for all CPUs.
-pub(crate) type YoungFlowsMap<A> = Array<YoungFlows<A>, 1>;
-
-/// Remembers the flow whose egress key is `key` as the newest.
+/// Records the new flow whose egress key is at `key` (a map value, or the caller's): it counts
+/// against its holder, the key's source, until it is assured, and takes a slot of the flow
+/// index: the slot of the flow evicted to make room for it, if one was (see
+/// `Handoff::index_slot`), so that every eviction leaves as many flows indexed as before;
+/// otherwise the cursor's next, so that the index fills without two flows in one slot.
+///
+/// # Safety
+/// `key` must point at a valid key for the length of the call.
 #[inline(always)]
-pub(crate) fn remember<A: Family>(key: &NatKey<A>) {
-    let Some(ring) = A::young().get_ptr_mut(0) else {
+pub(crate) unsafe fn admitted<A: Family>(settings: &Settings, key: *const NatKey<A>) {
+    // SAFETY: as the caller promises.
+    let holder = unsafe { A::load(&raw const (*key).src_addr) };
+    holders::add_one::<A>(holder);
+    let Some(slots) = index_slots::<A>(settings) else {
         return;
     };
-    // SAFETY: the pointer is the map value's; other CPUs write it too, which costs at most a
-    // candidate (see the module's documentation).
-    unsafe {
-        let next = (*ring).next;
-        if let Some(slot) = (*ring).keys.get_mut(next as usize % YOUNG_FLOWS) {
-            *slot = *key;
-        }
-        (*ring).next = next.wrapping_add(1);
+    let slot = match freed_slot::<A>() {
+        Some(slot) if slot < slots => slot,
+        _ => match FLOW_CURSOR.get_ptr_mut(A::FAMILY as u32) {
+            Some(cursor) => {
+                // SAFETY: a valid map value, an aligned `u64`. Two CPUs reading the same value
+                // before either adds write one slot twice: one flow goes unindexed.
+                let next = unsafe { core::ptr::read_volatile(cursor) };
+                // SAFETY: as above.
+                unsafe { atomic::add(cursor, 1) };
+                (next % u64::from(slots)) as u32
+            }
+            None => return,
+        },
+    };
+    if let Some(target) = A::flow_index().get_ptr_mut(slot) {
+        // SAFETY: `target` is a valid map value; `key` as the caller promises. Another CPU
+        // writing the same slot may leave a key of two flows, which looks up nothing.
+        unsafe { copy_key(target, key) };
     }
 }
 
-/// Evicts the oldest unassured flow remembered, if any of the oldest
-/// [`EVICTION_TRIES`] is; counts it by its class. Returns whether one was evicted.
+/// The flow index slot an eviction freed for the flow being admitted, if any.
 #[inline(always)]
-pub(crate) fn make_room<A: Family>() -> bool {
-    let Some(ring) = A::young().get_ptr_mut(0) else {
+fn freed_slot<A: Family>() -> Option<u32> {
+    let handoff = A::handoff().get_ptr(0)?;
+    // SAFETY: per-CPU; this program run is its only user.
+    let slot = unsafe { core::ptr::read_volatile(&raw const (*handoff).index_slot) };
+    (slot != NO_INDEX_SLOT).then_some(slot)
+}
+
+/// Hands the flow index slot `slot`, whose flow was just evicted, to the flow being admitted.
+#[inline(always)]
+fn free_slot<A: Family>(slot: u32) {
+    if let Some(handoff) = A::handoff().get_ptr_mut(0) {
+        // SAFETY: per-CPU; this program run is its only user.
+        unsafe { core::ptr::write_volatile(&raw mut (*handoff).index_slot, slot) };
+    }
+}
+
+/// Whether `holder` may open another unassured flow: it holds fewer than its share, or one of
+/// its own unassured flows made room.
+#[inline(always)]
+pub(crate) fn within_share<A: Family>(settings: &Settings, holder: A) -> bool {
+    let share = settings.holder_share.get(A::FAMILY).copied().unwrap_or(0);
+    if share == 0 || holders::unassured::<A>(holder) < u64::from(share) {
+        return true;
+    }
+    evict_sampled::<A>(
+        settings,
+        Some(holder),
+        HOLDER_SAMPLES,
+        EvictionCause::HolderShare,
+    )
+}
+
+/// Makes room in a full table by evicting an unassured flow sampled from the whole table;
+/// returns whether one was evicted.
+#[inline(always)]
+pub(crate) fn make_room<A: Family>(settings: &Settings) -> bool {
+    evict_sampled::<A>(settings, None, TABLE_FULL_SAMPLES, EvictionCause::TableFull)
+}
+
+/// The flow index's slots the agent set for family `A`, if any.
+#[inline(always)]
+fn index_slots<A: Family>(settings: &Settings) -> Option<u32> {
+    settings
+        .flow_slots
+        .get(A::FAMILY)
+        .copied()
+        .filter(|&slots| slots != 0)
+}
+
+/// Samples up to `samples` slots of the flow index and evicts the first flow that is unassured
+/// (and, with `holder`, held by it); counts it under `cause` and its class.
+#[inline(always)]
+fn evict_sampled<A: Family>(
+    settings: &Settings,
+    holder: Option<A>,
+    samples: u32,
+    cause: EvictionCause,
+) -> bool {
+    let Some(slots) = index_slots::<A>(settings) else {
         return false;
     };
-    // SAFETY: as in `remember`.
-    let next = unsafe { (*ring).next };
-    let mut tried = 0;
-    while tried < EVICTION_TRIES {
-        let index = next.wrapping_add(tried) as usize % YOUNG_FLOWS;
-        tried += 1;
-        // SAFETY: as in `remember`; the key is copied out before the table is touched.
-        let Some(key) = (unsafe { (*ring).keys.get(index).copied() }) else {
+    let mut sample = 0;
+    while sample < samples {
+        sample += 1;
+        // SAFETY: the helper takes no arguments and has no preconditions.
+        let slot = unsafe { bpf_get_prandom_u32() } % slots;
+        let Some(indexed) = A::flow_index().get_ptr(slot) else {
             continue;
         };
-        if let Some(counter) = evict_if_unassured(&key) {
-            count_in::<A>(counter);
+        // The key is copied out before anything is judged: another CPU may write the slot
+        // meanwhile, and the flow removed must be the flow judged.
+        let mut key = core::mem::MaybeUninit::<NatKey<A>>::uninit();
+        // SAFETY: `indexed` is a valid map value; `copy_key` writes every field of `key`.
+        let key = unsafe {
+            copy_key(key.as_mut_ptr(), indexed);
+            key.assume_init()
+        };
+        if holder.is_some_and(|holder| key.src_addr != holder)
+            || key.direction() != Some(Direction::Egress)
+        {
+            continue;
+        }
+        if let Some(class) = evict::<A>(&key) {
+            count_eviction::<A>(cause, class);
+            free_slot::<A>(slot);
             return true;
         }
     }
     false
 }
 
-/// Removes the flow whose egress key is `key` if it is unassured, and says which class of
-/// eviction that was.
+/// Removes the flow whose egress key is `key` if it is there and unassured; returns its class.
 #[inline(always)]
-fn evict_if_unassured<A: Family>(key: &NatKey<A>) -> Option<Counter> {
-    // SAFETY: the pointer comes from a successful lookup; the entry is copied at once.
-    let egress: NatEntry<A> = unsafe { *A::nat().get_ptr(key)? };
-    if egress.origin == ORIGIN_INBOUND {
-        if !unassured(key.protocol, &egress, &egress) {
-            return None;
-        }
-        let _ = A::nat().remove(key);
-        return Some(Counter::NatEvictedInbound);
-    }
-    let peer = key.peer(&egress);
-    // SAFETY: as above. A flow whose reply half is missing cannot be answered: it goes.
-    if let Some(ingress) = A::nat().get_ptr(peer).map(|ingress| unsafe { *ingress })
-        && !unassured(key.protocol, &egress, &ingress)
-    {
+fn evict<A: Family>(key: &NatKey<A>) -> Option<FlowClass> {
+    let egress = A::nat().get_ptr(key)?;
+    // SAFETY: the pointer comes from a successful lookup; each field is read once.
+    let (assured, origin, state) = unsafe {
+        (
+            core::ptr::read_volatile(&raw const (*egress).assured),
+            core::ptr::read_volatile(&raw const (*egress).origin),
+            core::ptr::read_volatile(&raw const (*egress).state),
+        )
+    };
+    if assured != 0 {
         return None;
     }
-    let _ = A::nat().remove(key);
-    let _ = A::nat().remove(peer);
-    Some(if key.protocol == proto::TCP {
-        Counter::NatEvictedTcpUnanswered
-    } else {
-        Counter::NatEvictedUnassured
-    })
+    let peer_key = has_peer(origin).then(|| {
+        // SAFETY: as above.
+        unsafe { peer_of(key, egress) }
+    });
+    if !remove_flow(key, peer_key.as_ref()) {
+        // Another CPU removed it first, and counted it.
+        return None;
+    }
+    holders::remove_one::<A>(key.src_addr);
+    Some(FlowClass::of(key.protocol, state, origin == ORIGIN_INBOUND))
 }

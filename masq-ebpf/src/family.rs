@@ -16,19 +16,22 @@ use masq_common::{
     checksum::{replace16, replace32},
     counters::Counter,
     layout::{
-        FRAGS_V4_MAX_ENTRIES, PROG_SLOT_ALLOCATOR, PROG_SLOT_ALLOCATOR_V6,
-        PROG_SLOT_ICMP_ERROR_EGRESS_V6, PROG_SLOT_ICMP_ERROR_INGRESS_V6, PROG_SLOT_NEW_FLOW,
-        PROG_SLOT_NEW_FLOW_V6, Uplink, UplinkSlot,
+        FRAGS_V4_MAX_ENTRIES, PROG_SLOT_ALLOCATOR, PROG_SLOT_ALLOCATOR_V6, PROG_SLOT_FLOW_EVENT,
+        PROG_SLOT_FLOW_EVENT_V6, PROG_SLOT_ICMP_ERROR_EGRESS_V6, PROG_SLOT_ICMP_ERROR_INGRESS_V6,
+        PROG_SLOT_REVERSE_NAT, PROG_SLOT_REVERSE_NAT_V6, PROG_SLOT_SOURCE_NAT,
+        PROG_SLOT_SOURCE_NAT_V6, Uplink, UplinkSlot,
     },
-    nat::{Address, AllocRequest, FragEntry, FragKey, NatKey, proto},
+    nat::{Address, FragEntry, FragKey, Handoff, NatKey, proto},
+    settings::{FAMILY_IPV4, FAMILY_IPV6},
 };
 
 use crate::{
     counters::{Counted, count_in},
     icmp::{self, QuotedIp},
     maps::{
-        ALLOC_REQUEST, ALLOC_REQUEST_V6, FRAGS_V4, FRAGS_V6, NAT_V4, NAT_V6, NOMASQ_SRC_V4,
-        NOMASQ_SRC_V6, NOMASQ_V4, NOMASQ_V6, NatTable, PROGS,
+        BURIED_V4, BURIED_V6, Buried, FLOW_INDEX_V4, FLOW_INDEX_V6, FRAGS_V4, FRAGS_V6, FlowIndex,
+        HANDOFF, HANDOFF_V6, HOLDERS_V4, HOLDERS_V6, Holders, NAT_V4, NAT_V6, NOMASQ_SRC_V4,
+        NOMASQ_SRC_V6, NOMASQ_V4, NOMASQ_V6, NatTable, PROGS, UplinkAddrs,
     },
     packet::{
         self, EarlyOutcomes, Frame6, IP_CHECK, IP_DST, IP_SRC, IPV4_FRAGMENT_OFFSET_MASK,
@@ -67,18 +70,28 @@ pub(crate) trait Family: Address + Counted + 'static {
     const QUOTE_CHECK: Option<usize>;
     /// The `MAP_PROGS` slot of the family's allocator.
     const SLOT_ALLOCATOR: u32;
-    /// The `MAP_PROGS` slot of the family's new-flow translation.
-    const SLOT_NEW_FLOW: u32;
+    /// The `MAP_PROGS` slot of the family's source rewrite (`masq_source_nat`).
+    const SLOT_SOURCE_NAT: u32;
+    /// The `MAP_PROGS` slot of the family's destination rewrite (`masq_reverse_nat`).
+    const SLOT_REVERSE_NAT: u32;
+    /// The `MAP_PROGS` slot of the family's flow-event program.
+    const SLOT_FLOW_EVENT: u32;
+    /// The family's index in the per-family values of the settings.
+    const FAMILY: usize;
+    /// The unspecified address (`0.0.0.0`, `::`): no address.
+    const UNSPECIFIED: Self;
     /// The family's NAT table.
     fn nat() -> &'static NatTable<Self>;
     /// The family's fragment table.
     fn frags() -> &'static Frags<Self>;
-    /// The per-CPU slot in which the egress program hands a new flow to the allocator.
-    fn alloc_request() -> &'static PerCpuArray<AllocRequest<Self>, 1>;
-    /// The ring of the family's last new flows (see `evict`).
-    fn young() -> &'static crate::evict::YoungFlowsMap<Self>;
+    /// The per-CPU hand-off between the programs a packet runs through (see `Handoff`).
+    fn handoff() -> &'static PerCpuArray<Handoff<Self>, 1>;
+    /// The family's flow index, which eviction samples (see `evict`).
+    fn flow_index() -> &'static FlowIndex<Self>;
+    /// The family's count of unassured flows by local address (see `evict`).
+    fn holders() -> &'static Holders<Self>;
     /// The family's removed TCP flows (see `nat::revive`).
-    fn expired() -> &'static crate::maps::ExpiredFlows<Self>;
+    fn buried() -> &'static Buried<Self>;
     /// The `NOMASQ_KIND_*` of the longest destination trie entry that holds `addr`, if one does
     /// (`NOMASQ_KIND_MASQUERADE` means masquerade, as no entry does).
     fn exempt(addr: Self) -> Option<u32>;
@@ -93,11 +106,11 @@ pub(crate) trait Family: Address + Counted + 'static {
         local: Self,
         local_port: u16,
     ) -> (bpf_sock_tuple, u32);
-    /// The address masqueraded traffic of this family gets on the uplink of `slot`, if it is
+    /// The addresses of this family of the uplink of `slot` (see [`UplinkAddrs`]), if it is
     /// translated there.
-    fn of_slot(slot: &UplinkSlot) -> Option<Self>;
+    fn of_slot(slot: &UplinkSlot) -> Option<UplinkAddrs<Self>>;
     /// As [`Family::of_slot`], from the uplink's full record.
-    fn of_uplink(uplink: &Uplink) -> Option<Self>;
+    fn of_uplink(uplink: &Uplink) -> Option<UplinkAddrs<Self>>;
     /// Whether `node_ip`, what [`Family::of_slot`] gave, stands for an uplink without an
     /// address of this family (the unspecified address): nothing can be masqueraded to it.
     fn unaddressed(node_ip: Self) -> bool;
@@ -117,8 +130,9 @@ pub(crate) trait Family: Address + Counted + 'static {
     /// # Safety
     /// `address` must point at a valid address for the length of the call.
     unsafe fn load(address: *const Self) -> Self;
-    /// Parses the frame's headers again (the new-flow program, after the tail calls).
-    fn parse_again(ctx: &TcContext) -> Option<Ip<Self>>;
+    /// Parses the frame's headers again (the rewrite programs, after the tail calls); a frame
+    /// that no longer parses is counted under `malformed`.
+    fn parse_again(ctx: &TcContext, malformed: Counter) -> Option<Ip<Self>>;
     /// Replaces the `end` address `old` of `ip` by `new`, fixing every checksum that covers it.
     fn rewrite_address(
         ctx: &TcContext,
@@ -161,7 +175,11 @@ impl Family for [u8; 4] {
     const QUOTE_DST: usize = IP_DST;
     const QUOTE_CHECK: Option<usize> = Some(IP_CHECK);
     const SLOT_ALLOCATOR: u32 = PROG_SLOT_ALLOCATOR;
-    const SLOT_NEW_FLOW: u32 = PROG_SLOT_NEW_FLOW;
+    const SLOT_SOURCE_NAT: u32 = PROG_SLOT_SOURCE_NAT;
+    const SLOT_REVERSE_NAT: u32 = PROG_SLOT_REVERSE_NAT;
+    const SLOT_FLOW_EVENT: u32 = PROG_SLOT_FLOW_EVENT;
+    const UNSPECIFIED: Self = [0; 4];
+    const FAMILY: usize = FAMILY_IPV4;
 
     #[inline(always)]
     fn nat() -> &'static NatTable<Self> {
@@ -174,16 +192,23 @@ impl Family for [u8; 4] {
     }
 
     #[inline(always)]
-    fn alloc_request() -> &'static PerCpuArray<AllocRequest<Self>, 1> {
-        &ALLOC_REQUEST
+    fn handoff() -> &'static PerCpuArray<Handoff<Self>, 1> {
+        &HANDOFF
     }
 
-    fn young() -> &'static crate::evict::YoungFlowsMap<Self> {
-        &crate::maps::YOUNG_V4
+    #[inline(always)]
+    fn flow_index() -> &'static FlowIndex<Self> {
+        &FLOW_INDEX_V4
     }
 
-    fn expired() -> &'static crate::maps::ExpiredFlows<Self> {
-        &crate::maps::EXPIRED_V4
+    #[inline(always)]
+    fn holders() -> &'static Holders<Self> {
+        &HOLDERS_V4
+    }
+
+    #[inline(always)]
+    fn buried() -> &'static Buried<Self> {
+        &BURIED_V4
     }
 
     #[inline(always)]
@@ -224,13 +249,19 @@ impl Family for [u8; 4] {
     // those that would be masqueraded are dropped, as MASQUERADE drops them with no address to
     // give (`unaddressed`).
     #[inline(always)]
-    fn of_slot(slot: &UplinkSlot) -> Option<Self> {
-        (slot.present != 0).then_some(slot.snat_addr)
+    fn of_slot(slot: &UplinkSlot) -> Option<UplinkAddrs<Self>> {
+        (slot.present != 0).then_some(UplinkAddrs {
+            now: slot.snat_addr,
+            former: slot.former_addr,
+        })
     }
 
     #[inline(always)]
-    fn of_uplink(uplink: &Uplink) -> Option<Self> {
-        Some(uplink.snat_addr)
+    fn of_uplink(uplink: &Uplink) -> Option<UplinkAddrs<Self>> {
+        Some(UplinkAddrs {
+            now: uplink.snat_addr,
+            former: uplink.former_addr,
+        })
     }
 
     #[inline(always)]
@@ -264,10 +295,10 @@ impl Family for [u8; 4] {
     }
 
     #[inline(always)]
-    fn parse_again(ctx: &TcContext) -> Option<Ip<Self>> {
+    fn parse_again(ctx: &TcContext, malformed: Counter) -> Option<Ip<Self>> {
         let outcomes = EarlyOutcomes {
-            not_ipv4: Counter::EgressNotIpv4,
-            malformed: Counter::EgressMalformed,
+            not_ipv4: malformed,
+            malformed,
             ipv6_program: None,
         };
         packet::classifiable(ctx, &outcomes)
@@ -355,7 +386,11 @@ impl Family for V6 {
     const QUOTE_DST: usize = 24;
     const QUOTE_CHECK: Option<usize> = None;
     const SLOT_ALLOCATOR: u32 = PROG_SLOT_ALLOCATOR_V6;
-    const SLOT_NEW_FLOW: u32 = PROG_SLOT_NEW_FLOW_V6;
+    const SLOT_SOURCE_NAT: u32 = PROG_SLOT_SOURCE_NAT_V6;
+    const SLOT_REVERSE_NAT: u32 = PROG_SLOT_REVERSE_NAT_V6;
+    const SLOT_FLOW_EVENT: u32 = PROG_SLOT_FLOW_EVENT_V6;
+    const UNSPECIFIED: Self = Self([0; 16]);
+    const FAMILY: usize = FAMILY_IPV6;
 
     #[inline(always)]
     fn nat() -> &'static NatTable<Self> {
@@ -368,16 +403,23 @@ impl Family for V6 {
     }
 
     #[inline(always)]
-    fn alloc_request() -> &'static PerCpuArray<AllocRequest<Self>, 1> {
-        &ALLOC_REQUEST_V6
+    fn handoff() -> &'static PerCpuArray<Handoff<Self>, 1> {
+        &HANDOFF_V6
     }
 
-    fn young() -> &'static crate::evict::YoungFlowsMap<Self> {
-        &crate::maps::YOUNG_V6
+    #[inline(always)]
+    fn flow_index() -> &'static FlowIndex<Self> {
+        &FLOW_INDEX_V6
     }
 
-    fn expired() -> &'static crate::maps::ExpiredFlows<Self> {
-        &crate::maps::EXPIRED_V6
+    #[inline(always)]
+    fn holders() -> &'static Holders<Self> {
+        &HOLDERS_V6
+    }
+
+    #[inline(always)]
+    fn buried() -> &'static Buried<Self> {
+        &BURIED_V6
     }
 
     #[inline(always)]
@@ -416,13 +458,19 @@ impl Family for V6 {
     }
 
     #[inline(always)]
-    fn of_slot(slot: &UplinkSlot) -> Option<Self> {
-        (slot.present != 0 && slot.has_v6 != 0).then_some(Self(slot.snat_addr_v6))
+    fn of_slot(slot: &UplinkSlot) -> Option<UplinkAddrs<Self>> {
+        (slot.present != 0 && slot.has_v6 != 0).then_some(UplinkAddrs {
+            now: Self(slot.snat_addr_v6),
+            former: Self(slot.former_addr_v6),
+        })
     }
 
     #[inline(always)]
-    fn of_uplink(uplink: &Uplink) -> Option<Self> {
-        (uplink.has_v6 != 0).then_some(Self(uplink.snat_addr_v6))
+    fn of_uplink(uplink: &Uplink) -> Option<UplinkAddrs<Self>> {
+        (uplink.has_v6 != 0).then_some(UplinkAddrs {
+            now: Self(uplink.snat_addr_v6),
+            former: Self(uplink.former_addr_v6),
+        })
     }
 
     #[inline(always)]
@@ -458,11 +506,11 @@ impl Family for V6 {
     }
 
     #[inline(always)]
-    fn parse_again(ctx: &TcContext) -> Option<Ip<Self>> {
+    fn parse_again(ctx: &TcContext, malformed: Counter) -> Option<Ip<Self>> {
         match packet::parse_ipv6(ctx) {
             Frame6::Ipv6(ip) => Some(ip),
             Frame6::Malformed | Frame6::TooManyExtensions => {
-                count_in::<Self>(Counter::EgressMalformed);
+                count_in::<Self>(malformed);
                 None
             }
         }

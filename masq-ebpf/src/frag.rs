@@ -8,7 +8,7 @@
 use aya_ebpf::{bindings::BPF_ANY, programs::TcContext};
 use masq_common::{
     counters::Counter,
-    nat::{Direction, FRAG_TRANSLATED, FRAG_UNTOUCHED, FragEntry, FragKey},
+    nat::{Direction, FRAG_DROPPED, FRAG_TRANSLATED, FRAG_UNTOUCHED, FragEntry, FragKey},
     settings::Settings,
 };
 
@@ -37,14 +37,27 @@ const fn key<A: Family>(ip: &Ip<A>, direction: Direction) -> FragKey<A> {
 /// when `addr` is `None`. Does nothing for unfragmented packets.
 #[inline(always)]
 pub(crate) fn remember<A: Family>(ip: &Ip<A>, direction: Direction, addr: Option<A>) {
+    match addr {
+        Some(addr) => record(ip, direction, addr, FRAG_TRANSLATED),
+        // Any address: an untouched datagram's is never used.
+        None => record(ip, direction, ip.src, FRAG_UNTOUCHED),
+    }
+}
+
+/// Remembers that the first fragment `ip` is dropped (or about to be, unless a later step
+/// records its translation): its later fragments are dropped too, so that no part of a
+/// datagram masq could not translate leaves with the address it should not have. Does nothing
+/// for unfragmented packets.
+#[inline(always)]
+pub(crate) fn remember_dropped<A: Family>(ip: &Ip<A>, direction: Direction) {
+    record(ip, direction, ip.src, FRAG_DROPPED);
+}
+
+#[inline(always)]
+fn record<A: Family>(ip: &Ip<A>, direction: Direction, addr: A, decision: u8) {
     if !ip.is_first_fragment() {
         return;
     }
-    let (addr, decision) = match addr {
-        Some(addr) => (addr, FRAG_TRANSLATED),
-        // Any address: an untouched datagram's is never used.
-        None => (ip.src, FRAG_UNTOUCHED),
-    };
     // Built field by field, the padding zeroed one volatile store per byte: from a literal,
     // LLVM merges the seven zero bytes of an IPv6 entry into a call to `memset`, a bpf-to-bpf
     // call whose frame Linux 6.1's verifier adds to the program's own (rounded up), which
@@ -80,13 +93,33 @@ unsafe fn zero_volatile(bytes: *mut u8, len: usize) {
     }
 }
 
-/// The decision remembered for `ip`'s datagram: its new address, or `None` when it was left
-/// alone; `Err` when no first fragment was seen.
+/// What was decided for `ip`'s datagram's first fragment, if it was seen.
+#[derive(Clone, Copy)]
+enum Decided<A> {
+    /// Translated: later fragments get this address.
+    Translated(A),
+    /// Left alone, and so are the later fragments.
+    Untouched,
+    /// Dropped, and so are the later fragments.
+    Dropped,
+    /// No first fragment was seen (reordered or lost).
+    Unseen,
+}
+
+/// The decision remembered for `ip`'s datagram.
 #[inline(always)]
-fn remembered<A: Family>(ip: &Ip<A>, direction: Direction) -> Result<Option<A>, ()> {
-    let entry = A::frags().get_ptr(key(ip, direction)).ok_or(())?;
+fn remembered<A: Family>(ip: &Ip<A>, direction: Direction) -> Decided<A> {
+    let Some(entry) = A::frags().get_ptr(key(ip, direction)) else {
+        return Decided::Unseen;
+    };
     // SAFETY: the pointer comes from a successful lookup and is read at once.
-    unsafe { Ok(((*entry).decision == FRAG_TRANSLATED).then_some((*entry).addr)) }
+    unsafe {
+        match (*entry).decision {
+            FRAG_TRANSLATED => Decided::Translated((*entry).addr),
+            FRAG_DROPPED => Decided::Dropped,
+            _ => Decided::Untouched,
+        }
+    }
 }
 
 /// A later fragment leaving the node.
@@ -98,22 +131,26 @@ pub(crate) fn egress<A: Family>(
     ip: &Ip<A>,
 ) -> Verdict {
     let translate_to = match remembered(ip, Direction::Egress) {
-        Ok(Some(addr)) => addr,
-        Ok(None) => {
+        Decided::Translated(addr) => addr,
+        Decided::Untouched => {
             count_in::<A>(Counter::EgressFragmentPassed);
             return Verdict::Pass;
         }
+        Decided::Dropped => {
+            count_in::<A>(Counter::EgressDropFragment);
+            return Verdict::Drop;
+        }
         // The first fragment was not seen (reordered or lost): fall back on the policy.
-        Err(()) if ip.src == node_ip => {
+        Decided::Unseen if ip.src == node_ip => {
             count_in::<A>(Counter::EgressHostPassed);
             return Verdict::Pass;
         }
-        Err(()) if A::link_scoped(ip.src, ip.dst) => {
+        Decided::Unseen if A::link_scoped(ip.src, ip.dst) => {
             count_in::<A>(Counter::EgressExemptLinkLocal);
             return Verdict::Pass;
         }
         // As a new flow's first packet would be decided.
-        Err(()) => match crate::egress::pod_exemption(settings, ip.src, ip.dst) {
+        Decided::Unseen => match crate::egress::pod_exemption(settings, ip.src, ip.dst) {
             Some(exemption) => {
                 count_in::<A>(exemption);
                 return Verdict::Pass;
@@ -139,7 +176,7 @@ pub(crate) fn egress<A: Family>(
 #[inline(always)]
 pub(crate) fn ingress<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
     match remembered(ip, Direction::Ingress) {
-        Ok(Some(addr)) => {
+        Decided::Translated(addr) => {
             if rewrite::address(ctx, ip, End::Destination, addr).is_err() {
                 count_in::<A>(Counter::IngressDropRewriteFailed);
                 return Verdict::Drop;

@@ -5,17 +5,20 @@
 //! pods directly) passes exactly as it arrived.
 
 use aya_ebpf::programs::TcContext;
-use aya_log_ebpf::debug;
 use masq_common::{
     counters::Counter,
+    flow::TcpSegment,
     layout::PROG_SLOT_INGRESS_V6,
-    nat::{Direction, NatKey, proto},
+    nat::{Direction, EVENT_INBOUND, EVENT_REVIVE, EVENT_TRACK, NatKey, ORIGIN_INBOUND, proto},
 };
 
 use crate::{
     counters::count_in,
     family::{Family, V6},
-    frag, maps, nat,
+    frag,
+    handoff::{self, Request},
+    maps,
+    nat::{self, Mapping},
     packet::{self, EarlyOutcomes, Frame6, Ip, Kind},
     rewrite::{self, End},
     verdict::Verdict,
@@ -66,10 +69,12 @@ pub(crate) fn icmp_error_v6(ctx: &TcContext) -> i32 {
 #[inline(always)]
 fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
     let ip = *ip;
-    let (Some(settings), Some(node_ip)) = (maps::settings(), maps::snat_addr::<A>(ctx)) else {
+    let (Some(settings), Some(addrs)) = (maps::settings(), maps::uplink_addrs::<A>(ctx)) else {
         count_in::<A>(Counter::IngressNotConfigured);
         return Verdict::Pass;
     };
+    // Replies to the interface's former address belong to flows that live on.
+    let node_ip = addrs.serving(ip.dst);
     // Replies come back to the address of the interface they arrive on, as with MASQUERADE on
     // a node whose routing is symmetric.
     if ip.dst != node_ip {
@@ -79,13 +84,27 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
         if ip.protocol == proto::UDP
             && !ip.is_later_fragment()
             && let Some((src, dst)) = packet::udp_ports(ctx, &ip)
-            && nat::track_inbound(
-                settings,
-                &NatKey::new(ip.dst, ip.src, dst, src, proto::UDP, Direction::Egress),
-            )
+            // Most traffic to pods comes from in-cluster addresses the pod's answers keep their
+            // address towards: the policy answers for those without the NAT table.
+            && crate::egress::pod_exemption(settings, ip.dst, ip.src).is_none()
         {
-            count_in::<A>(Counter::IngressInboundTracked);
-            return Verdict::Pass;
+            let key = NatKey::new(ip.dst, ip.src, dst, src, proto::UDP, Direction::Egress);
+            let event = match nat::lookup(&key, false, &TcpSegment::default()) {
+                Some(mapping) if mapping.quiet != 0 => None,
+                Some(_) => Some(EVENT_TRACK),
+                None => Some(EVENT_INBOUND),
+            };
+            if let Some(event) = event {
+                let request = Request {
+                    key: &key,
+                    node_addr: node_ip,
+                    origin: ORIGIN_INBOUND,
+                    event,
+                    counter: Counter::IngressInboundTracked,
+                    segment: &TcpSegment::default(),
+                };
+                handoff::hand_over(ctx, &request, A::SLOT_FLOW_EVENT);
+            }
         }
         count_in::<A>(Counter::IngressPassed);
         return Verdict::Pass;
@@ -100,7 +119,7 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
         count_in::<A>(Counter::IngressMalformed);
         return Verdict::Pass;
     };
-    let tcp_opens = transport.tcp_opens;
+    let tcp_opens = transport.tcp_opens();
     let (src_port, dst_port) = match transport.kind {
         Kind::Ports => (transport.src, transport.dst),
         Kind::IcmpQuery if !transport.request => (0, transport.src),
@@ -111,7 +130,7 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
         }
         Kind::Other => (0, 0),
     };
-    let key = NatKey::new(
+    let key = &NatKey::new(
         ip.src,
         ip.dst,
         src_port,
@@ -119,13 +138,36 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
         ip.protocol,
         Direction::Ingress,
     );
-    let Some(entry) = nat::lookup(
-        &key,
-        transport.flow_flags(),
-        tcp_opens,
-        transport.tcp,
-        nat::Sender::Remote,
-    ) else {
+    let found = nat::lookup(key, false, &transport.tcp);
+    // A packet that moves its flow, or a reply of a TCP flow the agent removed (idle, or
+    // mid-removal), which would reach the node's stack and reset the connection: the
+    // flow-event program tracks it, brings the flow back, and has it rewritten.
+    let event = match found {
+        Some(mapping) if mapping.quiet == 0 => {
+            Some((EVENT_TRACK, Counter::IngressReverseNat, A::SLOT_FLOW_EVENT))
+        }
+        None if ip.protocol == proto::TCP
+            && settings.port_in_range(dst_port)
+            && A::buried().get_ptr(key).is_some() =>
+        {
+            Some((EVENT_REVIVE, Counter::IngressTcpRevived, A::SLOT_ALLOCATOR))
+        }
+        _ => None,
+    };
+    if let Some((event, counter, program)) = event {
+        let request = Request {
+            key,
+            node_addr: node_ip,
+            origin: 0,
+            event,
+            counter,
+            segment: &transport.tcp,
+        };
+        handoff::hand_over(ctx, &request, program);
+        count_in::<A>(Counter::IngressPassed);
+        return Verdict::Pass;
+    }
+    let Some(mapping) = found else {
         // No mapping: the stack gets the packet, as it does under conntrack. "No mapping and no
         // socket" does not make a stale reply: PREROUTING may DNAT it to a pod (a hostPort, a
         // Service's externalIPs), TPROXY may take it, or netfilter may still translate its
@@ -141,17 +183,31 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
         });
         return Verdict::Pass;
     };
-    let rewritten =
-        rewrite::address_and_port(ctx, &ip, End::Destination, entry.addr, dst_port, entry.port);
+    translate(ctx, &ip, key, &mapping, Counter::IngressReverseNat)
+}
+
+/// Rewrites an arriving packet's destination to the mapping's address and port.
+#[inline(always)]
+pub(crate) fn translate<A: Family>(
+    ctx: &TcContext,
+    ip: &Ip<A>,
+    key: &NatKey<A>,
+    mapping: &Mapping<A>,
+    counter: Counter,
+) -> Verdict {
+    let rewritten = rewrite::address_and_port(
+        ctx,
+        ip,
+        End::Destination,
+        mapping.addr,
+        key.dst_port,
+        mapping.port,
+    );
     if rewritten.is_err() {
         count_in::<A>(Counter::IngressDropRewriteFailed);
         return Verdict::Drop;
     }
-    frag::remember(&ip, Direction::Ingress, Some(entry.addr));
-    debug!(
-        ctx,
-        "reply from remote port {} restored to port {}", src_port, entry.port
-    );
-    count_in::<A>(Counter::IngressReverseNat);
+    frag::remember(ip, Direction::Ingress, Some(mapping.addr));
+    count_in::<A>(counter);
     Verdict::Pass
 }

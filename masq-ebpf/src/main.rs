@@ -4,27 +4,33 @@
 //!
 //! * [`masq_egress`] sends traffic towards masqueraded destinations out with the node's
 //!   address, allocating a port mapping for each new flow;
-//! * [`masq_ingress`] restores the pod address and port on the replies;
-//! * [`masq_allocator`] and [`masq_new_flow`], never attached, are tail-called in turn by the
-//!   egress program to create the mapping of a new flow and translate its packet.
+//! * [`masq_ingress`] restores the pod address and port on the replies.
+//!
+//! What is rare on their paths runs in classifiers of their own, never attached, which they
+//! tail-call: [`masq_allocator`] creates a new flow's mapping, [`masq_flow_event`] handles a
+//! packet that moves its flow's state (or brings a removed flow back, or opens one from
+//! outside), and [`masq_source_nat`] and [`masq_reverse_nat`] rewrite the packet at the end.
+//! Each IPv6 program is a program of its own too, verified apart.
 //!
 //! Everything the programs know comes from maps the agent fills (see `maps`). Every path counts
 //! exactly one outcome; nothing is logged per packet unless the agent turns on debug logging.
 
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
-// The shared-counters benchmark variant adds atomically by inline assembly (see `counters`).
-#![cfg_attr(
-    all(target_arch = "bpf", feature = "variant-shared-counters"),
-    feature(asm_experimental_arch)
-)]
+// The holders' counts are added to atomically by an instruction written out (see `atomic`).
+#![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 
 mod allocator;
+mod atomic;
 mod counters;
 mod egress;
+mod event;
 mod evict;
 mod family;
+mod forget;
 mod frag;
+mod handoff;
+mod holders;
 mod icmp;
 mod ingress;
 mod maps;
@@ -32,6 +38,8 @@ mod nat;
 mod packet;
 mod rewrite;
 mod sockets;
+mod table;
+mod track;
 mod verdict;
 
 use aya_ebpf::{macros::classifier, programs::TcContext};
@@ -60,9 +68,9 @@ fn masq_ingress(ctx: TcContext) -> i32 {
     ingress::classify(&ctx)
 }
 
-/// Port allocator, tail-called by `masq_egress` (through the `masq_progs` array, which the agent
-/// fills) for each packet that needs a new mapping: finds a free port and creates both halves of
-/// the mapping, then tail-calls `masq_new_flow`; or drops and counts the packet.
+/// Port allocator, tail-called (through the `masq_progs` array, which the agent fills) for each
+/// packet that needs a new mapping: finds a free port and creates both halves of the mapping,
+/// then tail-calls `masq_source_nat`; or drops and counts the packet.
 #[classifier]
 #[expect(
     clippy::needless_pass_by_value,
@@ -72,14 +80,37 @@ fn masq_allocator(ctx: TcContext) -> i32 {
     allocator::allocate::<[u8; 4]>(&ctx)
 }
 
-/// Translates the packet of a flow `masq_allocator` has just mapped; tail-called by it.
+/// Rewrites a leaving packet's source with the mapping its hand-off holds (a new flow's, or one
+/// a flow event settled); tail-called by the allocator and the flow-event program.
 #[classifier]
 #[expect(
     clippy::needless_pass_by_value,
     reason = "the classifier macro fixes the signature"
 )]
-fn masq_new_flow(ctx: TcContext) -> i32 {
-    allocator::translate_new_flow::<[u8; 4]>(&ctx)
+fn masq_source_nat(ctx: TcContext) -> i32 {
+    handoff::source_nat::<[u8; 4]>(&ctx)
+}
+
+/// Rewrites an arriving packet's destination with the mapping its hand-off holds; tail-called by
+/// the flow-event program.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_reverse_nat(ctx: TcContext) -> i32 {
+    handoff::reverse_nat::<[u8; 4]>(&ctx)
+}
+
+/// Handles what the egress and ingress programs leave to it (see `event`): a packet that moves
+/// its flow's state, one whose flow the agent removed, a datagram opening a flow from outside.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_flow_event(ctx: TcContext) -> i32 {
+    event::handle::<[u8; 4]>(&ctx)
 }
 
 /// IPv6 egress classifier, tail-called by `masq_egress` for IPv6 frames (through `masq_progs`):
@@ -103,7 +134,7 @@ fn masq_ingress6(ctx: TcContext) -> i32 {
     ingress::classify_v6(&ctx)
 }
 
-/// IPv6 port allocator, tail-called by `masq_egress6`, as `masq_allocator` for IPv4.
+/// IPv6 port allocator, as `masq_allocator` for IPv4.
 #[classifier]
 #[expect(
     clippy::needless_pass_by_value,
@@ -135,14 +166,34 @@ fn masq_icmp6_ingress(ctx: TcContext) -> i32 {
     ingress::icmp_error_v6(&ctx)
 }
 
-/// Translates the packet of an IPv6 flow `masq_allocator6` has just mapped.
+/// IPv6 `masq_source_nat`.
 #[classifier]
 #[expect(
     clippy::needless_pass_by_value,
     reason = "the classifier macro fixes the signature"
 )]
-fn masq_new_flow6(ctx: TcContext) -> i32 {
-    allocator::translate_new_flow::<family::V6>(&ctx)
+fn masq_source_nat6(ctx: TcContext) -> i32 {
+    handoff::source_nat::<family::V6>(&ctx)
+}
+
+/// IPv6 `masq_reverse_nat`.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_reverse_nat6(ctx: TcContext) -> i32 {
+    handoff::reverse_nat::<family::V6>(&ctx)
+}
+
+/// IPv6 `masq_flow_event`.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_flow_event6(ctx: TcContext) -> i32 {
+    event::handle::<family::V6>(&ctx)
 }
 
 /// The kernel requires a GPL-compatible license for the helpers the programs call.

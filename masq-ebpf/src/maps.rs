@@ -8,14 +8,13 @@ use aya_ebpf::{
 };
 use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
+    flow::EVICTION_SLOTS,
     layout::{
-        EXPIRED_MAX_ENTRIES, FRAGS_V4_MAX_ENTRIES, LINK_ETHERNET, LINK_IP, MapMeta,
-        NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_SRC_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES, PROG_SLOTS,
-        UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
+        BURIED_MAX_ENTRIES, FRAGS_V4_MAX_ENTRIES, HOLDERS_MAX_ENTRIES, LINK_ETHERNET, LINK_IP,
+        MapMeta, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_SRC_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES,
+        PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
     },
-    nat::{
-        AllocRequest, AllocRequestV4, FragEntry, FragEntryV4, FragKey, FragKeyV4, NatEntry, NatKey,
-    },
+    nat::{FragEntry, FragEntryV4, FragKey, FragKeyV4, Handoff, Holder, NatEntry, NatKey},
     settings::Settings,
 };
 
@@ -71,33 +70,15 @@ pub(crate) static NOMASQ_SRC_V6: LpmTrie<[u8; 16], u32, { NOMASQ_SRC_MAX_ENTRIES
 /// The NAT tables' type: a plain, preallocated hash, so that a full table refuses new flows
 /// rather than evicting live ones (see [`NAT_V4`]). The capacity is as declared; the agent sets
 /// the real one at load time.
-#[cfg(not(feature = "variant-lru-table"))]
 pub(crate) type NatTable<A> =
     HashMap<NatKey<A>, NatEntry<A>, { NAT_V4_DEFAULT_MAX_ENTRIES as usize }>;
 
-/// The LRU benchmark variants' NAT tables: a full table evicts to make room, and entries move
-/// on the LRU lists as they are looked up.
-#[cfg(feature = "variant-lru-table")]
-pub(crate) type NatTable<A> =
-    LruHashMap<NatKey<A>, NatEntry<A>, { NAT_V4_DEFAULT_MAX_ENTRIES as usize }, NAT_TABLE_FLAGS>;
-
-/// The LRU variant with the kernel's shared LRU list.
-#[cfg(all(
-    feature = "variant-lru-table",
-    not(feature = "variant-lru-table-no-common")
-))]
-const NAT_TABLE_FLAGS: usize = 0;
-
-/// The LRU variant with a list per CPU: no lock shared by all CPUs, but each CPU evicts only
-/// from its own share of the table.
-#[cfg(feature = "variant-lru-table-no-common")]
-const NAT_TABLE_FLAGS: usize = aya_ebpf::bindings::BPF_F_NO_COMMON_LRU as usize;
-
-/// Both halves of every translated flow (see `masq_common::nat`). Written by the programs
-/// (new mappings, last-seen refreshes at most once a second, TCP flags); expired flows are
-/// deleted by the agent's garbage collector. A plain, preallocated hash: when it is full new
-/// flows are refused and counted, and no live flow is ever evicted (conntrack never evicts an
-/// assured flow either). The agent sizes it at load time (`--nat-max-entries`).
+/// Both halves of every translated flow (see `masq_common::nat`). Written by the programs (new
+/// mappings, the flow's state as its packets move it, each direction's window, last-seen
+/// refreshes at most once a second); expired flows are removed by the agent's garbage
+/// collector. A plain, preallocated hash: when it is full a new flow takes the place of an
+/// unassured one (see `evict`), or is refused and counted; an assured flow is never evicted.
+/// The agent sizes it at load time (`--nat-max-entries`).
 #[btf_map(name = "masq_nat_v4")]
 pub(crate) static NAT_V4: NatTable<[u8; 4]> = NatTable::new();
 
@@ -119,18 +100,30 @@ pub(crate) static COUNTERS: PerCpuArray<u64, { COUNTER_COUNT as usize }> = PerCp
 pub(crate) static ALLOC_RETRIES: PerCpuArray<u64, { ALLOC_HISTOGRAM_BUCKETS as usize }> =
     PerCpuArray::new();
 
-/// The programs the egress program tail-calls, by `PROG_SLOT_*`: the port allocator. Written by
-/// the agent right after it loads the programs (before it attaches them), so a packet never
-/// finds the slot empty; pinned, because the kernel empties a program array once no file
-/// descriptor or pin refers to it, and the attached programs outlive the agent.
+/// Per-CPU counters of IPv4 evictions, by cause and class (`flow::eviction_slot`). Incremented
+/// by the programs when a flow makes room for another; summed by the agent for metrics and
+/// `masq status` (its own garbage collector's evictions it counts itself).
+#[btf_map(name = "masq_evictions")]
+pub(crate) static EVICTIONS: PerCpuArray<u64, { EVICTION_SLOTS as usize }> = PerCpuArray::new();
+
+/// [`EVICTIONS`] for IPv6.
+#[btf_map(name = "masq_evictions_v6")]
+pub(crate) static EVICTIONS_V6: PerCpuArray<u64, { EVICTION_SLOTS as usize }> = PerCpuArray::new();
+
+/// The programs the attached ones tail-call, by `PROG_SLOT_*`: the IPv6 programs, the flow-event
+/// program, the allocator, the rewrites. Written by the agent right after it loads the programs
+/// (before it attaches them), so a packet never finds a slot empty; pinned, because the kernel
+/// empties a program array once no file descriptor or pin refers to it, and the attached
+/// programs outlive the agent.
 #[btf_map(name = "masq_progs")]
 pub(crate) static PROGS: ProgramArray<{ PROG_SLOTS as usize }> = ProgramArray::new();
 
-/// The new flow the egress program asks the allocator to map, per CPU. Written by the egress
-/// program just before its tail call, read by the allocator right after; pinned with the
-/// program array so that during an upgrade an old egress program and a new allocator share it.
-#[btf_map(name = "masq_alloc_request")]
-pub(crate) static ALLOC_REQUEST: PerCpuArray<AllocRequestV4, 1> = PerCpuArray::new();
+/// What passes, per CPU, between the programs one packet runs through when the fast path hands
+/// it on (see `Handoff`): the request the egress or ingress program writes before its tail
+/// call, the allocator's search, the mapping the packet is rewritten with. Pinned with the
+/// program array so that during an upgrade an old program and a new one it tail-calls share it.
+#[btf_map(name = "masq_handoff")]
+pub(crate) static HANDOFF: PerCpuArray<Handoff<[u8; 4]>, 1> = PerCpuArray::new();
 
 /// Non-masquerade IPv6 destinations, as [`NOMASQ_V4`] for IPv4 (link-local `fe80::/10` among
 /// them unless `masqLinkLocalIPv6`). Written by the agent, read by the IPv6 egress program.
@@ -157,25 +150,9 @@ pub(crate) static FRAGS_V6: LruHashMap<
 #[btf_map(name = "masq_counters_v6")]
 pub(crate) static COUNTERS_V6: PerCpuArray<u64, { COUNTER_COUNT as usize }> = PerCpuArray::new();
 
-/// The shared-counters benchmark variant's [`COUNTERS`]: one copy for all CPUs, added to
-/// atomically. Only the benchmark reads it.
-#[cfg(feature = "variant-shared-counters")]
-#[btf_map(name = "masq_shared_counters")]
-pub(crate) static SHARED_COUNTERS: Array<u64, { COUNTER_COUNT as usize }> = Array::new();
-
-/// The shared-counters benchmark variant's [`COUNTERS_V6`].
-#[cfg(feature = "variant-shared-counters")]
-#[btf_map(name = "masq_shared_counters_v6")]
-pub(crate) static SHARED_COUNTERS_V6: Array<u64, { COUNTER_COUNT as usize }> = Array::new();
-
-/// The shared-counters benchmark variant's [`ALLOC_RETRIES`].
-#[cfg(feature = "variant-shared-counters")]
-#[btf_map(name = "masq_shared_retries")]
-pub(crate) static SHARED_RETRIES: Array<u64, { ALLOC_HISTOGRAM_BUCKETS as usize }> = Array::new();
-
-/// The IPv6 egress program's hand-over to the IPv6 allocator, as [`ALLOC_REQUEST`].
-#[btf_map(name = "masq_alloc_request_v6")]
-pub(crate) static ALLOC_REQUEST_V6: PerCpuArray<AllocRequest<V6>, 1> = PerCpuArray::new();
+/// The IPv6 programs' [`HANDOFF`].
+#[btf_map(name = "masq_handoff_v6")]
+pub(crate) static HANDOFF_V6: PerCpuArray<Handoff<V6>, 1> = PerCpuArray::new();
 
 /// What the IPv6 extension-header walk found, per CPU: the walk's results pass through it
 /// (see `packet::parse_ipv6`), so that the verifier meets the rest of an IPv6 program once,
@@ -184,30 +161,59 @@ pub(crate) static ALLOC_REQUEST_V6: PerCpuArray<AllocRequest<V6>, 1> = PerCpuArr
 #[btf_map(name = "masq_walk_v6")]
 pub(crate) static WALK_V6: PerCpuArray<crate::packet::Walked, 1> = PerCpuArray::new();
 
-/// The last IPv4 flows created, the candidates for eviction when the NAT table is full (see
-/// `evict`). Written by the allocator and the ingress program's inbound tracking, read by the
-/// allocator; not pinned: a new program starts with an empty ring.
-#[btf_map(name = "masq_young_v4")]
-pub(crate) static YOUNG_V4: crate::evict::YoungFlowsMap<[u8; 4]> = Array::new();
+/// Values the programs store and read back within one run so that the verifier knows them only
+/// by their width (see `forget`). Per CPU, private to each load, not pinned.
+#[btf_map(name = "masq_forget")]
+pub(crate) static FORGET: PerCpuArray<crate::forget::Forgotten, 1> = PerCpuArray::new();
 
-/// [`YOUNG_V4`] for IPv6.
-#[btf_map(name = "masq_young_v6")]
-pub(crate) static YOUNG_V6: crate::evict::YoungFlowsMap<V6> = Array::new();
+/// The egress keys of IPv4 flows: what eviction samples (see `evict`). Written by the programs
+/// that create flows, each into the slot of the flow it evicted or else the next slot of
+/// [`FLOW_CURSOR`]'s round; read by the programs that make room for a new flow. A slot whose
+/// flow is gone costs a sample. Sized by the agent at load time to the table's flows.
+#[btf_map(name = "masq_flow_index_v4")]
+pub(crate) static FLOW_INDEX_V4: FlowIndex<[u8; 4]> = Array::new();
 
-/// The type of the tables of removed TCP flows (see [`EXPIRED_V4`]).
-pub(crate) type ExpiredFlows<A> =
-    LruHashMap<NatKey<A>, NatEntry<A>, { EXPIRED_MAX_ENTRIES as usize }>;
+/// [`FLOW_INDEX_V4`] for IPv6.
+#[btf_map(name = "masq_flow_index_v6")]
+pub(crate) static FLOW_INDEX_V6: FlowIndex<V6> = Array::new();
 
-/// Egress halves of TCP flows the agent removed (expired while idle, or bound to an address the
-/// uplink lost), by egress key. Written by the agent's garbage collector and address follower;
-/// read and removed by the egress program when a segment of such a flow comes without a
-/// mapping (see `nat::revive`). An LRU: the flows removed last are kept. Not pinned.
-#[btf_map(name = "masq_expired_v4")]
-pub(crate) static EXPIRED_V4: ExpiredFlows<[u8; 4]> = LruHashMap::new();
+/// Where each family's flow index is written next (IPv4's cursor, then IPv6's), for a new flow
+/// that evicted none: counted up atomically by the programs that create flows. Pinned with
+/// the index it walks.
+#[btf_map(name = "masq_flow_cursor")]
+pub(crate) static FLOW_CURSOR: Array<u64, 2> = Array::new();
 
-/// [`EXPIRED_V4`] for IPv6.
-#[btf_map(name = "masq_expired_v6")]
-pub(crate) static EXPIRED_V6: ExpiredFlows<V6> = LruHashMap::new();
+/// The type of the flow indexes (see [`FLOW_INDEX_V4`]); the agent sets the real capacity.
+pub(crate) type FlowIndex<A> = Array<NatKey<A>, { NAT_V4_DEFAULT_MAX_ENTRIES as usize / 2 }>;
+
+/// How many unassured IPv4 flows each local address holds (see `masq_common::nat::Holder`).
+/// Added to atomically by the programs as flows are created, assured and evicted; corrected by
+/// the agent's garbage collector on every pass. An LRU: a node has far fewer local addresses
+/// than it holds, so nothing live is pushed out.
+#[btf_map(name = "masq_holders_v4")]
+pub(crate) static HOLDERS_V4: Holders<[u8; 4]> = LruHashMap::new();
+
+/// [`HOLDERS_V4`] for IPv6.
+#[btf_map(name = "masq_holders_v6")]
+pub(crate) static HOLDERS_V6: Holders<V6> = LruHashMap::new();
+
+/// The type of the holders tables (see [`HOLDERS_V4`]).
+pub(crate) type Holders<A> = LruHashMap<A, Holder, { HOLDERS_MAX_ENTRIES as usize }>;
+
+/// The type of the tables of removed TCP flows (see [`BURIED_V4`]).
+pub(crate) type Buried<A> = LruHashMap<NatKey<A>, NatEntry<A>, { BURIED_MAX_ENTRIES as usize }>;
+
+/// Both halves of the TCP flows the agent removed (expired while idle, or bound to an address
+/// the uplink lost), each by its own key. Written by the agent's garbage collector and address
+/// follower before they remove a flow; read and removed by the programs when a segment of
+/// such a flow comes without a mapping, from either end (see `nat::revive`), and forgotten
+/// when a new connection takes the tuple. An LRU: the flows removed last are kept.
+#[btf_map(name = "masq_buried_v4")]
+pub(crate) static BURIED_V4: Buried<[u8; 4]> = LruHashMap::new();
+
+/// [`BURIED_V4`] for IPv6.
+#[btf_map(name = "masq_buried_v6")]
+pub(crate) static BURIED_V6: Buried<V6> = LruHashMap::new();
 
 /// The settings in force, or `None` before the agent configured the datapath.
 #[inline(always)]
@@ -238,10 +244,34 @@ pub(crate) fn ip_offset(ctx: &TcContext) -> usize {
     usize::from((link & LINK_IP) ^ LINK_IP) * crate::packet::ETH_HLEN
 }
 
-/// The address of family `A` masqueraded traffic on the packet's device gets, or `None` when
-/// masq does not translate that family on that device.
+/// An uplink's addresses of one family, as the programs see them.
+#[derive(Clone, Copy)]
+pub(crate) struct UplinkAddrs<A> {
+    /// What masqueraded traffic leaving by the uplink gets now.
+    pub(crate) now: A,
+    /// The address it got before, still the interface's, whose flows live on (the unspecified
+    /// address when there is none): replies to it are restored, and the node's packets from
+    /// it are the node's (see `Uplink::former_addr`).
+    pub(crate) former: A,
+}
+
+impl<A: Family> UplinkAddrs<A> {
+    /// The uplink address `local` (a packet's source leaving, its destination arriving) is, of
+    /// the two: the former address for a packet of its flows, else the current one.
+    #[inline(always)]
+    pub(crate) fn serving(&self, local: A) -> A {
+        if local == self.former && self.former != A::UNSPECIFIED {
+            self.former
+        } else {
+            self.now
+        }
+    }
+}
+
+/// The addresses of family `A` of the packet's device (see [`UplinkAddrs`]), or `None` when masq
+/// does not translate that family on that device.
 #[inline(always)]
-pub(crate) fn snat_addr<A: Family>(ctx: &TcContext) -> Option<A> {
+pub(crate) fn uplink_addrs<A: Family>(ctx: &TcContext) -> Option<UplinkAddrs<A>> {
     // SAFETY: `skb` points at the context the kernel passed to the program; `ifindex` is a
     // plain field the verifier lets a classifier read.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };

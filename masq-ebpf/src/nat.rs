@@ -1,4 +1,5 @@
-//! The NAT table: finding, refreshing, repairing and allocating mappings.
+//! The NAT table: finding a packet's mapping, creating new ones, and giving back the mappings
+//! the agent removed.
 
 use aya_ebpf::{
     bindings::{BPF_ANY, BPF_NOEXIST},
@@ -7,19 +8,19 @@ use aya_ebpf::{
 };
 use masq_common::{
     counters::{ALLOC_CHUNK, Counter, FIRST_ALLOC_ROUND, MIN_ALLOC_ROUND},
-    nat::{
-        Direction, FIN_WINDOW, FLOW_ACK_BYTES, FLOW_ANSWERED, FLOW_FLAG_BYTES, FLOW_SEEN,
-        FLOW_TCP_CLOSING, FLOW_TCP_RST, FlowMarks, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND,
-        PortSearch, RST_WINDOW, SEQ_LOW_MASK, SeqLow, proto,
-    },
+    flow::{TcpSegment, Window, datagram, first_state, tcp_flags},
+    nat::{Direction, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND, PortSearch, proto},
     settings::Settings,
 };
 
 use crate::{
     counters::{count_in, record_allocation},
+    evict,
     family::Family,
-    packet::TcpNumbers,
+    holders,
     sockets::{self, SocketTable},
+    table::{copy_entry, peer_of, write_entry, write_window},
+    track,
 };
 
 /// The coarse clock as last read, with the tick (jiffies) it was read in.
@@ -59,274 +60,47 @@ pub(crate) fn now_ns() -> u64 {
     }
 }
 
-/// Which end of a flow sent the packet being looked up.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Sender {
-    /// The pod or the node (egress): its TCP flags are its own stack's, and are trusted.
-    Local,
-    /// The remote end (ingress): a RST or FIN counts only inside the tracked window.
-    Remote,
+/// The translation a packet's half of a flow holds, as a lookup found it.
+#[derive(Clone, Copy)]
+pub(crate) struct Mapping<A> {
+    /// The address to put in place of the local (egress) or node (ingress) address.
+    pub(crate) addr: A,
+    /// The port to put in place of the local or node port.
+    pub(crate) port: u16,
+    /// `ORIGIN_*` of the flow.
+    pub(crate) origin: u8,
+    /// 1 when the packet leaves its flow as it is and was tracked (see `track::quiet`); 0 when
+    /// it is a flow event, tracked by nothing yet.
+    pub(crate) quiet: u8,
 }
 
-/// The mapping stored under `key`, refreshed for a packet carrying `flow_flags` (and, for TCP,
-/// the sequence numbers `tcp`) from `sender`.
-///
-/// The refresh writes to the entry only when a new TCP flag shows up or the last refresh is
-/// more than [`TOUCH_INTERVAL_NS`](masq_common::nat::TOUCH_INTERVAL_NS) old, so an established
-/// flow costs one lookup per packet. At each refresh the other half is checked and recreated
-/// if it is missing (one half deleted alone, or evicted in the LRU benchmark variants).
-/// A local TCP segment also records its acknowledgement when it moved (see `record_ack`).
+/// The mapping stored under `key`, with the packet (of `key`'s protocol; for TCP, `segment`)
+/// tracked on its flow if it changes nothing but its window and last-seen time (see
+/// `track::quiet`); a packet that moves its flow is left for the flow-event program
+/// ([`Mapping::quiet`] zero). `outbound`: the packet leaves by the uplink.
 #[inline(always)]
 pub(crate) fn lookup<A: Family>(
     key: &NatKey<A>,
-    flow_flags: u8,
-    tcp_opens: bool,
-    tcp: TcpNumbers,
-    sender: Sender,
-) -> Option<NatEntry<A>> {
-    let entry = A::nat().get_ptr_mut(key)?;
+    outbound: bool,
+    segment: &TcpSegment,
+) -> Option<Mapping<A>> {
+    let half = A::nat().get_ptr_mut(key)?;
     // SAFETY: the pointer comes from a successful lookup and stays valid for this program run;
-    // concurrent writers only ever store whole fields, and a torn timestamp is harmless.
-    let entry = unsafe { &mut *entry };
-    let mut observed = flow_flags | FLOW_SEEN;
-    let marked = entry.marks.bits();
-    if sender == Sender::Remote
-        && observed & FLOW_TCP_CLOSING & !marked != 0
-        && !closes_in_window(key, entry, observed, tcp.seq)
-    {
-        observed &= !FLOW_TCP_CLOSING;
-        count_in::<A>(Counter::TcpCloseOutOfWindow);
-    }
-    if tcp_opens && marked & FLOW_TCP_CLOSING != 0 {
-        reopen(key, entry);
-    }
-    if sender == Sender::Local {
-        record_ack(entry, tcp.ack);
-    }
-    let now = now_ns();
-    if refresh_due(observed, marked, entry, now) {
-        // A RST marked on this half, and this side carries on a refresh interval later: the
-        // endpoint ignored it (a RST in the window masq checks, yet not the one the endpoint
-        // expected), so the flow keeps its lifetime. A real RST ends its side's packets.
-        if marked & FLOW_TCP_RST != 0 && observed & FLOW_TCP_RST == 0 {
-            unmark(&mut entry.marks, FLOW_TCP_RST);
-        }
-        mark(&mut entry.marks, observed);
-        entry.last_seen_ns = now;
-        ensure_peer(key, entry);
-    }
-    Some(*entry)
-}
-
-/// Records the acknowledgement a local TCP segment carries (zero for a segment without one, and
-/// for other protocols, which then store nothing): the remote end's RST and FIN are checked
-/// against it. Written whenever it moves, which is every segment that acknowledges new data:
-/// a store into the entry the lookup just read, made by the egress program alone, so no other
-/// CPU's half shares the line. Concurrent segments of one flow on two CPUs may leave bytes of
-/// both acknowledgements (each byte is a plain store): a RST then checked against it is kept
-/// out rather than let in, what conntrack does with one it doubts.
-#[inline(always)]
-fn record_ack<A: Family>(entry: &mut NatEntry<A>, ack: u32) {
-    let seen = SeqLow::of(ack).0;
-    for (index, byte) in entry.marks.0[FLOW_ACK_BYTES].iter_mut().enumerate() {
-        if *byte != seen[index] {
-            // SAFETY: `byte` is a valid, aligned byte of the entry.
-            unsafe { core::ptr::write_volatile(byte, seen[index]) };
-        }
-    }
-}
-
-/// Whether a RST or FIN (in `observed`) with sequence number `seq`, arriving from the remote end
-/// on the reply half `(key, entry)`, lies where the local end's last acknowledgement says it
-/// may (see `RST_WINDOW`, `FIN_WINDOW`). Without an acknowledgement to check against (a flow not
-/// yet answered, one an older masq made), it counts, as conntrack's does before it saw one.
-#[inline(always)]
-fn closes_in_window<A: Family>(
-    key: &NatKey<A>,
-    entry: &NatEntry<A>,
-    observed: u8,
-    seq: u32,
-) -> bool {
-    // SAFETY: `entry` is the reply half the lookup found.
-    let Some(local) = A::nat().get_ptr(unsafe { peer_of(key, entry) }) else {
-        return true;
-    };
-    // SAFETY: as in `lookup`; a volatile read, as the egress program writes it meanwhile.
-    let acked = unsafe { core::ptr::read_volatile(&raw const (*local).marks) }.ack_low();
-    if acked == SeqLow::UNKNOWN {
-        return true;
-    }
-    let distance = acked.distance_to(seq);
-    if observed & FLOW_TCP_RST != 0 {
-        distance < RST_WINDOW
-    } else {
-        !(FIN_WINDOW..=SEQ_LOW_MASK - FIN_WINDOW).contains(&distance)
-    }
-}
-
-/// The key of the other half of the flow whose half is `key`, its entry at `entry` (a map
-/// value): [`NatKey::peer`] with the entry's address and port read by [`Family::load`] and
-/// volatile loads, not copied (see there).
-///
-/// # Safety
-/// `entry` must point at a valid entry for the length of the call.
-#[inline(always)]
-pub(crate) unsafe fn peer_of<A: Family>(key: &NatKey<A>, entry: *const NatEntry<A>) -> NatKey<A> {
-    // SAFETY: as the caller promises.
-    let (addr, port) = unsafe {
+    // the translation's fields are read once, here.
+    let (addr, port, origin) = unsafe {
         (
-            A::load(&raw const (*entry).addr),
-            core::ptr::read_volatile(&raw const (*entry).port),
+            A::load(&raw const (*half).addr),
+            core::ptr::read_volatile(&raw const (*half).port),
+            core::ptr::read_volatile(&raw const (*half).origin),
         )
     };
-    match key.direction() {
-        Some(Direction::Ingress) => NatKey::new(
-            addr,
-            key.src_addr,
-            port,
-            key.src_port,
-            key.protocol,
-            Direction::Egress,
-        ),
-        _ => NatKey::new(
-            key.dst_addr,
-            addr,
-            key.dst_port,
-            port,
-            key.protocol,
-            Direction::Ingress,
-        ),
-    }
-}
-
-/// Copies the entry at `source` to `target` (map values both) field by field with volatile
-/// loads and stores: neither a call to `memmove` (see [`Family::load`]) nor a copy of the whole
-/// entry on the stack, which the IPv6 allocator has no room for.
-///
-/// # Safety
-/// Both must point at valid entries for the length of the call.
-#[inline(always)]
-unsafe fn copy_into<A: Family>(target: *mut NatEntry<A>, source: *const NatEntry<A>) {
-    // SAFETY: as the caller promises.
-    unsafe {
-        core::ptr::write_volatile(&raw mut (*target).addr, A::load(&raw const (*source).addr));
-        macro_rules! copy_field {
-            ($name:ident) => {
-                core::ptr::write_volatile(
-                    &raw mut (*target).$name,
-                    core::ptr::read_volatile(&raw const (*source).$name),
-                )
-            };
-        }
-        copy_field!(port);
-        copy_field!(origin);
-        copy_field!(pad);
-        copy_field!(marks);
-        copy_field!(align);
-        copy_field!(created_ns);
-        copy_field!(last_seen_ns);
-    }
-}
-
-/// Whether a packet with `observed` flags refreshes `entry`, marked `marked`. Flags are
-/// recorded as soon as they show up; the timestamp only as often as flow lifetimes need (see
-/// `TOUCH_INTERVAL_NS`), so that an established flow's packets only read their entry.
-#[cfg(not(feature = "variant-touch-every-packet"))]
-#[inline(always)]
-fn refresh_due<A: Family>(observed: u8, marked: u8, entry: &NatEntry<A>, now: u64) -> bool {
-    observed & !marked != 0
-        || now.wrapping_sub(entry.last_seen_ns) >= masq_common::nat::TOUCH_INTERVAL_NS
-}
-
-/// The touch-every-packet benchmark variant: every packet refreshes its entry, as a datapath
-/// without the rate limit would.
-#[cfg(feature = "variant-touch-every-packet")]
-#[inline(always)]
-fn refresh_due<A: Family>(_observed: u8, _marked: u8, _entry: &NatEntry<A>, _now: u64) -> bool {
-    true
-}
-
-/// Sets the `FLOW_*` bits of `bits` in `marks`, each by a store of its own byte (see
-/// `FlowMarks`). The stores are volatile so the compiler cannot merge them into one wider
-/// read-modify-write, which would bring back the lost update the byte per bit avoids.
-#[inline(always)]
-fn mark(marks: &mut FlowMarks, bits: u8) {
-    set_marks(marks, bits, 1);
-}
-
-/// Clears the `FLOW_*` bits of `bits` in `marks`, byte by byte as [`mark`] sets them.
-#[inline(always)]
-fn unmark(marks: &mut FlowMarks, bits: u8) {
-    set_marks(marks, bits, 0);
-}
-
-#[inline(always)]
-fn set_marks(marks: &mut FlowMarks, bits: u8, value: u8) {
-    for (index, byte) in marks.0[..FLOW_FLAG_BYTES].iter_mut().enumerate() {
-        if bits & (1 << index) != 0 && *byte != value {
-            // SAFETY: `byte` is a valid, aligned byte of the entry.
-            unsafe { core::ptr::write_volatile(byte, value) };
-        }
-    }
-}
-
-/// A SYN on a closing TCP flow reuses the tuple for a new connection (as after TIME_WAIT): the
-/// flow starts over, as conntrack does, keeping its port.
-#[inline(always)]
-fn reopen<A: Family>(key: &NatKey<A>, entry: &mut NatEntry<A>) {
-    let now = now_ns();
-    unmark(&mut entry.marks, FLOW_TCP_CLOSING);
-    entry.created_ns = now;
-    // SAFETY: `entry` is the half the lookup found.
-    let peer_key = unsafe { peer_of(key, entry) };
-    if let Some(peer) = A::nat().get_ptr_mut(peer_key) {
-        // SAFETY: as in `lookup`. The reply half forgets the old connection entirely: until
-        // the new one is answered it is not established.
-        unsafe {
-            unmark(&mut (*peer).marks, u8::MAX);
-            (*peer).created_ns = now;
-        }
-    }
-}
-
-/// Recreates the other half of the flow if it is missing (see [`lookup`]). If its tuple now
-/// belongs to another flow, this half is removed so that the next packet allocates afresh.
-#[inline(always)]
-fn ensure_peer<A: Family>(key: &NatKey<A>, entry: &NatEntry<A>) {
-    if !has_peer(entry) {
-        return;
-    }
-    let peer = key.peer(entry);
-    let Some(existing) = A::nat().get_ptr(peer) else {
-        if A::nat()
-            .insert(peer, key.peer_entry(entry), u64::from(BPF_NOEXIST))
-            .is_ok()
-        {
-            count_in::<A>(Counter::MappingRepaired);
-        }
-        return;
-    };
-    // SAFETY: as in `lookup`.
-    let existing = unsafe { *existing };
-    if peer.peer(&existing) != *key {
-        count_in::<A>(Counter::MappingConflict);
-        let _ = A::nat().remove(key);
-    }
-}
-
-/// Whether `entry`'s flow has another half. Inbound flows have none: their replies are the
-/// pod's own packets.
-#[cfg(not(feature = "variant-one-entry-per-flow"))]
-#[inline(always)]
-fn has_peer<A: Family>(entry: &NatEntry<A>) -> bool {
-    entry.origin != ORIGIN_INBOUND
-}
-
-/// The one-entry benchmark variant: no flow has another half, and none is recreated.
-#[cfg(feature = "variant-one-entry-per-flow")]
-#[inline(always)]
-fn has_peer<A: Family>(_entry: &NatEntry<A>) -> bool {
-    false
+    let quiet = track::quiet(half, outbound, key.protocol, segment, now_ns());
+    Some(Mapping {
+        addr,
+        port,
+        origin,
+        quiet: u8::from(quiet),
+    })
 }
 
 /// Why no mapping could be created.
@@ -335,8 +109,12 @@ pub(crate) enum AllocError {
     NoPort,
     /// An SCTP flow's own port is taken towards this remote endpoint.
     SctpPortInUse,
-    /// The NAT table is full: the new flow is dropped, no live flow is evicted.
+    /// The NAT table is full (and nothing could be evicted, or the allocator's next run will
+    /// try again after an eviction): the new flow is dropped.
     TableFull,
+    /// The flow's pod holds its whole share of the table in unassured flows, and none of
+    /// them could make room.
+    HolderShare,
 }
 
 /// What one run of the allocator achieved.
@@ -370,8 +148,8 @@ pub(crate) enum Allocation {
 ///
 /// The ingress half is inserted first and only if absent: it reserves `(remote, remote port,
 /// node, port, protocol)` for this flow, so two flows never share a reply tuple. If another CPU
-/// created the same flow meanwhile, its mapping wins and ours is rolled back. The table is a
-/// plain hash: when it is full the new flow is refused, and no live flow is ever evicted.
+/// created the same flow meanwhile, its mapping wins and ours is rolled back. Before anything,
+/// a pod at its share of the table must make room among its own flows (see `evict`).
 ///
 /// The search and the inserts read the request afresh from its slot ([`request`]): what the
 /// code before them learned about its fields (which protocol, which range, whether the port is
@@ -415,6 +193,11 @@ fn begin<A: Family>(
     request: &NewFlow<A>,
 ) -> Option<Result<(), AllocError>> {
     let origin = request.origin;
+    // The node's own traffic is never refused for its share: a pod's flood cannot touch it,
+    // and a node that floods is the operator's to see.
+    if origin != ORIGIN_HOST && !evict::within_share::<A>(settings, request.source) {
+        return Some(Err(AllocError::HolderShare));
+    }
     // Ports that cannot change: SCTP's (CRC32c) and those of protocols without ports (always
     // 0). Plain values rather than an `Option`: LLVM fills the payload of a `None` from any
     // register, a map pointer included, which the verifier rejects.
@@ -433,7 +216,13 @@ fn begin<A: Family>(
         // No lookup of the reply tuple first: the insert that reserves it refuses a taken one
         // at the cost of that lookup, and the preferred port is nearly always free. On a full
         // table the lookup was a walk of a cold bucket on every new flow.
-        if !socket_owned(ctx, request, socket_table(request), port) {
+        // The node's own flow holds its own port: no socket lookup, which would find it.
+        let sockets = if origin == ORIGIN_HOST {
+            None
+        } else {
+            socket_table(request)
+        };
+        if !socket_owned(ctx, request, sockets, port) {
             match create::<A>(port) {
                 Err(AllocError::NoPort) => {}
                 created => {
@@ -464,6 +253,8 @@ fn begin<A: Family>(
 /// the IPv6 allocator's stack.
 #[derive(Clone, Copy)]
 struct NewFlow<A: Family> {
+    /// The local end: the flow's source, its holder.
+    source: A,
     /// The remote end: the flow's destination.
     remote: A,
     snat_addr: A,
@@ -479,18 +270,19 @@ struct NewFlow<A: Family> {
 /// is 512 bytes).
 #[inline(always)]
 fn request<A: Family>() -> Option<NewFlow<A>> {
-    let slot = A::alloc_request().get_ptr(0)?;
+    let slot = A::handoff().get_ptr(0)?;
     // SAFETY: the slot is a valid, aligned map value private to this CPU while the program
     // runs; the field pointers are derived from it without creating references.
     unsafe {
-        let key = &raw const (*slot).key;
+        let key = &raw const (*slot).request.key;
         Some(NewFlow {
-            remote: core::ptr::read_volatile(&raw const (*key).dst_addr),
-            snat_addr: core::ptr::read_volatile(&raw const (*slot).snat_addr),
+            source: A::load(&raw const (*key).src_addr),
+            remote: A::load(&raw const (*key).dst_addr),
+            snat_addr: A::load(&raw const (*slot).request.node_addr),
             remote_port: core::ptr::read_volatile(&raw const (*key).dst_port),
             src_port: core::ptr::read_volatile(&raw const (*key).src_port),
             protocol: core::ptr::read_volatile(&raw const (*key).protocol),
-            origin: core::ptr::read_volatile(&raw const (*slot).origin),
+            origin: core::ptr::read_volatile(&raw const (*slot).request.origin),
         })
     }
 }
@@ -499,7 +291,7 @@ fn request<A: Family>() -> Option<NewFlow<A>> {
 /// run of the allocator and every way into the search meet one verification of it.
 #[inline(always)]
 fn search_state<A: Family>() -> Option<PortSearch> {
-    let slot = A::alloc_request().get_ptr(0)?;
+    let slot = A::handoff().get_ptr(0)?;
     // SAFETY: as in `request`.
     Some(unsafe { core::ptr::read_volatile(&raw const (*slot).search) })
 }
@@ -507,7 +299,7 @@ fn search_state<A: Family>() -> Option<PortSearch> {
 /// Stores the port search's state in the request slot for the rest of this run and the next.
 #[inline(always)]
 fn store_search<A: Family>(search: PortSearch) {
-    if let Some(slot) = A::alloc_request().get_ptr_mut(0) {
+    if let Some(slot) = A::handoff().get_ptr_mut(0) {
         // SAFETY: as in `request`.
         unsafe { core::ptr::write_volatile(&raw mut (*slot).search, search) };
     }
@@ -518,7 +310,7 @@ fn store_search<A: Family>(search: PortSearch) {
 /// (during an upgrade, which shares the request slot), which does not reset it.
 #[inline(always)]
 pub(crate) fn end_search<A: Family>() {
-    if let Some(slot) = A::alloc_request().get_ptr_mut(0) {
+    if let Some(slot) = A::handoff().get_ptr_mut(0) {
         // SAFETY: as in `request`.
         unsafe { core::ptr::write_volatile(&raw mut (*slot).search.round, 0) };
     }
@@ -572,14 +364,11 @@ fn socket_owned<A: Family>(
     })
 }
 
-/// The socket table a pod flow of `request`'s protocol must not clash with; `None` for the
-/// node's own flows (the kernel already keeps its own sockets apart) and protocols the kernel
-/// cannot be asked about.
+/// The socket table a flow of `request`'s protocol must not clash with on a port the search
+/// gives it (the node's own flows too: one given another port must not take a node socket's);
+/// `None` for protocols the kernel cannot be asked about.
 #[inline(always)]
 fn socket_table<A: Family>(request: &NewFlow<A>) -> Option<SocketTable> {
-    if request.origin == ORIGIN_HOST {
-        return None;
-    }
     SocketTable::of(request.protocol)
 }
 
@@ -691,17 +480,19 @@ fn search_chunk<A: Family>(ctx: &TcContext, sockets: Option<SocketTable>) -> Opt
 }
 
 /// Inserts both halves of the mapping of the request's flow through node port `port`, and
-/// leaves the mapping (the egress half) in the request slot for the new-flow program.
+/// leaves the mapping (the egress half) in the slot for the new-flow program.
 ///
-/// The entries are built in the slot and inserted from there: an IPv6 entry is 48 bytes, and
-/// two of them beside the keys would not fit the program's 512-byte stack.
+/// The entries are built in the slot and inserted from there: an IPv6 entry is 64 bytes, and
+/// two of them beside the keys would not fit the program's 512-byte stack. The flow starts in
+/// the state its first packet gives it, and a TCP flow's window from its first segment (a flow
+/// picked up mid-stream, without its handshake, liberal: see `flow::WINDOW_LIBERAL`).
 #[inline(always)]
 #[expect(
     clippy::needless_borrows_for_generic_args,
     reason = "by value, the entries and keys in the slot would be copied to the stack"
 )]
 fn create<A: Family>(port: u16) -> Result<(), AllocError> {
-    let Some(slot) = A::alloc_request().get_ptr_mut(0) else {
+    let Some(slot) = A::handoff().get_ptr_mut(0) else {
         return Err(AllocError::TableFull);
     };
     let now = now_ns();
@@ -709,45 +500,48 @@ fn create<A: Family>(port: u16) -> Result<(), AllocError> {
     // read afresh, volatile (see `request`), where it is used, rather than copied out whole;
     // the map helpers read the key and the entries from the slot.
     unsafe {
-        let key = &raw const (*slot).key;
-        let snat_addr = core::ptr::read_volatile(&raw const (*slot).snat_addr);
-        let origin = core::ptr::read_volatile(&raw const (*slot).origin);
+        let key = &raw const (*slot).request.key;
+        let snat_addr = A::load(&raw const (*slot).request.node_addr);
+        let origin = core::ptr::read_volatile(&raw const (*slot).request.origin);
+        let protocol = core::ptr::read_volatile(&raw const (*key).protocol);
+        let segment = core::ptr::read_volatile(&raw const (*slot).request.segment);
+        let state = first_state(protocol, segment.flags);
         let reply_key = NatKey::new(
-            core::ptr::read_volatile(&raw const (*key).dst_addr),
+            A::load(&raw const (*key).dst_addr),
             snat_addr,
             core::ptr::read_volatile(&raw const (*key).dst_port),
             port,
-            core::ptr::read_volatile(&raw const (*key).protocol),
+            protocol,
             Direction::Ingress,
         );
-        (*slot).entry = NatEntry::new(
-            core::ptr::read_volatile(&raw const (*key).src_addr),
+        let mapping = &raw mut (*slot).mapping;
+        write_entry(
+            mapping,
+            A::load(&raw const (*key).src_addr),
             core::ptr::read_volatile(&raw const (*key).src_port),
             origin,
-            FlowMarks::from_bits(0),
+            state,
             now,
             0,
         );
-        insert_reply_half(&reply_key, &(*slot).entry)?;
-        let flow_flags = core::ptr::read_volatile(&raw const (*slot).flow_flags);
-        (*slot).entry = NatEntry::new(
-            snat_addr,
-            port,
-            origin,
-            FlowMarks::from_bits(flow_flags | FLOW_SEEN | FLOW_ANSWERED),
-            now,
-            now,
-        );
+        insert_reply_half(&reply_key, &*mapping)?;
+        write_entry(mapping, snat_addr, port, origin, state, now, now);
+        if protocol == proto::TCP {
+            write_window(
+                mapping,
+                &Window::first(&segment, segment.flags & tcp_flags::SYN == 0),
+            );
+        }
         if A::nat()
-            .insert(&*key, &(*slot).entry, u64::from(BPF_NOEXIST))
+            .insert(&*key, &(*slot).mapping, u64::from(BPF_NOEXIST))
             .is_ok()
         {
             return Ok(());
         }
-        remove_reply_half(&reply_key);
+        let _ = A::nat().remove(&reply_key);
         // Another CPU mapped this flow first: use theirs.
         if let Some(existing) = A::nat().get_ptr(&*key) {
-            copy_into(&raw mut (*slot).entry, existing);
+            copy_entry(&raw mut (*slot).mapping, existing);
             return Ok(());
         }
     }
@@ -756,7 +550,6 @@ fn create<A: Family>(port: u16) -> Result<(), AllocError> {
 
 /// Inserts the ingress half `entry` of a new mapping under `reply_key` if that tuple is free,
 /// which reserves it for the flow.
-#[cfg(not(feature = "variant-one-entry-per-flow"))]
 #[inline(always)]
 fn insert_reply_half<A: Family>(
     reply_key: &NatKey<A>,
@@ -774,29 +567,6 @@ fn insert_reply_half<A: Family>(
     }
 }
 
-/// The one-entry benchmark variant: the ingress half is never inserted, so a new flow costs one
-/// insert (its replies then find no mapping and are dropped).
-#[cfg(feature = "variant-one-entry-per-flow")]
-#[inline(always)]
-fn insert_reply_half<A: Family>(
-    _reply_key: &NatKey<A>,
-    _entry: &NatEntry<A>,
-) -> Result<(), AllocError> {
-    Ok(())
-}
-
-/// Frees the ingress half inserted under `reply_key` when its egress half could not be.
-#[cfg(not(feature = "variant-one-entry-per-flow"))]
-#[inline(always)]
-fn remove_reply_half<A: Family>(reply_key: &NatKey<A>) {
-    let _ = A::nat().remove(reply_key);
-}
-
-/// The one-entry benchmark variant: there is no ingress half to free.
-#[cfg(feature = "variant-one-entry-per-flow")]
-#[inline(always)]
-fn remove_reply_half<A: Family>(_reply_key: &NatKey<A>) {}
-
 /// Reserves a tuple of a protocol without ports (GRE, ESP, ...) for the node's own traffic
 /// towards that remote. Such a tuple can belong to one flow only, and the node's own (a tunnel
 /// endpoint, typically) always wins: a pod flow holding it loses its mapping here (counted as a
@@ -808,13 +578,13 @@ fn remove_reply_half<A: Family>(_reply_key: &NatKey<A>) {}
     reason = "by value, the entries and keys in the slot would be copied to the stack"
 )]
 fn reserve_for_node<A: Family>(node_ip: A) -> Result<(), AllocError> {
-    let Some(slot) = A::alloc_request().get_ptr_mut(0) else {
+    let Some(slot) = A::handoff().get_ptr_mut(0) else {
         return Err(AllocError::TableFull);
     };
     let now = now_ns();
     // SAFETY: as in `create`.
     unsafe {
-        let key = &raw const (*slot).key;
+        let key = &raw const (*slot).request.key;
         // The reply tuple: the remote's packets to the node, with no ports.
         let reply_key = NatKey::new(
             core::ptr::read_volatile(&raw const (*key).dst_addr),
@@ -831,30 +601,34 @@ fn reserve_for_node<A: Family>(node_ip: A) -> Result<(), AllocError> {
             count_in::<A>(Counter::MappingConflict);
             let _ = A::nat().remove(&peer_of(&reply_key, existing));
         }
-        (*slot).entry = NatEntry::new(
-            core::ptr::read_volatile(&raw const (*key).src_addr),
+        let protocol = core::ptr::read_volatile(&raw const (*key).protocol);
+        let mapping = &raw mut (*slot).mapping;
+        write_entry(
+            mapping,
+            A::load(&raw const (*key).src_addr),
             0,
             ORIGIN_HOST,
-            FlowMarks::from_bits(0),
+            first_state(protocol, 0),
             now,
             0,
         );
         if A::nat()
-            .insert(&reply_key, &(*slot).entry, u64::from(BPF_ANY))
+            .insert(&reply_key, &*mapping, u64::from(BPF_ANY))
             .is_err()
         {
             return Err(AllocError::TableFull);
         }
-        (*slot).entry = NatEntry::new(
+        write_entry(
+            mapping,
             node_ip,
             0,
             ORIGIN_HOST,
-            FlowMarks::from_bits(FLOW_SEEN | FLOW_ANSWERED),
+            first_state(protocol, 0),
             now,
             now,
         );
         if A::nat()
-            .insert(&*key, &(*slot).entry, u64::from(BPF_ANY))
+            .insert(&*key, &(*slot).mapping, u64::from(BPF_ANY))
             .is_err()
         {
             return Err(AllocError::TableFull);
@@ -864,113 +638,181 @@ fn reserve_for_node<A: Family>(node_ip: A) -> Result<(), AllocError> {
     Ok(())
 }
 
-/// What became of a TCP segment that needs masquerading, opens no connection and has no
-/// mapping (see [`revive`]).
+/// What became of a packet that had no mapping, when the buried flows were asked (see
+/// [`revive`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Revival {
     /// Its flow's old mapping is back in the table.
     Revived,
     /// Its flow was masqueraded but cannot have its old mapping back (the address is gone, or
-    /// the port taken): it gets a new one, as conntrack picks up a flow it lost.
+    /// the tuple taken): on egress it gets a new one, as conntrack picks up a flow it lost.
     PickUp,
-    /// masq never translated its flow (or forgot it): it leaves as it is, as conntrack leaves
-    /// the flows it holds untranslated.
+    /// masq never translated its flow (or forgot it): it passes as it is.
     Unknown,
 }
 
-/// Gives the flow of `key`, whose mapping the agent removed, its mapping back, if its egress half
-/// is among the removed ones and the uplink's address is still `node_ip`.
+/// Gives the TCP flow whose half `key` is (of either direction) its mapping back, if the agent
+/// buried it (see `maps::BURIED_V4`) and the address it was masqueraded to is still `node_ip`.
 ///
-/// The agent removes a flow idle past conntrack's timeout for its state, or bound to an
-/// address the uplink lost. conntrack (`tcp_loose`) picks such a flow up again from any
-/// segment, on a new port under MASQUERADE's `--random-fully`, which the remote end answers
-/// with a reset. masq gives it back its own port when it is still free, and the connection
-/// lives; on a new address it picks the flow up as conntrack does. The flows masq never saw
-/// translated are not among the removed ones: they pass as before.
+/// The agent removes a flow idle past conntrack's timeout for its state, or bound to an address
+/// the uplink lost, and buries both halves first. conntrack (`tcp_loose`) picks such a flow up
+/// again from any segment, on a new port under MASQUERADE's `--random-fully`, which the remote
+/// end answers with a reset; and a reply it no longer knows reaches the node's stack, which
+/// resets the connection. masq gives the flow back its own halves, in the state they were
+/// buried in (the caller then tracks the packet on it, its flags applied), when the tuple is
+/// still free; on a new address, the egress side picks it up as conntrack does. Buried flows
+/// are forgotten when revived, or when a new connection takes the tuple.
 #[inline(always)]
 pub(crate) fn revive<A: Family>(ctx: &TcContext, key: &NatKey<A>, node_ip: A) -> Revival {
-    let Some(removed) = A::expired().get_ptr(key) else {
+    let Some(own) = A::buried().get_ptr(key) else {
         return Revival::Unknown;
     };
-    // SAFETY: the pointer comes from a successful lookup; the entry is copied at once.
-    let removed = unsafe { *removed };
-    let _ = A::expired().remove(key);
-    if removed.addr != node_ip
+    let outbound = key.direction() == Some(Direction::Egress);
+    let lost = if outbound {
+        Revival::PickUp
+    } else {
+        Revival::Unknown
+    };
+    // SAFETY: the pointer comes from a successful lookup. The buried halves are inserted from
+    // where they lie, not copied (two IPv6 entries do not fit beside the rest on the stack);
+    // both are forgotten once the flow is back.
+    let peer_key = &unsafe { peer_of(key, own) };
+    let Some(peer) = A::buried().get_ptr(peer_key) else {
+        // Half a flow cannot come back; forget it.
+        let _ = A::buried().remove(key);
+        return lost;
+    };
+    let (egress_key, reply_key, egress, reply) = if outbound {
+        (key, peer_key, own, peer)
+    } else {
+        (peer_key, key, peer, own)
+    };
+    // SAFETY: both pointers come from successful lookups; the values are read by the helpers
+    // alone.
+    let (egress, reply): (&NatEntry<A>, &NatEntry<A>) = unsafe { (&*egress, &*reply) };
+    // The address the flow was masqueraded to (what its replies are addressed to) must still
+    // be the uplink's, and no node socket may have taken the tuple since.
+    let gone = reply_key.dst_addr != node_ip
         || sockets::owned_in(
             ctx,
             SocketTable::Tcp,
-            key.dst_addr,
-            key.dst_port,
-            removed.addr,
-            removed.port,
-        )
+            reply_key.src_addr,
+            reply_key.src_port,
+            reply_key.dst_addr,
+            reply_key.dst_port,
+        );
+    // The reply half first, as the allocator inserts: it is the lock on the reply tuple. A
+    // reply half still there (the agent stopped between removing one half and the other) is
+    // the flow's own if it restores the flow's source.
+    let inserted_reply = !gone
+        && A::nat()
+            .insert(reply_key, reply, u64::from(BPF_NOEXIST))
+            .is_ok();
+    let reply_ours = inserted_reply
+        || (!gone
+            && A::nat().get_ptr(reply_key).is_some_and(|existing| {
+                // SAFETY: the pointer comes from a successful lookup, read at once.
+                unsafe { peer_of(reply_key, existing) == *egress_key }
+            }));
+    let outcome = if !reply_ours {
+        lost
+    } else if A::nat()
+        .insert(egress_key, egress, u64::from(BPF_NOEXIST))
+        .is_ok()
     {
-        return Revival::PickUp;
-    }
-    let now = now_ns();
-    let egress = NatEntry::new(
-        removed.addr,
-        removed.port,
-        removed.origin,
-        FlowMarks::from_bits(FLOW_SEEN | FLOW_ANSWERED),
-        now,
-        now,
-    );
-    let reply_key = key.peer(&egress);
-    let reply = NatEntry::new(
-        key.src_addr,
-        key.src_port,
-        removed.origin,
-        FlowMarks::from_bits(FLOW_SEEN),
-        now,
-        now,
-    );
-    // The reply half first, as the allocator inserts: it is the lock on the reply tuple.
-    if A::nat()
-        .insert(reply_key, reply, u64::from(BPF_NOEXIST))
-        .is_err()
-    {
-        return Revival::PickUp;
-    }
-    if A::nat()
-        .insert(key, egress, u64::from(BPF_NOEXIST))
-        .is_err()
-    {
-        // Another CPU mapped the flow meanwhile: its mapping stands.
-        let _ = A::nat().remove(reply_key);
-        return Revival::PickUp;
-    }
-    Revival::Revived
+        // SAFETY: a reference to a map value, read once.
+        if unsafe { core::ptr::read_volatile(&raw const egress.assured) } == 0 {
+            holders::add_one::<A>(egress_key.src_addr);
+        }
+        Revival::Revived
+    } else if A::nat().get_ptr(egress_key).is_some_and(|existing| {
+        // SAFETY: the pointer comes from a successful lookup, read at once.
+        unsafe { peer_of(egress_key, existing) == *reply_key }
+    }) {
+        // The egress half is the flow's own: the agent stopped between the halves, or another
+        // CPU revived the flow first. With the reply half, the flow is whole.
+        Revival::Revived
+    } else {
+        // A new mapping took the egress tuple meanwhile: it stands.
+        if inserted_reply {
+            let _ = A::nat().remove(reply_key);
+        }
+        if A::nat().get_ptr(key).is_some() {
+            Revival::Revived
+        } else {
+            lost
+        }
+    };
+    let _ = A::buried().remove(key);
+    let _ = A::buried().remove(peer_key);
+    outcome
 }
 
-/// Remembers a UDP flow that a masqueraded address opened towards a pod; `key` is the tuple
-/// the pod's replies will carry on egress. The replies are then recognised and left alone, as
+/// What became of a UDP datagram from a masqueraded address to a pod (see [`track_inbound`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Inbound {
+    /// The pod's answers need nothing (an exempt destination for them), or the flow is known.
+    Known,
+    /// A new inbound flow is tracked.
+    Tracked,
+    /// The pod holds its whole share of the table in unassured flows and none made room: the
+    /// datagram is dropped, as conntrack drops what it cannot track.
+    Refused,
+    /// The table is full of assured flows: the flow is not tracked, its datagram passes.
+    Untracked,
+}
+
+/// Remembers a UDP flow that a masqueraded address opened towards a pod; `key` is the tuple the
+/// pod's replies will carry on egress. The replies are then recognised and left alone, as
 /// conntrack would treat them, instead of being masqueraded as new flows. Flows whose replies
-/// the policy exempts anyway need nothing. Returns whether a new flow was recorded.
+/// the policy exempts anyway need nothing. The flow counts against the pod's share, as the
+/// pod's own flows do: a flood from outside towards one pod churns that pod's flows only.
 #[inline(always)]
-pub(crate) fn track_inbound<A: Family>(settings: &Settings, key: &NatKey<A>) -> bool {
+pub(crate) fn track_inbound<A: Family>(settings: &Settings, key: &NatKey<A>) -> Inbound {
     // Most inbound traffic to pods comes from non-masquerade (in-cluster) addresses: the
     // policy's own decision for the pod's replies answers for those without touching the NAT
     // table.
     if crate::egress::pod_exemption(settings, key.src_addr, key.dst_addr).is_some() {
-        return false;
+        return Inbound::Known;
     }
-    if lookup(key, FLOW_SEEN, false, TcpNumbers::default(), Sender::Remote).is_some() {
-        return false;
+    if A::nat().get_ptr(key).is_some() {
+        return Inbound::Known;
+    }
+    if !evict::within_share::<A>(settings, key.src_addr) {
+        return Inbound::Refused;
     }
     let now = now_ns();
-    let identity = NatEntry::new(
-        key.src_addr,
-        key.src_port,
-        ORIGIN_INBOUND,
-        FlowMarks::from_bits(FLOW_SEEN),
-        now,
-        now,
-    );
-    let tracked = A::nat()
-        .insert(key, identity, u64::from(BPF_NOEXIST))
-        .is_ok();
-    if tracked {
-        crate::evict::remember::<A>(key);
+    // Built in the hand-off's mapping, the program's scratch: an IPv6 entry on the stack
+    // would not fit beside the rest.
+    let Some(slot) = A::handoff().get_ptr_mut(0) else {
+        return Inbound::Untracked;
+    };
+    // SAFETY: per-CPU array slots are private to this CPU while the program runs.
+    let identity = unsafe {
+        let identity = &raw mut (*slot).mapping;
+        write_entry(
+            identity,
+            key.src_addr,
+            key.src_port,
+            ORIGIN_INBOUND,
+            datagram::UNREPLIED,
+            now,
+            now,
+        );
+        &*identity
+    };
+    let mut inserted = A::nat().insert(key, identity, u64::from(BPF_NOEXIST));
+    if inserted.is_err() && A::nat().get_ptr(key).is_none() && evict::make_room::<A>(settings) {
+        inserted = A::nat().insert(key, identity, u64::from(BPF_NOEXIST));
     }
-    tracked
+    if inserted.is_err() {
+        return if A::nat().get_ptr(key).is_some() {
+            Inbound::Known
+        } else {
+            Inbound::Untracked
+        };
+    }
+    // SAFETY: `key` is the caller's, valid for the call.
+    unsafe { evict::admitted::<A>(settings, key) };
+    Inbound::Tracked
 }

@@ -9,7 +9,8 @@
 use aya_ebpf::programs::TcContext;
 use masq_common::{
     counters::Counter,
-    nat::{FLOW_TCP_FIN, FLOW_TCP_RST, FLOW_TCP_SYN, IPV6_MAX_EXTENSION_HEADERS, proto},
+    flow::{MAX_WINDOW_SCALE, NO_WINDOW_SCALE, TcpSegment, tcp_flags},
+    nat::{IPV6_MAX_EXTENSION_HEADERS, proto},
 };
 
 use crate::{
@@ -33,10 +34,18 @@ const IP_MF: u16 = 0x2000;
 /// The fragment offset bits of the IPv4 flags-and-offset field.
 pub(crate) const IPV4_FRAGMENT_OFFSET_MASK: u16 = 0x1fff;
 
-const TCP_FIN: u8 = 0x01;
-const TCP_SYN: u8 = 0x02;
-const TCP_RST: u8 = 0x04;
-const TCP_ACK: u8 = 0x10;
+/// Bytes of a TCP header without options.
+const TCP_HEADER_LEN: usize = 20;
+/// Most bytes of options a TCP header holds.
+const TCP_MAX_OPTIONS: usize = 40;
+/// TCP option kinds the datapath reads (RFC 9293, RFC 7323).
+mod tcp_option {
+    pub(super) const END: u8 = 0;
+    pub(super) const NO_OPERATION: u8 = 1;
+    pub(super) const WINDOW_SCALE: u8 = 3;
+    /// The window scale option's length.
+    pub(super) const WINDOW_SCALE_LEN: u8 = 3;
+}
 
 /// How the datapath treats an ICMP message type (of either family).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -539,20 +548,8 @@ pub(crate) struct Transport {
     pub(crate) dst: u16,
     /// ICMP queries: a request (echo, timestamp) rather than a reply.
     pub(crate) request: bool,
-    /// `FLOW_TCP_*` bits of this segment (TCP only).
-    pub(crate) tcp_flags: u8,
-    /// A TCP SYN without ACK: the only segment that may open a connection.
-    pub(crate) tcp_opens: bool,
-    /// TCP: the segment's sequence and acknowledgement numbers (see [`TcpNumbers`]).
-    pub(crate) tcp: TcpNumbers,
-}
-
-/// A TCP segment's sequence numbers, zero for other protocols. `ack` is zero when the ACK flag
-/// is clear (a zero acknowledgement counts as none, see `SeqLow::UNKNOWN`).
-#[derive(Clone, Copy, Default)]
-pub(crate) struct TcpNumbers {
-    pub(crate) seq: u32,
-    pub(crate) ack: u32,
+    /// TCP: the segment as the flow's tracking reads it (all zero for other protocols).
+    pub(crate) tcp: TcpSegment,
 }
 
 impl Transport {
@@ -562,16 +559,21 @@ impl Transport {
             src: 0,
             dst: 0,
             request: false,
-            tcp_flags: 0,
-            tcp_opens: false,
-            tcp: TcpNumbers { seq: 0, ack: 0 },
+            tcp: TcpSegment {
+                seq: 0,
+                ack: 0,
+                len: 0,
+                window: 0,
+                flags: 0,
+                scale: NO_WINDOW_SCALE,
+            },
         }
     }
 
-    /// The `FLOW_*` bits a packet contributes to its flow's state.
+    /// A TCP SYN without ACK or RST: the only segment that may open a connection.
     #[inline(always)]
-    pub(crate) const fn flow_flags(&self) -> u8 {
-        self.tcp_flags
+    pub(crate) const fn tcp_opens(&self) -> bool {
+        self.tcp.flags & (tcp_flags::SYN | tcp_flags::ACK | tcp_flags::RST) == tcp_flags::SYN
     }
 }
 
@@ -610,22 +612,25 @@ pub(crate) fn transport<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Result<Transp
                 return Err(());
             }
             if ip.protocol == proto::TCP {
-                // Ports, sequence numbers, data offset and flags in one read.
+                // Ports, sequence numbers, data offset, flags and window in one read.
                 let header = read::<[u8; 16]>(ctx, ip.l4_off).ok_or(())?;
-                let raw = header[13];
-                let ack = if raw & TCP_ACK != 0 {
-                    u32::from_be_bytes([header[8], header[9], header[10], header[11]])
+                let flags = header[13];
+                let header_len = usize::from(header[12] >> 4) * 4;
+                let scale = if flags & tcp_flags::SYN != 0 && header_len > TCP_HEADER_LEN {
+                    window_scale(ctx, ip.l4_off + TCP_HEADER_LEN, header_len - TCP_HEADER_LEN)
                 } else {
-                    0
+                    NO_WINDOW_SCALE
                 };
                 return Ok(Transport {
                     src: u16::from_be_bytes([header[0], header[1]]),
                     dst: u16::from_be_bytes([header[2], header[3]]),
-                    tcp_flags: tcp_flow_flags(raw),
-                    tcp_opens: raw & (TCP_SYN | TCP_ACK | TCP_RST) == TCP_SYN,
-                    tcp: TcpNumbers {
+                    tcp: TcpSegment {
                         seq: u32::from_be_bytes([header[4], header[5], header[6], header[7]]),
-                        ack,
+                        ack: u32::from_be_bytes([header[8], header[9], header[10], header[11]]),
+                        len: ip.l4_len.saturating_sub(header_len) as u32,
+                        window: u16::from_be_bytes([header[14], header[15]]),
+                        flags,
+                        scale,
                     },
                     ..Transport::of(Kind::Ports)
                 });
@@ -641,17 +646,49 @@ pub(crate) fn transport<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Result<Transp
     }
 }
 
+/// The window scale the options of a SYN or SYN-ACK announce (`options_len` bytes of them at
+/// `options_off`), capped at TCP's maximum; [`NO_WINDOW_SCALE`] when they announce none (or are
+/// cut short). The walk reads an option's first bytes per option, and at most the 40 bytes a
+/// header holds; only SYNs are walked.
+///
+/// The position in the options goes through `forget::word` at each step: the verifier would
+/// otherwise follow every combination of option kinds and lengths (it did not finish within a
+/// million instructions), where now each step is one state.
 #[inline(always)]
-const fn tcp_flow_flags(raw: u8) -> u8 {
-    let mut flags = 0;
-    if raw & (TCP_SYN | TCP_ACK) == TCP_SYN {
-        flags |= FLOW_TCP_SYN;
+fn window_scale(ctx: &TcContext, options_off: usize, options_len: usize) -> u8 {
+    let options_len = options_len.min(TCP_MAX_OPTIONS);
+    let mut at = 0;
+    // One pass per byte at most: every option is at least one byte long.
+    for _ in 0..TCP_MAX_OPTIONS {
+        let Some(here) = crate::forget::word(at) else {
+            break;
+        };
+        let here = here as usize;
+        if here >= options_len {
+            break;
+        }
+        // Copied out by the helper: a direct read at a position the verifier knows only by
+        // its range is one it cannot prove inside the packet.
+        let Ok(kind) = ctx.load::<u8>(options_off + here) else {
+            break;
+        };
+        if kind == tcp_option::END {
+            break;
+        }
+        if kind == tcp_option::NO_OPERATION {
+            at = here as u32 + 1;
+            continue;
+        }
+        let Ok([_, len, value]) = ctx.load::<[u8; 3]>(options_off + here) else {
+            break;
+        };
+        if kind == tcp_option::WINDOW_SCALE && len == tcp_option::WINDOW_SCALE_LEN {
+            return value.min(MAX_WINDOW_SCALE);
+        }
+        if len < 2 {
+            break;
+        }
+        at = here as u32 + u32::from(len);
     }
-    if raw & TCP_FIN != 0 {
-        flags |= FLOW_TCP_FIN;
-    }
-    if raw & TCP_RST != 0 {
-        flags |= FLOW_TCP_RST;
-    }
-    flags
+    NO_WINDOW_SCALE
 }

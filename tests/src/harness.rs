@@ -6,9 +6,10 @@ use aya::{
     maps::lpm_trie::Key,
     programs::{SchedClassifier, TestRun, TestRunOptions},
 };
-use masq::datapath::object::{DATAPATH_OBJECT, Datapath, LoadOptions};
+use masq::datapath::object::{Datapath, LoadOptions};
 use masq_common::{
     counters::Counter,
+    flow::{EvictionCause, FlowClass},
     layout::{ATTACH_TCX, NOMASQ_KIND_CIDR, NOMASQ_KIND_LINK_LOCAL, NOMASQ_KIND_SOURCE, Uplink},
     nat::{Direction, NatEntryV4, NatKeyV4},
     ports::PortRange,
@@ -82,14 +83,11 @@ impl Harness {
     /// Like [`Harness::new`], with maps of the given sizes (`--nat-max-entries`,
     /// `--nomasq-max-entries`).
     pub fn sized(nat_max_entries: u32, nomasq_max_entries: u32) -> Self {
-        Self::load_object(
-            DATAPATH_OBJECT,
-            &LoadOptions {
-                nat_max_entries,
-                nomasq_max_entries,
-                ..LoadOptions::default()
-            },
-        )
+        Self::load(&LoadOptions {
+            nat_max_entries,
+            nomasq_max_entries,
+            ..LoadOptions::default()
+        })
         .with_defaults(&[PortRange::new(1024, 29_999)], true)
     }
 
@@ -102,17 +100,13 @@ impl Harness {
     }
 
     fn load(options: &LoadOptions) -> Self {
-        Self::load_object(DATAPATH_OBJECT, options)
-    }
-
-    fn load_object(object: &[u8], options: &LoadOptions) -> Self {
         require_root();
         // Both families, so every test datapath can run IPv6 frames too.
         let options = LoadOptions {
             ipv6: true,
             ..options.clone()
         };
-        let datapath = Datapath::load_object(&options, object)
+        let datapath = Datapath::load(&options)
             .unwrap_or_else(|error| panic!("loading the datapath: {error}"));
         Self { datapath }
     }
@@ -131,11 +125,23 @@ impl Harness {
         }
         settings.port_range_count = u32::try_from(ranges.len()).unwrap_or(0);
         settings.total_ports = ranges.iter().map(PortRange::size).sum();
+        // Sized as the agent sizes them, with no pod share: the tests of the share set one.
+        self.datapath.maps.size_settings(&mut settings, 0);
         self.datapath
             .maps
             .set_settings(&settings)
             .unwrap_or_else(|error| panic!("{error}"));
         self.set_uplink(Some(node_ip()));
+    }
+
+    /// Gives each pod (each local address) at most `percent` of the table's flows in unassured
+    /// flows, as `--nat-pod-share` does (0: no limit).
+    pub fn set_pod_share(&mut self, percent: u8) {
+        let maps = &mut self.datapath.maps;
+        let mut settings = maps.settings().unwrap_or_else(|error| panic!("{error}"));
+        maps.size_settings(&mut settings, percent);
+        maps.set_settings(&settings)
+            .unwrap_or_else(|error| panic!("{error}"));
     }
 
     /// Makes the device `BPF_PROG_TEST_RUN` runs frames on (the namespace's loopback) an uplink
@@ -154,6 +160,22 @@ impl Harness {
             None => maps.remove_uplink(TEST_RUN_IFINDEX),
         };
         updated.unwrap_or_else(|error| panic!("{error}"));
+    }
+
+    /// Makes the test-run device an uplink masquerading IPv4 to `now` that still answers for
+    /// the flows of `former`, an address it had before and still has (see
+    /// `Uplink::former_addr`).
+    pub fn set_uplink_renumbered(&mut self, now: Ipv4Addr, former: Ipv4Addr) {
+        let mut uplink = Uplink::new(
+            now.octets(),
+            ATTACH_TCX,
+            Uplink::encode_name("lo").unwrap_or_default(),
+        );
+        uplink.former_addr = former.octets();
+        self.datapath
+            .maps
+            .set_uplink(TEST_RUN_IFINDEX, &uplink)
+            .unwrap_or_else(|error| panic!("{error}"));
     }
 
     /// Makes the test-run device an uplink masquerading IPv4 to [`NODE_IP`] and IPv6 to
@@ -210,8 +232,6 @@ impl Harness {
         self.datapath
             .maps
             .nomasq_src_v4
-            .as_mut()
-            .unwrap_or_else(|| panic!("a loaded datapath has the IPv4 source trie"))
             .insert(&Key::new(prefix, addr.octets()), NOMASQ_KIND_SOURCE, 0)
             .unwrap_or_else(|error| panic!("inserting {cidr}: {error}"));
     }
@@ -222,8 +242,6 @@ impl Harness {
         self.datapath
             .maps
             .nomasq_src_v6
-            .as_mut()
-            .unwrap_or_else(|| panic!("a loaded datapath has the IPv6 source trie"))
             .insert(&Key::new(prefix, address.octets()), NOMASQ_KIND_SOURCE, 0)
             .unwrap_or_else(|error| panic!("inserting {cidr}: {error}"));
     }
@@ -332,6 +350,45 @@ impl Harness {
         self.nat()
             .into_iter()
             .filter(|(key, _)| key.direction() == Some(Direction::Egress))
+            .collect()
+    }
+
+    /// IPv4 evictions for `cause`, whatever the evicted flow's class.
+    pub fn evicted(&self, cause: EvictionCause) -> u64 {
+        self.evictions()
+            .into_iter()
+            .filter(|(counted, _, _)| *counted == cause)
+            .map(|(_, _, count)| count)
+            .sum()
+    }
+
+    /// IPv4 evictions by cause and class.
+    pub fn evictions(&self) -> Vec<(EvictionCause, FlowClass, u64)> {
+        self.datapath
+            .maps
+            .evictions_of::<[u8; 4]>()
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// The unassured IPv4 flows the datapath counts for each local address that holds any.
+    pub fn holders(&self) -> Vec<(Ipv4Addr, u64)> {
+        self.datapath
+            .maps
+            .holders_of::<[u8; 4]>()
+            .unwrap_or_else(|error| panic!("{error}"))
+            .into_iter()
+            .map(|(holder, flows)| (Ipv4Addr::from(holder), flows))
+            .filter(|(_, flows)| *flows != 0)
+            .collect()
+    }
+
+    /// The removed IPv4 TCP flows the datapath may still pick up, by egress key.
+    pub fn buried(&self) -> Vec<NatKeyV4> {
+        self.datapath
+            .maps
+            .buried_v4
+            .keys()
+            .map(|key| key.unwrap_or_else(|error| panic!("{error}")))
             .collect()
     }
 

@@ -65,6 +65,21 @@ impl Packet6 {
         Self::new(src, dst, TCP, header, 16)
     }
 
+    /// TCP: the sequence and acknowledgement numbers (defaults 1 and 0).
+    pub fn numbers(mut self, seq: u32, ack: u32) -> Self {
+        assert_eq!(self.protocol, TCP, "sequence numbers are TCP's");
+        self.transport[4..8].copy_from_slice(&seq.to_be_bytes());
+        self.transport[8..12].copy_from_slice(&ack.to_be_bytes());
+        self
+    }
+
+    /// TCP: the segment without payload.
+    pub fn without_payload(mut self) -> Self {
+        assert_eq!(self.protocol, TCP, "only TCP segments are cut here");
+        self.transport.truncate(20);
+        self
+    }
+
     pub fn udp(src: &str, src_port: u16, dst: &str, dst_port: u16) -> Self {
         let payload = b"masq v6 datagram";
         let length = u16::try_from(8 + payload.len()).unwrap_or(u16::MAX);

@@ -9,8 +9,9 @@ use std::{
 
 use masq_common::{
     layout::{
-        IPV6_DISABLED_ENTRIES, LINK_ETHERNET, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_NAT_V6,
-        MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAX_RESERVED_RANGES, MapMeta, Uplink,
+        IPV6_DISABLED_ENTRIES, LINK_ETHERNET, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_EVICTIONS,
+        MAP_EVICTIONS_V6, MAP_FLOW_INDEX_V6, MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6,
+        MAX_RESERVED_RANGES, MapMeta, Uplink,
     },
     ports::PortRange,
     settings::Settings,
@@ -36,7 +37,7 @@ use crate::{
         conntrack,
         interfaces::{self, InterfaceError},
         kernel::supported_kernel,
-        reserved_ports,
+        renumbering, reserved_ports,
     },
     policy::Policy,
 };
@@ -162,14 +163,7 @@ impl EbpfBackend {
                 nat_v6_max_entries,
                 nomasq_v6_max_entries,
                 counters_resized,
-                missing_added,
             } => {
-                if !missing_added.is_empty() {
-                    tracing::info!(
-                        maps = ?missing_added,
-                        "the pinned maps predate some this version uses: creating them empty next to the adopted ones"
-                    );
-                }
                 if nat_max_entries != options.nat_max_entries {
                     tracing::warn!(
                         pinned = nat_max_entries,
@@ -235,6 +229,7 @@ impl EbpfBackend {
             let mut state = status.lock();
             state.nat_capacity = datapath.maps.nat_v4_capacity();
             state.nat_capacity_v6 = datapath.maps.nat_v6_capacity();
+            state.pod_share = datapath.maps.holder_shares(options.nat_pod_share);
             state.adopted = adopted;
             state.kernel = Some(KernelStatus {
                 release: kernel.release.clone(),
@@ -270,11 +265,15 @@ impl EbpfBackend {
     /// valid config) passing everything through.
     fn write_settings(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
         let value = if self.enabled {
-            settings(
+            let mut value = settings(
                 &options.snat_ranges,
                 options.random_fully,
                 self.source_exemptions,
-            )
+            );
+            self.datapath
+                .maps
+                .size_settings(&mut value, options.nat_pod_share);
+            value
         } else {
             tracing::warn!(
                 "no valid config yet: the datapath passes all traffic untranslated until one is read"
@@ -462,7 +461,10 @@ impl EbpfBackend {
     }
 
     /// Updates the addresses of an interface this process attached to, when they changed
-    /// (DHCP, router advertisements, an operator's change).
+    /// (DHCP, router advertisements, an operator's change). New flows take the new address; the
+    /// flows of the old one live on while it is still the interface's (the kernel's preferred
+    /// IPv6 source changes routinely, the old address staying, deprecated), and go only when it
+    /// is removed, as MASQUERADE's notifier flushes conntrack's entries on removal only.
     fn follow_address(
         &mut self,
         wanted: &WantedUplink,
@@ -471,10 +473,7 @@ impl EbpfBackend {
         let Some(previous) = previous else {
             return Ok(());
         };
-        let updated = wanted.with_addresses(*previous);
-        if updated == *previous {
-            return Ok(());
-        }
+        let mut updated = wanted.with_addresses(*previous);
         if previous.snat_addr != updated.snat_addr {
             let old = previous
                 .has_v4()
@@ -487,24 +486,76 @@ impl EbpfBackend {
             tracing::warn!(interface = %wanted.name, ?old, new = ?wanted.ipv6_address(), "the interface's IPv6 address changed; new IPv6 flows use the new one");
             wanted.warn_if_ipv6_missing();
         }
-        self.datapath.maps.set_uplink(wanted.ifindex, &updated)?;
-        // New flows take the new address from here on; flows bound to the old one are
-        // flushed, so that their next packet is mapped afresh (MASQUERADE's notifier does the
-        // same with conntrack's entries), unless another uplink still has that address.
-        let uplinks = self.datapath.maps.uplinks()?;
-        let v4_still_held = uplinks
-            .iter()
-            .any(|(_, uplink)| uplink.has_v4() && uplink.snat_addr == previous.snat_addr);
-        let v6_still_held = uplinks
-            .iter()
-            .any(|(_, uplink)| uplink.has_v6 != 0 && uplink.snat_addr_v6 == previous.snat_addr_v6);
-        if previous.has_v4() && previous.snat_addr != updated.snat_addr && !v4_still_held {
-            let flushed = gc::flush_address(&mut self.datapath.maps, previous.snat_addr)?;
-            tracing::info!(interface = %wanted.name, old = %Ipv4Addr::from(previous.snat_addr), flushed, "flows masqueraded to the old address flushed");
+        let on_interface = |address: IpAddr| {
+            // Only the interface's own addresses can be kept (a `--node-ip` may be none of
+            // them); an unreadable list reads as "still there": flows are never flushed on a
+            // guess.
+            wanted.address_is_local
+                && interfaces::has_address(&wanted.name, address).unwrap_or(true)
+        };
+        let mut gone = Vec::new();
+        let v4 = |address: [u8; 4]| (address != [0; 4]).then(|| IpAddr::from(address));
+        let v6 = |address: [u8; 16]| (address != [0; 16]).then(|| IpAddr::from(address));
+        let former_v4 = renumbering::former_address(
+            v4(previous.snat_addr),
+            v4(updated.snat_addr),
+            v4(previous.former_addr),
+            on_interface,
+            &mut gone,
+        );
+        let former_v6 = renumbering::former_address(
+            (previous.has_v6 != 0).then(|| IpAddr::from(previous.snat_addr_v6)),
+            (updated.has_v6 != 0).then(|| IpAddr::from(updated.snat_addr_v6)),
+            v6(previous.former_addr_v6),
+            on_interface,
+            &mut gone,
+        );
+        updated.former_addr = match former_v4 {
+            Some(IpAddr::V4(address)) => address.octets(),
+            _ => [0; 4],
+        };
+        updated.former_addr_v6 = match former_v6 {
+            Some(IpAddr::V6(address)) => address.octets(),
+            _ => [0; 16],
+        };
+        if updated == *previous {
+            return Ok(());
         }
-        if previous.has_v6 != 0 && previous.snat_addr_v6 != updated.snat_addr_v6 && !v6_still_held {
-            let flushed = gc::flush_address(&mut self.datapath.maps, previous.snat_addr_v6)?;
-            tracing::info!(interface = %wanted.name, old = %Ipv6Addr::from(previous.snat_addr_v6), flushed, "IPv6 flows masqueraded to the old address flushed");
+        self.datapath.maps.set_uplink(wanted.ifindex, &updated)?;
+        for address in [former_v4, former_v6].into_iter().flatten() {
+            if !(v4(previous.former_addr) == Some(address)
+                || v6(previous.former_addr_v6) == Some(address))
+            {
+                tracing::info!(interface = %wanted.name, %address, "the former address is still the interface's: its flows carry on until it is removed");
+            }
+        }
+        // An address no uplink answers for any more takes its flows with it, so that their next
+        // packet is mapped afresh on the address the uplink has now.
+        let uplinks = self.datapath.maps.uplinks()?;
+        for address in gone {
+            let still_held = uplinks.iter().any(|(_, uplink)| match address {
+                IpAddr::V4(address) => {
+                    let octets = address.octets();
+                    (uplink.has_v4() && uplink.snat_addr == octets) || uplink.former_addr == octets
+                }
+                IpAddr::V6(address) => {
+                    let octets = address.octets();
+                    (uplink.has_v6 != 0 && uplink.snat_addr_v6 == octets)
+                        || uplink.former_addr_v6 == octets
+                }
+            });
+            if still_held {
+                continue;
+            }
+            let flushed = match address {
+                IpAddr::V4(address) => {
+                    gc::flush_address(&mut self.datapath.maps, address.octets())?
+                }
+                IpAddr::V6(address) => {
+                    gc::flush_address(&mut self.datapath.maps, address.octets())?
+                }
+            };
+            tracing::info!(interface = %wanted.name, %address, flushed, "the address was removed: the flows masqueraded to it are flushed");
         }
         Ok(())
     }
@@ -623,8 +674,23 @@ impl Backend for EbpfBackend {
                 if report.expired() + report.orphans() > 0 {
                     tracing::debug!(?report, "expired flows collected");
                 }
+                if report.reclaimed() > 0 {
+                    tracing::info!(
+                        reclaimed = report.reclaimed(),
+                        "the NAT table is over 95 % full: unassured and closing flows retired early"
+                    );
+                }
                 let mut state = status.lock();
                 state.gc_expired_total += u64::try_from(report.expired()).unwrap_or(0);
+                for (totals, family) in state
+                    .gc_reclaimed_total
+                    .iter_mut()
+                    .zip([&report.ipv4, &report.ipv6])
+                {
+                    for (total, reclaimed) in totals.iter_mut().zip(family.reclaimed) {
+                        *total += u64::try_from(reclaimed).unwrap_or(0);
+                    }
+                }
                 state.last_gc = report;
             }
             Err(error) => tracing::error!(%error, "flow garbage collection failed"),
@@ -931,12 +997,21 @@ fn adopt_maps(
                 replaced.push(name);
             }
         }
+        // The IPv6 flow index is sized from the IPv6 table.
+        if replaced.contains(&MAP_NAT_V6) {
+            replaced.push(MAP_FLOW_INDEX_V6);
+        }
     }
     if pinned.counters_resized {
         tracing::info!(
             "this version counts other datapath events: the counters start again from zero"
         );
-        replaced.extend([MAP_COUNTERS, MAP_COUNTERS_V6]);
+        replaced.extend([
+            MAP_COUNTERS,
+            MAP_COUNTERS_V6,
+            MAP_EVICTIONS,
+            MAP_EVICTIONS_V6,
+        ]);
     }
     let load = |staged| {
         Datapath::load(&LoadOptions {

@@ -25,6 +25,7 @@ use hyper::{
 use hyper_util::rt::TokioIo;
 use masq_common::{
     counters::{ALLOC_ATTEMPT_BUCKETS, ALLOC_FAILED_SLOT, ALLOC_SUM_SLOT, Counter},
+    flow::{EvictionCause, FlowClass},
     layout::MAP_LAYOUT_VERSION,
 };
 use prometheus_client::{
@@ -275,6 +276,8 @@ pub struct DatapathReadings {
     pub counters_v6: Vec<(Counter, u64)>,
     /// Allocation histogram buckets.
     pub allocation: Vec<u64>,
+    /// The datapath's evictions by cause and class, IPv4's then IPv6's.
+    pub evictions: [Vec<(EvictionCause, FlowClass, u64)>; 2],
     /// Why the maps could not be read.
     pub error: Option<String>,
 }
@@ -286,6 +289,10 @@ fn read_datapath(pin_path: &Path) -> DatapathReadings {
             counters: maps.counter_totals()?,
             counters_v6: maps.counter_totals_v6()?,
             allocation: maps.alloc_histogram()?,
+            evictions: [
+                maps.evictions_of::<[u8; 4]>()?,
+                maps.evictions_of::<[u8; 16]>()?,
+            ],
             error: None,
         })
     };
@@ -323,6 +330,87 @@ impl Collector for AgentCollector {
             Self::Fixed(fixed) => encode_agent(&mut encoder, &fixed.0, &fixed.1),
         }
     }
+}
+
+/// What the NAT table's state machine and its limits did: evictions by cause and class, the
+/// unassured flows, and the busiest holder against its share.
+fn encode_nat_state(
+    encoder: &mut DescriptorEncoder<'_>,
+    status: &AgentStatus,
+    datapath: &DatapathReadings,
+) -> fmt::Result {
+    let families = ["ipv4", "ipv6"];
+    // The datapath's evictions (a full table, a holder at its share) and the collector's
+    // (the reserve) in one family: what made room, and what it took.
+    let mut evictions = Vec::new();
+    for (index, family) in families.into_iter().enumerate() {
+        for &(cause, class, count) in &datapath.evictions[index] {
+            if cause != EvictionCause::Reserve {
+                evictions.push((
+                    [
+                        ("family", family),
+                        ("cause", cause.name()),
+                        ("class", class.name()),
+                    ],
+                    count,
+                ));
+            }
+        }
+        for (class, &count) in FlowClass::ALL.iter().zip(&status.gc_reclaimed_total[index]) {
+            evictions.push((
+                [
+                    ("family", family),
+                    ("cause", EvictionCause::Reserve.name()),
+                    ("class", class.name()),
+                ],
+                count,
+            ));
+        }
+    }
+    family(
+        encoder,
+        "masq_nat_evictions",
+        "Flows removed to make room, by family, cause (table_full: a new flow in a full table; holder_share: a new flow of a local address at its --nat-pod-share; reserve: the collector keeping the table under 90 % once over 95 %) and class of the flow removed. Assured flows are never evicted.",
+        MetricType::Counter,
+        counters(evictions),
+    )?;
+    let gc = [&status.last_gc.ipv4, &status.last_gc.ipv6];
+    family(
+        encoder,
+        "masq_nat_unassured_flows",
+        "Flows not assured (never answered, or the handshake not completed) at the last garbage collection, by family: what a full table evicts.",
+        MetricType::Gauge,
+        gauges(
+            families
+                .into_iter()
+                .zip(gc)
+                .map(|(family, report)| ([("family", family)], report.unassured)),
+        ),
+    )?;
+    family(
+        encoder,
+        "masq_nat_busiest_holder_unassured_flows",
+        "Unassured flows of the local address (pod or node) holding the most at the last garbage collection, by family; `masq status` names it.",
+        MetricType::Gauge,
+        gauges(families.into_iter().zip(gc).map(|(family, report)| {
+            (
+                [("family", family)],
+                report.top_holders.first().map_or(0, |&(_, flows)| flows),
+            )
+        })),
+    )?;
+    family(
+        encoder,
+        "masq_nat_pod_share_flows",
+        "Unassured flows one local address may hold before its new flows replace its own (--nat-pod-share of the table's flows), by family; 0: no limit.",
+        MetricType::Gauge,
+        gauges(
+            families
+                .into_iter()
+                .zip(status.pod_share)
+                .map(|(family, share)| ([("family", family)], share)),
+        ),
+    )
 }
 
 /// A family of one or more series of `metric`.
@@ -622,7 +710,10 @@ fn encode_agent(
         )?;
     }
 
-    let gc = [("ipv4", status.last_gc.ipv4), ("ipv6", status.last_gc.ipv6)];
+    let gc = [
+        ("ipv4", &status.last_gc.ipv4),
+        ("ipv6", &status.last_gc.ipv6),
+    ];
     family(
         encoder,
         "masq_nat_entries",
@@ -653,6 +744,7 @@ fn encode_agent(
         "Flows removed by garbage collection since start.",
         status.gc_expired_total,
     )?;
+    encode_nat_state(encoder, status, datapath)?;
 
     family(
         encoder,
@@ -882,6 +974,63 @@ mod tests {
             .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
     }
 
+    /// Every cause and class of eviction, each `count` times.
+    fn evictions(count: u64) -> Vec<(EvictionCause, FlowClass, u64)> {
+        EvictionCause::ALL
+            .into_iter()
+            .flat_map(|cause| FlowClass::ALL.map(|class| (cause, class, count)))
+            .collect()
+    }
+
+    /// The datapath counts the evictions that make room for a new flow, the agent those its
+    /// collector makes to keep room free: one family holds both, each under its cause.
+    #[test]
+    fn evictions_are_exported_by_cause_and_class_from_the_datapath_and_the_collector() {
+        let (mut status, mut readings) = representative();
+        readings.evictions[0] = evictions(0);
+        readings.evictions[0][masq_common::flow::eviction_slot(
+            EvictionCause::HolderShare,
+            FlowClass::TcpUnanswered,
+        ) as usize]
+            .2 = 40;
+        // The datapath never counts the reserve: a value there is not the collector's.
+        readings.evictions[0][masq_common::flow::eviction_slot(
+            EvictionCause::Reserve,
+            FlowClass::TcpUnanswered,
+        ) as usize]
+            .2 = 999;
+        status.gc_reclaimed_total[0][FlowClass::TcpUnanswered as usize] = 3;
+        status.pod_share = [128, 0];
+        status.last_gc.ipv4.unassured = 150;
+        status.last_gc.ipv4.top_holders = vec![("10.244.1.5".parse().expect("address"), 128)];
+        let page = render(&status, &readings);
+        let series = |cause: &str, class: &str| {
+            format!(r#"masq_nat_evictions_total{{family="ipv4",cause="{cause}",class="{class}"}}"#)
+        };
+        assert_eq!(
+            sample(&page, &series("holder_share", "tcp_unanswered")),
+            Some(40.0),
+            "{page}"
+        );
+        assert_eq!(
+            sample(&page, &series("reserve", "tcp_unanswered")),
+            Some(3.0),
+            "{page}"
+        );
+        assert_eq!(
+            sample(&page, &series("table_full", "tcp_unanswered")),
+            Some(0.0),
+            "{page}"
+        );
+        let gauge = |name: &str| sample(&page, &format!(r#"{name}{{family="ipv4"}}"#));
+        assert_eq!(gauge("masq_nat_unassured_flows"), Some(150.0));
+        assert_eq!(
+            gauge("masq_nat_busiest_holder_unassured_flows"),
+            Some(128.0)
+        );
+        assert_eq!(gauge("masq_nat_pod_share_flows"), Some(128.0));
+    }
+
     /// A status and readings under which every family masq can export has a series.
     fn representative() -> (AgentStatus, DatapathReadings) {
         let status = AgentStatus {
@@ -919,6 +1068,7 @@ mod tests {
             counters: Counter::ALL.iter().map(|&counter| (counter, 1)).collect(),
             counters_v6: Counter::ALL.iter().map(|&counter| (counter, 1)).collect(),
             allocation: vec![1; masq_common::counters::ALLOC_HISTOGRAM_BUCKETS as usize],
+            evictions: [evictions(1), evictions(1)],
             error: None,
         };
         (status, readings)
@@ -1178,6 +1328,7 @@ mod tests {
             // Nine attempt buckets (3 flows at the first port, 1 at the second), 2 failures,
             // 5 attempts in all.
             allocation: vec![3, 1, 0, 0, 0, 0, 0, 0, 0, 2, 5],
+            evictions: [evictions(0), evictions(0)],
             error: None,
         };
         let page = render(&status, &readings);

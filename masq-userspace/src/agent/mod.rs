@@ -34,7 +34,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use masq_common::{ports::PortRange, timeouts::FlowTimeouts};
+use masq_common::{flow::Timeouts, ports::PortRange};
 use tokio::time::{Instant, sleep_until};
 
 pub use self::ebpf::{UninstallStep, uninstall};
@@ -101,12 +101,15 @@ pub struct AgentOptions {
     pub random_fully: bool,
     /// NAT table capacity for a fresh install.
     pub nat_max_entries: u32,
+    /// The most unassured flows one pod may hold, as a percentage of the NAT table's flows
+    /// (0: no limit).
+    pub nat_pod_share: u8,
     /// Capacity of the non-masquerade trie.
     pub nomasq_max_entries: u32,
     /// How often expired flows are collected.
     pub gc_interval: Duration,
     /// Flow idle timeouts.
-    pub timeouts: FlowTimeouts,
+    pub timeouts: Timeouts,
     /// Replace pinned state this version cannot adopt instead of refusing to start.
     pub replace_incompatible_state: bool,
     /// Remove an upstream ip-masq-agent chain instead of refusing to start next to it.

@@ -6,6 +6,8 @@ use std::{
     time::SystemTime,
 };
 
+use masq_common::flow::FlowClass;
+
 use crate::datapath::gc::GcReports;
 
 /// A snapshot of the agent's state.
@@ -43,6 +45,11 @@ pub struct AgentStatus {
     pub last_gc: GcReports,
     /// Flows removed by garbage collection since start.
     pub gc_expired_total: u64,
+    /// Flows the collector retired early to keep room free (the table over 95 % full) since
+    /// start, by family (IPv4, IPv6) and class (`FlowClass` as index).
+    pub gc_reclaimed_total: [[u64; FlowClass::ALL.len()]; 2],
+    /// The unassured flows each local address may hold, by family (IPv4, IPv6); 0: no limit.
+    pub pod_share: [u32; 2],
     /// When the agent started.
     pub started: Option<SystemTime>,
     /// Whether the pinned state was adopted from a previous agent.

@@ -22,7 +22,6 @@ use masq::{
 use masq_common::{
     layout::NOMASQ_V4_MAX_ENTRIES,
     ports::{DEFAULT_NODEPORT_RANGE, PortRange},
-    timeouts::FlowTimeouts,
 };
 
 use super::{
@@ -144,6 +143,14 @@ pub(crate) struct AgentArgs {
           value_parser = parse_nat_capacity)]
     nat_max_entries: NatCapacity,
 
+    /// The most unassured flows one pod may hold, as a percentage of the NAT table's flows: a pod
+    /// at its share (one connecting to closed ports, or spraying datagrams) admits a new flow
+    /// only in place of one of its own, so it cannot fill the table for the others. Flows opened
+    /// from outside towards a pod count against that pod. 0: no limit (conntrack's behaviour).
+    #[arg(long, value_name = "PERCENT", default_value_t = DEFAULT_POD_SHARE,
+          value_parser = clap::value_parser!(u8).range(0..=100))]
+    nat_pod_share: u8,
+
     /// Capacity of the non-masquerade trie: the most CIDRs (plus link-local) a config may
     /// need. A config that needs more is rejected whole; a new value takes effect at the next
     /// start without dropping flows.
@@ -177,6 +184,10 @@ pub(crate) struct AgentArgs {
     #[arg(long, value_name = "DIR", default_value = DEFAULT_SYSCTL_DIR)]
     sysctl_dir: PathBuf,
 }
+
+/// `--nat-pod-share`'s default: a quarter of the table, so that at least four pods flooding
+/// at once are needed to fill it.
+const DEFAULT_POD_SHARE: u8 = 25;
 
 /// `--nat-max-entries`: a number of entries, or sized from the node's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -267,9 +278,10 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
         snat_ranges,
         random_fully: args.flags.random_fully,
         nat_max_entries: args.nat_max_entries.entries()?,
+        nat_pod_share: args.nat_pod_share,
         nomasq_max_entries: args.nomasq_max_entries,
         gc_interval: args.gc_interval,
-        timeouts: FlowTimeouts::LINUX_DEFAULTS,
+        timeouts: node::timeouts::of_node(&args.sysctl_dir),
         replace_incompatible_state: args.replace_incompatible_state,
         take_over_iptables: args.take_over_iptables,
         datapath_debug_log: args.datapath_debug_log,

@@ -70,6 +70,10 @@ pub(crate) struct NatListArgs {
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
     output: OutputFormat,
+    /// Where the node's sysctls are: conntrack's timeouts there say when each flow expires
+    /// (see `masq agent --sysctl-dir`).
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_SYSCTL_DIR)]
+    sysctl_dir: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -109,6 +113,15 @@ struct StatusJson {
     nat_v6_flows: usize,
     nat_v6_entries: usize,
     nat_v6_capacity: u32,
+    /// Flows not assured (never answered, or the handshake not completed), IPv4 then IPv6:
+    /// what a full table evicts.
+    nat_unassured: [usize; 2],
+    /// The unassured flows one local address may hold, IPv4 then IPv6 (0: no limit).
+    pod_share: [u32; 2],
+    /// The local addresses (pods, the node) holding the most unassured flows, busiest first.
+    top_holders: Vec<HolderJson>,
+    /// Flows the datapath evicted to make room since the maps were created (nonzero only).
+    evictions: Vec<EvictionJson>,
     counters: Vec<(String, u64)>,
     counters_v6: Vec<(String, u64)>,
     /// XFRM output policies that select masqueraded traffic only after translation (so it
@@ -117,6 +130,23 @@ struct StatusJson {
     /// Why the XFRM policies could not be read.
     ipsec_error: Option<String>,
 }
+
+#[derive(Serialize)]
+struct HolderJson {
+    address: String,
+    unassured: u64,
+}
+
+#[derive(Serialize)]
+struct EvictionJson {
+    family: &'static str,
+    cause: &'static str,
+    class: &'static str,
+    count: u64,
+}
+
+/// Local addresses shown in `masq status`, busiest first.
+const TOP_HOLDERS: usize = 5;
 
 #[derive(Serialize)]
 struct UplinkJson {
@@ -261,6 +291,36 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         Err(error) => (None, Some(error.to_string())),
     };
     let capacity = maps.nat_v4_capacity();
+    let mut top_holders: Vec<(IpAddr, u64)> = maps
+        .holders_of::<[u8; 4]>()?
+        .into_iter()
+        .map(|(holder, count)| (IpAddr::from(holder), count))
+        .chain(
+            maps.holders_of::<[u8; 16]>()?
+                .into_iter()
+                .map(|(holder, count)| (IpAddr::from(holder), count)),
+        )
+        .filter(|&(_, count)| count != 0)
+        .collect();
+    top_holders.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    top_holders.truncate(TOP_HOLDERS);
+    let mut evictions = Vec::new();
+    for (family, totals) in [
+        ("ipv4", maps.evictions_of::<[u8; 4]>()?),
+        ("ipv6", maps.evictions_of::<[u8; 16]>()?),
+    ] {
+        evictions.extend(totals.into_iter().filter(|&(_, _, count)| count != 0).map(
+            |(cause, class, count)| EvictionJson {
+                family,
+                cause: cause.name(),
+                class: class.name(),
+                count,
+            },
+        ));
+    }
+    let unassured = |flows: &[Flow]| flows.iter().filter(|flow| !flow.assured()).count();
+    let flows_v4 = flows(&entries);
+    let flows_v6 = flows(&entries_v6);
     let status = StatusJson {
         pin_path: args.pins.pin_path.display().to_string(),
         layout_version: meta.layout_version,
@@ -291,12 +351,22 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             )
             .collect(),
         source_exemptions: settings.source_exemptions(),
-        nat_flows: flows(&entries).len(),
+        nat_flows: flows_v4.len(),
         nat_entries: entries.len(),
         nat_capacity: capacity,
-        nat_v6_flows: flows(&entries_v6).len(),
+        nat_v6_flows: flows_v6.len(),
         nat_v6_entries: entries_v6.len(),
         nat_v6_capacity: maps.nat_v6_capacity(),
+        nat_unassured: [unassured(&flows_v4), unassured(&flows_v6)],
+        pod_share: settings.holder_share,
+        top_holders: top_holders
+            .into_iter()
+            .map(|(address, unassured)| HolderJson {
+                address: address.to_string(),
+                unassured,
+            })
+            .collect(),
+        evictions,
         counters: nonzero(maps.counter_totals()?),
         counters_v6: nonzero(maps.counter_totals_v6()?),
         ipsec_bypassed,
@@ -461,6 +531,36 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         "nat ipv6:     {} flows, {} of {} entries",
         status.nat_v6_flows, status.nat_v6_entries, status.nat_v6_capacity
     )?;
+    let share = |share: u32| {
+        if share == 0 {
+            "no limit".to_owned()
+        } else {
+            share.to_string()
+        }
+    };
+    writeln!(
+        out,
+        "unassured:    {} flows (ipv6 {}); each local address may hold {} (ipv6 {})",
+        status.nat_unassured[0],
+        status.nat_unassured[1],
+        share(status.pod_share[0]),
+        share(status.pod_share[1])
+    )?;
+    if !status.top_holders.is_empty() {
+        let holders: Vec<String> = status
+            .top_holders
+            .iter()
+            .map(|holder| format!("{} {}", holder.address, holder.unassured))
+            .collect();
+        writeln!(out, "holders:      {}", holders.join(", "))?;
+    }
+    if !status.evictions.is_empty() {
+        writeln!(out, "evictions:")?;
+        for eviction in &status.evictions {
+            let what = format!("{} {} {}", eviction.family, eviction.cause, eviction.class);
+            writeln!(out, "  {what:<32} {}", eviction.count)?;
+        }
+    }
     // A node that translates no IPv6 has no IPv6 counters worth a heading.
     let ipv6_counters = (!status.counters_v6.is_empty()).then_some(&status.counters_v6);
     for (title, counters) in [
@@ -485,9 +585,11 @@ struct FlowJson {
     remote: String,
     translated: String,
     state: String,
+    assured: bool,
     node_flow: bool,
     age_seconds: u64,
     idle_seconds: u64,
+    expires_in_seconds: u64,
 }
 
 fn matches(flow: &Flow, args: &NatListArgs) -> Result<bool, String> {
@@ -539,6 +641,7 @@ pub(crate) fn nat(command: &NatCommand) -> anyhow::Result<ExitCode> {
         }
     }
     let seconds = |since: u64| now.saturating_sub(since) / 1_000_000_000;
+    let timeouts = masq::node::timeouts::of_node(&args.sysctl_dir);
     let rows: Vec<FlowJson> = selected
         .iter()
         .map(|flow| FlowJson {
@@ -547,9 +650,13 @@ pub(crate) fn nat(command: &NatCommand) -> anyhow::Result<ExitCode> {
             remote: flow.remote.to_string(),
             translated: flow.translated.to_string(),
             state: flow.state().to_owned(),
+            assured: flow.assured(),
             node_flow: flow.is_node_flow(),
             age_seconds: seconds(flow.egress.created_ns),
             idle_seconds: seconds(flow.last_seen_ns()),
+            expires_in_seconds: (flow.last_seen_ns() + flow.lifetime_ns(&timeouts))
+                .saturating_sub(now)
+                / 1_000_000_000,
         })
         .collect();
     let mut out = io::stdout().lock();
@@ -575,14 +682,21 @@ pub(crate) fn nat(command: &NatCommand) -> anyhow::Result<ExitCode> {
     let translated_width = width(&mut rows.iter().map(|row| row.translated.len()));
     writeln!(
         out,
-        "{:<6} {:<source_width$} {:<remote_width$} {:<translated_width$} {:<11} {:>8} {:>8}",
-        "PROTO", "SOURCE", "REMOTE", "TRANSLATED", "STATE", "AGE", "IDLE"
+        "{:<6} {:<source_width$} {:<remote_width$} {:<translated_width$} {:<11} {:<7} {:>8} {:>8} {:>8}",
+        "PROTO", "SOURCE", "REMOTE", "TRANSLATED", "STATE", "ASSURED", "AGE", "IDLE", "EXPIRES"
     )?;
     for (row, source) in rows.iter().zip(&sources) {
         writeln!(
             out,
-            "{:<6} {source:<source_width$} {:<remote_width$} {:<translated_width$} {:<11} {:>7}s {:>7}s",
-            row.protocol, row.remote, row.translated, row.state, row.age_seconds, row.idle_seconds
+            "{:<6} {source:<source_width$} {:<remote_width$} {:<translated_width$} {:<11} {:<7} {:>7}s {:>7}s {:>7}s",
+            row.protocol,
+            row.remote,
+            row.translated,
+            row.state,
+            if row.assured { "yes" } else { "no" },
+            row.age_seconds,
+            row.idle_seconds,
+            row.expires_in_seconds
         )?;
     }
     writeln!(out, "{} flows", rows.len())?;

@@ -5,9 +5,11 @@ use std::{
     net::{IpAddr, SocketAddr},
 };
 
-use masq_common::nat::{
-    Address, Direction, FLOW_SEEN, FLOW_TCP_FIN, FLOW_TCP_RST, FlowMarks, NatEntry, NatKey,
-    ORIGIN_HOST, ORIGIN_INBOUND, proto,
+use masq_common::{
+    flow::{Timeouts, datagram, tcp},
+    nat::{
+        Address, Direction, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND, last_activity, proto,
+    },
 };
 
 /// What a flow's half records, whatever its address family.
@@ -15,11 +17,15 @@ use masq_common::nat::{
 pub struct Half {
     /// `ORIGIN_*` of the flow.
     pub origin: u8,
-    /// `FLOW_*` bits seen in this direction.
-    pub marks: FlowMarks,
+    /// The flow's state (`flow::tcp::*` or `flow::datagram::*`).
+    pub state: u8,
+    /// The flow is assured.
+    pub assured: bool,
+    /// The last TCP segment was an accepted RST that left the state.
+    pub reset: bool,
     /// When the flow was created (monotonic ns).
     pub created_ns: u64,
-    /// Last packet in this direction (monotonic ns).
+    /// Last packet in this direction (monotonic ns; zero: none yet).
     pub last_seen_ns: u64,
 }
 
@@ -27,10 +33,29 @@ impl<A: Address> From<&NatEntry<A>> for Half {
     fn from(entry: &NatEntry<A>) -> Self {
         Self {
             origin: entry.origin,
-            marks: entry.marks,
+            state: entry.state,
+            assured: entry.is_assured(),
+            reset: entry.reset != 0,
             created_ns: entry.created_ns,
             last_seen_ns: entry.last_seen_ns,
         }
+    }
+}
+
+impl Half {
+    /// As a table entry again, for the model's functions over entries.
+    fn entry(&self) -> NatEntry<[u8; 4]> {
+        let mut entry = NatEntry::new(
+            [0; 4],
+            0,
+            self.origin,
+            self.state,
+            self.created_ns,
+            self.last_seen_ns,
+        );
+        entry.assured = u8::from(self.assured);
+        entry.reset = u8::from(self.reset);
+        entry
     }
 }
 
@@ -47,7 +72,8 @@ pub struct Flow {
     pub translated: SocketAddr,
     /// The egress half.
     pub egress: Half,
-    /// The ingress half, absent if it was evicted (the datapath recreates it on the next packet).
+    /// The ingress half, absent for a flow opened from outside (it has one half) or one whose
+    /// reply half is gone.
     pub ingress: Option<Half>,
 }
 
@@ -74,44 +100,34 @@ impl Flow {
         self.egress.origin == ORIGIN_INBOUND
     }
 
-    /// Whether a reply was seen.
-    pub fn replied(&self) -> bool {
-        self.ingress
-            .is_some_and(|ingress| ingress.marks.bits() & FLOW_SEEN != 0)
+    /// The flow's state as conntrack names it (`ESTABLISHED`, `SYN_SENT`, `UNREPLIED`, ...).
+    pub const fn state(&self) -> &'static str {
+        if self.protocol == proto::TCP {
+            tcp::name(self.egress.state)
+        } else {
+            datagram::name(self.egress.state)
+        }
     }
 
-    /// A short conntrack-like state.
-    pub fn state(&self) -> &'static str {
-        if self.is_inbound() {
-            return "inbound";
-        }
-        let flags =
-            self.egress.marks.bits() | self.ingress.map_or(0, |ingress| ingress.marks.bits());
-        if self.protocol != proto::TCP {
-            return if self.replied() {
-                "replied"
-            } else {
-                "unreplied"
-            };
-        }
-        if flags & FLOW_TCP_RST != 0 {
-            "reset"
-        } else if flags & FLOW_TCP_FIN != 0 {
-            "closing"
-        } else if self.replied() {
-            "established"
-        } else {
-            "syn-sent"
-        }
+    /// Whether the flow is assured: never evicted to make room.
+    pub const fn assured(&self) -> bool {
+        self.egress.assured
+    }
+
+    /// How long the flow may stay idle in its state.
+    pub const fn lifetime_ns(&self, timeouts: &Timeouts) -> u64 {
+        timeouts.lifetime(
+            self.protocol,
+            self.egress.state,
+            self.egress.assured,
+            self.egress.reset,
+        )
     }
 
     /// Most recent activity in either direction (monotonic ns).
     pub fn last_seen_ns(&self) -> u64 {
-        let ingress = self.ingress.map_or(0, |ingress| ingress.last_seen_ns);
-        self.egress
-            .last_seen_ns
-            .max(ingress)
-            .max(self.egress.created_ns)
+        let ingress = self.ingress.map(|ingress| ingress.entry());
+        last_activity(&self.egress.entry(), ingress.as_ref())
     }
 }
 
@@ -128,7 +144,9 @@ pub fn flows<A: Address + Into<IpAddr>>(entries: &[(NatKey<A>, NatEntry<A>)]) ->
             remote: endpoint(key.dst_addr, key.dst_port),
             translated: endpoint(entry.addr, entry.port),
             egress: Half::from(entry),
-            ingress: table.get(&key.peer(entry)).map(Half::from),
+            ingress: (entry.origin != ORIGIN_INBOUND)
+                .then(|| table.get(&key.peer(entry)).map(Half::from))
+                .flatten(),
         })
         .collect();
     flows.sort_by_key(|flow| (flow.source, flow.remote, flow.protocol));
@@ -150,16 +168,9 @@ mod tests {
             proto::TCP,
             Direction::Egress,
         );
-        let entry = NatEntryV4::new(
-            [192, 0, 2, 1],
-            2_000,
-            ORIGIN_POD,
-            FlowMarks::from_bits(FLOW_SEEN),
-            5,
-            9,
-        );
+        let mut entry = NatEntryV4::new([192, 0, 2, 1], 2_000, ORIGIN_POD, tcp::ESTABLISHED, 5, 9);
+        entry.assured = 1;
         let mut reverse = key.peer_entry(&entry);
-        reverse.marks = FlowMarks::from_bits(FLOW_SEEN);
         reverse.last_seen_ns = 12;
         let table = vec![(key, entry), (key.peer(&entry), reverse)];
         let flows = flows(&table);
@@ -167,10 +178,15 @@ mod tests {
         let flow = &flows[0];
         assert_eq!(flow.source.to_string(), "10.244.1.5:40000");
         assert_eq!(flow.translated.to_string(), "192.0.2.1:2000");
-        assert_eq!(flow.state(), "established");
+        assert_eq!(flow.state(), "ESTABLISHED");
+        assert!(flow.assured());
+        assert_eq!(
+            flow.lifetime_ns(&Timeouts::LINUX_DEFAULTS),
+            Timeouts::LINUX_DEFAULTS.tcp[tcp::ESTABLISHED as usize]
+        );
         assert_eq!(flow.last_seen_ns(), 12);
         let orphan = super::flows(&table[..1]);
-        assert_eq!(orphan[0].state(), "syn-sent");
+        assert_eq!(orphan[0].ingress, None);
     }
 
     #[test]
@@ -192,18 +208,18 @@ mod tests {
             v6("2001:db8::1"),
             3_000,
             ORIGIN_POD,
-            FlowMarks::from_bits(0),
+            datagram::REPLIED,
             5,
             9,
         );
-        let mut reverse = key.peer_entry(&entry);
-        reverse.marks = FlowMarks::from_bits(FLOW_SEEN);
+        let reverse = key.peer_entry(&entry);
         let flows = flows(&[(key, entry), (key.peer(&entry), reverse)]);
         assert_eq!(flows.len(), 1);
         let flow = &flows[0];
         assert_eq!(flow.protocol_name(), "icmpv6");
         assert_eq!(flow.source.to_string(), "[2001:db8:244:1::5]:7");
         assert_eq!(flow.translated.to_string(), "[2001:db8::1]:3000");
-        assert_eq!(flow.state(), "replied");
+        assert_eq!(flow.state(), "REPLIED");
+        assert!(!flow.assured());
     }
 }

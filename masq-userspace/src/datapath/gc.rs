@@ -1,19 +1,24 @@
-//! Garbage collection of the NAT table: flows end when they have been idle longer than Linux
-//! conntrack would keep them, and their ports become free again.
+//! Garbage collection of the NAT table: flows end when they have been idle longer than conntrack
+//! would keep them in their state, and their ports become free again.
 //!
-//! The datapath records, per half, when it last saw a packet (refreshed at most once a second)
-//! and which TCP flags it saw. LRU eviction only acts when the table is full; this collector is
-//! what normally frees ports, so the table's fullness reflects live flows.
+//! Each pass reads the whole table once ([`collect_table`]) and judges every flow on that
+//! snapshot with the flow model (`masq_common::flow`): its state and assurance, in its halves,
+//! give its lifetime; the later of its halves' last-seen times, its last activity. A flow idle
+//! past its lifetime is retired ([`retire`]). While the table is more than 95 % full, the pass
+//! also retires the flows conntrack's collector drops early, the unassured and the TCP
+//! connections being torn down, oldest first, until it is 90 % full: room kept free, so that a
+//! new flow rarely has to evict one. And it corrects the datapath's count of unassured flows per
+//! holder from what the snapshot holds.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, net::IpAddr};
 
 use masq_common::{
+    flow::{FlowClass, Timeouts, datagram, reclaimable, tcp},
     layout::MAP_FRAGS_V4,
     nat::{
-        Direction, FLOW_SEEN, FRAG_LIFETIME_NS, FlowMarks, NatEntry, NatKey, ORIGIN_HOST,
-        ORIGIN_INBOUND, ORIGIN_POD, proto,
+        Direction, FRAG_LIFETIME_NS, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND, ORIGIN_POD,
+        last_activity, proto,
     },
-    timeouts::FlowTimeouts,
 };
 
 use super::{
@@ -22,8 +27,15 @@ use super::{
     maps::{BPF_NOEXIST, DatapathMaps, NatTable},
 };
 
+/// Above this share of the table (in thousandths) a pass retires reclaimable flows...
+const RESERVE_HIGH_PER_MILLE: usize = 950;
+/// ...until the table is back at this share.
+const RESERVE_LOW_PER_MILLE: usize = 900;
+/// Holders a report keeps, busiest first.
+pub const TOP_HOLDERS: usize = 5;
+
 /// What one collection found and did, per family.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GcReports {
     /// The IPv4 table, and the IPv4 fragment decisions.
     pub ipv4: GcReport,
@@ -41,10 +53,15 @@ impl GcReports {
     pub const fn orphans(&self) -> usize {
         self.ipv4.orphans + self.ipv6.orphans
     }
+
+    /// Flows retired early to keep room free, in both families.
+    pub fn reclaimed(&self) -> usize {
+        self.ipv4.reclaimed_total() + self.ipv6.reclaimed_total()
+    }
 }
 
 /// What one collection of one family's table found and did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GcReport {
     /// Flows (egress halves) in the table before collecting.
     pub flows: usize,
@@ -54,8 +71,23 @@ pub struct GcReport {
     pub expired: usize,
     /// Halves without a partner removed because they expired.
     pub orphans: usize,
+    /// Flows retired early to keep room free (the table was over 95 % full), by class
+    /// (`FlowClass` as index).
+    pub reclaimed: [usize; FlowClass::ALL.len()],
     /// Fragment decisions removed.
     pub fragments: usize,
+    /// Unassured flows in the table after collecting.
+    pub unassured: usize,
+    /// The local addresses holding the most unassured flows after collecting, busiest first
+    /// (at most [`TOP_HOLDERS`]).
+    pub top_holders: Vec<(IpAddr, u64)>,
+}
+
+impl GcReport {
+    /// Flows retired early, whatever their class.
+    pub fn reclaimed_total(&self) -> usize {
+        self.reclaimed.iter().sum()
+    }
 }
 
 /// The current `CLOCK_MONOTONIC` time, the clock `bpf_ktime_get_coarse_ns` reads.
@@ -67,10 +99,10 @@ pub fn monotonic_now_ns() -> u64 {
     seconds.saturating_mul(1_000_000_000).saturating_add(nanos)
 }
 
-/// Removes expired flows of both families and fragment decisions as of `now_ns`.
+/// Collects both families' tables and the fragment decisions as of `now_ns`.
 pub fn collect(
     maps: &mut DatapathMaps,
-    timeouts: &FlowTimeouts,
+    timeouts: &Timeouts,
     now_ns: u64,
 ) -> Result<GcReports, DatapathError> {
     let mut ipv4 = collect_table::<[u8; 4]>(maps, timeouts, now_ns)?;
@@ -79,67 +111,7 @@ pub fn collect(
     Ok(GcReports { ipv4, ipv6 })
 }
 
-/// Removes the expired flows of one family's NAT table.
-pub fn collect_table<A: NatTable>(
-    maps: &mut DatapathMaps,
-    timeouts: &FlowTimeouts,
-    now_ns: u64,
-) -> Result<GcReport, DatapathError>
-where
-    NatKey<A>: aya::Pod,
-    NatEntry<A>: aya::Pod,
-{
-    let entries = maps.nat_entries_of::<A>()?;
-    let table: HashMap<NatKey<A>, NatEntry<A>> = entries.iter().copied().collect();
-    let mut report = GcReport {
-        entries: table.len(),
-        ..GcReport::default()
-    };
-
-    for (key, entry) in &entries {
-        match key.direction() {
-            Some(Direction::Egress) => {
-                report.flows += 1;
-                let peer_key = key.peer(entry);
-                match table.get(&peer_key) {
-                    Some(peer)
-                        if timeouts.expired(key.protocol, entry, peer, now_ns)
-                            && collect_flow(
-                                maps,
-                                &Judged::new(*key, *entry, Some((peer_key, Some(*peer)))),
-                            )? =>
-                    {
-                        report.expired += 1;
-                    }
-                    Some(_) => {}
-                    None if timeouts.expired(key.protocol, entry, &alone(entry), now_ns)
-                        && collect_flow(maps, &Judged::new(*key, *entry, None))? =>
-                    {
-                        report.orphans += 1;
-                    }
-                    None => {}
-                }
-            }
-            Some(Direction::Ingress) => {
-                let peer_key = key.peer(entry);
-                if !table.contains_key(&peer_key)
-                    && timeouts.expired(key.protocol, entry, &alone(entry), now_ns)
-                    && collect_flow(maps, &Judged::new(*key, *entry, None))?
-                {
-                    report.orphans += 1;
-                }
-            }
-            // Not written by any masq datapath: drop it rather than let it hold a slot.
-            None => {
-                remove(maps, key)?;
-                report.orphans += 1;
-            }
-        }
-    }
-    Ok(report)
-}
-
-/// A flow the collector judged expired on its snapshot of the table: what each half held then.
+/// A flow of the snapshot: its halves' keys and what they held.
 #[derive(Clone, Copy, Debug)]
 pub struct Judged<A: NatTable>
 where
@@ -157,8 +129,8 @@ where
     NatKey<A>: aya::Pod,
     NatEntry<A>: aya::Pod,
 {
-    /// The half `key` holding `entry` judged expired, with its other half's key and entry
-    /// (`None` for an orphan).
+    /// The half `key` holding `entry`, with its other half's key and entry (`None` for an
+    /// orphan).
     pub const fn new(
         key: NatKey<A>,
         entry: NatEntry<A>,
@@ -166,19 +138,250 @@ where
     ) -> Self {
         Self { key, entry, peer }
     }
+
+    /// The other half's entry, if the flow had one.
+    fn peer_entry(&self) -> Option<&NatEntry<A>> {
+        self.peer.as_ref().and_then(|(_, entry)| entry.as_ref())
+    }
 }
 
-/// Removes a flow judged expired (see [`Judged`]), unless a packet refreshed it since; returns
-/// whether it did.
+/// Collects one family's table (see the module's documentation).
+pub fn collect_table<A: NatTable>(
+    maps: &mut DatapathMaps,
+    timeouts: &Timeouts,
+    now_ns: u64,
+) -> Result<GcReport, DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    // The holders' counts as the pass begins: the datapath's changes during the pass are what
+    // the count read at its end holds beyond these.
+    let holders_before: HashMap<A, u64> = maps.holders_of::<A>()?.into_iter().collect();
+    let entries = maps.nat_entries_of::<A>()?;
+    let table: HashMap<NatKey<A>, NatEntry<A>> = entries.iter().copied().collect();
+    let mut report = GcReport {
+        entries: table.len(),
+        ..GcReport::default()
+    };
+    // The flows that stay, for the reserve and the holders' counts.
+    let mut live: Vec<(Judged<A>, u64)> = Vec::new();
+    for (key, entry) in &entries {
+        match key.direction() {
+            Some(Direction::Egress) => {
+                report.flows += 1;
+                let peer = (entry.origin != ORIGIN_INBOUND).then(|| {
+                    let peer_key = key.peer(entry);
+                    (peer_key, table.get(&peer_key).copied())
+                });
+                let judged = Judged::new(*key, *entry, peer);
+                let orphan = matches!(judged.peer, Some((_, None)));
+                let lifetime = if orphan {
+                    alone_lifetime(timeouts, key.protocol)
+                } else {
+                    entry.lifetime(key.protocol, timeouts)
+                };
+                let last = last_activity(entry, judged.peer_entry());
+                if now_ns.saturating_sub(last) > lifetime && collect_flow(maps, &judged)? {
+                    if orphan {
+                        report.orphans += 1;
+                    } else {
+                        report.expired += 1;
+                    }
+                } else {
+                    live.push((judged, last));
+                }
+            }
+            Some(Direction::Ingress) => {
+                let peer_key = key.peer(entry);
+                if !table.contains_key(&peer_key)
+                    && now_ns.saturating_sub(last_activity(entry, None))
+                        > alone_lifetime(timeouts, key.protocol)
+                    && collect_flow(maps, &Judged::new(*key, *entry, None))?
+                {
+                    report.orphans += 1;
+                }
+            }
+            // Not written by any masq datapath: drop it rather than let it hold a slot.
+            None => {
+                remove(maps, key)?;
+                report.orphans += 1;
+            }
+        }
+    }
+    let capacity = A::capacity(maps) as usize;
+    let remaining = report.entries - 2 * report.expired - report.orphans;
+    reclaim(maps, &mut live, remaining, capacity, &mut report)?;
+    reconcile_holders(maps, &live, &holders_before, &mut report)?;
+    Ok(report)
+}
+
+/// How long a half without its other half may stay idle: as a flow that was never answered, so
+/// that it goes after the short unanswered timeouts instead of holding its port for an
+/// established TCP flow's five days.
+fn alone_lifetime(timeouts: &Timeouts, protocol: u8) -> u64 {
+    let state = if protocol == proto::TCP {
+        tcp::SYN_SENT
+    } else {
+        datagram::UNREPLIED
+    };
+    timeouts.lifetime(protocol, state, false, false)
+}
+
+/// Retires the oldest reclaimable flows of `live` while the table (`entries` of `capacity`) is
+/// over [`RESERVE_HIGH_PER_MILLE`], down to [`RESERVE_LOW_PER_MILLE`], as conntrack's collector
+/// drops unassured and closing entries while its table is over 95 %. Retired flows leave
+/// `live`.
+fn reclaim<A: NatTable>(
+    maps: &mut DatapathMaps,
+    live: &mut Vec<(Judged<A>, u64)>,
+    mut entries: usize,
+    capacity: usize,
+    report: &mut GcReport,
+) -> Result<(), DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    if capacity == 0 || entries * 1000 <= capacity * RESERVE_HIGH_PER_MILLE {
+        return Ok(());
+    }
+    let target = capacity * RESERVE_LOW_PER_MILLE / 1000;
+    let mut candidates: Vec<usize> = (0..live.len())
+        .filter(|&index| {
+            let (judged, _) = &live[index];
+            reclaimable(
+                judged.key.protocol,
+                judged.entry.state,
+                judged.entry.is_assured(),
+            )
+        })
+        .collect();
+    candidates.sort_by_key(|&index| live[index].1);
+    let mut retired = Vec::new();
+    for index in candidates {
+        if entries <= target {
+            break;
+        }
+        let judged = live[index].0;
+        if collect_flow(maps, &judged)? {
+            let class = FlowClass::of(
+                judged.key.protocol,
+                judged.entry.state,
+                judged.entry.origin == ORIGIN_INBOUND,
+            );
+            report.reclaimed[class as usize] += 1;
+            entries -= if judged.peer.is_some() { 2 } else { 1 };
+            retired.push(index);
+        }
+    }
+    retired.sort_unstable();
+    for index in retired.into_iter().rev() {
+        live.swap_remove(index);
+    }
+    Ok(())
+}
+
+/// Corrects the holders' counts of unassured flows from the snapshot (see `nat::Holder`): each
+/// count becomes what the snapshot holds for that holder, plus what the datapath added or took
+/// since the pass began (what its count now holds beyond the one read then). A correction is
+/// written only where it changes something; a holder with nothing left, whose count did not
+/// move during the pass, is forgotten. Also fills the report's busiest holders.
+fn reconcile_holders<A: NatTable>(
+    maps: &mut DatapathMaps,
+    live: &[(Judged<A>, u64)],
+    before: &HashMap<A, u64>,
+    report: &mut GcReport,
+) -> Result<(), DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    let mut counted: HashMap<A, u64> = HashMap::new();
+    for (judged, _) in live {
+        if !judged.entry.is_assured() {
+            *counted.entry(judged.key.src_addr).or_default() += 1;
+        }
+    }
+    report.unassured = counted.values().sum::<u64>() as usize;
+    let now: HashMap<A, u64> = maps.holders_of::<A>()?.into_iter().collect();
+    let mut holders: Vec<A> = counted.keys().chain(now.keys()).copied().collect();
+    holders.sort_unstable();
+    holders.dedup();
+    for holder in holders {
+        let now_count = now.get(&holder).copied().unwrap_or(0);
+        let moved = i128::from(now_count) - i128::from(before.get(&holder).copied().unwrap_or(0));
+        let snapshot = counted.get(&holder).copied().unwrap_or(0);
+        let corrected = u64::try_from((i128::from(snapshot) + moved).max(0)).unwrap_or(0);
+        if corrected == 0 && moved == 0 {
+            match A::holders_mut(maps).remove(&holder) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(error) => {
+                    return Err(DatapathError::map("removing from", A::HOLDERS_MAP_NAME)(
+                        error,
+                    ));
+                }
+            }
+        } else if corrected != now_count {
+            A::holders_mut(maps)
+                .insert(
+                    holder,
+                    masq_common::nat::Holder {
+                        unassured: corrected,
+                    },
+                    0,
+                )
+                .map_err(DatapathError::map("writing", A::HOLDERS_MAP_NAME))?;
+        }
+    }
+    let mut busiest: Vec<(IpAddr, u64)> = counted
+        .into_iter()
+        .map(|(holder, count)| (holder.into(), count))
+        .collect();
+    busiest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    busiest.truncate(TOP_HOLDERS);
+    report.top_holders = busiest;
+    Ok(())
+}
+
+/// Removes a flow judged on the snapshot, unless a packet refreshed it since (see [`retire`]);
+/// returns whether it did.
+fn collect_flow<A: NatTable>(
+    maps: &mut DatapathMaps,
+    judged: &Judged<A>,
+) -> Result<bool, DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    let buried = bury(maps, judged)?;
+    let retired = retire(maps, judged)?;
+    if !retired && buried {
+        unbury(maps, judged)?;
+    }
+    Ok(retired)
+}
+
+/// Removes a flow judged on the snapshot (see [`Judged`]), unless a packet refreshed it since;
+/// returns whether it did.
 ///
-/// Each half is taken out with its value at that instant (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`), so
-/// no refresh between the judgement and the removal goes unseen, as one between a read and a
-/// separate delete would: a half that changed since the judgement was refreshed by a packet,
-/// and what was taken out is put back at once, so the flow lives on. A packet in the
-/// microseconds a half is out finds no mapping (one refreshing the other half recreates the
-/// missing one); no refreshed flow is lost for good. The egress half goes first: while it is
-/// out, the reply half still translates replies. Kernels before 5.14 cannot take hash entries
-/// out; there a read just before the removal, compared with the judgement, is the last check.
+/// The order is what keeps a live flow's packets right while its halves go, and it matters:
+///
+/// 1. a masqueraded TCP flow is buried first ([`bury`], by the caller): from then on, a
+///    segment of either end that finds a half missing gives the flow its halves back (the
+///    datapath's `nat::revive`), so no segment leaves with the pod's address and no reply
+///    reaches the node's stack (which would reset the connection). Other flows need nothing:
+///    a pod's datagram without a mapping gets a new one, as under conntrack.
+/// 2. The egress half is taken out with the value it had at that instant
+///    (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`): if it is not what was judged, a packet refreshed the
+///    flow, and it is put back unless a packet made it anew meanwhile (theirs wins: it is
+///    newer). While it is out, the reply half still translates replies.
+/// 3. The reply half likewise. If a reply refreshed it, it is put back, and the egress half
+///    too, only if the reply half is the flow's again: a half is never restored over a tuple
+///    another flow took.
+///
+/// Kernels before 5.14 cannot take hash entries out; there a read just before the removal,
+/// compared with the judgement, is the last check.
 pub fn retire<A: NatTable>(
     maps: &mut DatapathMaps,
     judged: &Judged<A>,
@@ -214,8 +417,9 @@ where
     };
     match take(maps, peer_key)? {
         Taken::Removed(taken) if Some(taken) != *judged_peer => {
-            put_back(maps, peer_key, &taken)?;
-            put_back(maps, &judged.key, &judged.entry)?;
+            if put_back(maps, peer_key, &taken)? {
+                put_back(maps, &judged.key, &judged.entry)?;
+            }
             Ok(false)
         }
         Taken::Unsupported => {
@@ -226,52 +430,50 @@ where
     }
 }
 
-/// Removes a flow judged expired on the snapshot, unless a packet refreshed it since (see
-/// [`retire`]), and remembers an answered TCP flow for a late segment; returns whether it did.
-fn collect_flow<A: NatTable>(
-    maps: &mut DatapathMaps,
-    judged: &Judged<A>,
-) -> Result<bool, DatapathError>
+/// Keeps both halves of a masqueraded TCP flow where the datapath finds them if a segment of the
+/// flow still comes, from either end (`nat::revive` in the datapath): the connection gets its
+/// mapping back, in the state it was in, instead of leaving with the pod's address or being
+/// reset by the node's stack. Other flows need nothing (see [`retire`]). An LRU table: the
+/// flows removed last are kept. Returns whether the flow was buried.
+fn bury<A: NatTable>(maps: &mut DatapathMaps, judged: &Judged<A>) -> Result<bool, DatapathError>
 where
     NatKey<A>: aya::Pod,
     NatEntry<A>: aya::Pod,
 {
-    if !retire(maps, judged)? {
+    let masqueraded_tcp = judged.key.protocol == proto::TCP
+        && judged.key.direction() == Some(Direction::Egress)
+        && judged.entry.origin == ORIGIN_POD;
+    let Some((peer_key, Some(peer))) = judged.peer.filter(|_| masqueraded_tcp) else {
         return Ok(false);
-    }
-    let answered = judged
-        .peer
-        .and_then(|(_, peer)| peer)
-        .is_some_and(|peer| peer.marks.bits() & FLOW_SEEN != 0);
-    if answered {
-        bury(maps, &judged.key, &judged.entry)?;
+    };
+    let buried = A::buried_mut(maps);
+    for (key, entry) in [(&judged.key, &judged.entry), (&peer_key, &peer)] {
+        buried
+            .insert(key, entry, 0)
+            .map_err(DatapathError::map("writing", A::BURIED_MAP_NAME))?;
     }
     Ok(true)
 }
 
-/// Keeps the egress half of a removed flow where the egress program finds it if a segment of
-/// the flow still comes (`nat::revive` in the datapath): a masqueraded TCP connection gets its
-/// mapping back instead of leaving with the pod's address. Other flows need nothing: a UDP or
-/// ICMP packet without a mapping gets a new one, as under conntrack, and the node's own flows
-/// are not translated. An LRU table: the flows removed last are kept.
-fn bury<A: NatTable>(
-    maps: &mut DatapathMaps,
-    key: &NatKey<A>,
-    entry: &NatEntry<A>,
-) -> Result<(), DatapathError>
+/// Forgets a flow [`bury`] buried that lives on after all.
+fn unbury<A: NatTable>(maps: &mut DatapathMaps, judged: &Judged<A>) -> Result<(), DatapathError>
 where
     NatKey<A>: aya::Pod,
     NatEntry<A>: aya::Pod,
 {
-    let masqueraded_tcp = key.protocol == proto::TCP
-        && key.direction() == Some(Direction::Egress)
-        && entry.origin == ORIGIN_POD;
-    match A::expired_mut(maps) {
-        Some(expired) if masqueraded_tcp => expired
-            .insert(key, entry, 0)
-            .map_err(DatapathError::map("writing", A::EXPIRED_MAP_NAME)),
-        _ => Ok(()),
+    let buried = A::buried_mut(maps);
+    let keys = std::iter::once(judged.key).chain(judged.peer.map(|(peer_key, _)| peer_key));
+    for key in keys {
+        match buried.remove(&key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+            Err(error) => {
+                return Err(DatapathError::map("removing from", A::BURIED_MAP_NAME)(
+                    error,
+                ));
+            }
+        }
     }
+    Ok(())
 }
 
 /// Takes `key`'s entry out of its table (see [`retire`]).
@@ -288,22 +490,22 @@ where
 }
 
 /// Puts a half taken out by [`retire`] back, unless a packet created one meanwhile (which wins:
-/// it is newer).
+/// it is newer); returns whether it was put back.
 fn put_back<A: NatTable>(
     maps: &mut DatapathMaps,
     key: &NatKey<A>,
     entry: &NatEntry<A>,
-) -> Result<(), DatapathError>
+) -> Result<bool, DatapathError>
 where
     NatKey<A>: aya::Pod,
     NatEntry<A>: aya::Pod,
 {
     match A::table_mut(maps).insert(key, entry, BPF_NOEXIST) {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(true),
         Err(aya::maps::MapError::SyscallError(error))
             if error.io_error.raw_os_error() == Some(libc::EEXIST) =>
         {
-            Ok(())
+            Ok(false)
         }
         Err(error) => Err(DatapathError::map("restoring in", A::MAP_NAME)(error)),
     }
@@ -312,8 +514,11 @@ where
 /// Removes every flow masqueraded to `address`, both halves, and returns how many: the address
 /// has left its uplink, and MASQUERADE's address notifier flushes the conntrack entries bound
 /// to it, so that the next packet of each flow gets a new mapping on the address the uplink has
-/// now instead of leaving from one the node no longer owns. The node's own flows (identity
-/// entries) are left to expire: their sockets are bound to the old address and end with it.
+/// now instead of leaving from one the node no longer owns. A TCP flow is buried first (see
+/// [`retire`]), so that its next segment, in the instant between the halves' removals or after,
+/// is picked up on the new address rather than leaving with the pod's. The node's own flows
+/// (identity entries) are left to expire: their sockets are bound to the old address and end
+/// with it.
 pub fn flush_address<A: NatTable>(
     maps: &mut DatapathMaps,
     address: A,
@@ -322,18 +527,24 @@ where
     NatKey<A>: aya::Pod,
     NatEntry<A>: aya::Pod,
 {
+    let entries = maps.nat_entries_of::<A>()?;
+    let table: HashMap<NatKey<A>, NatEntry<A>> = entries.iter().copied().collect();
     let mut flushed = 0;
-    for (key, entry) in maps.nat_entries_of::<A>()? {
+    for (key, entry) in &entries {
         let masqueraded_to_it = key.direction() == Some(Direction::Egress)
             && entry.addr == address
             && entry.origin != ORIGIN_HOST
             && entry.origin != ORIGIN_INBOUND;
         if masqueraded_to_it {
-            remove(maps, &key)?;
-            remove(maps, &key.peer(&entry))?;
-            // A TCP connection's next segment is then picked up on the new address rather
-            // than leaving with the pod's, as conntrack picks up a flow after the flush.
-            bury(maps, &key, &entry)?;
+            let peer_key = key.peer(entry);
+            let judged = Judged::new(
+                *key,
+                *entry,
+                Some((peer_key, table.get(&peer_key).copied())),
+            );
+            bury(maps, &judged)?;
+            remove(maps, key)?;
+            remove(maps, &peer_key)?;
             flushed += 1;
         }
     }
@@ -357,26 +568,6 @@ fn collect_fragments(maps: &mut DatapathMaps, now_ns: u64) -> Result<usize, Data
         }
     }
     Ok(removed)
-}
-
-/// The other half a half without one is judged against. An inbound UDP flow has no other half by
-/// design: its one entry sees both directions. Any other half is alone because its flow was
-/// torn down (a conflict, a failed insert): it is judged as never answered, so it goes after
-/// the short unanswered timeouts instead of holding its port for an established TCP flow's 5
-/// days.
-fn alone<A: NatTable>(entry: &NatEntry<A>) -> NatEntry<A>
-where
-    NatKey<A>: aya::Pod,
-    NatEntry<A>: aya::Pod,
-{
-    if entry.origin == ORIGIN_INBOUND {
-        return *entry;
-    }
-    NatEntry {
-        marks: FlowMarks::default(),
-        last_seen_ns: 0,
-        ..*entry
-    }
 }
 
 fn get<A: NatTable>(
@@ -407,59 +598,31 @@ where
 
 #[cfg(test)]
 mod tests {
-    use masq_common::nat::{FLOW_SEEN, ORIGIN_POD, proto};
+    use masq_common::nat::proto;
 
     use super::*;
-
-    fn half<A: NatTable>(address: A, origin: u8, marks: u8) -> NatEntry<A>
-    where
-        NatKey<A>: aya::Pod,
-        NatEntry<A>: aya::Pod,
-    {
-        NatEntry::new(address, 2_000, origin, FlowMarks::from_bits(marks), 0, 0)
-    }
 
     const fn after(seconds: u64) -> u64 {
         seconds * 1_000_000_000
     }
 
     /// Issue 9: an egress half left without its reply half (its TCP flow marked as seen) was
-    /// held as established, 5 days. Both families are judged alike.
-    fn a_half_left_alone_goes_after_the_unanswered_timeout<A: NatTable>(address: A)
-    where
-        NatKey<A>: aya::Pod,
-        NatEntry<A>: aya::Pod,
-    {
-        let timeouts = FlowTimeouts::LINUX_DEFAULTS;
-        let orphan = half(address, ORIGIN_POD, FLOW_SEEN);
-        assert!(!timeouts.expired(proto::TCP, &orphan, &alone(&orphan), after(119)));
-        assert!(timeouts.expired(proto::TCP, &orphan, &alone(&orphan), after(121)));
-        // An inbound UDP flow is one entry by design, and keeps what it saw.
-        let inbound = half(address, ORIGIN_INBOUND, FLOW_SEEN);
-        assert_eq!(alone(&inbound), inbound);
-    }
-
+    /// held as established, 5 days. A half alone goes as an unanswered flow would, whatever
+    /// its state says.
     #[test]
-    fn an_ipv4_half_left_alone_goes_after_the_unanswered_timeout() {
-        a_half_left_alone_goes_after_the_unanswered_timeout([192, 0, 2, 1]);
-    }
-
-    #[test]
-    fn an_ipv6_half_left_alone_goes_after_the_unanswered_timeout() {
-        let address = "2001:db8::1"
-            .parse::<std::net::Ipv6Addr>()
-            .expect("address");
-        a_half_left_alone_goes_after_the_unanswered_timeout(address.octets());
+    fn a_half_left_alone_goes_after_the_unanswered_timeout() {
+        let timeouts = Timeouts::LINUX_DEFAULTS;
+        assert_eq!(alone_lifetime(&timeouts, proto::TCP), after(120));
+        assert_eq!(alone_lifetime(&timeouts, proto::UDP), after(30));
+        assert_eq!(alone_lifetime(&timeouts, proto::ICMP), after(30));
     }
 
     #[test]
     fn an_icmpv6_echo_lives_as_long_as_an_icmp_echo() {
-        let timeouts = FlowTimeouts::LINUX_DEFAULTS;
-        let v6 = half([0x20; 16], ORIGIN_POD, FLOW_SEEN);
-        let v4 = half([192, 0, 2, 1], ORIGIN_POD, FLOW_SEEN);
+        let timeouts = Timeouts::LINUX_DEFAULTS;
         assert_eq!(
-            timeouts.idle_limit(proto::ICMPV6, &v6, &v6),
-            timeouts.idle_limit(proto::ICMP, &v4, &v4)
+            timeouts.lifetime(proto::ICMPV6, datagram::REPLIED, false, false),
+            timeouts.lifetime(proto::ICMP, datagram::REPLIED, false, false)
         );
     }
 }

@@ -12,17 +12,19 @@ use aya::{
 };
 use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, Counter},
+    flow::{EVICTION_SLOTS, EvictionCause, FlowClass, datagram, eviction_slot, tcp},
     layout::{
-        ADDED_MAPS, MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_EXPIRED_V4,
-        MAP_EXPIRED_V6, MAP_FRAGS_V4, MAP_META, MAP_NAT_V4, MAP_NAT_V6, MAP_NOMASQ_SRC_V4,
-        MAP_NOMASQ_SRC_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_SETTINGS, MAP_UPLINK_SLOTS,
-        MAP_UPLINKS, MapMeta, UPLINK_INDEX_SLOTS, Uplink, UplinkSlot,
+        MAP_ALLOC_RETRIES, MAP_BURIED_V4, MAP_BURIED_V6, MAP_COUNTERS, MAP_COUNTERS_V6,
+        MAP_EVICTIONS, MAP_EVICTIONS_V6, MAP_FRAGS_V4, MAP_HOLDERS_V4, MAP_HOLDERS_V6, MAP_META,
+        MAP_NAT_V4, MAP_NAT_V6, MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6,
+        MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS, MapMeta, UPLINK_INDEX_SLOTS, Uplink,
+        UplinkSlot, flow_slots,
     },
     nat::{
-        Address, Direction, FLOW_ANSWERED, FLOW_SEEN, FlowMarks, FragEntryV4, FragKeyV4, NatEntry,
-        NatEntryV4, NatEntryV6, NatKey, NatKeyV4, NatKeyV6, ORIGIN_HOST, ORIGIN_POD,
+        Address, Direction, FragEntryV4, FragKeyV4, Holder, NatEntry, NatEntryV4, NatEntryV6,
+        NatKey, NatKeyV4, NatKeyV6, ORIGIN_HOST, ORIGIN_POD, proto,
     },
-    settings::Settings,
+    settings::{FAMILY_IPV4, FAMILY_IPV6, Settings},
 };
 
 use super::error::DatapathError;
@@ -89,16 +91,23 @@ pub struct DatapathMaps {
     pub nat_v6: HashMap<MapData, NatKeyV6, NatEntryV6>,
     /// Per-CPU IPv6 packet counters.
     pub counters_v6: PerCpuArray<MapData, u64>,
-    /// Pod IPv4 sources never masqueraded (`nonMasqueradeSrcCIDRs`). Always there in a loaded
-    /// datapath; `None` when opened from the pins of an older masq, which had none.
-    pub nomasq_src_v4: Option<LpmTrie<MapData, [u8; 4], u32>>,
+    /// Pod IPv4 sources never masqueraded (`nonMasqueradeSrcCIDRs`).
+    pub nomasq_src_v4: LpmTrie<MapData, [u8; 4], u32>,
     /// The same for IPv6 pod sources.
-    pub nomasq_src_v6: Option<LpmTrie<MapData, [u8; 16], u32>>,
-    /// Egress halves of the TCP flows the agent removed, which a late segment may take back
-    /// (see `gc::bury`). Only in a freshly loaded datapath: they are not pinned.
-    pub expired_v4: Option<HashMap<MapData, NatKeyV4, NatEntryV4>>,
+    pub nomasq_src_v6: LpmTrie<MapData, [u8; 16], u32>,
+    /// Both halves of the TCP flows the agent removed, which a late segment of either end may
+    /// take back (see `gc::bury`).
+    pub buried_v4: HashMap<MapData, NatKeyV4, NatEntryV4>,
     /// The same for IPv6.
-    pub expired_v6: Option<HashMap<MapData, NatKeyV6, NatEntryV6>>,
+    pub buried_v6: HashMap<MapData, NatKeyV6, NatEntryV6>,
+    /// Unassured IPv4 flows by local address (see `Holder`).
+    pub holders_v4: HashMap<MapData, [u8; 4], Holder>,
+    /// The same for IPv6.
+    pub holders_v6: HashMap<MapData, [u8; 16], Holder>,
+    /// Per-CPU IPv4 evictions by cause and class.
+    pub evictions: PerCpuArray<MapData, u64>,
+    /// Per-CPU IPv6 evictions by cause and class.
+    pub evictions_v6: PerCpuArray<MapData, u64>,
     /// The NAT tables' own descriptors, for batch reads (aya's typed map does not lend its).
     nat_fd: OwnedFd,
     nat_v6_fd: OwnedFd,
@@ -130,7 +139,7 @@ pub(crate) const BPF_NOEXIST: u64 = 1;
 
 /// An address family's NAT table, so that reading and collecting it is written once for both
 /// families. Implemented for the addresses as the tables store them.
-pub trait NatTable: Address
+pub trait NatTable: Address + Ord + aya::Pod + Into<std::net::IpAddr>
 where
     NatKey<Self>: aya::Pod,
     NatEntry<Self>: aya::Pod,
@@ -138,25 +147,40 @@ where
     /// The table's map name.
     const MAP_NAME: &'static str;
     /// The map name of the family's table of removed TCP flows.
-    const EXPIRED_MAP_NAME: &'static str;
+    const BURIED_MAP_NAME: &'static str;
+    /// The map name of the family's holders.
+    const HOLDERS_MAP_NAME: &'static str;
     /// The family's table.
     fn table(maps: &DatapathMaps) -> &HashMap<MapData, NatKey<Self>, NatEntry<Self>>;
     /// The family's table, for deleting.
     fn table_mut(maps: &mut DatapathMaps) -> &mut HashMap<MapData, NatKey<Self>, NatEntry<Self>>;
     /// The table's descriptor, for batch reads.
     fn table_fd(maps: &DatapathMaps) -> BorrowedFd<'_>;
-    /// The family's table of removed TCP flows, if this handle has it.
-    fn expired_mut(
-        maps: &mut DatapathMaps,
-    ) -> Option<&mut HashMap<MapData, NatKey<Self>, NatEntry<Self>>>;
+    /// The table's capacity as the kernel reports it.
+    fn capacity(maps: &DatapathMaps) -> u32;
+    /// The family's table of removed TCP flows.
+    fn buried_mut(maps: &mut DatapathMaps) -> &mut HashMap<MapData, NatKey<Self>, NatEntry<Self>>;
+    /// The family's holders.
+    fn holders(maps: &DatapathMaps) -> &HashMap<MapData, Self, Holder>;
+    /// The family's holders, for writing.
+    fn holders_mut(maps: &mut DatapathMaps) -> &mut HashMap<MapData, Self, Holder>;
+    /// The family's eviction counters.
+    fn evictions(maps: &DatapathMaps) -> &PerCpuArray<MapData, u64>;
 }
 
 /// Implements [`NatTable`] for one family's address: its table, and the table's descriptor.
 macro_rules! nat_table {
-    ($address:ty, $map_name:expr, $table:ident, $fd:ident, $expired_name:expr, $expired:ident) => {
+    (
+        $address:ty,
+        ($map_name:expr, $table:ident, $fd:ident, $capacity:ident),
+        ($buried_name:expr, $buried:ident),
+        ($holders_name:expr, $holders:ident),
+        $evictions:ident
+    ) => {
         impl NatTable for $address {
             const MAP_NAME: &'static str = $map_name;
-            const EXPIRED_MAP_NAME: &'static str = $expired_name;
+            const BURIED_MAP_NAME: &'static str = $buried_name;
+            const HOLDERS_MAP_NAME: &'static str = $holders_name;
             fn table(maps: &DatapathMaps) -> &HashMap<MapData, NatKey<Self>, NatEntry<Self>> {
                 &maps.$table
             }
@@ -168,10 +192,22 @@ macro_rules! nat_table {
             fn table_fd(maps: &DatapathMaps) -> BorrowedFd<'_> {
                 maps.$fd.as_fd()
             }
-            fn expired_mut(
+            fn capacity(maps: &DatapathMaps) -> u32 {
+                maps.$capacity
+            }
+            fn buried_mut(
                 maps: &mut DatapathMaps,
-            ) -> Option<&mut HashMap<MapData, NatKey<Self>, NatEntry<Self>>> {
-                maps.$expired.as_mut()
+            ) -> &mut HashMap<MapData, NatKey<Self>, NatEntry<Self>> {
+                &mut maps.$buried
+            }
+            fn holders(maps: &DatapathMaps) -> &HashMap<MapData, Self, Holder> {
+                &maps.$holders
+            }
+            fn holders_mut(maps: &mut DatapathMaps) -> &mut HashMap<MapData, Self, Holder> {
+                &mut maps.$holders
+            }
+            fn evictions(maps: &DatapathMaps) -> &PerCpuArray<MapData, u64> {
+                &maps.$evictions
             }
         }
     };
@@ -179,19 +215,17 @@ macro_rules! nat_table {
 
 nat_table!(
     [u8; 4],
-    MAP_NAT_V4,
-    nat_v4,
-    nat_fd,
-    MAP_EXPIRED_V4,
-    expired_v4
+    (MAP_NAT_V4, nat_v4, nat_fd, nat_capacity),
+    (MAP_BURIED_V4, buried_v4),
+    (MAP_HOLDERS_V4, holders_v4),
+    evictions
 );
 nat_table!(
     [u8; 16],
-    MAP_NAT_V6,
-    nat_v6,
-    nat_v6_fd,
-    MAP_EXPIRED_V6,
-    expired_v6
+    (MAP_NAT_V6, nat_v6, nat_v6_fd, nat_v6_capacity),
+    (MAP_BURIED_V6, buried_v6),
+    (MAP_HOLDERS_V6, holders_v6),
+    evictions_v6
 );
 
 /// Which of a family's two tries.
@@ -223,14 +257,11 @@ pub trait NomasqTrie: TrieAddress + std::fmt::Display + 'static {
     fn octets(self) -> Self::Octets;
     /// The address the tries store as `octets`.
     fn from_octets(octets: Self::Octets) -> Self;
-    /// The family's `trie`; `None` for a source trie the pins of an older masq lack.
-    fn trie(maps: &DatapathMaps, trie: Trie) -> Option<&LpmTrie<MapData, Self::Octets, u32>>;
+    /// The family's `trie`.
+    fn trie(maps: &DatapathMaps, trie: Trie) -> &LpmTrie<MapData, Self::Octets, u32>;
     /// The family's `trie`, for writing.
-    fn trie_mut(
-        maps: &mut DatapathMaps,
-        trie: Trie,
-    ) -> Option<&mut LpmTrie<MapData, Self::Octets, u32>>;
-    /// Its capacity as the kernel reports it (0 when it is missing).
+    fn trie_mut(maps: &mut DatapathMaps, trie: Trie) -> &mut LpmTrie<MapData, Self::Octets, u32>;
+    /// Its capacity as the kernel reports it.
     fn capacity(maps: &DatapathMaps, trie: Trie) -> u32;
     /// What the last successful sync of `trie` wrote.
     fn last_synced(maps: &mut DatapathMaps, trie: Trie) -> &mut Option<NomasqEntries<Self>>;
@@ -257,19 +288,19 @@ macro_rules! nomasq_trie {
             fn from_octets(octets: $octets) -> Self {
                 Self::from(octets)
             }
-            fn trie(maps: &DatapathMaps, trie: Trie) -> Option<&LpmTrie<MapData, $octets, u32>> {
+            fn trie(maps: &DatapathMaps, trie: Trie) -> &LpmTrie<MapData, $octets, u32> {
                 match trie {
-                    Trie::Destinations => Some(&maps.$trie),
-                    Trie::Sources => maps.$source_trie.as_ref(),
+                    Trie::Destinations => &maps.$trie,
+                    Trie::Sources => &maps.$source_trie,
                 }
             }
             fn trie_mut(
                 maps: &mut DatapathMaps,
                 trie: Trie,
-            ) -> Option<&mut LpmTrie<MapData, $octets, u32>> {
+            ) -> &mut LpmTrie<MapData, $octets, u32> {
                 match trie {
-                    Trie::Destinations => Some(&mut maps.$trie),
-                    Trie::Sources => maps.$source_trie.as_mut(),
+                    Trie::Destinations => &mut maps.$trie,
+                    Trie::Sources => &mut maps.$source_trie,
                 }
             }
             fn capacity(maps: &DatapathMaps, trie: Trie) -> u32 {
@@ -374,47 +405,18 @@ fn from_pin(dir: &Path, name: &'static str) -> Result<Map, DatapathError> {
 impl DatapathMaps {
     /// Takes the maps out of a loaded object (the programs keep their own references).
     pub fn take(ebpf: &mut Ebpf) -> Result<Self, DatapathError> {
-        let expired_v4 = typed(take(ebpf, MAP_EXPIRED_V4)?, MAP_EXPIRED_V4)?;
-        let expired_v6 = typed(take(ebpf, MAP_EXPIRED_V6)?, MAP_EXPIRED_V6)?;
-        // The object defines every map, the ones added later too.
-        Ok(Self {
-            expired_v4: Some(expired_v4),
-            expired_v6: Some(expired_v6),
-            ..Self::assemble(|name| take(ebpf, name).map(Some))?
-        })
+        Self::assemble(|name| take(ebpf, name))
     }
 
-    /// Opens the maps pinned under `dir` by a running or previous agent. The source tries are
-    /// `None` in the pins of an older masq, which had none (`ADDED_MAPS`).
+    /// Opens the maps pinned under `dir` by a running or previous agent.
     pub fn from_pins(dir: &Path) -> Result<Self, DatapathError> {
-        Self::assemble(|name| {
-            if ADDED_MAPS.contains(&name) && !dir.join(name).exists() {
-                return Ok(None);
-            }
-            from_pin(dir, name).map(Some)
-        })
+        Self::assemble(|name| from_pin(dir, name))
     }
 
-    /// The handles on the maps `get` gives; it may give `None` for the maps of `ADDED_MAPS`
-    /// alone.
+    /// The handles on the maps `get` gives.
     fn assemble(
-        mut get_any: impl FnMut(&'static str) -> Result<Option<Map>, DatapathError>,
+        mut get: impl FnMut(&'static str) -> Result<Map, DatapathError>,
     ) -> Result<Self, DatapathError> {
-        let (nomasq_src_v4, nomasq_src_capacity) = match get_any(MAP_NOMASQ_SRC_V4)? {
-            Some(map) => {
-                let capacity = trie_capacity(&map, MAP_NOMASQ_SRC_V4)?;
-                (Some(typed(map, MAP_NOMASQ_SRC_V4)?), capacity)
-            }
-            None => (None, 0),
-        };
-        let (nomasq_src_v6, nomasq_src_v6_capacity) = match get_any(MAP_NOMASQ_SRC_V6)? {
-            Some(map) => {
-                let capacity = trie_capacity(&map, MAP_NOMASQ_SRC_V6)?;
-                (Some(typed(map, MAP_NOMASQ_SRC_V6)?), capacity)
-            }
-            None => (None, 0),
-        };
-        let mut get = |name| get_any(name)?.ok_or(DatapathError::Missing { kind: "map", name });
         let nat = get(MAP_NAT_V4)?;
         let (nat_capacity, nat_fd) = nat_table_info(&nat, MAP_NAT_V4)?;
         let nat_v6 = get(MAP_NAT_V6)?;
@@ -423,6 +425,10 @@ impl DatapathMaps {
         let nomasq_capacity = trie_capacity(&nomasq, MAP_NOMASQ_V4)?;
         let nomasq_v6 = get(MAP_NOMASQ_V6)?;
         let nomasq_v6_capacity = trie_capacity(&nomasq_v6, MAP_NOMASQ_V6)?;
+        let nomasq_src = get(MAP_NOMASQ_SRC_V4)?;
+        let nomasq_src_capacity = trie_capacity(&nomasq_src, MAP_NOMASQ_SRC_V4)?;
+        let nomasq_src_v6 = get(MAP_NOMASQ_SRC_V6)?;
+        let nomasq_src_v6_capacity = trie_capacity(&nomasq_src_v6, MAP_NOMASQ_SRC_V6)?;
         Ok(Self {
             meta: typed(get(MAP_META)?, MAP_META)?,
             settings: typed(get(MAP_SETTINGS)?, MAP_SETTINGS)?,
@@ -442,12 +448,16 @@ impl DatapathMaps {
             nat_v6_fd,
             nat_v6_capacity,
             counters_v6: typed(get(MAP_COUNTERS_V6)?, MAP_COUNTERS_V6)?,
-            nomasq_src_v4,
+            nomasq_src_v4: typed(nomasq_src, MAP_NOMASQ_SRC_V4)?,
             nomasq_src_capacity,
-            nomasq_src_v6,
+            nomasq_src_v6: typed(nomasq_src_v6, MAP_NOMASQ_SRC_V6)?,
             nomasq_src_v6_capacity,
-            expired_v4: None,
-            expired_v6: None,
+            buried_v4: typed(get(MAP_BURIED_V4)?, MAP_BURIED_V4)?,
+            buried_v6: typed(get(MAP_BURIED_V6)?, MAP_BURIED_V6)?,
+            holders_v4: typed(get(MAP_HOLDERS_V4)?, MAP_HOLDERS_V4)?,
+            holders_v6: typed(get(MAP_HOLDERS_V6)?, MAP_HOLDERS_V6)?,
+            evictions: typed(get(MAP_EVICTIONS)?, MAP_EVICTIONS)?,
+            evictions_v6: typed(get(MAP_EVICTIONS_V6)?, MAP_EVICTIONS_V6)?,
             nomasq_last_synced: None,
             nomasq_v6_last_synced: None,
             nomasq_src_last_synced: None,
@@ -460,6 +470,25 @@ impl DatapathMaps {
         self.settings
             .get(&0, 0)
             .map_err(DatapathError::map("reading", MAP_SETTINGS))
+    }
+
+    /// Fills the settings' values that follow from the tables' capacities: the flow indexes'
+    /// slots, and each family's holder share (see [`DatapathMaps::holder_shares`]).
+    pub fn size_settings(&self, settings: &mut Settings, pod_share_percent: u8) {
+        settings.flow_slots[FAMILY_IPV4] = flow_slots(self.nat_capacity);
+        settings.flow_slots[FAMILY_IPV6] = flow_slots(self.nat_v6_capacity);
+        settings.holder_share = self.holder_shares(pod_share_percent);
+    }
+
+    /// The unassured flows each local address may hold, by family (IPv4, IPv6):
+    /// `pod_share_percent` of the family's table's flows, at least one; 0 (no limit) with 0.
+    pub fn holder_shares(&self, pod_share_percent: u8) -> [u32; 2] {
+        [self.nat_capacity, self.nat_v6_capacity].map(|entries| match pod_share_percent {
+            0 => 0,
+            percent => u32::try_from(u64::from(flow_slots(entries)) * u64::from(percent) / 100)
+                .unwrap_or(u32::MAX)
+                .max(1),
+        })
     }
 
     /// Replaces the datapath settings; packets see them from their next lookup on.
@@ -506,15 +535,26 @@ impl DatapathMaps {
         } else {
             ORIGIN_POD
         };
-        let half = |addr, port, marks| {
-            NatEntry::new(
-                addr,
-                port,
-                origin,
-                FlowMarks::from_bits(marks),
-                now_ns,
-                now_ns,
-            )
+        // conntrack's view of the flow becomes masq's: an answered TCP connection is taken as
+        // established and assured (masq did not see its handshake: its windows are liberal,
+        // see `flow::WINDOW_LIBERAL`), an answered datagram flow as replied.
+        let state = match (flow.protocol, flow.replied) {
+            (proto::TCP, _) => tcp::ESTABLISHED,
+            (_, true) => datagram::REPLIED,
+            (_, false) => datagram::UNREPLIED,
+        };
+        let liberal = masq_common::flow::Window {
+            flags: masq_common::flow::WINDOW_LIBERAL,
+            ..masq_common::flow::Window::EMPTY
+        };
+        let half = |addr, port, last_seen_ns| {
+            let mut half = NatEntry::new(addr, port, origin, state, now_ns, last_seen_ns);
+            half.assured = u8::from(flow.protocol == proto::TCP && flow.replied);
+            half.with_window(if flow.protocol == proto::TCP {
+                liberal
+            } else {
+                masq_common::flow::Window::EMPTY
+            })
         };
         let reply_key = NatKey::new(
             flow.remote,
@@ -524,8 +564,11 @@ impl DatapathMaps {
             flow.protocol,
             Direction::Ingress,
         );
-        let reply_marks = if flow.replied { FLOW_SEEN } else { 0 };
-        let reply_half = half(flow.source, flow.source_port, reply_marks);
+        let reply_half = half(
+            flow.source,
+            flow.source_port,
+            if flow.replied { now_ns } else { 0 },
+        );
         // A pod flow may replace the node's own record of the same tuple: the node's packets
         // were the flow's, translated by netfilter, which masq now does itself.
         let replaces_identity = origin == ORIGIN_POD
@@ -547,7 +590,7 @@ impl DatapathMaps {
         let egress_key = reply_key.peer(&reply_half);
         match A::table_mut(self).insert(
             egress_key,
-            half(flow.node, flow.node_port, FLOW_SEEN | FLOW_ANSWERED),
+            half(flow.node, flow.node_port, now_ns),
             BPF_NOEXIST,
         ) {
             Ok(()) => Ok(true),
@@ -666,6 +709,54 @@ impl DatapathMaps {
             .collect()
     }
 
+    /// A family's evictions summed over all CPUs, by cause and class, in slot order (see
+    /// `flow::eviction_slot`).
+    pub fn evictions_of<A: NatTable>(
+        &self,
+    ) -> Result<Vec<(EvictionCause, FlowClass, u64)>, DatapathError>
+    where
+        NatKey<A>: aya::Pod,
+        NatEntry<A>: aya::Pod,
+    {
+        let mut totals = Vec::with_capacity(EVICTION_SLOTS as usize);
+        for cause in EvictionCause::ALL {
+            for class in FlowClass::ALL {
+                let per_cpu = A::evictions(self)
+                    .get(&eviction_slot(cause, class), 0)
+                    .map_err(DatapathError::map(
+                        "reading",
+                        if A::MAP_NAME == MAP_NAT_V4 {
+                            MAP_EVICTIONS
+                        } else {
+                            MAP_EVICTIONS_V6
+                        },
+                    ))?;
+                totals.push((cause, class, per_cpu.iter().sum()));
+            }
+        }
+        Ok(totals)
+    }
+
+    /// A family's holders: each local address and the unassured flows the datapath counts for
+    /// it.
+    pub fn holders_of<A: NatTable>(&self) -> Result<Vec<(A, u64)>, DatapathError>
+    where
+        NatKey<A>: aya::Pod,
+        NatEntry<A>: aya::Pod,
+    {
+        let mut holders = Vec::new();
+        for item in A::holders(self).iter() {
+            match item {
+                Ok((holder, count)) => holders.push((holder, count.flows())),
+                Err(MapError::KeyNotFound) => {}
+                Err(error) => {
+                    return Err(DatapathError::map("walking", A::HOLDERS_MAP_NAME)(error));
+                }
+            }
+        }
+        Ok(holders)
+    }
+
     /// A snapshot of the NAT table, read in batches. Entries created or deleted during the read
     /// may be missed.
     pub fn nat_entries(&self) -> Result<Vec<(NatKeyV4, NatEntryV4)>, DatapathError> {
@@ -697,17 +788,13 @@ impl DatapathMaps {
         self.trie_entries_of(Trie::Destinations)
     }
 
-    /// The entries of a family's `trie` as ((address, prefix length), kind); none when it is
-    /// missing (a source trie the pins of an older masq lack).
+    /// The entries of a family's `trie` as ((address, prefix length), kind).
     pub fn trie_entries_of<A: NomasqTrie>(
         &self,
         trie: Trie,
     ) -> Result<TrieEntries<A>, DatapathError> {
         let mut entries = Vec::new();
-        let Some(map) = A::trie(self, trie) else {
-            return Ok(entries);
-        };
-        for item in map.iter() {
+        for item in A::trie(self, trie).iter() {
             let (key, kind): (Key<A::Octets>, u32) =
                 item.map_err(DatapathError::map("walking", A::map_name(trie)))?;
             let prefix = u8::try_from(key.prefix_len()).unwrap_or(u8::MAX);

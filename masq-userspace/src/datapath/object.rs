@@ -9,13 +9,15 @@ use aya::{
 };
 use masq_common::kernel::{CSUM_L4_IPV6_GLOBAL, MIN_KERNEL_L4_CSUM_IPV6};
 use masq_common::layout::{
-    ALL_MAPS, IPV6_DISABLED_ENTRIES, MAP_NAT_V4, MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6,
-    MAP_PROGS, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES, PROG_ALLOCATOR,
-    PROG_ALLOCATOR_V6, PROG_EGRESS, PROG_EGRESS_V6, PROG_ICMP_ERROR_EGRESS_V6,
-    PROG_ICMP_ERROR_INGRESS_V6, PROG_INGRESS, PROG_INGRESS_V6, PROG_NEW_FLOW, PROG_NEW_FLOW_V6,
-    PROG_SLOT_ALLOCATOR, PROG_SLOT_ALLOCATOR_V6, PROG_SLOT_EGRESS_V6,
+    ALL_MAPS, IPV6_DISABLED_ENTRIES, MAP_FLOW_INDEX_V4, MAP_FLOW_INDEX_V6, MAP_NAT_V4, MAP_NAT_V6,
+    MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_PROGS, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES,
+    PROG_ALLOCATOR, PROG_ALLOCATOR_V6, PROG_EGRESS, PROG_EGRESS_V6, PROG_FLOW_EVENT,
+    PROG_FLOW_EVENT_V6, PROG_ICMP_ERROR_EGRESS_V6, PROG_ICMP_ERROR_INGRESS_V6, PROG_INGRESS,
+    PROG_INGRESS_V6, PROG_REVERSE_NAT, PROG_REVERSE_NAT_V6, PROG_SLOT_ALLOCATOR,
+    PROG_SLOT_ALLOCATOR_V6, PROG_SLOT_EGRESS_V6, PROG_SLOT_FLOW_EVENT, PROG_SLOT_FLOW_EVENT_V6,
     PROG_SLOT_ICMP_ERROR_EGRESS_V6, PROG_SLOT_ICMP_ERROR_INGRESS_V6, PROG_SLOT_INGRESS_V6,
-    PROG_SLOT_NEW_FLOW, PROG_SLOT_NEW_FLOW_V6,
+    PROG_SLOT_REVERSE_NAT, PROG_SLOT_REVERSE_NAT_V6, PROG_SLOT_SOURCE_NAT, PROG_SLOT_SOURCE_NAT_V6,
+    PROG_SOURCE_NAT, PROG_SOURCE_NAT_V6, flow_slots,
 };
 
 use super::{error::DatapathError, maps::DatapathMaps};
@@ -70,15 +72,19 @@ pub struct StagedMaps {
 }
 
 /// Every program of the object, in the order they are loaded.
-pub const PROGRAMS: [&str; 10] = [
+pub const PROGRAMS: [&str; 14] = [
     PROG_EGRESS,
     PROG_INGRESS,
     PROG_ALLOCATOR,
-    PROG_NEW_FLOW,
+    PROG_SOURCE_NAT,
+    PROG_REVERSE_NAT,
+    PROG_FLOW_EVENT,
     PROG_EGRESS_V6,
     PROG_INGRESS_V6,
     PROG_ALLOCATOR_V6,
-    PROG_NEW_FLOW_V6,
+    PROG_SOURCE_NAT_V6,
+    PROG_REVERSE_NAT_V6,
+    PROG_FLOW_EVENT_V6,
     PROG_ICMP_ERROR_EGRESS_V6,
     PROG_ICMP_ERROR_INGRESS_V6,
 ];
@@ -115,19 +121,10 @@ impl std::fmt::Debug for Datapath {
 
 impl Datapath {
     /// Creates (or, with a pin directory, adopts) the maps, loads the programs and puts the
-    /// new-flow programs in the slots the egress program tail-calls through. With adopted maps that slot may be
-    /// serving attached programs: the replacement is one atomic update, so an in-flight packet
-    /// meets the old allocator or the new one, never an empty slot.
+    /// tail-called programs in the slots the attached ones tail-call through. With adopted maps
+    /// those slots may be serving attached programs: each replacement is one atomic update, so
+    /// an in-flight packet meets the old program or the new one, never an empty slot.
     pub fn load(options: &LoadOptions) -> Result<Self, DatapathError> {
-        Self::load_object(options, DATAPATH_OBJECT)
-    }
-
-    /// As [`Datapath::load`], from `object` instead of the embedded object. `object` must be a
-    /// build of `masq-ebpf`, with its maps and programs; it may lie at any address (aya parses
-    /// the ELF in place and needs it aligned, so a misaligned one is copied first).
-    pub fn load_object(options: &LoadOptions, object: &[u8]) -> Result<Self, DatapathError> {
-        let mut copy = Vec::new();
-        let object = aligned(object, &mut copy);
         let log_level: u8 = if options.debug_log {
             aya_log::Level::Debug as u8
         } else {
@@ -143,6 +140,8 @@ impl Datapath {
         };
         loader.map_max_entries(MAP_NAT_V6, nat_v6);
         loader.map_max_entries(MAP_NOMASQ_V6, nomasq_v6);
+        loader.map_max_entries(MAP_FLOW_INDEX_V4, flow_slots(options.nat_max_entries));
+        loader.map_max_entries(MAP_FLOW_INDEX_V6, flow_slots(nat_v6));
         loader.override_global(LOG_LEVEL_GLOBAL, &log_level, true);
         let l4_csum_ipv6 = u8::from(kernel_takes_l4_csum_ipv6());
         loader.override_global(CSUM_L4_IPV6_GLOBAL, &l4_csum_ipv6, true);
@@ -155,7 +154,9 @@ impl Datapath {
                 loader.map_pin_path(name, dir.join(name));
             }
         }
-        let mut ebpf = loader.load(object).map_err(DatapathError::loading)?;
+        let mut ebpf = loader
+            .load(DATAPATH_OBJECT)
+            .map_err(DatapathError::loading)?;
         for name in PROGRAMS {
             classifier_mut(&mut ebpf, name)?
                 .load()
@@ -248,24 +249,7 @@ impl Datapath {
     }
 }
 
-/// The alignment aya needs of an object's bytes: ELF64 headers and eBPF instructions are read
-/// in place, as 8-byte words.
-const OBJECT_ALIGN: usize = 8;
-
-/// `object` itself if it is aligned to [`OBJECT_ALIGN`], else a copy of it in `buffer` that is.
-fn aligned<'a>(object: &'a [u8], buffer: &'a mut Vec<u8>) -> &'a [u8] {
-    if object.as_ptr().addr().is_multiple_of(OBJECT_ALIGN) {
-        return object;
-    }
-    buffer.resize(object.len() + OBJECT_ALIGN - 1, 0);
-    // The distance from the buffer's start to the next multiple of the alignment.
-    let start = buffer.as_ptr().addr().wrapping_neg() % OBJECT_ALIGN;
-    let copy = &mut buffer[start..start + object.len()];
-    copy.copy_from_slice(object);
-    copy
-}
-
-/// Puts the new-flow programs in their slots of the program array and returns the array, which must stay
+/// Puts the tail-called programs in their slots of the program array and returns the array, which must stay
 /// open: the kernel empties a program array when its last file descriptor closes and no pin
 /// holds it (private maps in tests and benchmarks).
 fn install_allocator(ebpf: &mut Ebpf) -> Result<ProgramArray<MapData>, DatapathError> {
@@ -277,9 +261,13 @@ fn install_allocator(ebpf: &mut Ebpf) -> Result<ProgramArray<MapData>, DatapathE
         ProgramArray::try_from(map).map_err(DatapathError::map("opening", MAP_PROGS))?;
     for (slot, name) in [
         (PROG_SLOT_ALLOCATOR, PROG_ALLOCATOR),
-        (PROG_SLOT_NEW_FLOW, PROG_NEW_FLOW),
+        (PROG_SLOT_SOURCE_NAT, PROG_SOURCE_NAT),
+        (PROG_SLOT_REVERSE_NAT, PROG_REVERSE_NAT),
+        (PROG_SLOT_FLOW_EVENT, PROG_FLOW_EVENT),
         (PROG_SLOT_ALLOCATOR_V6, PROG_ALLOCATOR_V6),
-        (PROG_SLOT_NEW_FLOW_V6, PROG_NEW_FLOW_V6),
+        (PROG_SLOT_SOURCE_NAT_V6, PROG_SOURCE_NAT_V6),
+        (PROG_SLOT_REVERSE_NAT_V6, PROG_REVERSE_NAT_V6),
+        (PROG_SLOT_FLOW_EVENT_V6, PROG_FLOW_EVENT_V6),
         (PROG_SLOT_EGRESS_V6, PROG_EGRESS_V6),
         (PROG_SLOT_INGRESS_V6, PROG_INGRESS_V6),
         (PROG_SLOT_ICMP_ERROR_EGRESS_V6, PROG_ICMP_ERROR_EGRESS_V6),
@@ -319,24 +307,4 @@ fn classifier_mut<'a>(
     program
         .try_into()
         .map_err(DatapathError::program("opening", name))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn objects_are_handed_to_aya_aligned_whatever_their_address() {
-        let words = [0x0102_0304_0506_0708_u64; 4];
-        let bytes: Vec<u8> = words.iter().flat_map(|word| word.to_ne_bytes()).collect();
-        let mut padded = vec![0_u8; bytes.len() + OBJECT_ALIGN];
-        for shift in 0..OBJECT_ALIGN {
-            padded[shift..shift + bytes.len()].copy_from_slice(&bytes);
-            let object = &padded[shift..shift + bytes.len()];
-            let mut buffer = Vec::new();
-            let handed = aligned(object, &mut buffer);
-            assert!(handed.as_ptr().addr().is_multiple_of(OBJECT_ALIGN));
-            assert_eq!(handed, &bytes[..]);
-        }
-    }
 }

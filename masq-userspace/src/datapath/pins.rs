@@ -9,16 +9,19 @@ use std::{
 use aya::maps::{MapData, MapInfo, MapType};
 use masq_common::{
     counters::{ALLOC_HISTOGRAM_BUCKETS, COUNTER_COUNT},
+    flow::EVICTION_SLOTS,
     layout::{
-        ADDED_MAPS, ALL_MAPS, FRAGS_V4_MAX_ENTRIES, MAP_ALLOC_REQUEST, MAP_ALLOC_REQUEST_V6,
-        MAP_ALLOC_RETRIES, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_FRAGS_V4, MAP_FRAGS_V6,
+        ALL_MAPS, BURIED_MAX_ENTRIES, FRAGS_V4_MAX_ENTRIES, HOLDERS_MAX_ENTRIES, MAP_ALLOC_RETRIES,
+        MAP_BURIED_V4, MAP_BURIED_V6, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_EVICTIONS,
+        MAP_EVICTIONS_V6, MAP_FLOW_CURSOR, MAP_FLOW_INDEX_V4, MAP_FLOW_INDEX_V6, MAP_FRAGS_V4,
+        MAP_FRAGS_V6, MAP_HANDOFF, MAP_HANDOFF_V6, MAP_HOLDERS_V4, MAP_HOLDERS_V6,
         MAP_LAYOUT_VERSION, MAP_META, MAP_NAT_V4, MAP_NAT_V6, MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6,
         MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_PROGS, MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS,
         MapMeta, NOMASQ_SRC_MAX_ENTRIES, PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES,
         Uplink, UplinkSlot,
     },
     nat::{
-        AllocRequestV4, AllocRequestV6, FragEntryV4, FragEntryV6, FragKeyV4, FragKeyV6, NatEntryV4,
+        FragEntryV4, FragEntryV6, FragKeyV4, FragKeyV6, HandoffV4, HandoffV6, Holder, NatEntryV4,
         NatEntryV6, NatKeyV4, NatKeyV6,
     },
     settings::Settings,
@@ -76,9 +79,6 @@ pub enum PinnedState {
         /// The counters maps were made by a version with another set of counters: they are
         /// replaced by empty ones (counts restart; nothing a flow needs is lost).
         counters_resized: bool,
-        /// Maps of [`ADDED_MAPS`] the set lacks (an older masq pinned it): loading creates
-        /// and pins them, empty.
-        missing_added: Vec<&'static str>,
     },
     /// Pins this version must not adopt, and why.
     Incompatible(String),
@@ -94,7 +94,7 @@ struct ExpectedMap {
     max_entries: Option<u32>,
 }
 
-fn expected_maps() -> [ExpectedMap; 18] {
+fn expected_maps() -> [ExpectedMap; 27] {
     [
         ExpectedMap {
             name: MAP_META,
@@ -167,10 +167,10 @@ fn expected_maps() -> [ExpectedMap; 18] {
             max_entries: Some(PROG_SLOTS),
         },
         ExpectedMap {
-            name: MAP_ALLOC_REQUEST,
+            name: MAP_HANDOFF,
             map_type: MapType::PerCpuArray,
             key_size: 4,
-            value_size: size_of::<AllocRequestV4>(),
+            value_size: size_of::<HandoffV4>(),
             max_entries: Some(1),
         },
         ExpectedMap {
@@ -195,10 +195,10 @@ fn expected_maps() -> [ExpectedMap; 18] {
             max_entries: Some(COUNTER_COUNT),
         },
         ExpectedMap {
-            name: MAP_ALLOC_REQUEST_V6,
+            name: MAP_HANDOFF_V6,
             map_type: MapType::PerCpuArray,
             key_size: 4,
-            value_size: size_of::<AllocRequestV6>(),
+            value_size: size_of::<HandoffV6>(),
             max_entries: Some(1),
         },
         ExpectedMap {
@@ -221,6 +221,69 @@ fn expected_maps() -> [ExpectedMap; 18] {
             key_size: 20,
             value_size: 4,
             max_entries: Some(NOMASQ_SRC_MAX_ENTRIES),
+        },
+        ExpectedMap {
+            name: MAP_BURIED_V4,
+            map_type: MapType::LruHash,
+            key_size: size_of::<NatKeyV4>(),
+            value_size: size_of::<NatEntryV4>(),
+            max_entries: Some(BURIED_MAX_ENTRIES),
+        },
+        ExpectedMap {
+            name: MAP_BURIED_V6,
+            map_type: MapType::LruHash,
+            key_size: size_of::<NatKeyV6>(),
+            value_size: size_of::<NatEntryV6>(),
+            max_entries: Some(BURIED_MAX_ENTRIES),
+        },
+        ExpectedMap {
+            name: MAP_HOLDERS_V4,
+            map_type: MapType::LruHash,
+            key_size: 4,
+            value_size: size_of::<Holder>(),
+            max_entries: Some(HOLDERS_MAX_ENTRIES),
+        },
+        ExpectedMap {
+            name: MAP_HOLDERS_V6,
+            map_type: MapType::LruHash,
+            key_size: 16,
+            value_size: size_of::<Holder>(),
+            max_entries: Some(HOLDERS_MAX_ENTRIES),
+        },
+        ExpectedMap {
+            name: MAP_FLOW_INDEX_V4,
+            map_type: MapType::Array,
+            key_size: 4,
+            value_size: size_of::<NatKeyV4>(),
+            max_entries: None,
+        },
+        ExpectedMap {
+            name: MAP_FLOW_INDEX_V6,
+            map_type: MapType::Array,
+            key_size: 4,
+            value_size: size_of::<NatKeyV6>(),
+            max_entries: None,
+        },
+        ExpectedMap {
+            name: MAP_FLOW_CURSOR,
+            map_type: MapType::Array,
+            key_size: 4,
+            value_size: 8,
+            max_entries: Some(2),
+        },
+        ExpectedMap {
+            name: MAP_EVICTIONS,
+            map_type: MapType::PerCpuArray,
+            key_size: 4,
+            value_size: 8,
+            max_entries: Some(EVICTION_SLOTS),
+        },
+        ExpectedMap {
+            name: MAP_EVICTIONS_V6,
+            map_type: MapType::PerCpuArray,
+            key_size: 4,
+            value_size: 8,
+            max_entries: Some(EVICTION_SLOTS),
         },
     ]
 }
@@ -290,22 +353,16 @@ impl PinDir {
         if present.is_empty() {
             return Ok(PinnedState::Empty);
         }
-        // The layout record is published last: without it, or without a version in it (masq
-        // before crash-safe installs wrote it after pinning), the install never completed and
-        // no program was attached to these maps.
-        let unfinished = !present.contains(&MAP_META)
-            || (self.links().is_empty()
-                && read_meta(&self.map(MAP_META)).is_ok_and(|meta| meta.layout_version == 0));
-        if unfinished {
+        // The layout record is published last: without it the install never completed and no
+        // program was attached to these maps.
+        if !present.contains(&MAP_META) {
             return Ok(PinnedState::Leftovers(present));
         }
-        // A set an older masq of the same layout pinned lacks the maps added since: they are
-        // created next to it. Any other missing map is one the programs' state lives in.
-        let (missing_added, missing): (Vec<&'static str>, Vec<&'static str>) = ALL_MAPS
+        let missing: Vec<&'static str> = ALL_MAPS
             .iter()
             .copied()
             .filter(|name| !present.contains(name))
-            .partition(|name| ADDED_MAPS.contains(name));
+            .collect();
         if !missing.is_empty() {
             return Ok(PinnedState::Incompatible(format!(
                 "maps missing: {}",
@@ -316,9 +373,6 @@ impl PinDir {
         let (mut nat_v6_max_entries, mut nomasq_v6_max_entries) = (0, 0);
         let mut counters_resized = false;
         for expected in expected_maps() {
-            if missing_added.contains(&expected.name) {
-                continue;
-            }
             let path = self.map(expected.name);
             let info = MapInfo::from_pin(&path)
                 .map_err(DatapathError::map("inspecting pinned", expected.name))?;
@@ -342,7 +396,10 @@ impl PinDir {
                     expected.value_size
                 )));
             }
-            let counters = matches!(expected.name, MAP_COUNTERS | MAP_COUNTERS_V6);
+            let counters = matches!(
+                expected.name,
+                MAP_COUNTERS | MAP_COUNTERS_V6 | MAP_EVICTIONS | MAP_EVICTIONS_V6
+            );
             if counters && expected.max_entries != Some(info.max_entries()) {
                 counters_resized = true;
             } else if let Some(max_entries) = expected.max_entries
@@ -375,7 +432,6 @@ impl PinDir {
             nat_v6_max_entries,
             nomasq_v6_max_entries,
             counters_resized,
-            missing_added,
         })
     }
 

@@ -133,15 +133,6 @@ fn apply_trie<A: NomasqTrie>(
         trie,
         undo: Vec::new(),
     };
-    if A::trie(maps, trie).is_none() {
-        if desired.is_empty() {
-            return Ok((TrieSync::default(), journal));
-        }
-        return Err(DatapathError::Missing {
-            kind: "map",
-            name: A::map_name(trie),
-        });
-    }
     let capacity = A::capacity(maps, trie);
     check_capacity(trie, desired.len(), capacity)?;
     let current: NomasqEntries<A> = match (view, A::last_synced(maps, trie).take()) {
@@ -345,16 +336,12 @@ fn trie_key<A: NomasqTrie>((addr, prefix): (A, u8)) -> Key<A::Octets> {
 }
 
 impl<A: NomasqTrie> Journal<A> {
-    /// The journal's trie (`sync_trie` checked that the handles have it).
+    /// The journal's trie.
     fn map<'maps>(
         &self,
         maps: &'maps mut DatapathMaps,
-    ) -> Result<&'maps mut aya::maps::LpmTrie<aya::maps::MapData, A::Octets, u32>, DatapathError>
-    {
-        A::trie_mut(maps, self.trie).ok_or(DatapathError::Missing {
-            kind: "map",
-            name: A::map_name(self.trie),
-        })
+    ) -> &'maps mut aya::maps::LpmTrie<aya::maps::MapData, A::Octets, u32> {
+        A::trie_mut(maps, self.trie)
     }
 
     fn write(
@@ -364,7 +351,7 @@ impl<A: NomasqTrie> Journal<A> {
         kind: u32,
         before: Option<u32>,
     ) -> Result<(), DatapathError> {
-        self.map(maps)?
+        self.map(maps)
             .insert(&trie_key(key), kind, 0)
             .map_err(DatapathError::map("inserting into", A::map_name(self.trie)))?;
         self.undo.push((key, before));
@@ -377,7 +364,7 @@ impl<A: NomasqTrie> Journal<A> {
         key: (A, u8),
         before: Option<u32>,
     ) -> Result<(), DatapathError> {
-        self.map(maps)?
+        self.map(maps)
             .remove(&trie_key(key))
             .map_err(DatapathError::map("removing from", A::map_name(self.trie)))?;
         self.undo.push((key, before));
@@ -389,9 +376,7 @@ impl<A: NomasqTrie> Journal<A> {
     fn undo(self, maps: &mut DatapathMaps) {
         *A::last_synced(maps, self.trie) = None;
         let name = A::map_name(self.trie);
-        let Some(trie) = A::trie_mut(maps, self.trie) else {
-            return;
-        };
+        let trie = A::trie_mut(maps, self.trie);
         for (key, before) in self.undo.into_iter().rev() {
             let restored = match before {
                 Some(kind) => trie.insert(&trie_key(key), kind, 0),

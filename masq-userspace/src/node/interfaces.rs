@@ -8,7 +8,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs, io,
-    net::{Ipv4Addr, Ipv6Addr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
 };
 
@@ -402,6 +402,26 @@ pub fn primary_ipv4(interface: &str) -> Result<Ipv4Addr, InterfaceError> {
     .into_iter()
     .next()
     .ok_or_else(|| InterfaceError::NoAddress(interface.to_owned()))
+}
+
+/// Whether `address` is one of `interface`'s addresses, whatever its state (an IPv6 address
+/// past its preferred lifetime, deprecated, is still the interface's: connections using it carry
+/// on).
+pub fn has_address(interface: &str, address: IpAddr) -> Result<bool, InterfaceError> {
+    Ok(match address {
+        IpAddr::V4(address) => addresses_of(interface, |sockaddr| {
+            sockaddr
+                .as_sockaddr_in()
+                .map(nix::sys::socket::SockaddrIn::ip)
+        })?
+        .contains(&address),
+        IpAddr::V6(address) => {
+            let table = fs::read_to_string("/proc/self/net/if_inet6").unwrap_or_default();
+            ipv6_addresses_in(&table, interface)
+                .iter()
+                .any(|state| state.address == address)
+        }
+    })
 }
 
 /// The addresses of `interface` that `family` picks out, in the order the kernel lists them.

@@ -6,6 +6,8 @@ pub mod conntrack;
 pub mod interfaces;
 pub mod kernel;
 pub mod memory;
+pub mod renumbering;
 pub mod reserved_ports;
 pub mod routes;
+pub mod timeouts;
 pub mod xfrm;

@@ -416,6 +416,14 @@ impl Fuzzer {
             (!dropped).then_some(output.as_slice()),
             counter,
         );
+        // The packet was translated on its flow, which it then ended (a RST while no answer
+        // had come).
+        if moved
+            .iter()
+            .any(|(counter, _)| *counter == Counter::TcpRefused)
+        {
+            self.model.forget_refused(direction, frame);
+        }
         let ipv6 = self.uplink_v6().is_some() && wire::is_ipv6_frame(frame);
         self.account(
             dropped,

@@ -163,6 +163,34 @@ impl Model {
         }
     }
 
+    /// Forgets the flow `input` (a frame of either direction) belongs to: a RST while no
+    /// answer had come ended it, as conntrack ends such a connection.
+    pub fn forget_refused(&mut self, direction: Direction, input: &[u8]) {
+        if super::wire::is_ipv6_frame(input) {
+            self.v6.forget_refused(direction, input);
+            return;
+        }
+        let Some(tuple) = Tuple::of_frame(input) else {
+            return;
+        };
+        let original = match direction {
+            Direction::Egress => tuple,
+            Direction::Ingress => match self.by_reply.get(&tuple) {
+                Some(&(pod, pod_port)) => Tuple {
+                    protocol: tuple.protocol,
+                    src: pod,
+                    src_port: pod_port,
+                    dst: tuple.src,
+                    dst_port: tuple.src_port,
+                },
+                None => return,
+            },
+        };
+        if let Some(nat) = self.by_original.remove(&original) {
+            self.by_reply.remove(&Mapping { original, nat }.reply());
+        }
+    }
+
     /// Learns from one frame's fate. `output` is `None` when the frame was dropped.
     pub fn learn(
         &mut self,

@@ -85,9 +85,13 @@ pub const TRANSLATING: &[Counter] = &[
     Counter::EgressHostTracked,
     // A removed flow's segment given its mapping back (the fuzzer never removes flows).
     Counter::EgressTcpRevived,
+    // The node's own new flow given another port (the fuzzer's node flows clash with none).
+    Counter::EgressHostRemapped,
     Counter::EgressIcmpErrorTranslated,
     Counter::EgressFragmentTranslated,
     Counter::IngressReverseNat,
+    // A reply of a removed flow given its mapping back (the fuzzer never removes flows).
+    Counter::IngressTcpRevived,
     Counter::IngressIcmpErrorTranslated,
     Counter::IngressFragmentTranslated,
 ];
@@ -100,21 +104,23 @@ pub const DROPS: &[Counter] = &[
     Counter::EgressDropNoAllocator,
     // A new flow refused because the NAT table is full: nothing else to check in a frame.
     Counter::EgressDropTableFull,
+    // A new flow refused because its pod holds its share (the fuzzer's datapath sets none).
+    Counter::EgressDropHolderShare,
+    Counter::IngressDropHolderShare,
+    // A later fragment of a datagram whose first fragment could not be mapped.
+    Counter::EgressDropFragment,
     Counter::EgressDropRewriteFailed,
     Counter::IngressDropRewriteFailed,
     // A packet to be masqueraded on an uplink without IPv4 (never in the fuzzer's uplinks).
     Counter::EgressDropNoAddress,
 ];
 
-/// Counters of events that happen besides a packet's outcome (an evicted half rebuilt, a
-/// conflicting half removed).
+/// Counters of events that happen besides a packet's outcome (a conflicting half removed, a
+/// close outside the window ignored, a refused connection ended).
 pub const EVENTS: &[Counter] = &[
-    Counter::MappingRepaired,
     Counter::MappingConflict,
-    Counter::NatEvictedTcpUnanswered,
-    Counter::NatEvictedUnassured,
-    Counter::NatEvictedInbound,
     Counter::TcpCloseOutOfWindow,
+    Counter::TcpRefused,
 ];
 
 /// Where a byte that must not change sits.
@@ -299,21 +305,10 @@ fn outcome(
         if node_takes_over && (*counter, *by) == (Counter::MappingConflict, 1) {
             continue;
         }
-        // A new flow into a full table evicts an unanswered one: an event beside the outcome.
-        let accompanies_new_flow = matches!(
-            counter,
-            Counter::NatEvictedTcpUnanswered
-                | Counter::NatEvictedUnassured
-                | Counter::NatEvictedInbound
-        );
-        if observation.direction == Direction::Egress && accompanies_new_flow && *by == 1 {
-            continue;
-        }
-        // A RST or FIN from outside the tracked window is delivered and counted beside it.
-        if observation.direction == Direction::Ingress
-            && *counter == Counter::TcpCloseOutOfWindow
-            && *by == 1
-        {
+        // A RST, FIN or SYN-ACK outside the tracked window is delivered and counted beside
+        // it; a RST that was its flow's only answer ends the flow beside its delivery (from
+        // either end).
+        if matches!(counter, Counter::TcpCloseOutOfWindow | Counter::TcpRefused) && *by == 1 {
             continue;
         }
         violate(
@@ -1214,7 +1209,7 @@ mod tests {
         );
         let event = [
             (Counter::EgressExemptCidr, 1),
-            (Counter::MappingRepaired, 1),
+            (Counter::MappingConflict, 1),
         ];
         assert_eq!(
             kinds(Direction::Egress, &input, &input, &event, &model),

@@ -249,6 +249,29 @@ fn flow_of(frame: &[u8]) -> Option<Flow> {
 impl Model6 {
     /// Learns the mapping an egress translation made or used, and what became of first
     /// fragments.
+    /// Forgets the flow `input` (a frame of either direction) belongs to: a RST while no
+    /// answer had come ended it.
+    pub fn forget_refused(&mut self, direction: Direction, input: &[u8]) {
+        let Some(flow) = flow_of(input) else {
+            return;
+        };
+        let (protocol, pod, pod_port, remote, remote_port) = match direction {
+            Direction::Egress => flow,
+            Direction::Ingress => match self.by_reply.get(&flow) {
+                Some(&(pod, pod_port)) => (flow.0, pod, pod_port, flow.1, flow.2),
+                None => return,
+            },
+        };
+        self.by_original
+            .remove(&(protocol, pod, pod_port, remote, remote_port));
+        self.by_reply.retain(|reply, owner| {
+            !(reply.0 == protocol
+                && reply.1 == remote
+                && reply.2 == remote_port
+                && *owner == (pod, pod_port))
+        });
+    }
+
     pub fn learn(
         &mut self,
         direction: Direction,
