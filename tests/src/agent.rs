@@ -252,6 +252,50 @@ impl Agent {
         })
     }
 
+    /// The sum of every series of metric family `name` whose labels include all of `labels`
+    /// (`key="value"` each), or `None` when the page has none.
+    pub fn metric_sum(&self, name: &str, labels: &[&str]) -> Option<f64> {
+        let (_, body) = self.http_get("/metrics")?;
+        let values: Vec<f64> = body
+            .lines()
+            .filter_map(|line| {
+                let (series, value) = line.rsplit_once(' ')?;
+                let (family, label_set) = series.split_once('{').unwrap_or((series, ""));
+                let matches = family == name
+                    && labels.iter().all(|label| {
+                        label_set
+                            .split(',')
+                            .any(|pair| pair.trim_end_matches('}') == *label)
+                    });
+                matches.then(|| value.parse().ok()).flatten()
+            })
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum())
+    }
+
+    /// The datapath counter `name` (IPv4's, or with `ipv6` IPv6's) as `masq status` reads it
+    /// (0 when it never moved).
+    pub fn counter(&self, name: &str, ipv6: bool) -> u64 {
+        let status = self.status();
+        let key = if ipv6 { "counters_v6" } else { "counters" };
+        status[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|pair| pair[0] == name)
+            .and_then(|pair| pair[1].as_u64())
+            .unwrap_or(0)
+    }
+
+    /// Flows of `family` (`ipv4`, `ipv6`) evicted to make room, whatever the cause and class.
+    pub fn evictions(&self, family: &str) -> f64 {
+        self.metric_sum(
+            "masq_nat_evictions_total",
+            &[&format!("family=\"{family}\"")],
+        )
+        .unwrap_or(0.0)
+    }
+
     /// Waits up to `timeout` for the agent to exit by itself.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;

@@ -20,6 +20,7 @@
 pub mod agent;
 pub mod agreement;
 pub mod caps;
+pub mod capture;
 pub mod check;
 pub mod configmap;
 pub mod container;

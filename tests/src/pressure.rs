@@ -79,13 +79,10 @@ pub fn full_table_keeps_live_flows(
                 .unwrap_or_else(|error| panic!("sending new flow {index}: {error}"));
         }
     });
-    let evicted = format!(
-        "masq_datapath_packets_total{{outcome=\"nat_evicted_unassured\",family=\"{family}\"}}"
-    );
     wait_for(
         &format!("the full {family} table to admit new flows by evicting unassured ones"),
         timeout,
-        || agent.metric(&evicted) > Some(0.0),
+        || agent.evictions(family) > 0.0,
     );
 
     for (index, connection) in held.iter_mut().enumerate() {

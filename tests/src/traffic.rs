@@ -431,6 +431,55 @@ pub fn udp_server(netns: &Netns, bind: impl Into<SocketAddr>) -> Server {
     })
 }
 
+/// A UDP server answering each datagram as [`udp_server`] does, `delay` after it came: a
+/// resolver that has to ask further.
+pub fn udp_delayed_server(netns: &Netns, bind: impl Into<SocketAddr>, delay: Duration) -> Server {
+    let bind = bind.into();
+    let open = move || {
+        let socket =
+            UdpSocket::bind(bind).unwrap_or_else(|error| panic!("binding {bind}: {error}"));
+        let _ = socket.set_read_timeout(Some(Duration::from_millis(5)));
+        socket
+    };
+    spawn_server(netns, open, move |socket, context| {
+        let mut buffer = vec![0u8; 65_536];
+        let mut pending: std::collections::VecDeque<(Instant, SocketAddr, Vec<u8>)> =
+            std::collections::VecDeque::new();
+        while context.running() {
+            if let Ok((read, peer)) = socket.recv_from(&mut buffer) {
+                context.saw(peer);
+                let mut reply = format!("{peer} ").into_bytes();
+                reply.extend_from_slice(&buffer[..read]);
+                pending.push_back((Instant::now() + delay, peer, reply));
+            }
+            while pending
+                .front()
+                .is_some_and(|(due, _, _)| *due <= Instant::now())
+            {
+                if let Some((_, peer, reply)) = pending.pop_front() {
+                    let _ = socket.send_to(&reply, peer);
+                }
+            }
+        }
+    })
+}
+
+/// Sends one query to a [`udp_server`] from a new socket (a new flow) and waits up to
+/// `timeout` for its answer, without retrying: whether this flow was answered.
+pub fn udp_query_once(server: SocketAddr, payload: &[u8], timeout: Duration) -> bool {
+    let Ok(socket) = UdpSocket::bind(if server.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    }) else {
+        return false;
+    };
+    let mut buffer = vec![0u8; 65_536];
+    socket.set_read_timeout(Some(timeout)).is_ok()
+        && socket.send_to(payload, server).is_ok()
+        && socket.recv_from(&mut buffer).is_ok()
+}
+
 /// A UDP socket of `server`'s family on an ephemeral port, whose reads give up after a quarter
 /// of `timeout` (requests are retried four times).
 pub fn udp_client(server: SocketAddr, timeout: Duration) -> io::Result<UdpSocket> {

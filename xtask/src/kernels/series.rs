@@ -234,6 +234,26 @@ const E2E_CONNTRACK: Step = e2e(
     300,
 );
 
+/// NAT state as conntrack keeps it (issue 32): closed ports, sprays from a pod and from
+/// outside, fragments without a mapping, a change of preferred source, an abort after a burst,
+/// flows removed under a stream, a node connection clashing with an adopted flow.
+const E2E_NAT_STATE: Step = e2e(
+    "e2e_nat_state",
+    "e2e_conntrack",
+    &[
+        "a_pod_connecting_to_closed_ports_leaves_the_other_pods_new_connections_working",
+        "a_udp_spray_from_a_pod_costs_another_pods_queries_nothing",
+        "without_a_pod_share_a_full_table_evicts_from_the_whole_table",
+        "a_udp_spray_from_outside_at_a_pod_costs_the_other_pods_nothing",
+        "no_fragment_of_a_datagram_that_got_no_mapping_leaves_with_the_pods_address",
+        "a_live_ipv6_connection_survives_a_change_of_the_nodes_preferred_source",
+        "an_abort_after_a_large_burst_ends_the_flow_within_ten_seconds",
+        "flows_the_collector_or_a_flush_removes_under_a_stream_never_leak_a_pod_address",
+        "a_node_connection_that_clashes_with_an_adopted_flow_keeps_its_replies",
+    ],
+    600,
+);
+
 /// masq's own rules (issue 26): a masquerade exception inside an exempt range and an exempt
 /// pod source, through the agent in the kernel's own attach mode and through its iptables
 /// backend.
@@ -316,6 +336,7 @@ pub(crate) const MATRIX: &[Series] = &[
             DATAPATH_V6,
             E2E_TC,
             E2E_CONNTRACK,
+            E2E_NAT_STATE,
             E2E_RULES_TC,
             E2E_CSUM_COMPLETE,
             E2E_WIREGUARD_TC,
@@ -337,6 +358,7 @@ pub(crate) const MATRIX: &[Series] = &[
             E2E_TCX,
             E2E_TC,
             E2E_CONNTRACK,
+            E2E_NAT_STATE,
             E2E_RULES_TC,
             E2E_RULES_TCX,
             E2E_CSUM_COMPLETE,
