@@ -347,7 +347,12 @@ impl BenchPath {
                         Agent::start_binary(&sandbox, &baseline.agent, &args)
                     }
                     (Mode::Baseline, None) => bail!("no baseline agent was given"),
-                    _ => Agent::start(&sandbox, &args),
+                    // One generator stands for all of a node's pods: no share of the table is
+                    // kept from it (revisions before the share had none).
+                    _ => Agent::start(
+                        &sandbox,
+                        &[args.as_slice(), &["--nat-pod-share", "0"]].concat(),
+                    ),
                 })
             }
         };

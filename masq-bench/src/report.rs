@@ -1208,11 +1208,12 @@ so whatever else the machine does affects both alike. The sections per test are 
 * **Established flows**: 256 flows that exist already (each sent before the windows), cycled.
 * **New flows, table full**: every packet a new 5-tuple to one remote host (ports vary, so no
   remote endpoint runs short of ports). conntrack evicts an unreplied flow to admit a new one
-  when full: its table is filled to `nf_conntrack_max` (a global setting) and stays full. masq
-  never evicts: its table (`--nat-max-entries` = twice `nf_conntrack_max`, two entries a flow)
-  is filled to capacity less what one window creates, and after each window those flows are
-  deleted again, as the garbage collector frees expired flows on a busy node. The fill is
-  shown with the results.
+  when full: its table is filled to `nf_conntrack_max` (a global setting) and stays full.
+  masq's table (`--nat-max-entries` = twice `nf_conntrack_max`, two entries a flow; no
+  `--nat-pod-share`, the generator standing for all of a node's pods) is filled to capacity
+  less what one window creates, and after each window those flows are deleted again, as the
+  garbage collector frees expired flows on a busy node: what is timed is a new flow's
+  admission. The fill is shown with the results.
 * **TCP connect+close**: two client threads in a pod connect to the outside host and close
   with a reset (no TIME_WAIT); the server accepts and closes. Every connection is a new flow.
 * **One TCP stream**: iperf3 from a pod to the outside host, one stream, offloads on; the

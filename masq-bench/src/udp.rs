@@ -402,10 +402,12 @@ where
 /// New flows per second, each packet a new 5-tuple, with the path's table filled first.
 ///
 /// conntrack evicts an unreplied flow to admit a new one when it is full, so its table is filled
-/// to `nf_conntrack_max` and stays full. masq never evicts: its table is filled to capacity less
-/// the flows one window creates, and after each window those flows are deleted again, as the
-/// garbage collector frees expired flows on a busy node (outside the timed windows). Each test
-/// window sends fresh tuples once; the reference, which keeps no state, gets the same number.
+/// to `nf_conntrack_max` and stays full. masq's table is filled to capacity less the flows one
+/// window creates, and after each window those flows are deleted again, as the garbage
+/// collector frees expired flows on a busy node (outside the timed windows): what is timed is
+/// the admission of a new flow, as the previous revisions (which never evicted) were timed. Each
+/// test window sends fresh tuples once; the reference, which keeps no state, gets the same
+/// number.
 pub(crate) fn new_flows(
     reference: &BenchPath,
     test: &mut BenchPath,

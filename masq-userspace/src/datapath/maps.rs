@@ -150,6 +150,8 @@ where
     const BURIED_MAP_NAME: &'static str;
     /// The map name of the family's holders.
     const HOLDERS_MAP_NAME: &'static str;
+    /// The map name of the family's eviction counters.
+    const EVICTIONS_MAP_NAME: &'static str;
     /// The family's table.
     fn table(maps: &DatapathMaps) -> &HashMap<MapData, NatKey<Self>, NatEntry<Self>>;
     /// The family's table, for deleting.
@@ -175,12 +177,13 @@ macro_rules! nat_table {
         ($map_name:expr, $table:ident, $fd:ident, $capacity:ident),
         ($buried_name:expr, $buried:ident),
         ($holders_name:expr, $holders:ident),
-        $evictions:ident
+        ($evictions_name:expr, $evictions:ident)
     ) => {
         impl NatTable for $address {
             const MAP_NAME: &'static str = $map_name;
             const BURIED_MAP_NAME: &'static str = $buried_name;
             const HOLDERS_MAP_NAME: &'static str = $holders_name;
+            const EVICTIONS_MAP_NAME: &'static str = $evictions_name;
             fn table(maps: &DatapathMaps) -> &HashMap<MapData, NatKey<Self>, NatEntry<Self>> {
                 &maps.$table
             }
@@ -218,14 +221,14 @@ nat_table!(
     (MAP_NAT_V4, nat_v4, nat_fd, nat_capacity),
     (MAP_BURIED_V4, buried_v4),
     (MAP_HOLDERS_V4, holders_v4),
-    evictions
+    (MAP_EVICTIONS, evictions)
 );
 nat_table!(
     [u8; 16],
     (MAP_NAT_V6, nat_v6, nat_v6_fd, nat_v6_capacity),
     (MAP_BURIED_V6, buried_v6),
     (MAP_HOLDERS_V6, holders_v6),
-    evictions_v6
+    (MAP_EVICTIONS_V6, evictions_v6)
 );
 
 /// Which of a family's two tries.
@@ -723,14 +726,7 @@ impl DatapathMaps {
             for class in FlowClass::ALL {
                 let per_cpu = A::evictions(self)
                     .get(&eviction_slot(cause, class), 0)
-                    .map_err(DatapathError::map(
-                        "reading",
-                        if A::MAP_NAME == MAP_NAT_V4 {
-                            MAP_EVICTIONS
-                        } else {
-                            MAP_EVICTIONS_V6
-                        },
-                    ))?;
+                    .map_err(DatapathError::map("reading", A::EVICTIONS_MAP_NAME))?;
                 totals.push((cause, class, per_cpu.iter().sum()));
             }
         }
