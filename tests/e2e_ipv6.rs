@@ -12,7 +12,7 @@ use masq_testbed::{
     agent::Agent,
     configmap::ConfigMapVolume,
     in_both_attach_modes,
-    pressure::{TABLE_ENTRIES, full_table_keeps_live_flows},
+    pressure::{TABLE_ARGS, full_table_keeps_live_flows},
     sandbox::{
         AttachMode, EXEMPTABLE_IPV6, NODE_IP, NODE_IPV6, OUTSIDE_IP, OUTSIDE_IPV6, Sandbox,
         SandboxOptions, UPLINK, pod_ipv6,
@@ -530,16 +530,9 @@ fn an_ipv6_only_node_is_found_by_its_ipv6_route_and_masquerades_ipv6() {
 fn a_full_ipv6_nat_table_admits_new_flows_and_never_breaks_a_live_one() {
     let (sandbox, _servers) = dual_stack("v6full", AttachMode::Tcx);
     let absent = absent_config(&sandbox);
-    let entries = TABLE_ENTRIES.to_string();
     let agent = Agent::start(
         &sandbox,
-        &[
-            "--config",
-            &absent,
-            "--enable-ipv6",
-            "--nat-max-entries",
-            &entries,
-        ],
+        &[&["--config", &absent, "--enable-ipv6"][..], &TABLE_ARGS].concat(),
     );
     full_table_keeps_live_flows(
         &sandbox,

@@ -9,7 +9,7 @@ use std::{
 
 use masq_testbed::{
     agent::Agent,
-    pressure::{TABLE_ENTRIES, full_table_keeps_live_flows},
+    pressure::{TABLE_ARGS, full_table_keeps_live_flows},
     sandbox::{NODE_IP, OUTSIDE_IP, Sandbox, SandboxOptions},
     traffic::{UdpFlow, tcp_server, udp_server},
 };
@@ -18,10 +18,9 @@ use masq_testbed::{
 fn a_full_nat_table_admits_new_flows_by_evicting_unassured_ones_and_never_breaks_a_live_one() {
     let sandbox = Sandbox::new("full", SandboxOptions::default());
     let absent = format!("/tmp/{}-absent", sandbox.tag);
-    let entries = TABLE_ENTRIES.to_string();
     let agent = Agent::start(
         &sandbox,
-        &["--config", &absent, "--nat-max-entries", &entries],
+        &[&["--config", &absent][..], &TABLE_ARGS].concat(),
     );
     let _tcp = tcp_server(
         &sandbox.outside,
