@@ -664,58 +664,6 @@ fn counters_of_another_version_are_replaced_and_flows_kept(attach_mode) {
 }
 
 in_both_attach_modes! {
-/// Issue 26: the previous masq pinned a complete set without the source tries. The upgrade
-/// adopts it (live flows continue) and creates and pins the tries next to it, and they are
-/// the ones the programs look sources up in: a config that exempts pod 1 as a source reaches
-/// its new connections at once, while the held one keeps its translation.
-fn a_pinned_set_without_the_source_tries_is_adopted_and_flows_kept(attach_mode) {
-    let sandbox = Sandbox::new("srct", SandboxOptions::in_mode(attach_mode));
-    let mut volume = ConfigMapVolume::new(&format!("{}-cm", sandbox.tag));
-    volume.update(&[("ip-masq-agent", "nonMasqueradeCIDRs: [10.0.0.0/8]\n")]);
-    let config = volume.key("ip-masq-agent");
-    let _server = tcp_server(&sandbox.outside, any(8080));
-    let tries = ["masq_nomasq_src_v4", "masq_nomasq_src_v6"];
-    let (agent, mut held) = held_across_upgrade(&sandbox, config.to_str().unwrap(), |agent| {
-        for name in tries {
-            fs::remove_file(agent.pin_path().join(name)).unwrap();
-        }
-    });
-    let log = agent.log();
-    assert!(
-        log.contains("adopted the pinned maps") && log.contains("masq_nomasq_src_v4"),
-        "{log}"
-    );
-    for name in tries {
-        assert!(agent.pin_path().join(name).exists(), "{name} is not pinned");
-    }
-
-    volume.update(&[(
-        "ip-masq-agent",
-        &format!(
-            "nonMasqueradeCIDRs: [10.0.0.0/8]\nnonMasqueradeSrcCIDRs: [{}/32]\n",
-            pod_ip(1)
-        ),
-    )]);
-    let pod = IpAddr::V4(pod_ip(1));
-    let start = Instant::now();
-    while arrives_from(&sandbox, 1, outside(8080)) != pod {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "pod 1's new connections are still masqueraded after the source exemption:\n{}",
-            agent.log()
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        is_node(SocketAddr::new(arrives_from(&sandbox, 2, outside(8080)), 0)),
-        "pod 2 is not listed, yet its connection kept its address"
-    );
-    held.echo("after the source exemption")
-        .expect("the held flow lost its mapping");
-}
-}
-
-in_both_attach_modes! {
 fn incompatible_pinned_state_is_refused_unless_replacement_is_requested(attach_mode) {
     let sandbox = Sandbox::new("inc", SandboxOptions::in_mode(attach_mode));
     let absent = format!("/tmp/{}-absent", sandbox.tag);
