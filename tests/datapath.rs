@@ -1368,6 +1368,100 @@ fn udp_flows_opened_from_outside_are_answered_untranslated() {
     assert_eq!(harness.counter(Counter::IngressInboundTracked), 1);
 }
 
+/// Issue 33: without `--to-ports` masq maps over the kernel's ports, 1024-65535 but the
+/// NodePorts (61,744 per remote endpoint), shared with the node as conntrack shares them:
+/// 40,000 flows from pods to one remote `ip:port` get 40,000 distinct node ports (the old
+/// default range held 28,976). The node's own flows pass untracked, and one from a port a
+/// pod's flow holds towards the same remote gets another port, its reply restored to the node.
+#[test]
+fn forty_thousand_flows_to_one_remote_get_distinct_ports_shared_with_the_node() {
+    let harness = Harness::shared_ports(131_072);
+    let remote = "198.51.100.53:53";
+    let mut ports = std::collections::BTreeSet::new();
+    for flow in 0..40_000_u32 {
+        let pod = format!("10.244.{}.5:{}", 1 + flow / 20_000, 20_000 + flow % 20_000);
+        let out = egress_ok(&harness, &Packet::udp(&pod, remote));
+        assert!(
+            ports.insert(out.src_port()),
+            "flow {flow}: port given twice"
+        );
+    }
+    assert_eq!(ports.len(), 40_000);
+    assert!(
+        ports
+            .iter()
+            .all(|port| *port >= 1024 && !(30_000..=32_767).contains(port)),
+        "a port below 1024 or in the NodePort range was handed out"
+    );
+    assert_eq!(harness.counter(Counter::EgressDropNoPort), 0);
+
+    // The node's own flow from a port no pod holds passes as it is, untracked.
+    let free = (32_768..=65_535_u16)
+        .find(|port| !ports.contains(port))
+        .expect("a free port");
+    let entries = harness.nat().len();
+    let node = Packet::udp(&format!("192.0.2.1:{free}"), remote).frame();
+    assert_eq!(harness.egress(&node).frame, node);
+    assert_eq!(harness.nat().len(), entries, "the node's flow was tracked");
+    // One from a port a pod's flow holds towards that remote gets another.
+    let held = *ports.iter().next_back().expect("a port");
+    let clash = egress_ok(&harness, &Packet::udp(&format!("192.0.2.1:{held}"), remote));
+    assert_ne!(clash.src_port(), held);
+    assert_eq!(harness.counter(Counter::EgressHostRemapped), 1);
+    let back = ingress_ok(
+        &harness,
+        &Packet::udp(remote, &format!("192.0.2.1:{}", clash.src_port())).frame(),
+    );
+    assert_eq!((back.dst, back.dst_port()), (node_ip(), held));
+}
+
+/// Issue 33, beyond conntrack: a pod that holds every port towards a remote cannot keep them
+/// all from another pod. Once the collector has marked the remote busy, a new flow of another
+/// pod that finds no port takes one from an unassured flow of the pod holding more, until the
+/// two hold about as many; then it is refused.
+#[test]
+fn a_pod_holding_every_port_towards_a_remote_shares_them_with_another() {
+    use masq::datapath::gc;
+
+    let mut harness = Harness::sized(32, 64);
+    harness.configure(&[PortRange::new(20_000, 20_009)], true);
+    let remote = "198.51.100.53:53";
+    for flow in 0..10_u16 {
+        egress_ok(
+            &harness,
+            &Packet::udp(&format!("10.244.1.5:{}", 40_000 + flow), remote),
+        );
+    }
+    let refused = harness.egress(&Packet::udp("10.244.2.7:49999", remote).frame());
+    assert_eq!(refused.action, Action::Drop, "no port is free");
+    gc::collect(
+        &mut harness.datapath.maps,
+        &Timeouts::LINUX_DEFAULTS,
+        gc::monotonic_now_ns(),
+    )
+    .expect("collect");
+
+    let mut admitted = 0;
+    for flow in 0..10_u16 {
+        let run =
+            harness.egress(&Packet::udp(&format!("10.244.2.7:{}", 50_000 + flow), remote).frame());
+        if run.action != Action::Pass {
+            break;
+        }
+        admitted += 1;
+    }
+    assert_eq!(admitted, 5, "{:?}", harness.evictions());
+    assert_eq!(harness.evicted(EvictionCause::RemoteShare), 5);
+    let held_by = |pod: &str| {
+        harness
+            .egress_mappings()
+            .iter()
+            .filter(|(key, _)| Ipv4Addr::from(key.src_addr) == addr(pod))
+            .count()
+    };
+    assert_eq!((held_by("10.244.1.5"), held_by("10.244.2.7")), (5, 5));
+}
+
 /// The agent reads the NAT table in batches (garbage collection, `masq nat list`, metrics):
 /// every entry of a table larger than one batch comes back, once.
 #[test]

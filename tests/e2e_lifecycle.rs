@@ -486,18 +486,33 @@ fn uninstall_leaves_no_pin_link_or_sysctl_behind(attach_mode) {
         .node
         .sysctl("net.ipv4.ip_local_reserved_ports", "8080");
     let absent = format!("/tmp/{}-absent", sandbox.tag);
-    let mut agent = Agent::start(&sandbox, &["--config", &absent]);
-    let _server = tcp_server(&sandbox.outside, any(8080));
-    assert!(is_node(SocketAddr::new(
-        arrives_from(&sandbox, 1, outside(8080)),
-        0
-    )));
     let reserved = |sandbox: &Sandbox| {
         let output = sandbox
             .node
             .exec("cat", &["/proc/sys/net/ipv4/ip_local_reserved_ports"]);
         String::from_utf8_lossy(&output.stdout).trim().to_owned()
     };
+    // Ports shared with the node (no --to-ports) are not reserved.
+    let mut agent = Agent::start(&sandbox, &["--config", &absent]);
+    assert_eq!(reserved(&sandbox), "8080");
+    agent.kill();
+    // --to-ports makes them masq's alone: reserved, and recorded for the uninstall.
+    agent.relaunch(&["--config", &absent, "--to-ports", "1024-29999"]);
+    agent.wait_ready();
+    let _server = tcp_server(&sandbox.outside, any(8080));
+    assert!(is_node(SocketAddr::new(
+        arrives_from(&sandbox, 1, outside(8080)),
+        0
+    )));
+    assert_eq!(reserved(&sandbox), "1024-29999");
+    // Back to shared ports: the reservation masq made is given back, the operator's stays.
+    agent.kill();
+    agent.relaunch(&["--config", &absent]);
+    agent.wait_ready();
+    assert_eq!(reserved(&sandbox), "8080");
+    agent.kill();
+    agent.relaunch(&["--config", &absent, "--to-ports", "1024-29999"]);
+    agent.wait_ready();
     assert_eq!(reserved(&sandbox), "1024-29999");
 
     agent.kill();

@@ -1,9 +1,11 @@
 //! NAT state under pressure, as a busy node sees it: a table at capacity admits new flows by
 //! evicting flows that are not assured (counted), as conntrack does, and never breaks a live,
-//! assured one, whatever the new-flow load.
+//! assured one, whatever the new-flow load; and a remote endpoint has as many node ports as
+//! the kernel gives it, its use in plain view.
 
 use std::{
-    net::{Ipv4Addr, SocketAddrV4, UdpSocket},
+    collections::BTreeSet,
+    net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket},
     time::Duration,
 };
 
@@ -211,4 +213,133 @@ fn a_node_listener_in_the_snat_range_keeps_its_traffic() {
         );
     }
     assert_eq!(sandbox.checksum_errors(), Vec::new());
+}
+
+/// Sends one datagram to `remote` from each of the ports `first..first + count` of the
+/// namespace this runs in: `count` flows towards one remote endpoint. The sockets are opened a
+/// few hundred at a time (each flow outlives its socket in the NAT table), the sends paced so
+/// that no queue on the way drops a first datagram.
+fn flows_to(remote: SocketAddr, first: u16, count: u16) {
+    for batch_start in (0..count).step_by(250) {
+        let sockets: Vec<UdpSocket> = (batch_start..count.min(batch_start + 250))
+            .map(|index| {
+                UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, first + index))
+                    .unwrap_or_else(|error| panic!("binding port {}: {error}", first + index))
+            })
+            .collect();
+        for socket in &sockets {
+            socket
+                .send_to(b"hold", remote)
+                .unwrap_or_else(|error| panic!("sending from a socket: {error}"));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Issue 33: pods hold one UDP flow from each of 40,000 source ports towards one remote
+/// `ip:port` (a database proxy, an API gateway). Upstream's MASQUERADE maps them over the
+/// kernel's 1024-65535 (the iptables backend: 39,987 of them); masq's old 1024-29999 gave
+/// 28,949. masq now shares the kernel's ports with the node: every flow gets a node port of
+/// its own, and a node connection to that remote still works, its replies reaching the node.
+#[test]
+fn forty_thousand_flows_from_pods_to_one_remote_all_get_a_node_port() {
+    let sandbox = Sandbox::new("ports40k", SandboxOptions::default());
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let agent = Agent::start(&sandbox, &["--config", &absent]);
+    let _server = udp_server(
+        &sandbox.outside,
+        SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 5353),
+    );
+    let remote = SocketAddr::from((OUTSIDE_IP, 5353));
+    for pod in [1, 2] {
+        sandbox.pod(pod).enter(|| flows_to(remote, 20_000, 20_000));
+    }
+    let listed = agent.masq(&[
+        "nat",
+        "list",
+        "--remote",
+        &remote.to_string(),
+        "--output",
+        "json",
+    ]);
+    let flows: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("nat list's JSON");
+    let translated: BTreeSet<String> = flows
+        .as_array()
+        .expect("a list of flows")
+        .iter()
+        .filter(|flow| flow["node_flow"] == false)
+        .filter_map(|flow| flow["translated"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        (
+            translated.len(),
+            agent.counter("egress_drop_no_port", false)
+        ),
+        (40_000, 0),
+        "distinct node ports of the 40,000 flows, and flows refused for want of one"
+    );
+    assert!(
+        translated
+            .iter()
+            .all(|end| end.starts_with(&format!("{NODE_IP}:"))),
+        "a flow left with another address"
+    );
+
+    let (peer, _) = sandbox
+        .node
+        .enter(|| masq_testbed::traffic::udp_request(remote, b"node", Duration::from_secs(3)))
+        .expect("the node's own query to the busy remote is answered");
+    assert_eq!(peer.ip(), std::net::IpAddr::V4(NODE_IP));
+}
+
+/// Issue 33: exhaustion is seen before it bites. A remote endpoint with 80 % of its node ports
+/// in use is named in one warning, in `masq status` and in the metrics.
+#[test]
+fn a_remote_running_out_of_ports_is_warned_about_and_shown() {
+    let sandbox = Sandbox::new("crowded", SandboxOptions::default());
+    let absent = format!("/tmp/{}-absent", sandbox.tag);
+    let agent = Agent::start(
+        &sandbox,
+        &[
+            "--config",
+            &absent,
+            "--to-ports",
+            "20000-20099",
+            "--gc-interval",
+            "1s",
+        ],
+    );
+    let _server = udp_server(
+        &sandbox.outside,
+        SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 5353),
+    );
+    let remote = SocketAddr::from((OUTSIDE_IP, 5353));
+    sandbox.pod(1).enter(|| flows_to(remote, 40_000, 85));
+    let warning = "most of its node ports in use";
+    masq_testbed::wait_for("the warning", Duration::from_secs(10), || {
+        agent.log().contains(warning)
+    });
+    // Two more collections: still one warning.
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert_eq!(agent.log().matches(warning).count(), 1, "{}", agent.log());
+
+    let label = format!("{remote}/udp");
+    let status = agent.status();
+    let busiest = &status["busiest_remotes"][0];
+    assert_eq!(
+        (
+            busiest["remote"].as_str(),
+            busiest["ports_in_use"].as_u64(),
+            busiest["percent"].as_u64()
+        ),
+        (Some(label.as_str()), Some(85), Some(85)),
+        "{status}"
+    );
+    assert_eq!(
+        agent.metric(&format!(
+            "masq_nat_remote_ports_in_use{{family=\"ipv4\",remote=\"{label}\"}}"
+        )),
+        Some(85.0)
+    );
+    assert_eq!(agent.metric("masq_nat_ports_per_remote"), Some(100.0));
 }

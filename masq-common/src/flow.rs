@@ -1048,11 +1048,19 @@ pub enum EvictionCause {
     HolderShare = 1,
     /// The garbage collector keeps room free while the table is nearly full.
     Reserve = 2,
+    /// A remote endpoint had no node port left for a pod's new flow: a flow of a pod holding
+    /// more of that remote's ports gave one up.
+    RemoteShare = 3,
 }
 
 impl EvictionCause {
     /// Every cause, in index order.
-    pub const ALL: [Self; 3] = [Self::TableFull, Self::HolderShare, Self::Reserve];
+    pub const ALL: [Self; 4] = [
+        Self::TableFull,
+        Self::HolderShare,
+        Self::Reserve,
+        Self::RemoteShare,
+    ];
 
     /// The label metrics and `masq status` use.
     pub const fn name(self) -> &'static str {
@@ -1060,6 +1068,7 @@ impl EvictionCause {
             Self::TableFull => "table_full",
             Self::HolderShare => "holder_share",
             Self::Reserve => "reserve",
+            Self::RemoteShare => "remote_share",
         }
     }
 }

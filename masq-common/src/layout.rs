@@ -75,6 +75,17 @@ pub const MAP_FLOW_INDEX_V4: &str = "masq_flow_index_v4";
 /// [`MAP_FLOW_INDEX_V4`] for IPv6.
 pub const MAP_FLOW_INDEX_V6: &str = "masq_flow_index_v6";
 
+/// Hash of how many node ports each pod's flows use towards each remote endpoint (see
+/// `nat::RemoteHolder`), for the remote endpoints more than half of whose ports are in use.
+/// Written by the agent's garbage collector on every pass; the allocator reads it when a pod
+/// finds no port left towards such a remote, and takes one from a pod that holds more (see
+/// `evict`), adjusting the two counts.
+pub const MAP_REMOTE_HOLDERS_V4: &str = "masq_remote_holders_v4";
+/// [`MAP_REMOTE_HOLDERS_V4`] for IPv6.
+pub const MAP_REMOTE_HOLDERS_V6: &str = "masq_remote_holders_v6";
+/// Capacity of each remote-holders table: pods times busy remotes, far more than a node sees.
+pub const REMOTE_HOLDERS_MAX_ENTRIES: u32 = 16_384;
+
 /// Array of two `u64` cursors, IPv4's then IPv6's: the slot of the flow index the next new
 /// flow takes when it evicted none, counted up by the programs (modulo the index's slots).
 /// Slots are taken in turn, so that the index holds the table's newest flows, each once.
@@ -104,7 +115,7 @@ pub const NOMASQ_SRC_MAX_ENTRIES: u32 = 16_384;
 
 /// Every map the datapath defines and the agent pins, in the order the agent pins and reports
 /// them.
-pub const ALL_MAPS: [&str; 27] = [
+pub const ALL_MAPS: [&str; 29] = [
     MAP_META,
     MAP_SETTINGS,
     MAP_UPLINKS,
@@ -130,6 +141,8 @@ pub const ALL_MAPS: [&str; 27] = [
     MAP_FLOW_INDEX_V4,
     MAP_FLOW_INDEX_V6,
     MAP_FLOW_CURSOR,
+    MAP_REMOTE_HOLDERS_V4,
+    MAP_REMOTE_HOLDERS_V6,
     MAP_EVICTIONS,
     MAP_EVICTIONS_V6,
 ];
@@ -202,8 +215,19 @@ pub const PROG_SLOT_FLOW_EVENT_V6: u32 = 9;
 pub const PROG_SLOT_REVERSE_NAT: u32 = 10;
 /// Slot of [`MAP_PROGS`] holding [`PROG_REVERSE_NAT_V6`].
 pub const PROG_SLOT_REVERSE_NAT_V6: u32 = 11;
+/// Name of the classifier a pod's new flow goes to when its port search found no port: it
+/// takes one from a pod holding more of the remote's ports, if one does (see the datapath's
+/// `evict::take_from_busier`), and hands the flow back to the allocator. Tail-called by the
+/// allocator: a program of its own for its stack, which the IPv6 allocator's would not hold.
+pub const PROG_PORT_SHARE: &str = "masq_port_share";
+/// Name of the IPv6 [`PROG_PORT_SHARE`].
+pub const PROG_PORT_SHARE_V6: &str = "masq_port_share6";
+/// Slot of [`MAP_PROGS`] holding [`PROG_PORT_SHARE`].
+pub const PROG_SLOT_PORT_SHARE: u32 = 12;
+/// Slot of [`MAP_PROGS`] holding [`PROG_PORT_SHARE_V6`].
+pub const PROG_SLOT_PORT_SHARE_V6: u32 = 13;
 /// Slots of [`MAP_PROGS`].
-pub const PROG_SLOTS: u32 = 12;
+pub const PROG_SLOTS: u32 = 14;
 
 /// Default capacity of the IPv4 LPM trie. Upstream limits a config to 64 CIDRs by default; the
 /// trie is sized for configs that raise `cidrLimit` into the thousands.

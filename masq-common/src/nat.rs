@@ -318,8 +318,10 @@ pub struct Handoff<A: Address> {
     /// for it (so that the index keeps as many live flows as before), or [`NO_INDEX_SLOT`] for
     /// the cursor's next. Reset by the program that asks; set by an eviction.
     pub index_slot: u32,
-    /// Always zero.
-    pub pad: u32,
+    /// Whether the new flow already took a port from a pod holding more of its remote's (see
+    /// the datapath's `evict::take_from_busier`): it takes at most one. Reset by the program
+    /// that asks.
+    pub took_port: u32,
 }
 
 /// [`Handoff::index_slot`]: no flow made room for this one.
@@ -433,6 +435,43 @@ pub struct FragEntry<A: Address> {
 /// How long fragment decisions are kept (Linux's `ipfrag_time`).
 pub const FRAG_LIFETIME_NS: u64 = 30_000_000_000;
 
+/// Key of a remote-holders table: one local address (a pod's) and one remote endpoint
+/// `remote:remote_port` of `protocol`, whose node ports the pod's flows use. See
+/// `layout::MAP_REMOTE_HOLDERS_V4`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RemoteHolder<A> {
+    /// The local address holding the ports.
+    pub holder: A,
+    /// The remote address.
+    pub remote: A,
+    /// The remote port (0 for protocols without ports).
+    pub remote_port: u16,
+    /// IP protocol number.
+    pub protocol: u8,
+    /// Always zero.
+    pub pad: u8,
+}
+
+impl<A: Address> RemoteHolder<A> {
+    /// `holder`'s use of the remote end of `key`, an egress key.
+    #[inline(always)]
+    pub const fn of(holder: A, key: &NatKey<A>) -> Self {
+        Self {
+            holder,
+            remote: key.dst_addr,
+            remote_port: key.dst_port,
+            protocol: key.protocol,
+            pad: 0,
+        }
+    }
+}
+
+/// Key of the IPv4 remote-holders table.
+pub type RemoteHolderV4 = RemoteHolder<[u8; 4]>;
+/// Key of the IPv6 remote-holders table.
+pub type RemoteHolderV6 = RemoteHolder<[u8; 16]>;
+
 crate::impl_pod!(
     FragKeyV4,
     FragKeyV6,
@@ -441,7 +480,9 @@ crate::impl_pod!(
     HandoffV4,
     HandoffV6,
     PortSearch,
-    Holder
+    Holder,
+    RemoteHolderV4,
+    RemoteHolderV6
 );
 
 /// Value of a holders table, keyed by the local address of flows (a pod's, the node's): how
@@ -529,6 +570,8 @@ mod tests {
         assert_eq!(size_of::<FragKeyV6>(), 40);
         assert_eq!(size_of::<FragEntryV6>(), 32);
         assert_eq!(size_of::<PortSearch>(), 16);
+        assert_eq!(size_of::<RemoteHolderV4>(), 12);
+        assert_eq!(size_of::<RemoteHolderV6>(), 36);
         assert_eq!(size_of::<TcpSegment>(), 16);
         assert_eq!(
             size_of::<FlowRequest<[u8; 4]>>(),

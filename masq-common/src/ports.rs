@@ -51,10 +51,37 @@ impl core::fmt::Display for PortRange {
     }
 }
 
-/// The range SNAT ports come from when `--to-ports` is not given: it stays clear of the
-/// NodePort range (30000-32767) and of Linux's default ephemeral range (32768-60999) that the
-/// node's own sockets use, and the agent additionally reserves it from host allocation.
-pub const DEFAULT_SNAT_RANGE: PortRange = PortRange::new(1024, 29_999);
+/// The ports MASQUERADE gives a flow from a port of 1024 or above when no `--to-ports` is
+/// given: shared with the node's own sockets, as conntrack shares them (see
+/// [`shared_snat_ranges`]).
+pub const SHARED_PORTS: PortRange = PortRange::new(1024, 65_535);
+
+/// The ranges SNAT ports come from when `--to-ports` is not given: [`SHARED_PORTS`] but the
+/// NodePort range `nodeports`, which stays the Services'. The node's own sockets use the same
+/// ports; a pod's flow never takes a tuple a node socket holds, and a node flow whose tuple a
+/// pod's flow holds gets another port (conntrack's null binding). Returns the ranges and how
+/// many of the two are not empty.
+pub const fn shared_snat_ranges(nodeports: PortRange) -> ([PortRange; 2], usize) {
+    if nodeports.size() == 0 || !nodeports.overlaps(&SHARED_PORTS) {
+        return ([SHARED_PORTS, PortRange::EMPTY], 1);
+    }
+    let below = if nodeports.first > SHARED_PORTS.first {
+        PortRange::new(SHARED_PORTS.first, nodeports.first - 1)
+    } else {
+        PortRange::EMPTY
+    };
+    let above = if nodeports.last < SHARED_PORTS.last {
+        PortRange::new(nodeports.last + 1, SHARED_PORTS.last)
+    } else {
+        PortRange::EMPTY
+    };
+    match (below.size() != 0, above.size() != 0) {
+        (true, true) => ([below, above], 2),
+        (true, false) => ([below, PortRange::EMPTY], 1),
+        (false, true) => ([above, PortRange::EMPTY], 1),
+        (false, false) => ([PortRange::EMPTY, PortRange::EMPTY], 0),
+    }
+}
 
 /// Kubernetes' default NodePort range; SNAT ports must never land in it.
 pub const DEFAULT_NODEPORT_RANGE: PortRange = PortRange::new(30_000, 32_767);
@@ -73,9 +100,31 @@ mod tests {
     }
 
     #[test]
-    fn default_range_avoids_nodeports_and_ephemeral_ports() {
-        assert!(!DEFAULT_SNAT_RANGE.overlaps(&DEFAULT_NODEPORT_RANGE));
-        assert!(!DEFAULT_SNAT_RANGE.overlaps(&PortRange::new(32_768, 60_999)));
+    fn shared_ranges_are_the_kernels_but_the_nodeports() {
+        let (ranges, count) = shared_snat_ranges(DEFAULT_NODEPORT_RANGE);
+        assert_eq!(count, 2);
+        assert_eq!(
+            ranges,
+            [PortRange::new(1024, 29_999), PortRange::new(32_768, 65_535)]
+        );
+        assert_eq!(ranges[0].size() + ranges[1].size(), 61_744);
+        assert!(
+            ranges
+                .iter()
+                .all(|range| !range.overlaps(&DEFAULT_NODEPORT_RANGE))
+        );
+        assert_eq!(
+            shared_snat_ranges(PortRange::new(1024, 2047)),
+            ([PortRange::new(2048, 65_535), PortRange::EMPTY], 1)
+        );
+        assert_eq!(
+            shared_snat_ranges(PortRange::new(60_000, 65_535)),
+            ([PortRange::new(1024, 59_999), PortRange::EMPTY], 1)
+        );
+        assert_eq!(
+            shared_snat_ranges(PortRange::EMPTY),
+            ([SHARED_PORTS, PortRange::EMPTY], 1)
+        );
     }
 
     #[test]

@@ -19,6 +19,12 @@ pub const SETTING_RANDOM_FULLY: u32 = 1 << 1;
 /// program looks a pod's source up only while it is set, so a config without
 /// `nonMasqueradeSrcCIDRs` costs no lookup per packet.
 pub const SETTING_SOURCE_EXEMPTIONS: u32 = 1 << 2;
+/// The ports are shared with the node's own sockets (no `--to-ports`): the node's flows are
+/// left alone, in the ranges too, unless a pod's mapping holds the tuple one would be answered
+/// on (then it gets another port, as conntrack's null binding gives one). Without it the
+/// ranges are masq's alone (reserved from the node's ephemeral ports) and a node flow inside
+/// them is tracked, keeping its port, so no pod flow takes it.
+pub const SETTING_SHARED_PORTS: u32 = 1 << 3;
 
 /// Value of the settings map (key 0): what holds for every uplink. The address each uplink
 /// masquerades to lives in the uplinks map.
@@ -73,6 +79,12 @@ impl Settings {
     #[inline(always)]
     pub const fn source_exemptions(&self) -> bool {
         self.flags & SETTING_SOURCE_EXEMPTIONS != 0
+    }
+
+    /// Whether the ports are shared with the node's own sockets (see [`SETTING_SHARED_PORTS`]).
+    #[inline(always)]
+    pub const fn ports_shared(&self) -> bool {
+        self.flags & SETTING_SHARED_PORTS != 0
     }
 
     /// The configured port ranges.

@@ -15,7 +15,8 @@ use aya_log_ebpf::debug;
 use masq_common::{
     counters::Counter,
     nat::{
-        Direction, EVENT_NEW_FLOW, EVENT_REVIVE, EVENT_TRACK, Handoff, NatKey, ORIGIN_HOST, proto,
+        Direction, EVENT_NEW_FLOW, EVENT_REVIVE, EVENT_TRACK, Handoff, NatKey, ORIGIN_HOST,
+        ORIGIN_POD, proto,
     },
 };
 
@@ -94,6 +95,19 @@ pub(crate) fn allocate<A: Family>(ctx: &TcContext) -> i32 {
             Counter::EgressDropNoPort
         }
         Err(AllocError::NoPort) => {
+            // Towards a remote with no port left, a pod's flow may take one from a pod holding
+            // more of that remote's ports (once).
+            // SAFETY: as above.
+            let (origin, took) = unsafe {
+                (
+                    core::ptr::read_volatile(&raw const (*slot).request.origin),
+                    core::ptr::read_volatile(&raw const (*slot).took_port),
+                )
+            };
+            if origin == ORIGIN_POD && took == 0 {
+                // SAFETY: the context is the program's own; the request is in the slot.
+                unsafe { PROGS.tail_call(ctx, A::SLOT_PORT_SHARE) };
+            }
             debug!(
                 ctx,
                 "no free port towards remote port {} (proto {})", dst_port, protocol
@@ -173,5 +187,21 @@ fn revive<A: Family>(ctx: &TcContext, slot: *mut Handoff<A>) -> i32 {
     }
     // Only if the kernel refused the tail call.
     count_in::<A>(Counter::EgressDropNoAllocator);
+    Verdict::Drop.tc_action()
+}
+
+/// Entry point of `masq_port_share`: a pod's new flow found no port towards its remote. If a
+/// pod holding more of that remote's ports gives one up (see `evict::take_from_busier`), the
+/// flow goes back to the allocator to take that port; otherwise it is refused.
+#[inline(always)]
+pub(crate) fn share_port<A: Family>(ctx: &TcContext) -> i32 {
+    if let Some(settings) = maps::settings()
+        && let Some(port) = evict::take_from_busier::<A>(settings)
+    {
+        nat::search_one::<A>(port);
+        // SAFETY: the context is the program's own; the request is in the slot.
+        unsafe { PROGS.tail_call(ctx, A::SLOT_ALLOCATOR) };
+    }
+    count_in::<A>(Counter::EgressDropNoPort);
     Verdict::Drop.tc_action()
 }

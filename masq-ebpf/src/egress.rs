@@ -4,8 +4,9 @@
 //!
 //! 1. an existing mapping wins, whatever the policy says now: like iptables with conntrack, a
 //!    config change never re-translates a live flow;
-//! 2. the node's own packets stay as they are, except flows that use a port inside the SNAT
-//!    range, which are tracked (keeping their port when free) so no pod flow can take it;
+//! 2. the node's own packets stay as they are, except, with `--to-ports`, flows that use a port
+//!    inside those ranges, which are tracked (keeping their port when free) so no pod flow can
+//!    take it (ports shared with the node are kept from pods by the node's sockets instead);
 //! 3. pods whose source is in `nonMasqueradeSrcCIDRs` keep their address, then destinations
 //!    whose longest matching prefix in the non-masquerade trie is an exemption (not a
 //!    `masqueradeCIDRs` entry) keep the pod address;
@@ -178,13 +179,14 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
             count_in::<A>(Counter::EgressHostPassed);
             return Verdict::Pass;
         }
-        // The node's flows outside the SNAT range cannot clash with a mapping masq chose, but
-        // they can with one it adopted, or one a pod holds on a port the node picks later: a
-        // new flow of the node's (a SYN, a datagram) whose reply tuple a mapping holds gets
-        // another port. Its flows of protocols without ports are tracked: their tuple is the
-        // remote address alone, and the node's own (a tunnel endpoint) must never be handed to
-        // a pod.
-        if has_port && !settings.port_in_range(src_port) {
+        // The node's flows outside the SNAT range, or in ranges it shares with the pods (no
+        // --to-ports), pass as they are unless they clash with a mapping (one masq adopted, or
+        // one a pod holds on a port the node picks later): a new flow of the node's (a SYN, a
+        // datagram) whose reply tuple a mapping holds gets another port, as conntrack's null
+        // binding gives one. Its flows of protocols without ports are tracked: their tuple is
+        // the remote address alone, and the node's own (a tunnel endpoint) must never be
+        // handed to a pod.
+        if has_port && (settings.ports_shared() || !settings.port_in_range(src_port)) {
             let opens = ip.protocol != proto::TCP || tcp_opens;
             let reply = NatKey::new(
                 ip.dst,

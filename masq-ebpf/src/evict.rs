@@ -17,7 +17,7 @@
 use aya_ebpf::helpers::generated::bpf_get_prandom_u32;
 use masq_common::{
     flow::{EvictionCause, FlowClass},
-    nat::{Direction, NO_INDEX_SLOT, NatKey, ORIGIN_INBOUND},
+    nat::{Direction, NO_INDEX_SLOT, NatKey, ORIGIN_INBOUND, RemoteHolder},
     settings::Settings,
 };
 
@@ -29,6 +29,9 @@ use crate::{
     maps::FLOW_CURSOR,
     table::{copy_key, has_peer, peer_of, remove_flow},
 };
+
+/// `BPF_NOEXIST`: insert only if absent.
+const NOEXIST: u64 = 1;
 
 /// Slots a flow that needs room in a full table samples. A full table under a flood holds
 /// mostly unassured flows, found at the first try; one full of assured flows holds nothing to
@@ -159,7 +162,7 @@ fn evict_sampled<A: Family>(
         {
             continue;
         }
-        if let Some(class) = evict::<A>(&key) {
+        if let Some((class, _)) = evict::<A>(&key) {
             count_eviction::<A>(cause, class);
             free_slot::<A>(slot);
             return true;
@@ -168,16 +171,18 @@ fn evict_sampled<A: Family>(
     false
 }
 
-/// Removes the flow whose egress key is `key` if it is there and unassured; returns its class.
+/// Removes the flow whose egress key is `key` if it is there and unassured; returns its class
+/// and the node port it held.
 #[inline(always)]
-fn evict<A: Family>(key: &NatKey<A>) -> Option<FlowClass> {
+fn evict<A: Family>(key: &NatKey<A>) -> Option<(FlowClass, u16)> {
     let egress = A::nat().get_ptr(key)?;
     // SAFETY: the pointer comes from a successful lookup; each field is read once.
-    let (assured, origin, state) = unsafe {
+    let (assured, origin, state, port) = unsafe {
         (
             core::ptr::read_volatile(&raw const (*egress).assured),
             core::ptr::read_volatile(&raw const (*egress).origin),
             core::ptr::read_volatile(&raw const (*egress).state),
+            core::ptr::read_volatile(&raw const (*egress).port),
         )
     };
     if assured != 0 {
@@ -192,5 +197,93 @@ fn evict<A: Family>(key: &NatKey<A>) -> Option<FlowClass> {
         return None;
     }
     holders::remove_one::<A>(key.src_addr);
-    Some(FlowClass::of(key.protocol, state, origin == ORIGIN_INBOUND))
+    Some((
+        FlowClass::of(key.protocol, state, origin == ORIGIN_INBOUND),
+        port,
+    ))
+}
+
+/// Beyond conntrack, which refuses a flow towards a remote endpoint none of whose ports is
+/// free: takes one for the pod whose new flow is in the hand-off from a pod holding more of that
+/// remote's ports. Samples the flow index for an unassured flow towards the same remote
+/// `ip:port` of the same protocol, held by a pod whose count in the remote-holders table
+/// (which the agent fills for busy remotes) exceeds the new flow's pod's by two or more, and
+/// evicts it; returns the node port it held, now the new flow's to take. A pod's share of a busy
+/// remote thus tends to the others': no pod keeps the last ports from every other. Assured
+/// flows are never taken. At most one port per new flow.
+#[inline(always)]
+pub(crate) fn take_from_busier<A: Family>(settings: &Settings) -> Option<u16> {
+    let slots = index_slots::<A>(settings)?;
+    let handoff = A::handoff().get_ptr_mut(0)?;
+    // SAFETY: per-CPU; this program run is its only user. The key's fields are read one by one.
+    let (mine, took) = unsafe {
+        let key = &raw const (*handoff).request.key;
+        (
+            &RemoteHolder {
+                holder: A::load(&raw const (*key).src_addr),
+                remote: A::load(&raw const (*key).dst_addr),
+                remote_port: core::ptr::read_volatile(&raw const (*key).dst_port),
+                protocol: core::ptr::read_volatile(&raw const (*key).protocol),
+                pad: 0,
+            },
+            core::ptr::read_volatile(&raw const (*handoff).took_port),
+        )
+    };
+    if took != 0 {
+        return None;
+    }
+    let my_count = A::remote_holders()
+        .get_ptr(mine)
+        // SAFETY: a valid map value, read at once.
+        .map_or(0, |count| unsafe { core::ptr::read_volatile(count) });
+    let mut sample = 0;
+    while sample < HOLDER_SAMPLES {
+        sample += 1;
+        // SAFETY: the helper takes no arguments and has no preconditions.
+        let slot = unsafe { bpf_get_prandom_u32() } % slots;
+        let Some(indexed) = A::flow_index().get_ptr(slot) else {
+            continue;
+        };
+        let mut key = core::mem::MaybeUninit::<NatKey<A>>::uninit();
+        // SAFETY: `indexed` is a valid map value; `copy_key` writes every field of `key`.
+        let key = unsafe {
+            copy_key(key.as_mut_ptr(), indexed);
+            key.assume_init()
+        };
+        if key.dst_addr != mine.remote
+            || key.dst_port != mine.remote_port
+            || key.protocol != mine.protocol
+            || key.src_addr == mine.holder
+            || key.direction() != Some(Direction::Egress)
+        {
+            continue;
+        }
+        let theirs = &RemoteHolder::of(key.src_addr, &key);
+        let Some(their_count) = A::remote_holders().get_ptr_mut(theirs) else {
+            continue;
+        };
+        // SAFETY: a valid map value, read at once.
+        if unsafe { core::ptr::read_volatile(their_count) } <= my_count.saturating_add(1) {
+            continue;
+        }
+        let Some((class, port)) = evict::<A>(&key) else {
+            continue;
+        };
+        count_eviction::<A>(EvictionCause::RemoteShare, class);
+        free_slot::<A>(slot);
+        // SAFETY: a valid, aligned `u64` map value; the add is atomic.
+        unsafe { atomic::add(their_count.cast(), 0_u64.wrapping_sub(1)) };
+        match A::remote_holders().get_ptr_mut(mine) {
+            // SAFETY: as above.
+            Some(count) => unsafe { atomic::add(count.cast(), 1) },
+            // The pod's first port towards this remote since the collector counted.
+            None => {
+                let _ = A::remote_holders().insert(mine, 1, NOEXIST);
+            }
+        }
+        // SAFETY: per-CPU, as above.
+        unsafe { core::ptr::write_volatile(&raw mut (*handoff).took_port, 1) };
+        return Some(port);
+    }
+    None
 }

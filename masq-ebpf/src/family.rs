@@ -18,8 +18,9 @@ use masq_common::{
     layout::{
         FRAGS_V4_MAX_ENTRIES, PROG_SLOT_ALLOCATOR, PROG_SLOT_ALLOCATOR_V6, PROG_SLOT_FLOW_EVENT,
         PROG_SLOT_FLOW_EVENT_V6, PROG_SLOT_ICMP_ERROR_EGRESS_V6, PROG_SLOT_ICMP_ERROR_INGRESS_V6,
-        PROG_SLOT_REVERSE_NAT, PROG_SLOT_REVERSE_NAT_V6, PROG_SLOT_SOURCE_NAT,
-        PROG_SLOT_SOURCE_NAT_V6, Uplink, UplinkSlot,
+        PROG_SLOT_PORT_SHARE, PROG_SLOT_PORT_SHARE_V6, PROG_SLOT_REVERSE_NAT,
+        PROG_SLOT_REVERSE_NAT_V6, PROG_SLOT_SOURCE_NAT, PROG_SLOT_SOURCE_NAT_V6, Uplink,
+        UplinkSlot,
     },
     nat::{Address, FragEntry, FragKey, Handoff, NatKey, proto},
     settings::{FAMILY_IPV4, FAMILY_IPV6},
@@ -31,7 +32,8 @@ use crate::{
     maps::{
         BURIED_V4, BURIED_V6, Buried, FLOW_INDEX_V4, FLOW_INDEX_V6, FRAGS_V4, FRAGS_V6, FlowIndex,
         HANDOFF, HANDOFF_V6, HOLDERS_V4, HOLDERS_V6, Holders, NAT_V4, NAT_V6, NOMASQ_SRC_V4,
-        NOMASQ_SRC_V6, NOMASQ_V4, NOMASQ_V6, NatTable, PROGS, UplinkAddrs,
+        NOMASQ_SRC_V6, NOMASQ_V4, NOMASQ_V6, NatTable, PROGS, REMOTE_HOLDERS_V4, REMOTE_HOLDERS_V6,
+        RemoteHolders, UplinkAddrs,
     },
     packet::{
         self, EarlyOutcomes, Frame6, IP_CHECK, IP_DST, IP_SRC, IPV4_FRAGMENT_OFFSET_MASK,
@@ -76,6 +78,8 @@ pub(crate) trait Family: Address + Counted + 'static {
     const SLOT_REVERSE_NAT: u32;
     /// The `MAP_PROGS` slot of the family's flow-event program.
     const SLOT_FLOW_EVENT: u32;
+    /// The `MAP_PROGS` slot of the family's port-share program.
+    const SLOT_PORT_SHARE: u32;
     /// The family's index in the per-family values of the settings.
     const FAMILY: usize;
     /// The unspecified address (`0.0.0.0`, `::`): no address.
@@ -90,6 +94,8 @@ pub(crate) trait Family: Address + Counted + 'static {
     fn flow_index() -> &'static FlowIndex<Self>;
     /// The family's count of unassured flows by local address (see `evict`).
     fn holders() -> &'static Holders<Self>;
+    /// The family's count of node ports by pod and busy remote (see `evict`).
+    fn remote_holders() -> &'static RemoteHolders<Self>;
     /// The family's removed TCP flows (see `nat::revive`).
     fn buried() -> &'static Buried<Self>;
     /// The `NOMASQ_KIND_*` of the longest destination trie entry that holds `addr`, if one does
@@ -178,6 +184,7 @@ impl Family for [u8; 4] {
     const SLOT_SOURCE_NAT: u32 = PROG_SLOT_SOURCE_NAT;
     const SLOT_REVERSE_NAT: u32 = PROG_SLOT_REVERSE_NAT;
     const SLOT_FLOW_EVENT: u32 = PROG_SLOT_FLOW_EVENT;
+    const SLOT_PORT_SHARE: u32 = PROG_SLOT_PORT_SHARE;
     const UNSPECIFIED: Self = [0; 4];
     const FAMILY: usize = FAMILY_IPV4;
 
@@ -204,6 +211,11 @@ impl Family for [u8; 4] {
     #[inline(always)]
     fn holders() -> &'static Holders<Self> {
         &HOLDERS_V4
+    }
+
+    #[inline(always)]
+    fn remote_holders() -> &'static RemoteHolders<Self> {
+        &REMOTE_HOLDERS_V4
     }
 
     #[inline(always)]
@@ -389,6 +401,7 @@ impl Family for V6 {
     const SLOT_SOURCE_NAT: u32 = PROG_SLOT_SOURCE_NAT_V6;
     const SLOT_REVERSE_NAT: u32 = PROG_SLOT_REVERSE_NAT_V6;
     const SLOT_FLOW_EVENT: u32 = PROG_SLOT_FLOW_EVENT_V6;
+    const SLOT_PORT_SHARE: u32 = PROG_SLOT_PORT_SHARE_V6;
     const UNSPECIFIED: Self = Self([0; 16]);
     const FAMILY: usize = FAMILY_IPV6;
 
@@ -415,6 +428,11 @@ impl Family for V6 {
     #[inline(always)]
     fn holders() -> &'static Holders<Self> {
         &HOLDERS_V6
+    }
+
+    #[inline(always)]
+    fn remote_holders() -> &'static RemoteHolders<Self> {
+        &REMOTE_HOLDERS_V6
     }
 
     #[inline(always)]

@@ -69,6 +69,7 @@ pub(crate) fn hand_over<A: Family>(ctx: &TcContext, request: &Request<'_, A>, pr
         // A new request: the allocator begins a search rather than resuming one.
         set!(search.round, 0);
         set!(index_slot, NO_INDEX_SLOT);
+        set!(took_port, 0);
         PROGS.tail_call(ctx, program);
     }
 }

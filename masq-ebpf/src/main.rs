@@ -186,6 +186,27 @@ fn masq_reverse_nat6(ctx: TcContext) -> i32 {
     handoff::reverse_nat::<family::V6>(&ctx)
 }
 
+/// Takes a port for a pod's new flow that found none from a pod holding more of the remote's
+/// ports (see `allocator::share_port`).
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_port_share(ctx: TcContext) -> i32 {
+    allocator::share_port::<[u8; 4]>(&ctx)
+}
+
+/// IPv6 `masq_port_share`.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the classifier macro fixes the signature"
+)]
+fn masq_port_share6(ctx: TcContext) -> i32 {
+    allocator::share_port::<family::V6>(&ctx)
+}
+
 /// IPv6 `masq_flow_event`.
 #[classifier]
 #[expect(

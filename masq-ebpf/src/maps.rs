@@ -12,9 +12,12 @@ use masq_common::{
     layout::{
         BURIED_MAX_ENTRIES, FRAGS_V4_MAX_ENTRIES, HOLDERS_MAX_ENTRIES, LINK_ETHERNET, LINK_IP,
         MapMeta, NAT_V4_DEFAULT_MAX_ENTRIES, NOMASQ_SRC_MAX_ENTRIES, NOMASQ_V4_MAX_ENTRIES,
-        PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
+        PROG_SLOTS, REMOTE_HOLDERS_MAX_ENTRIES, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink,
+        UplinkSlot,
     },
-    nat::{FragEntry, FragEntryV4, FragKey, FragKeyV4, Handoff, Holder, NatEntry, NatKey},
+    nat::{
+        FragEntry, FragEntryV4, FragKey, FragKeyV4, Handoff, Holder, NatEntry, NatKey, RemoteHolder,
+    },
     settings::Settings,
 };
 
@@ -196,6 +199,21 @@ pub(crate) static HOLDERS_V4: Holders<[u8; 4]> = LruHashMap::new();
 /// [`HOLDERS_V4`] for IPv6.
 #[btf_map(name = "masq_holders_v6")]
 pub(crate) static HOLDERS_V6: Holders<V6> = LruHashMap::new();
+
+/// How many node ports each pod's flows use towards each busy remote endpoint (see
+/// `masq_common::nat::RemoteHolder`): written by the agent's garbage collector for the remotes
+/// more than half of whose ports are in use; read, and its counts moved atomically, by the
+/// allocator when a pod finds no port towards such a remote (see `evict::take_from_busier`).
+#[btf_map(name = "masq_remote_holders_v4")]
+pub(crate) static REMOTE_HOLDERS_V4: RemoteHolders<[u8; 4]> = HashMap::new();
+
+/// [`REMOTE_HOLDERS_V4`] for IPv6.
+#[btf_map(name = "masq_remote_holders_v6")]
+pub(crate) static REMOTE_HOLDERS_V6: RemoteHolders<V6> = HashMap::new();
+
+/// The type of the remote-holders tables (see [`REMOTE_HOLDERS_V4`]).
+pub(crate) type RemoteHolders<A> =
+    HashMap<RemoteHolder<A>, u64, { REMOTE_HOLDERS_MAX_ENTRIES as usize }>;
 
 /// The type of the holders tables (see [`HOLDERS_V4`]).
 pub(crate) type Holders<A> = LruHashMap<A, Holder, { HOLDERS_MAX_ENTRIES as usize }>;

@@ -305,6 +305,19 @@ fn store_search<A: Family>(search: PortSearch) {
     }
 }
 
+/// Sets the request's search to try `port` alone (the port a flow just gave up for it; see
+/// `evict::take_from_busier`): the allocator's next run maps the flow there, or finds no port.
+#[inline(always)]
+pub(crate) fn search_one<A: Family>(port: u16) {
+    store_search::<A>(PortSearch {
+        first: port,
+        round: MIN_ALLOC_ROUND as u16,
+        size: 1,
+        start: 0,
+        step: 0,
+    });
+}
+
 /// Marks the request's search as over, whatever its outcome, so that the next request finds
 /// no search to resume even if it comes from an egress program older than this allocator
 /// (during an upgrade, which shares the request slot), which does not reset it.

@@ -5,7 +5,7 @@
 //! refuses ranges the datapath cannot honour before it starts, with a message that says why.
 
 use masq_common::{
-    ports::{DEFAULT_SNAT_RANGE, PortRange},
+    ports::{PortRange, shared_snat_ranges},
     settings::MAX_PORT_RANGES,
 };
 
@@ -59,6 +59,17 @@ impl Interval {
         }
         Ok(Self { first, last })
     }
+}
+
+/// The ports masqueraded flows get, and whether the node's own sockets share them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnatPorts {
+    /// The ranges, in order.
+    pub ranges: Vec<PortRange>,
+    /// Shared with the node (no `--to-ports`): not reserved from the node's ephemeral ports;
+    /// the node's flows are left alone unless they clash with a pod's (see
+    /// `masq_common::settings::SETTING_SHARED_PORTS`).
+    pub shared: bool,
 }
 
 /// A parsed `--to-ports` flag.
@@ -125,12 +136,26 @@ impl ToPorts {
         self.intervals.iter().map(Interval::size).sum()
     }
 
-    /// The port ranges the datapath allocates from: the intervals, or masq's default range,
-    /// checked against what the datapath supports and against the NodePort range.
-    pub fn snat_ranges(&self, nodeports: PortRange) -> Result<Vec<PortRange>, ToPortsError> {
+    /// The port ranges the datapath allocates from: the intervals, checked against what the
+    /// datapath supports and against the NodePort range, masq's alone; or, without
+    /// `--to-ports`, the kernel's (1024-65535 but the NodePorts), shared with the node as
+    /// conntrack shares them.
+    pub fn snat_ports(&self, nodeports: PortRange) -> Result<SnatPorts, ToPortsError> {
         if self.intervals.is_empty() {
-            return Ok(vec![DEFAULT_SNAT_RANGE]);
+            let (ranges, count) = shared_snat_ranges(nodeports);
+            return Ok(SnatPorts {
+                ranges: ranges.get(..count).unwrap_or_default().to_vec(),
+                shared: true,
+            });
         }
+        Ok(SnatPorts {
+            ranges: self.snat_ranges(nodeports)?,
+            shared: false,
+        })
+    }
+
+    /// The intervals as the datapath's port ranges (see [`ToPorts::snat_ports`]).
+    fn snat_ranges(&self, nodeports: PortRange) -> Result<Vec<PortRange>, ToPortsError> {
         if self.intervals.len() > MAX_PORT_RANGES {
             return Err(ToPortsError::TooManyIntervals {
                 count: self.intervals.len(),
@@ -263,8 +288,20 @@ mod tests {
     fn snat_ranges_are_checked_for_the_datapath() {
         let nodeports = masq_common::ports::DEFAULT_NODEPORT_RANGE;
         assert_eq!(
-            ToPorts::default().snat_ranges(nodeports),
-            Ok(vec![DEFAULT_SNAT_RANGE])
+            ToPorts::default().snat_ports(nodeports),
+            Ok(SnatPorts {
+                ranges: vec![PortRange::new(1024, 29_999), PortRange::new(32_768, 65_535)],
+                shared: true,
+            })
+        );
+        assert_eq!(
+            ToPorts::parse("1024-29999")
+                .expect("valid")
+                .snat_ports(nodeports),
+            Ok(SnatPorts {
+                ranges: vec![PortRange::new(1024, 29_999)],
+                shared: false,
+            })
         );
         let ok = ToPorts::parse("1024-29999,32768-65535").expect("valid");
         assert_eq!(

@@ -134,6 +134,21 @@ impl Harness {
         self.set_uplink(Some(node_ip()));
     }
 
+    /// Like [`Harness::sized`], with the ports masq uses without `--to-ports`: 1024-65535 but
+    /// the NodePort range, shared with the node.
+    pub fn shared_ports(nat_max_entries: u32) -> Self {
+        let mut harness = Self::sized(nat_max_entries, 64);
+        let (ranges, count) =
+            masq_common::ports::shared_snat_ranges(masq_common::ports::DEFAULT_NODEPORT_RANGE);
+        harness.configure(&ranges[..count], true);
+        let maps = &mut harness.datapath.maps;
+        let mut settings = maps.settings().unwrap_or_else(|error| panic!("{error}"));
+        settings.flags |= masq_common::settings::SETTING_SHARED_PORTS;
+        maps.set_settings(&settings)
+            .unwrap_or_else(|error| panic!("{error}"));
+        harness
+    }
+
     /// Gives each pod (each local address) at most `percent` of the table's flows in unassured
     /// flows, as `--nat-pod-share` does (0: no limit).
     pub fn set_pod_share(&mut self, percent: u8) {

@@ -1,9 +1,9 @@
 //! The eBPF backend: the pinned datapath on the uplink.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     fmt,
-    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     path::{Path, PathBuf},
 };
 
@@ -14,7 +14,7 @@ use masq_common::{
         MAX_RESERVED_RANGES, MapMeta, Uplink,
     },
     ports::PortRange,
-    settings::Settings,
+    settings::{SETTING_SHARED_PORTS, Settings},
 };
 
 use super::{
@@ -57,7 +57,18 @@ pub(super) struct EbpfBackend {
     enabled: bool,
     /// The source tries hold entries, so the settings carry `SETTING_SOURCE_EXEMPTIONS`.
     source_exemptions: bool,
+    /// The remote endpoints (node address, remote, protocol) the agent warned about for
+    /// having [`CROWDED_PERCENT`] of their node ports in use, until they fall below
+    /// [`UNCROWDED_PERCENT`] again.
+    crowded_remotes: BTreeSet<(IpAddr, SocketAddr, u8)>,
 }
+
+/// From this share of its node ports in use (in percent), a remote endpoint is warned about,
+/// once: new flows towards it are refused once all are taken.
+const CROWDED_PERCENT: u32 = 80;
+/// Below this share a warned remote is forgotten, so that it is warned about again if it
+/// fills up again (a margin, so that a remote hovering at the mark warns once).
+const UNCROWDED_PERCENT: u32 = 70;
 
 /// An interface to translate on, and the address its traffic is masqueraded to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -258,6 +269,7 @@ impl EbpfBackend {
             attached: BTreeMap::new(),
             enabled,
             source_exemptions,
+            crowded_remotes: BTreeSet::new(),
         })
     }
 
@@ -273,6 +285,9 @@ impl EbpfBackend {
             self.datapath
                 .maps
                 .size_settings(&mut value, options.nat_pod_share);
+            if options.ports_shared {
+                value.flags |= SETTING_SHARED_PORTS;
+            }
             value
         } else {
             tracing::warn!(
@@ -284,8 +299,12 @@ impl EbpfBackend {
         Ok(())
     }
 
-    /// Reserves the SNAT ports from the node's ephemeral allocation and records what was added.
+    /// Reserves the SNAT ports from the node's ephemeral allocation and records what was added;
+    /// with ports shared with the node, gives back what an earlier start reserved instead.
     fn reserve_ports(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
+        if options.ports_shared {
+            return self.release_reserved_ports(options);
+        }
         let ephemeral = reserved_ports::ephemeral_range(&options.sysctl_dir)?;
         if options
             .snat_ranges
@@ -320,6 +339,47 @@ impl EbpfBackend {
         if !added.is_empty() {
             tracing::info!(ports = %reserved_ports::format_port_list(&added), "reserved the SNAT ports from the node's ephemeral allocation");
         }
+        Ok(())
+    }
+
+    /// Warns once about each remote endpoint the collection found with
+    /// [`CROWDED_PERCENT`] of its node ports in use.
+    fn warn_of_crowded_remotes(&mut self, report: &gc::GcReports) {
+        let mut still_crowded = BTreeSet::new();
+        for family in [&report.ipv4, &report.ipv6] {
+            for remote in &family.busiest_remotes {
+                let id = (remote.node, remote.remote, remote.protocol);
+                let percent = remote.percent(family.ports_per_remote);
+                if percent >= UNCROWDED_PERCENT && self.crowded_remotes.contains(&id) {
+                    still_crowded.insert(id);
+                } else if percent >= CROWDED_PERCENT {
+                    still_crowded.insert(id);
+                    tracing::warn!(
+                        remote = %remote.label(),
+                        node = %remote.node,
+                        ports_in_use = remote.ports,
+                        ports = family.ports_per_remote,
+                        percent,
+                        "a remote endpoint has most of its node ports in use: new flows towards it are refused once all are taken (more ports: --to-ports, or none for 1024-65535)"
+                    );
+                }
+            }
+        }
+        self.crowded_remotes = still_crowded;
+    }
+
+    /// Takes the ports an earlier start reserved (with `--to-ports`) out of the node's reserved
+    /// ports again, and forgets the record: the ports are shared with the node now.
+    fn release_reserved_ports(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
+        let mut meta = self.datapath.maps.meta()?;
+        if meta.reserved().is_empty() {
+            return Ok(());
+        }
+        reserved_ports::release(&options.sysctl_dir, meta.reserved())?;
+        tracing::info!(ports = %reserved_ports::format_port_list(meta.reserved()), "released the ports an earlier --to-ports reserved: the ports are shared with the node now");
+        meta.reserved = [PortRange::EMPTY; MAX_RESERVED_RANGES];
+        meta.reserved_count = 0;
+        self.datapath.maps.set_meta(&meta)?;
         Ok(())
     }
 
@@ -691,6 +751,7 @@ impl Backend for EbpfBackend {
                         *total += u64::try_from(reclaimed).unwrap_or(0);
                     }
                 }
+                self.warn_of_crowded_remotes(&report);
                 state.last_gc = report;
             }
             Err(error) => tracing::error!(%error, "flow garbage collection failed"),

@@ -399,6 +399,32 @@ fn encode_nat_state(
             )
         })),
     )?;
+    // The busiest few remotes only, so the label set stays bounded.
+    let remotes: Vec<([(&str, String); 2], u64)> = families
+        .into_iter()
+        .zip(gc)
+        .flat_map(|(family, report)| {
+            report.busiest_remotes.iter().map(move |remote| {
+                (
+                    [("family", family.to_owned()), ("remote", remote.label())],
+                    remote.ports as u64,
+                )
+            })
+        })
+        .collect();
+    family(
+        encoder,
+        "masq_nat_remote_ports_in_use",
+        "Node ports in use towards each of the busiest remote endpoints (ip:port/protocol) at the last garbage collection, by family: a remote whose ports are all in use refuses new flows (see masq_nat_ports_per_remote).",
+        MetricType::Gauge,
+        gauges(remotes),
+    )?;
+    gauge(
+        encoder,
+        "masq_nat_ports_per_remote",
+        "Node ports each remote endpoint may have in use: the size of the SNAT port ranges.",
+        i64::from(gc[0].ports_per_remote.max(gc[1].ports_per_remote)),
+    )?;
     family(
         encoder,
         "masq_nat_pod_share_flows",
@@ -1062,6 +1088,19 @@ mod tests {
                     description: "src 192.0.2.1/32 dst 198.51.100.0/24".to_owned(),
                 },
             ])),
+            last_gc: crate::datapath::gc::GcReports {
+                ipv4: crate::datapath::gc::GcReport {
+                    busiest_remotes: vec![crate::datapath::gc::RemoteUse {
+                        node: std::net::Ipv4Addr::new(192, 0, 2, 1).into(),
+                        remote: "198.51.100.10:53".parse().expect("an endpoint"),
+                        protocol: masq_common::nat::proto::UDP,
+                        ports: 7,
+                    }],
+                    ports_per_remote: 61_744,
+                    ..crate::datapath::gc::GcReport::default()
+                },
+                ..crate::datapath::gc::GcReports::default()
+            },
             ..AgentStatus::default()
         };
         let readings = DatapathReadings {

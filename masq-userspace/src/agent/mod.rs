@@ -97,6 +97,9 @@ pub struct AgentOptions {
     pub pin_path: PathBuf,
     /// Ports masqueraded flows may use (eBPF).
     pub snat_ranges: Vec<PortRange>,
+    /// The ports are shared with the node's own sockets (no `--to-ports`): not reserved, the
+    /// node's flows left alone unless they clash with a pod's.
+    pub ports_shared: bool,
     /// Pick every port at random.
     pub random_fully: bool,
     /// NAT table capacity for a fresh install.

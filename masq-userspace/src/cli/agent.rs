@@ -17,7 +17,7 @@ use masq::{
         pins::DEFAULT_PIN_PATH,
     },
     node::{self, kernel::supported_kernel, reserved_ports::DEFAULT_SYSCTL_DIR},
-    ports::parse_port_range,
+    ports::{SnatPorts, parse_port_range},
 };
 use masq_common::{
     layout::NOMASQ_V4_MAX_ENTRIES,
@@ -245,12 +245,15 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
     };
     // The iptables backend hands --to-ports to the kernel as upstream does; the datapath needs
     // ranges it can use.
-    let snat_ranges = match (
+    let snat_ports = match (
         args.backend,
-        to_ports.snat_ranges(args.service_node_port_range),
+        to_ports.snat_ports(args.service_node_port_range),
     ) {
-        (_, Ok(ranges)) => ranges,
-        (BackendArg::Iptables, Err(_)) => Vec::new(),
+        (_, Ok(ports)) => ports,
+        (BackendArg::Iptables, Err(_)) => SnatPorts {
+            ranges: Vec::new(),
+            shared: false,
+        },
         (BackendArg::Ebpf, Err(error)) => return Ok(fail(&error.to_string())),
     };
     let options = AgentOptions {
@@ -275,7 +278,8 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
             ingress: args.ingress_hook_position.position(),
         },
         pin_path: args.pin_path.clone(),
-        snat_ranges,
+        snat_ranges: snat_ports.ranges,
+        ports_shared: snat_ports.shared,
         random_fully: args.flags.random_fully,
         nat_max_entries: args.nat_max_entries.entries()?,
         nat_pod_share: args.nat_pod_share,

@@ -13,7 +13,7 @@ use masq::{
     datapath::{
         attach::{AttachMode, programs_on},
         flows::{Flow, flows},
-        gc::monotonic_now_ns,
+        gc::{self, monotonic_now_ns},
         maps::{DatapathMaps, Trie},
         pins::{DEFAULT_PIN_PATH, Hook, PinDir},
     },
@@ -100,6 +100,8 @@ struct StatusJson {
     translating: bool,
     random_fully: bool,
     snat_ports: Vec<String>,
+    /// The ports are shared with the node's own sockets (no `--to-ports`).
+    ports_shared: bool,
     reserved_ports: Vec<String>,
     uplinks: Vec<UplinkJson>,
     nomasq_cidrs: Vec<String>,
@@ -122,6 +124,10 @@ struct StatusJson {
     top_holders: Vec<HolderJson>,
     /// Flows the datapath evicted to make room since the maps were created (nonzero only).
     evictions: Vec<EvictionJson>,
+    /// Node ports each remote endpoint may have in use (the SNAT ranges' size).
+    ports_per_remote: u32,
+    /// The remote endpoints with the most node ports in use, busiest first, both families.
+    busiest_remotes: Vec<RemoteJson>,
     counters: Vec<(String, u64)>,
     counters_v6: Vec<(String, u64)>,
     /// XFRM output policies that select masqueraded traffic only after translation (so it
@@ -135,6 +141,17 @@ struct StatusJson {
 struct HolderJson {
     address: String,
     unassured: u64,
+}
+
+#[derive(Serialize)]
+struct RemoteJson {
+    /// `ip:port/protocol`.
+    remote: String,
+    /// The node address the flows leave with.
+    node: String,
+    ports_in_use: usize,
+    /// Of [`StatusJson::ports_per_remote`], in percent.
+    percent: u32,
 }
 
 #[derive(Serialize)]
@@ -318,6 +335,13 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             },
         ));
     }
+    let ports_per_remote = settings.total_ports;
+    let mut busiest_remotes: Vec<gc::RemoteUse> = gc::remote_use(entries.iter().copied())
+        .into_iter()
+        .chain(gc::remote_use(entries_v6.iter().copied()))
+        .collect();
+    busiest_remotes.sort_by(|a, b| b.ports.cmp(&a.ports).then(a.cmp(b)));
+    busiest_remotes.truncate(gc::TOP_REMOTES);
     let unassured = |flows: &[Flow]| flows.iter().filter(|flow| !flow.assured()).count();
     let flows_v4 = flows(&entries);
     let flows_v6 = flows(&entries_v6);
@@ -329,6 +353,7 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         translating: settings.enabled(),
         random_fully: settings.random_fully(),
         snat_ports: port_list(settings.ranges()),
+        ports_shared: settings.ports_shared(),
         reserved_ports: port_list(meta.reserved()),
         uplinks,
         nomasq_cidrs: trie_v4
@@ -367,6 +392,16 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             })
             .collect(),
         evictions,
+        ports_per_remote,
+        busiest_remotes: busiest_remotes
+            .iter()
+            .map(|remote| RemoteJson {
+                remote: remote.label(),
+                node: remote.node.to_string(),
+                ports_in_use: remote.ports,
+                percent: remote.percent(ports_per_remote),
+            })
+            .collect(),
         counters: nonzero(maps.counter_totals()?),
         counters_v6: nonzero(maps.counter_totals_v6()?),
         ipsec_bypassed,
@@ -385,13 +420,18 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     )?;
     writeln!(
         out,
-        "datapath:     {}, ports {} ({})",
+        "datapath:     {}, ports {}{} ({})",
         if status.translating {
             "translating"
         } else {
             "NOT translating (no valid config yet)"
         },
         status.snat_ports.join(","),
+        if status.ports_shared {
+            " shared with the node"
+        } else {
+            ""
+        },
         if status.random_fully {
             "random-fully"
         } else {
@@ -553,6 +593,24 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             .map(|holder| format!("{} {}", holder.address, holder.unassured))
             .collect();
         writeln!(out, "holders:      {}", holders.join(", "))?;
+    }
+    if !status.busiest_remotes.is_empty() {
+        let remotes: Vec<String> = status
+            .busiest_remotes
+            .iter()
+            .map(|remote| {
+                format!(
+                    "{} {} ({}%)",
+                    remote.remote, remote.ports_in_use, remote.percent
+                )
+            })
+            .collect();
+        writeln!(
+            out,
+            "remotes:      {} (ports in use, of {} each)",
+            remotes.join(", "),
+            status.ports_per_remote
+        )?;
     }
     if !status.evictions.is_empty() {
         writeln!(out, "evictions:")?;

@@ -16,8 +16,8 @@ use masq_common::{
     flow::{FlowClass, Timeouts, datagram, reclaimable, tcp},
     layout::MAP_FRAGS_V4,
     nat::{
-        Direction, FRAG_LIFETIME_NS, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND, ORIGIN_POD,
-        last_activity, proto,
+        Address, Direction, FRAG_LIFETIME_NS, NatEntry, NatKey, ORIGIN_HOST, ORIGIN_INBOUND,
+        ORIGIN_POD, RemoteHolder, last_activity, proto,
     },
 };
 
@@ -81,6 +81,83 @@ pub struct GcReport {
     /// The local addresses holding the most unassured flows after collecting, busiest first
     /// (at most [`TOP_HOLDERS`]).
     pub top_holders: Vec<(IpAddr, u64)>,
+    /// The remote endpoints whose node ports are most in use after collecting, busiest first
+    /// (at most [`TOP_REMOTES`]).
+    pub busiest_remotes: Vec<RemoteUse>,
+    /// The node ports each remote endpoint may have in use (the settings' ports).
+    pub ports_per_remote: u32,
+}
+
+/// The node ports one remote endpoint has in use: it can hold one flow per port of the ranges
+/// (for each node address), so a remote near its ranges' size refuses new flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RemoteUse {
+    /// The node address the flows leave with.
+    pub node: IpAddr,
+    /// The remote address and port (0 for protocols without ports).
+    pub remote: std::net::SocketAddr,
+    /// IP protocol number.
+    pub protocol: u8,
+    /// Node ports in use towards it.
+    pub ports: usize,
+}
+
+impl RemoteUse {
+    /// `ip:port/protocol`, as metrics and `masq status` name a remote.
+    pub fn label(&self) -> String {
+        let protocol = match self.protocol {
+            proto::TCP => "tcp".to_owned(),
+            proto::UDP => "udp".to_owned(),
+            proto::SCTP => "sctp".to_owned(),
+            proto::ICMP => "icmp".to_owned(),
+            proto::ICMPV6 => "icmpv6".to_owned(),
+            other => other.to_string(),
+        };
+        format!("{}/{protocol}", self.remote)
+    }
+
+    /// Its share of `ports_per_remote`, in percent.
+    pub fn percent(&self, ports_per_remote: u32) -> u32 {
+        if ports_per_remote == 0 {
+            return 0;
+        }
+        u32::try_from(self.ports.saturating_mul(100) / ports_per_remote as usize)
+            .unwrap_or(u32::MAX)
+    }
+}
+
+/// Remote endpoints a report keeps, busiest first.
+pub const TOP_REMOTES: usize = 5;
+
+/// From this share of its ports on (in percent), a remote is busy: the collector records how
+/// many of them each pod holds, for the allocator to share out the last ones (see the
+/// datapath's `evict::take_from_busier`).
+const BUSY_REMOTE_PERCENT: usize = 50;
+
+/// Node ports in use per remote endpoint among `entries` (egress halves of flows that took a
+/// node port: the pods' and the node's own), busiest first.
+pub fn remote_use<A: Address + Into<IpAddr>>(
+    entries: impl IntoIterator<Item = (NatKey<A>, NatEntry<A>)>,
+) -> Vec<RemoteUse> {
+    let mut counts: HashMap<(A, A, u16, u8), usize> = HashMap::new();
+    for (key, entry) in entries {
+        if key.direction() == Some(Direction::Egress) && entry.origin != ORIGIN_INBOUND {
+            *counts
+                .entry((entry.addr, key.dst_addr, key.dst_port, key.protocol))
+                .or_default() += 1;
+        }
+    }
+    let mut remotes: Vec<RemoteUse> = counts
+        .into_iter()
+        .map(|((node, remote, remote_port, protocol), ports)| RemoteUse {
+            node: node.into(),
+            remote: std::net::SocketAddr::new(remote.into(), remote_port),
+            protocol,
+            ports,
+        })
+        .collect();
+    remotes.sort_by(|a, b| b.ports.cmp(&a.ports).then(a.cmp(b)));
+    remotes
 }
 
 impl GcReport {
@@ -213,6 +290,7 @@ where
     let remaining = report.entries - 2 * report.expired - report.orphans;
     reclaim(maps, &mut live, remaining, capacity, &mut report)?;
     reconcile_holders(maps, &live, &holders_before, &mut report)?;
+    record_busy_remotes(maps, &live, &mut report)?;
     Ok(report)
 }
 
@@ -341,6 +419,49 @@ where
     busiest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     busiest.truncate(TOP_HOLDERS);
     report.top_holders = busiest;
+    Ok(())
+}
+
+/// Records the busiest remotes in `report`, and writes how many ports each pod holds towards
+/// every busy one (see [`BUSY_REMOTE_PERCENT`]) into the remote-holders table, removing what it
+/// held for remotes no longer busy.
+fn record_busy_remotes<A: NatTable>(
+    maps: &mut DatapathMaps,
+    live: &[(Judged<A>, u64)],
+    report: &mut GcReport,
+) -> Result<(), DatapathError>
+where
+    NatKey<A>: aya::Pod,
+    NatEntry<A>: aya::Pod,
+{
+    report.ports_per_remote = maps.settings()?.total_ports;
+    let remotes = remote_use(live.iter().map(|(judged, _)| (judged.key, judged.entry)));
+    let busy_ports = report.ports_per_remote as usize * BUSY_REMOTE_PERCENT / 100;
+    let mut per_remote: HashMap<(A, u16, u8), usize> = HashMap::new();
+    for (judged, _) in live {
+        if judged.entry.origin != ORIGIN_INBOUND {
+            let key = &judged.key;
+            *per_remote
+                .entry((key.dst_addr, key.dst_port, key.protocol))
+                .or_default() += 1;
+        }
+    }
+    let busy: Vec<(A, u16, u8)> = per_remote
+        .into_iter()
+        .filter(|&(_, ports)| busy_ports > 0 && ports >= busy_ports)
+        .map(|(remote, _)| remote)
+        .collect();
+    let mut held: HashMap<RemoteHolder<A>, u64> = HashMap::new();
+    for (judged, _) in live {
+        let key = &judged.key;
+        if judged.entry.origin == ORIGIN_POD
+            && busy.contains(&(key.dst_addr, key.dst_port, key.protocol))
+        {
+            *held.entry(RemoteHolder::of(key.src_addr, key)).or_default() += 1;
+        }
+    }
+    A::sync_remote_holders(maps, &held)?;
+    report.busiest_remotes = remotes.into_iter().take(TOP_REMOTES).collect();
     Ok(())
 }
 

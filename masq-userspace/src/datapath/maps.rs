@@ -17,12 +17,13 @@ use masq_common::{
         MAP_ALLOC_RETRIES, MAP_BURIED_V4, MAP_BURIED_V6, MAP_COUNTERS, MAP_COUNTERS_V6,
         MAP_EVICTIONS, MAP_EVICTIONS_V6, MAP_FRAGS_V4, MAP_HOLDERS_V4, MAP_HOLDERS_V6, MAP_META,
         MAP_NAT_V4, MAP_NAT_V6, MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6,
-        MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS, MapMeta, UPLINK_INDEX_SLOTS, Uplink,
-        UplinkSlot, flow_slots,
+        MAP_REMOTE_HOLDERS_V4, MAP_REMOTE_HOLDERS_V6, MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS,
+        MapMeta, UPLINK_INDEX_SLOTS, Uplink, UplinkSlot, flow_slots,
     },
     nat::{
         Address, Direction, FragEntryV4, FragKeyV4, Holder, NatEntry, NatEntryV4, NatEntryV6,
-        NatKey, NatKeyV4, NatKeyV6, ORIGIN_HOST, ORIGIN_POD, proto,
+        NatKey, NatKeyV4, NatKeyV6, ORIGIN_HOST, ORIGIN_POD, RemoteHolder, RemoteHolderV4,
+        RemoteHolderV6, proto,
     },
     settings::{FAMILY_IPV4, FAMILY_IPV6, Settings},
 };
@@ -104,6 +105,10 @@ pub struct DatapathMaps {
     pub holders_v4: HashMap<MapData, [u8; 4], Holder>,
     /// The same for IPv6.
     pub holders_v6: HashMap<MapData, [u8; 16], Holder>,
+    /// Node ports by pod and busy IPv4 remote (see `RemoteHolder`).
+    pub remote_holders_v4: HashMap<MapData, RemoteHolderV4, u64>,
+    /// The same for IPv6.
+    pub remote_holders_v6: HashMap<MapData, RemoteHolderV6, u64>,
     /// Per-CPU IPv4 evictions by cause and class.
     pub evictions: PerCpuArray<MapData, u64>,
     /// Per-CPU IPv6 evictions by cause and class.
@@ -152,6 +157,8 @@ where
     const HOLDERS_MAP_NAME: &'static str;
     /// The map name of the family's eviction counters.
     const EVICTIONS_MAP_NAME: &'static str;
+    /// The map name of the family's remote holders.
+    const REMOTE_HOLDERS_MAP_NAME: &'static str;
     /// The family's table.
     fn table(maps: &DatapathMaps) -> &HashMap<MapData, NatKey<Self>, NatEntry<Self>>;
     /// The family's table, for deleting.
@@ -168,6 +175,11 @@ where
     fn holders_mut(maps: &mut DatapathMaps) -> &mut HashMap<MapData, Self, Holder>;
     /// The family's eviction counters.
     fn evictions(maps: &DatapathMaps) -> &PerCpuArray<MapData, u64>;
+    /// Makes the family's remote-holders table hold `held`, removing whatever else it held.
+    fn sync_remote_holders(
+        maps: &mut DatapathMaps,
+        held: &std::collections::HashMap<RemoteHolder<Self>, u64>,
+    ) -> Result<(), DatapathError>;
 }
 
 /// Implements [`NatTable`] for one family's address: its table, and the table's descriptor.
@@ -177,6 +189,7 @@ macro_rules! nat_table {
         ($map_name:expr, $table:ident, $fd:ident, $capacity:ident),
         ($buried_name:expr, $buried:ident),
         ($holders_name:expr, $holders:ident),
+        ($remote_holders_name:expr, $remote_holders:ident),
         ($evictions_name:expr, $evictions:ident)
     ) => {
         impl NatTable for $address {
@@ -184,6 +197,7 @@ macro_rules! nat_table {
             const BURIED_MAP_NAME: &'static str = $buried_name;
             const HOLDERS_MAP_NAME: &'static str = $holders_name;
             const EVICTIONS_MAP_NAME: &'static str = $evictions_name;
+            const REMOTE_HOLDERS_MAP_NAME: &'static str = $remote_holders_name;
             fn table(maps: &DatapathMaps) -> &HashMap<MapData, NatKey<Self>, NatEntry<Self>> {
                 &maps.$table
             }
@@ -212,6 +226,33 @@ macro_rules! nat_table {
             fn evictions(maps: &DatapathMaps) -> &PerCpuArray<MapData, u64> {
                 &maps.$evictions
             }
+            fn sync_remote_holders(
+                maps: &mut DatapathMaps,
+                held: &std::collections::HashMap<RemoteHolder<Self>, u64>,
+            ) -> Result<(), DatapathError> {
+                let table = &mut maps.$remote_holders;
+                let stale: Vec<RemoteHolder<Self>> = table
+                    .keys()
+                    .filter_map(Result::ok)
+                    .filter(|key| !held.contains_key(key))
+                    .collect();
+                for key in stale {
+                    match table.remove(&key) {
+                        Ok(()) | Err(MapError::KeyNotFound) => {}
+                        Err(error) => {
+                            return Err(DatapathError::map("removing from", $remote_holders_name)(
+                                error,
+                            ));
+                        }
+                    }
+                }
+                for (key, count) in held {
+                    table
+                        .insert(key, count, 0)
+                        .map_err(DatapathError::map("writing", $remote_holders_name))?;
+                }
+                Ok(())
+            }
         }
     };
 }
@@ -221,6 +262,7 @@ nat_table!(
     (MAP_NAT_V4, nat_v4, nat_fd, nat_capacity),
     (MAP_BURIED_V4, buried_v4),
     (MAP_HOLDERS_V4, holders_v4),
+    (MAP_REMOTE_HOLDERS_V4, remote_holders_v4),
     (MAP_EVICTIONS, evictions)
 );
 nat_table!(
@@ -228,6 +270,7 @@ nat_table!(
     (MAP_NAT_V6, nat_v6, nat_v6_fd, nat_v6_capacity),
     (MAP_BURIED_V6, buried_v6),
     (MAP_HOLDERS_V6, holders_v6),
+    (MAP_REMOTE_HOLDERS_V6, remote_holders_v6),
     (MAP_EVICTIONS_V6, evictions_v6)
 );
 
@@ -459,6 +502,8 @@ impl DatapathMaps {
             buried_v6: typed(get(MAP_BURIED_V6)?, MAP_BURIED_V6)?,
             holders_v4: typed(get(MAP_HOLDERS_V4)?, MAP_HOLDERS_V4)?,
             holders_v6: typed(get(MAP_HOLDERS_V6)?, MAP_HOLDERS_V6)?,
+            remote_holders_v4: typed(get(MAP_REMOTE_HOLDERS_V4)?, MAP_REMOTE_HOLDERS_V4)?,
+            remote_holders_v6: typed(get(MAP_REMOTE_HOLDERS_V6)?, MAP_REMOTE_HOLDERS_V6)?,
             evictions: typed(get(MAP_EVICTIONS)?, MAP_EVICTIONS)?,
             evictions_v6: typed(get(MAP_EVICTIONS_V6)?, MAP_EVICTIONS_V6)?,
             nomasq_last_synced: None,
@@ -589,6 +634,23 @@ impl DatapathMaps {
                 return Ok(false);
             }
             Err(error) => return Err(DatapathError::map("writing", A::MAP_NAME)(error)),
+        }
+        if replaces_identity {
+            // The node's half of the record goes too: a node packet from that port must not
+            // find it and keep the port whose replies are the pod's now (it gets another, as a
+            // clashing node flow does).
+            let identity = NatKey::new(
+                flow.node,
+                flow.remote,
+                flow.node_port,
+                flow.remote_port,
+                flow.protocol,
+                Direction::Egress,
+            );
+            match A::table_mut(self).remove(&identity) {
+                Ok(()) | Err(MapError::KeyNotFound) => {}
+                Err(error) => return Err(DatapathError::map("removing from", A::MAP_NAME)(error)),
+            }
         }
         let egress_key = reply_key.peer(&reply_half);
         match A::table_mut(self).insert(

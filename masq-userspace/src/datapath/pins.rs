@@ -16,13 +16,13 @@ use masq_common::{
         MAP_EVICTIONS_V6, MAP_FLOW_CURSOR, MAP_FLOW_INDEX_V4, MAP_FLOW_INDEX_V6, MAP_FRAGS_V4,
         MAP_FRAGS_V6, MAP_HANDOFF, MAP_HANDOFF_V6, MAP_HOLDERS_V4, MAP_HOLDERS_V6,
         MAP_LAYOUT_VERSION, MAP_META, MAP_NAT_V4, MAP_NAT_V6, MAP_NOMASQ_SRC_V4, MAP_NOMASQ_SRC_V6,
-        MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_PROGS, MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS,
-        MapMeta, NOMASQ_SRC_MAX_ENTRIES, PROG_SLOTS, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES,
-        Uplink, UplinkSlot,
+        MAP_NOMASQ_V4, MAP_NOMASQ_V6, MAP_PROGS, MAP_REMOTE_HOLDERS_V4, MAP_REMOTE_HOLDERS_V6,
+        MAP_SETTINGS, MAP_UPLINK_SLOTS, MAP_UPLINKS, MapMeta, NOMASQ_SRC_MAX_ENTRIES, PROG_SLOTS,
+        REMOTE_HOLDERS_MAX_ENTRIES, UPLINK_INDEX_SLOTS, UPLINKS_MAX_ENTRIES, Uplink, UplinkSlot,
     },
     nat::{
         FragEntryV4, FragEntryV6, FragKeyV4, FragKeyV6, HandoffV4, HandoffV6, Holder, NatEntryV4,
-        NatEntryV6, NatKeyV4, NatKeyV6,
+        NatEntryV6, NatKeyV4, NatKeyV6, RemoteHolderV4, RemoteHolderV6,
     },
     settings::Settings,
 };
@@ -94,7 +94,7 @@ struct ExpectedMap {
     max_entries: Option<u32>,
 }
 
-fn expected_maps() -> [ExpectedMap; 27] {
+fn expected_maps() -> [ExpectedMap; 29] {
     [
         ExpectedMap {
             name: MAP_META,
@@ -249,6 +249,20 @@ fn expected_maps() -> [ExpectedMap; 27] {
             key_size: 16,
             value_size: size_of::<Holder>(),
             max_entries: Some(HOLDERS_MAX_ENTRIES),
+        },
+        ExpectedMap {
+            name: MAP_REMOTE_HOLDERS_V4,
+            map_type: MapType::Hash,
+            key_size: size_of::<RemoteHolderV4>(),
+            value_size: 8,
+            max_entries: Some(REMOTE_HOLDERS_MAX_ENTRIES),
+        },
+        ExpectedMap {
+            name: MAP_REMOTE_HOLDERS_V6,
+            map_type: MapType::Hash,
+            key_size: size_of::<RemoteHolderV6>(),
+            value_size: 8,
+            max_entries: Some(REMOTE_HOLDERS_MAX_ENTRIES),
         },
         ExpectedMap {
             name: MAP_FLOW_INDEX_V4,

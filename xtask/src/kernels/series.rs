@@ -254,6 +254,18 @@ const E2E_NAT_STATE: Step = e2e(
     600,
 );
 
+/// Ports per remote (issue 33): 40,000 flows from pods to one remote, each on a node port of
+/// its own, the node's own query to it answered; a crowded remote warned about and shown.
+const E2E_PORTS: Step = e2e(
+    "e2e_ports",
+    "e2e_nat",
+    &[
+        "forty_thousand_flows_from_pods_to_one_remote_all_get_a_node_port",
+        "a_remote_running_out_of_ports_is_warned_about_and_shown",
+    ],
+    300,
+);
+
 /// masq's own rules (issue 26): a masquerade exception inside an exempt range and an exempt
 /// pod source, through the agent in the kernel's own attach mode and through its iptables
 /// backend.
@@ -337,6 +349,7 @@ pub(crate) const MATRIX: &[Series] = &[
             E2E_TC,
             E2E_CONNTRACK,
             E2E_NAT_STATE,
+            E2E_PORTS,
             E2E_RULES_TC,
             E2E_CSUM_COMPLETE,
             E2E_WIREGUARD_TC,
@@ -359,6 +372,7 @@ pub(crate) const MATRIX: &[Series] = &[
             E2E_TC,
             E2E_CONNTRACK,
             E2E_NAT_STATE,
+            E2E_PORTS,
             E2E_RULES_TC,
             E2E_RULES_TCX,
             E2E_CSUM_COMPLETE,
