@@ -383,7 +383,9 @@ fn the_migrate_layout_takes_over_an_iptables_legacy_ip_masq_agent_chain() {
     assert_eq!(arrives_from(&sandbox, far), IpAddr::V4(NODE_IP));
 
     let (daemonset, spec) = agent_spec("overlays/migrate", &sandbox, &pins, &config);
-    let agent = Container::start(&sandbox.tag, spec);
+    // MASQUERADE keeps the pod's ephemeral port, and so does masq on its default shared
+    // ports: a range of masq's own tells which of the two translated the flow.
+    let agent = Container::start(&sandbox.tag, spec.with_args(&["--to-ports=1024-29999"]));
     wait_ready(&sandbox, &daemonset, &agent);
     let logs = agent.logs();
     assert!(logs.contains("using iptables-legacy"), "{logs}");
@@ -394,7 +396,7 @@ fn the_migrate_layout_takes_over_an_iptables_legacy_ip_masq_agent_chain() {
         !rules.contains("IP-MASQ-AGENT"),
         "the chain survived the take-over: {rules}"
     );
-    // Now masq masquerades: the flow gets a port from masq's range.
+    // Now masq masquerades: the flow gets a port from the range masq was given.
     let transfer = sandbox
         .pod(1)
         .enter(|| tcp_transfer(far, "after", b"after", TIMEOUT))

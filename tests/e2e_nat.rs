@@ -241,11 +241,17 @@ fn flows_to(remote: SocketAddr, first: u16, count: u16) {
 /// kernel's 1024-65535 (the iptables backend: 39,987 of them); masq's old 1024-29999 gave
 /// 28,949. masq now shares the kernel's ports with the node: every flow gets a node port of
 /// its own, and a node connection to that remote still works, its replies reaching the node.
+/// The table is the one a node with more than 4 GiB gets: on a smaller node (the kernel
+/// matrix's guests have 2 GiB) each pod's share of unanswered flows is 16,384, and the pods'
+/// later flows would take the place of their earlier ones.
 #[test]
 fn forty_thousand_flows_from_pods_to_one_remote_all_get_a_node_port() {
     let sandbox = Sandbox::new("ports40k", SandboxOptions::default());
     let absent = format!("/tmp/{}-absent", sandbox.tag);
-    let agent = Agent::start(&sandbox, &["--config", &absent]);
+    let agent = Agent::start(
+        &sandbox,
+        &["--config", &absent, "--nat-max-entries", "524288"],
+    );
     let _server = udp_server(
         &sandbox.outside,
         SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 5353),
@@ -263,20 +269,29 @@ fn forty_thousand_flows_from_pods_to_one_remote_all_get_a_node_port() {
         "json",
     ]);
     let flows: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("nat list's JSON");
-    let translated: BTreeSet<String> = flows
+    let pod_flows: Vec<&serde_json::Value> = flows
         .as_array()
         .expect("a list of flows")
         .iter()
         .filter(|flow| flow["node_flow"] == false)
+        .collect();
+    let translated: BTreeSet<String> = pod_flows
+        .iter()
         .filter_map(|flow| flow["translated"].as_str().map(str::to_owned))
         .collect();
+    let status = agent.status();
     assert_eq!(
         (
             translated.len(),
             agent.counter("egress_drop_no_port", false)
         ),
         (40_000, 0),
-        "distinct node ports of the 40,000 flows, and flows refused for want of one"
+        "distinct node ports of the 40,000 flows, and flows refused for want of one \
+         ({} pod flows listed; counters {}; evictions {}; share {})",
+        pod_flows.len(),
+        status["counters"],
+        agent.evictions("ipv4"),
+        status["pod_share"],
     );
     assert!(
         translated
