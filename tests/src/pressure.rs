@@ -24,7 +24,7 @@ pub const TABLE_ENTRIES: u64 = 256;
 /// The agent's arguments for these tests: the table of [`TABLE_ENTRIES`], and no pod share.
 /// Pod 1's live flows take 100 of the table's 128 flows, 50 of them datagram flows that are
 /// not streams yet for two seconds: a share of so small a table would count them against the
-/// pod, which is not what these tests are about (the share has its own, in `e2e_conntrack`).
+/// pod, which is not what these tests are about (the share has its own, in e2e's `conntrack`).
 pub const TABLE_ARGS: [&str; 4] = ["--nat-max-entries", "256", "--nat-pod-share", "0"];
 
 /// With `agent` running with `--nat-max-entries` [`TABLE_ENTRIES`] (and `--enable-ipv6` for

@@ -21,7 +21,7 @@ mod report;
 pub(crate) mod series;
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     fmt::Write as _,
     fs,
     io::{BufRead as _, BufReader},
@@ -220,10 +220,16 @@ fn build_binaries(arch: Arch) -> Result<Binaries> {
         "--package",
         "masq-testbed",
     ];
-    for step in series::ARM64_MATRIX.iter().flat_map(|series| series.steps) {
-        if let Action::Tests { binary, .. } = step.action {
-            args.extend(["--test", binary]);
-        }
+    let binaries: BTreeSet<&str> = series::ARM64_MATRIX
+        .iter()
+        .flat_map(|series| series.steps)
+        .filter_map(|step| match step.action {
+            Action::Tests { binary, .. } => Some(binary),
+            _ => None,
+        })
+        .collect();
+    for binary in binaries {
+        args.extend(["--test", binary]);
     }
     let tests = built_executables(arch.cargo(target), &args, &|message| {
         message["profile"]["test"] == true

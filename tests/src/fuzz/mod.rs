@@ -563,7 +563,7 @@ impl Fuzzer {
         format!(
             "datapath fuzzer: frame #{sent} ({direction:?}){outcome}\n{what}\n  input:  {}\n  \
              seed {:#x} (replay: MASQ_FUZZ_SEED={:#x} MASQ_FUZZ_FRAMES={sent} cargo test -p \
-             masq-testbed --test datapath_fuzz), epoch {} with {:?}, uplink {}\n  frames \
+             masq-testbed --test datapath fuzz::), epoch {} with {:?}, uplink {}\n  frames \
              before it, oldest first:\n    {}",
             hex(frame),
             self.seed,

@@ -88,6 +88,7 @@ impl Plan<'_> {
             Action::Refused { args, .. } => self.restricted(&timeout, args, &file),
             Action::Tests {
                 binary,
+                module,
                 args,
                 exact,
             } => {
@@ -100,9 +101,11 @@ impl Plan<'_> {
                 })?;
                 let mut words = vec![quote_path(executable)];
                 words.extend(args.iter().map(|arg| quote(arg)));
-                if !exact.is_empty() {
+                if exact.is_empty() {
+                    words.push(quote(&format!("{module}::")));
+                } else {
                     words.push("--exact".to_owned());
-                    words.extend(exact.iter().map(|name| quote(name)));
+                    words.extend(exact.iter().map(|name| quote(&format!("{module}::{name}"))));
                 }
                 // Where cargo runs a package's tests: its own directory.
                 format!(

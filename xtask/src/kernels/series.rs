@@ -133,12 +133,15 @@ pub(crate) enum Action {
         args: &'static [&'static str],
         minimum: &'static str,
     },
-    /// A test executable of `masq-testbed` (by its target name), as root (the tests drop the
-    /// agent to the DaemonSet's capabilities themselves), with libtest arguments. With
-    /// `exact`, only those tests run (`--exact`) and each must pass; otherwise every test of
-    /// the binary runs and at least one must.
+    /// Tests of one module of a test executable of `masq-testbed` (the executable by its
+    /// target name, the module as its `main.rs` declares it), as root (the tests drop the agent
+    /// to the DaemonSet's capabilities themselves), with libtest arguments. With `exact`, only
+    /// those tests of the module run (`--exact MODULE::NAME`) and each must pass; otherwise
+    /// every test of the module runs (libtest's filter `MODULE::`, which selects the names that
+    /// contain it) and at least one must.
     Tests {
         binary: &'static str,
+        module: &'static str,
         args: &'static [&'static str],
         exact: &'static [&'static str],
     },
@@ -159,13 +162,15 @@ const CHECK_TCX: Step = Step {
     timeout_secs: 120,
 };
 
-/// Every test of a datapath binary: crafted packets through BPF_PROG_TEST_RUN (each test
-/// loads the datapath, so the verifier runs once a test: 10-60 s a binary under TCG).
-const fn datapath(binary: &'static str) -> Step {
+/// Every test of a module of the `datapath` binary: crafted packets through BPF_PROG_TEST_RUN
+/// (each test loads the datapath, so the verifier runs once a test: 10-60 s a module under
+/// TCG).
+const fn datapath(name: &'static str, module: &'static str) -> Step {
     Step {
-        name: binary,
+        name,
         action: Action::Tests {
-            binary,
+            binary: "datapath",
+            module,
             args: &["--test-threads", "2"],
             exact: &[],
         },
@@ -173,24 +178,25 @@ const fn datapath(binary: &'static str) -> Step {
     }
 }
 
-const DATAPATH_V4: Step = datapath("datapath");
-const DATAPATH_V6: Step = datapath("datapath_v6");
+const DATAPATH_V4: Step = datapath("datapath", "ipv4");
+const DATAPATH_V6: Step = datapath("datapath_v6", "ipv6");
 
-/// End-to-end tests of one `masq-testbed` binary: an agent, namespaces, real traffic. Tests
-/// that name no attach mode use the kernel's own (tc before 6.6).
+/// End-to-end tests of one module of the `e2e` binary: an agent, namespaces, real traffic.
+/// Tests that name no attach mode use the kernel's own (tc before 6.6).
 const fn e2e(
     name: &'static str,
-    binary: &'static str,
+    module: &'static str,
     test: &'static [&'static str],
     timeout_secs: u64,
 ) -> Step {
-    tests_step(name, binary, &["--test-threads", "1"], test, timeout_secs)
+    tests_step(name, module, &["--test-threads", "1"], test, timeout_secs)
 }
 
-/// One step running `test` of test binary `binary` with libtest arguments `args`.
+/// One step running `test` of module `module` of the `e2e` binary with libtest arguments
+/// `args`.
 const fn tests_step(
     name: &'static str,
-    binary: &'static str,
+    module: &'static str,
     args: &'static [&'static str],
     test: &'static [&'static str],
     timeout_secs: u64,
@@ -198,7 +204,8 @@ const fn tests_step(
     Step {
         name,
         action: Action::Tests {
-            binary,
+            binary: "e2e",
+            module,
             args,
             exact: test,
         },
@@ -209,14 +216,14 @@ const fn tests_step(
 /// Through tc filters (`AttachMode::Tc`).
 const E2E_TC: Step = e2e(
     "traffic_through_tc_filters_with_checksum_offload_on",
-    "e2e_datapath",
+    "datapath",
     &["traffic_through_tc_filters_with_checksum_offload_on"],
     150,
 );
 /// Through tcx links (`AttachMode::Tcx`, Linux 6.6 and later).
 const E2E_TCX: Step = e2e(
     "traffic_with_checksum_offload_on",
-    "e2e_datapath",
+    "datapath",
     &["traffic_with_checksum_offload_on"],
     150,
 );
@@ -224,7 +231,7 @@ const E2E_TCX: Step = e2e(
 /// against a full table, a renumbered uplink (in the kernel's own attach mode).
 const E2E_CONNTRACK: Step = e2e(
     "e2e_conntrack",
-    "e2e_conntrack",
+    "conntrack",
     &[
         "host_ports_reach_their_pod_tc",
         "a_take_over_keeps_upstreams_live_flows_and_their_ports",
@@ -239,7 +246,7 @@ const E2E_CONNTRACK: Step = e2e(
 /// flows removed under a stream, a node connection clashing with an adopted flow.
 const E2E_NAT_STATE: Step = e2e(
     "e2e_nat_state",
-    "e2e_conntrack",
+    "conntrack",
     &[
         "a_pod_connecting_to_closed_ports_leaves_the_other_pods_new_connections_working",
         "a_udp_spray_from_a_pod_costs_another_pods_queries_nothing",
@@ -258,7 +265,7 @@ const E2E_NAT_STATE: Step = e2e(
 /// its own, the node's own query to it answered; a crowded remote warned about and shown.
 const E2E_PORTS: Step = e2e(
     "e2e_ports",
-    "e2e_nat",
+    "nat",
     &[
         "forty_thousand_flows_from_pods_to_one_remote_all_get_a_node_port",
         "a_remote_running_out_of_ports_is_warned_about_and_shown",
@@ -271,7 +278,7 @@ const E2E_PORTS: Step = e2e(
 /// backend.
 const E2E_RULES_TC: Step = e2e(
     "e2e_rules",
-    "e2e_rules",
+    "rules",
     &[
         "the_ebpf_backend_masquerades_exceptions_and_spares_exempt_pods::tc",
         "the_iptables_backend_masquerades_exceptions_and_spares_exempt_pods",
@@ -282,7 +289,7 @@ const E2E_RULES_TC: Step = e2e(
 /// The same through tcx links (6.6 and later).
 const E2E_RULES_TCX: Step = e2e(
     "e2e_rules_tcx",
-    "e2e_rules",
+    "rules",
     &["the_ebpf_backend_masquerades_exceptions_and_spares_exempt_pods::tcx"],
     150,
 );
@@ -291,13 +298,13 @@ const E2E_RULES_TCX: Step = e2e(
 /// with `--ignored`: each must pass.
 const fn e2e_guest_only(
     name: &'static str,
-    binary: &'static str,
+    module: &'static str,
     test: &'static [&'static str],
     timeout_secs: u64,
 ) -> Step {
     tests_step(
         name,
-        binary,
+        module,
         &["--test-threads", "1", "--ignored"],
         test,
         timeout_secs,
@@ -307,7 +314,7 @@ const fn e2e_guest_only(
 /// A WireGuard uplink (the module loads on demand in the guests) through tc filters.
 const E2E_WIREGUARD_TC: Step = e2e_guest_only(
     "wireguard_tc",
-    "e2e_uplinks",
+    "uplinks",
     &["a_wireguard_uplink_masquerades_pod_traffic_tc"],
     150,
 );
@@ -315,7 +322,7 @@ const E2E_WIREGUARD_TC: Step = e2e_guest_only(
 /// The same through tcx links (6.6 and later).
 const E2E_WIREGUARD_TCX: Step = e2e_guest_only(
     "wireguard_tcx",
-    "e2e_uplinks",
+    "uplinks",
     &["a_wireguard_uplink_masquerades_pod_traffic_tcx"],
     150,
 );
@@ -326,7 +333,7 @@ const E2E_WIREGUARD_TCX: Step = e2e_guest_only(
 /// lockdown refuses.
 const E2E_CSUM_COMPLETE: Step = e2e_guest_only(
     "e2e_checksum_complete",
-    "e2e_checksum_complete",
+    "checksum_complete",
     &["checksum_complete_packets_keep_a_right_sum_through_masq"],
     150,
 );
@@ -499,6 +506,49 @@ mod tests {
             names.sort_unstable();
             names.dedup();
             assert_eq!(names.len(), series.steps.len(), "{}", series.name);
+        }
+    }
+
+    /// Every test step names a test binary of masq-testbed, a module its `main.rs` declares and
+    /// functions that module defines, so a moved or renamed test fails here, not in a guest.
+    #[test]
+    fn test_steps_name_binaries_modules_and_tests_that_exist() {
+        let tests = crate::workspace_root().join("tests");
+        let manifest = std::fs::read_to_string(tests.join("Cargo.toml")).unwrap();
+        for series in MATRIX.iter().chain(ARM64_MATRIX) {
+            for step in series.steps {
+                let Action::Tests {
+                    binary,
+                    module,
+                    exact,
+                    ..
+                } = step.action
+                else {
+                    continue;
+                };
+                let context = format!("step {} of {}", step.name, series.name);
+                assert!(
+                    manifest.contains(&format!("name = \"{binary}\"")),
+                    "{context}: tests/Cargo.toml has no test binary {binary}"
+                );
+                let main = std::fs::read_to_string(tests.join(binary).join("main.rs")).unwrap();
+                assert!(
+                    main.lines().any(|line| line == format!("mod {module};")),
+                    "{context}: tests/{binary}/main.rs declares no module {module}"
+                );
+                let path = tests.join(binary).join(format!("{module}.rs"));
+                let source = std::fs::read_to_string(&path).unwrap();
+                for name in exact {
+                    // `in_both_attach_modes!` makes the tests `NAME::tc` and `NAME::tcx` of
+                    // `fn NAME(mode)`.
+                    let function = name.split("::").next().unwrap_or(name);
+                    assert!(
+                        source.contains(&format!("fn {function}(")),
+                        "{context}: {} defines no test {name}",
+                        path.display()
+                    );
+                }
+            }
         }
     }
 

@@ -523,7 +523,7 @@ fn an_ipv6_only_node_is_found_by_its_ipv6_route_and_masquerades_ipv6() {
     assert_eq!(sandbox.checksum_errors(), Vec::new());
 }
 
-/// As the IPv4 table's test (`e2e_nat.rs`): an IPv6 NAT table at capacity admits new flows by
+/// As the IPv4 table's test (`nat.rs`): an IPv6 NAT table at capacity admits new flows by
 /// evicting unassured ones, counted, and every live IPv6 flow, TCP or UDP, keeps working with
 /// the port it had.
 #[test]

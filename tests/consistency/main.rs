@@ -1,0 +1,14 @@
+//! What masq ships agrees with itself: the rendered manifests with what the agent needs, the
+//! docs with the agent's flags and the kernels it runs on, and every place that decides the
+//! masquerade policy with the others.
+//!
+//! * [`deploy`]: the manifests `kubectl apply -k` creates, and docs/configuration.md against
+//!   `masq agent --help` (needs kubectl, not root);
+//! * [`kernel_compat`]: the datapath object against the minimum kernels of docs/kernels.md
+//!   (no root);
+//! * [`policy_agreement`]: `masq explain`, the datapath and the iptables rules decide alike
+//!   (needs root and iptables).
+
+mod deploy;
+mod kernel_compat;
+mod policy_agreement;
