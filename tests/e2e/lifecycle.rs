@@ -636,48 +636,6 @@ fn replace_pinned_map(agent: &Agent, name: &str, map_type: &str, key: u32, value
     );
 }
 
-/// An upgrade over pins another masq left, with a connection held across it: starts the agent
-/// with `config`, opens a connection from pod 1 to the outside (whose server must be up on
-/// port 8080), kills the agent, lets `alter` change the pins as that other masq would have
-/// left them, relaunches the agent on them, and checks that the connection still echoes.
-fn held_across_upgrade(
-    sandbox: &Sandbox,
-    config: &str,
-    alter: impl FnOnce(&Agent),
-) -> (Agent, HeldConnection) {
-    let mut agent = Agent::start(sandbox, &["--config", config]);
-    let mut held = sandbox
-        .pod(1)
-        .enter(|| HeldConnection::open(outside(8080), "held", None, TIMEOUT))
-        .expect("a connection before the upgrade");
-    assert!(is_node(held.peer), "the held connection is not masqueraded");
-    agent.kill();
-    alter(&agent);
-    agent.relaunch(&["--config", config]);
-    agent.wait_ready();
-    held.echo("after the upgrade").unwrap_or_else(|error| {
-        panic!(
-            "the live flow died in the upgrade: {error}\n{}",
-            agent.log()
-        )
-    });
-    (agent, held)
-}
-
-in_both_attach_modes! {
-/// A version that counts other datapath events pinned counters maps of another size: they are
-/// replaced by empty ones, and everything else (flows first) is adopted.
-fn counters_of_another_version_are_replaced_and_flows_kept(attach_mode) {
-    let sandbox = Sandbox::new("ctrs", SandboxOptions::in_mode(attach_mode));
-    let absent = format!("/tmp/{}-absent", sandbox.tag);
-    let _server = tcp_server(&sandbox.outside, any(8080));
-    let (agent, _held) = held_across_upgrade(&sandbox, &absent, |agent| {
-        replace_pinned_map(agent, "masq_counters", "percpu_array", 4, 8);
-    });
-    assert!(agent.log().contains("counters start again from zero"), "{}", agent.log());
-}
-}
-
 in_both_attach_modes! {
 fn incompatible_pinned_state_is_refused_unless_replacement_is_requested(attach_mode) {
     let sandbox = Sandbox::new("inc", SandboxOptions::in_mode(attach_mode));

@@ -9,9 +9,8 @@ use std::{
 
 use masq_common::{
     layout::{
-        IPV6_DISABLED_ENTRIES, LINK_ETHERNET, MAP_COUNTERS, MAP_COUNTERS_V6, MAP_EVICTIONS,
-        MAP_EVICTIONS_V6, MAP_FLOW_INDEX_V6, MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6,
-        MAX_RESERVED_RANGES, MapMeta, Uplink,
+        IPV6_DISABLED_ENTRIES, LINK_ETHERNET, MAP_FLOW_INDEX_V6, MAP_NAT_V6, MAP_NOMASQ_V4,
+        MAP_NOMASQ_V6, MAX_RESERVED_RANGES, MapMeta, Uplink,
     },
     ports::PortRange,
     settings::{SETTING_SHARED_PORTS, Settings},
@@ -29,7 +28,7 @@ use crate::{
         gc,
         maps::{DatapathMaps, KernelFlow, Trie},
         object::{Datapath, LoadOptions, StagedMaps},
-        pins::{PinDir, PinnedState, is_on_bpffs},
+        pins::{PinDir, PinnedCapacities, PinnedState, is_on_bpffs},
         sync::{TrieView, WantedTries, settings, sync_tries},
     },
     iptables::apply::Iptables,
@@ -168,27 +167,15 @@ impl EbpfBackend {
             PinnedState::Empty | PinnedState::Leftovers(_) => {
                 (false, options.nat_max_entries, None)
             }
-            PinnedState::Compatible {
-                nat_max_entries,
-                nomasq_max_entries,
-                nat_v6_max_entries,
-                nomasq_v6_max_entries,
-                counters_resized,
-            } => {
-                if nat_max_entries != options.nat_max_entries {
+            PinnedState::Compatible(pinned) => {
+                if pinned.nat != options.nat_max_entries {
                     tracing::warn!(
-                        pinned = nat_max_entries,
+                        pinned = pinned.nat,
                         requested = options.nat_max_entries,
                         "keeping the pinned NAT table's capacity; resizing it needs `masq uninstall` (which drops live flows)"
                     );
                 }
-                let capacities = PinnedCapacities {
-                    nomasq: nomasq_max_entries,
-                    nat_v6: nat_v6_max_entries,
-                    nomasq_v6: nomasq_v6_max_entries,
-                    counters_resized,
-                };
-                (true, nat_max_entries, Some(capacities))
+                (true, pinned.nat, Some(pinned))
             }
             PinnedState::Incompatible(detail) if options.replace_incompatible_state => {
                 tracing::warn!(%detail, "replacing incompatible pinned state as requested; live flows are lost");
@@ -1010,16 +997,6 @@ fn create_maps(
     })
 }
 
-/// The capacities of the adopted maps that an agent may want otherwise.
-#[derive(Clone, Copy, Debug)]
-struct PinnedCapacities {
-    nomasq: u32,
-    nat_v6: u32,
-    nomasq_v6: u32,
-    /// The counters maps hold another version's set of counters.
-    counters_resized: bool,
-}
-
 /// Adopts the pinned maps, replacing those whose capacity no longer fits the options: a trie
 /// of another `--nomasq-max-entries` (rebuilt with the old one's entries), and IPv6 maps an
 /// agent without `--enable-ipv6` created with room for nothing (empty, so nothing is lost). The
@@ -1062,17 +1039,6 @@ fn adopt_maps(
         if replaced.contains(&MAP_NAT_V6) {
             replaced.push(MAP_FLOW_INDEX_V6);
         }
-    }
-    if pinned.counters_resized {
-        tracing::info!(
-            "this version counts other datapath events: the counters start again from zero"
-        );
-        replaced.extend([
-            MAP_COUNTERS,
-            MAP_COUNTERS_V6,
-            MAP_EVICTIONS,
-            MAP_EVICTIONS_V6,
-        ]);
     }
     let load = |staged| {
         Datapath::load(&LoadOptions {

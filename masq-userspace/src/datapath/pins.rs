@@ -65,23 +65,24 @@ pub enum PinnedState {
     /// Maps of an install that was interrupted before it completed (no layout record): nothing
     /// can be using them, so they are removed and the install starts over.
     Leftovers(Vec<&'static str>),
-    /// A map set this version can adopt.
-    Compatible {
-        /// Capacity the NAT table was created with.
-        nat_max_entries: u32,
-        /// Capacity the non-masquerade trie was created with.
-        nomasq_max_entries: u32,
-        /// Capacity the IPv6 NAT table was created with (`IPV6_DISABLED_ENTRIES` by an agent
-        /// without `--enable-ipv6`).
-        nat_v6_max_entries: u32,
-        /// Capacity the IPv6 non-masquerade trie was created with.
-        nomasq_v6_max_entries: u32,
-        /// The counters maps were made by a version with another set of counters: they are
-        /// replaced by empty ones (counts restart; nothing a flow needs is lost).
-        counters_resized: bool,
-    },
+    /// A map set this version can adopt, and the capacities it was created with.
+    Compatible(PinnedCapacities),
     /// Pins this version must not adopt, and why.
     Incompatible(String),
+}
+
+/// The capacities a pinned map set was created with, where they are chosen at load time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PinnedCapacities {
+    /// The NAT table's.
+    pub nat: u32,
+    /// The non-masquerade trie's.
+    pub nomasq: u32,
+    /// The IPv6 NAT table's (`IPV6_DISABLED_ENTRIES` when an agent without `--enable-ipv6`
+    /// created it).
+    pub nat_v6: u32,
+    /// The IPv6 non-masquerade trie's.
+    pub nomasq_v6: u32,
 }
 
 /// The kernel properties a pinned map must have for this version to use it.
@@ -383,9 +384,12 @@ impl PinDir {
                 missing.join(", ")
             )));
         }
-        let (mut nat_max_entries, mut nomasq_max_entries) = (0, 0);
-        let (mut nat_v6_max_entries, mut nomasq_v6_max_entries) = (0, 0);
-        let mut counters_resized = false;
+        let mut capacities = PinnedCapacities {
+            nat: 0,
+            nomasq: 0,
+            nat_v6: 0,
+            nomasq_v6: 0,
+        };
         for expected in expected_maps() {
             let path = self.map(expected.name);
             let info = MapInfo::from_pin(&path)
@@ -410,13 +414,7 @@ impl PinDir {
                     expected.value_size
                 )));
             }
-            let counters = matches!(
-                expected.name,
-                MAP_COUNTERS | MAP_COUNTERS_V6 | MAP_EVICTIONS | MAP_EVICTIONS_V6
-            );
-            if counters && expected.max_entries != Some(info.max_entries()) {
-                counters_resized = true;
-            } else if let Some(max_entries) = expected.max_entries
+            if let Some(max_entries) = expected.max_entries
                 && info.max_entries() != max_entries
             {
                 return Ok(PinnedState::Incompatible(format!(
@@ -426,10 +424,10 @@ impl PinDir {
                 )));
             }
             match expected.name {
-                MAP_NAT_V4 => nat_max_entries = info.max_entries(),
-                MAP_NOMASQ_V4 => nomasq_max_entries = info.max_entries(),
-                MAP_NAT_V6 => nat_v6_max_entries = info.max_entries(),
-                MAP_NOMASQ_V6 => nomasq_v6_max_entries = info.max_entries(),
+                MAP_NAT_V4 => capacities.nat = info.max_entries(),
+                MAP_NOMASQ_V4 => capacities.nomasq = info.max_entries(),
+                MAP_NAT_V6 => capacities.nat_v6 = info.max_entries(),
+                MAP_NOMASQ_V6 => capacities.nomasq_v6 = info.max_entries(),
                 _ => {}
             }
         }
@@ -440,13 +438,7 @@ impl PinDir {
                 meta.layout_version
             )));
         }
-        Ok(PinnedState::Compatible {
-            nat_max_entries,
-            nomasq_max_entries,
-            nat_v6_max_entries,
-            nomasq_v6_max_entries,
-            counters_resized,
-        })
+        Ok(PinnedState::Compatible(capacities))
     }
 
     /// Where the running datapath's programs are pinned: `programs/<name>`. The filters and

@@ -110,9 +110,7 @@ pub fn sync_nomasq_src<A: NomasqTrie>(
     sync_trie(maps, Trie::Sources, desired, view)
 }
 
-/// Makes a family's `trie` hold exactly `desired` (see [`sync_nomasq`]). A trie the handles
-/// lack (a source trie opened from an older masq's pins) holds nothing, so nothing is all it
-/// can be made to hold.
+/// Makes a family's `trie` hold exactly `desired` (see [`sync_nomasq`]).
 pub fn sync_trie<A: NomasqTrie>(
     maps: &mut DatapathMaps,
     trie: Trie,
