@@ -21,7 +21,6 @@ use super::{
     status::{KernelStatus, SharedStatus, UplinkIpv6, UplinkStatus},
 };
 use crate::{
-    config::cidr::Family,
     datapath::{
         DatapathError,
         attach::{AttachMode, attach_uplink, detach_uplink},
@@ -31,7 +30,7 @@ use crate::{
         pins::{PinDir, PinnedCapacities, PinnedState, is_on_bpffs},
         sync::{TrieView, WantedTries, settings, sync_tries},
     },
-    iptables::apply::Iptables,
+    iptables::take_over::{self, Recheck},
     node::{
         conntrack,
         interfaces::{self, InterfaceError},
@@ -150,7 +149,7 @@ impl EbpfBackend {
         // Refused here if upstream's chain is installed without --take-over-iptables; removed
         // only once masq's programs are attached (`finish_startup`), so that no packet of a
         // live flow leaves untranslated in between.
-        take_over_upstream_chain(options, false)?;
+        take_over::refuse_unless_taking_over(&options.upstream_chain)?;
         if pins.remove_staging()? {
             tracing::warn!(staging = %pins.staging().display(), "removed the maps of an install that was interrupted");
         }
@@ -687,7 +686,7 @@ impl Backend for EbpfBackend {
         self.write_settings(options)?;
         self.reserve_ports(options)?;
         self.reconcile_uplinks(options, status, Strictness::Startup)?;
-        if take_over_upstream_chain(options, true)? {
+        if take_over::take_over(&options.upstream_chain)? {
             self.adopt_upstream_flows(options);
         }
         Ok(())
@@ -704,10 +703,13 @@ impl Backend for EbpfBackend {
 
     fn resync(&mut self, options: &AgentOptions, status: &SharedStatus) {
         self.follow_uplinks(options, status);
-        let (chain, took_over) = recheck_upstream_chain(options);
-        status.lock().upstream_chain = chain;
-        if took_over {
-            self.adopt_upstream_flows(options);
+        match take_over::recheck(&options.upstream_chain) {
+            Recheck::StillInstalled(chain) => status.lock().upstream_chain = Some(chain),
+            Recheck::TookOver => {
+                status.lock().upstream_chain = None;
+                self.adopt_upstream_flows(options);
+            }
+            Recheck::Absent => status.lock().upstream_chain = None,
         }
     }
 
@@ -1235,69 +1237,4 @@ fn spawn_logger(datapath: &mut Datapath) -> Result<(), AgentError> {
     });
     tracing::warn!("datapath debug logging is on: every translated packet is logged, at a cost");
     Ok(())
-}
-
-/// Looks for an upstream ip-masq-agent chain again (a reconciled ip-masq-agent on AKS or GKE
-/// recreates it): removes it with `--take-over-iptables`, and otherwise reports it, since it
-/// masquerades before masq sees the packets. Returns the chain's name while it stays installed,
-/// and whether it was removed now (its flows are then masq's to take over).
-fn recheck_upstream_chain(options: &AgentOptions) -> (Option<String>, bool) {
-    match take_over_upstream_chain(options, true) {
-        Ok(took_over) => (None, took_over),
-        Err(error) => {
-            tracing::error!(chain = %options.masq_chain, %error, "an ip-masq-agent chain is back: pods are masqueraded by it, not by masq");
-            (Some(options.masq_chain.clone()), false)
-        }
-    }
-}
-
-/// An upstream ip-masq-agent chain left masquerading next to masq takes every new flow before
-/// masq sees it. Refuses to start next to one unless told to take over; with `remove`, takes
-/// over: removes the chain and its jumps, and says whether it did (the caller then adopts the
-/// flows it masqueraded). Without `remove` it only checks, for the start: masq attaches first,
-/// so that the flows netfilter translated never leave untranslated while masq loads.
-fn take_over_upstream_chain(options: &AgentOptions, remove: bool) -> Result<bool, AgentError> {
-    let mut took_over = false;
-    for family in [Family::Ipv4, Family::Ipv6] {
-        let iptables = match Iptables::detect(family) {
-            Ok(iptables) => iptables,
-            Err(error) => {
-                tracing::debug!(%error, %family, "no iptables to check for an upstream chain");
-                continue;
-            }
-        };
-        let (jumps, exists) = match iptables.find_chain(&options.masq_chain) {
-            Ok(found) => found,
-            Err(error) => {
-                // iptables-legacy reads its tables through a raw socket: without CAP_NET_RAW
-                // (the base DaemonSet does not grant it) an upstream chain there is invisible.
-                // Said once, loudly, rather than at every resync or not at all.
-                static WARNED: std::sync::atomic::AtomicBool =
-                    std::sync::atomic::AtomicBool::new(false);
-                if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                    tracing::warn!(%error, %family, "cannot list the nat table, so an ip-masq-agent chain there would go unnoticed; on iptables-legacy nodes grant CAP_NET_RAW (deploy/overlays/migrate does)");
-                } else {
-                    tracing::debug!(%error, %family, "cannot list the nat table");
-                }
-                continue;
-            }
-        };
-        if jumps.is_empty() && !exists {
-            continue;
-        }
-        if !options.take_over_iptables {
-            return Err(AgentError::UpstreamChainPresent {
-                chain: options.masq_chain.clone(),
-                family,
-                jumps: jumps.len(),
-            });
-        }
-        if !remove {
-            continue;
-        }
-        let removed = iptables.remove_chain(&options.masq_chain)?;
-        took_over = true;
-        tracing::warn!(chain = %options.masq_chain, %family, jumps = removed, "took over from iptables: removed the chain and its POSTROUTING jumps");
-    }
-    Ok(took_over)
 }

@@ -27,7 +27,7 @@ impl IptablesBackend {
         } else {
             None
         };
-        tracing::info!(version = %ipv4.version, random_fully = ipv4.has_random_fully, chain = %options.masq_chain, "iptables backend");
+        tracing::info!(version = %ipv4.version, random_fully = ipv4.has_random_fully, chain = %options.upstream_chain.chain, "iptables backend");
         Ok(Self {
             ipv4,
             ipv6,
@@ -58,11 +58,11 @@ impl Backend for IptablesBackend {
                 continue;
             };
             let rules = RuleOptions {
-                chain: options.masq_chain.clone(),
+                chain: options.upstream_chain.chain.clone(),
                 random_fully: options.random_fully && iptables.has_random_fully,
                 to_ports: options.to_ports.clone(),
             };
-            iptables.sync(&options.masq_chain, &restore_input(policy, family, &rules))?;
+            iptables.sync(&options.upstream_chain.chain, &restore_input(policy, family, &rules))?;
         }
         self.synced = true;
         Ok(policy.rules(Family::Ipv4).len() + policy.rules(Family::Ipv6).len())

@@ -45,13 +45,10 @@ use self::{
     watch::DirectoryWatch,
 };
 use crate::{
-    config::{
-        cidr::Family,
-        source::{ConfigSource, EffectiveConfig, ReadOptions, load as load_config},
-    },
+    config::source::{ConfigSource, EffectiveConfig, ReadOptions, load as load_config},
     datapath::{DatapathError, attach::AttachMode},
     ipsec::{self, SnatUplink},
-    iptables::apply::IptablesError,
+    iptables::{apply::IptablesError, take_over::{TakeOverError, TakeOverOptions}},
     node::{
         interfaces::{self, InterfaceError, InterfaceWatch},
         reserved_ports::SysctlError,
@@ -80,8 +77,8 @@ pub struct AgentOptions {
     pub read: ReadOptions,
     /// `--enable-ipv6`.
     pub enable_ipv6: bool,
-    /// `--masq-chain`.
-    pub masq_chain: String,
+    /// Upstream's chain: the iptables backend's, which the eBPF backend takes over.
+    pub upstream_chain: TakeOverOptions,
     /// `--to-ports` as upstream parsed it (for the iptables rules).
     pub to_ports: ToPorts,
     /// The interfaces to translate on; empty: every interface traffic leaves the node by.
@@ -115,8 +112,6 @@ pub struct AgentOptions {
     pub timeouts: Timeouts,
     /// Replace pinned state this version cannot adopt instead of refusing to start.
     pub replace_incompatible_state: bool,
-    /// Remove an upstream ip-masq-agent chain instead of refusing to start next to it.
-    pub take_over_iptables: bool,
     /// Datapath debug logging (aya-log).
     pub datapath_debug_log: bool,
     /// Where to serve metrics and health.
@@ -151,20 +146,9 @@ pub enum AgentError {
          /sys/fs/bpf into it (deploy/'s DaemonSet does)"
     )]
     NotBpffs(PathBuf),
-    /// An upstream chain would masquerade alongside masq.
-    #[error(
-        "an ip-masq-agent chain {chain} ({family}, {jumps} POSTROUTING jump(s)) is installed; masquerading \
-         twice breaks flows. Remove upstream ip-masq-agent first, or start masq with --take-over-iptables \
-         to delete the chain and its jumps"
-    )]
-    UpstreamChainPresent {
-        /// The chain.
-        chain: String,
-        /// Where it was found.
-        family: Family,
-        /// How many jumps lead to it.
-        jumps: usize,
-    },
+    /// Upstream's chain is in the way.
+    #[error(transparent)]
+    TakeOver(#[from] TakeOverError),
     /// tcx was asked for on a kernel without it.
     #[error("--attach-mode tcx needs Linux 6.6 or later; use --attach-mode tc (or auto)")]
     TcxUnsupported,

@@ -16,6 +16,7 @@ use masq::{
         attach::{AttachMode, HookPosition, HookPositions},
         pins::DEFAULT_PIN_PATH,
     },
+    iptables::take_over::TakeOverOptions,
     node::{self, kernel::supported_kernel, reserved_ports::DEFAULT_SYSCTL_DIR},
     ports::{SnatPorts, parse_port_range},
 };
@@ -264,7 +265,10 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
         source: args.config.source(),
         read: args.flags.read_options(),
         enable_ipv6: args.flags.enable_ipv6,
-        masq_chain: args.flags.masq_chain.clone(),
+        upstream_chain: TakeOverOptions {
+            chain: args.flags.masq_chain.clone(),
+            take_over: args.take_over_iptables,
+        },
         to_ports: to_ports.clone(),
         interfaces: args.interfaces.clone(),
         node_ip: args.node_ip,
@@ -287,7 +291,6 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
         gc_interval: args.gc_interval,
         timeouts: node::timeouts::of_node(&args.sysctl_dir),
         replace_incompatible_state: args.replace_incompatible_state,
-        take_over_iptables: args.take_over_iptables,
         datapath_debug_log: args.datapath_debug_log,
         metrics_addr: args.metrics_addr,
         sysctl_dir: args.sysctl_dir.clone(),
