@@ -9,8 +9,8 @@ use std::{
 
 use masq_common::{
     layout::{
-        IPV6_DISABLED_ENTRIES, LINK_ETHERNET, MAP_FLOW_INDEX_V6, MAP_NAT_V6, MAP_NOMASQ_V4,
-        MAP_NOMASQ_V6, MAX_RESERVED_RANGES, MapMeta, Uplink,
+        IPV6_DISABLED_ENTRIES, MAP_FLOW_INDEX_V6, MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6,
+        MAX_RESERVED_RANGES, MapMeta, Uplink,
     },
     ports::PortRange,
     settings::{SETTING_SHARED_PORTS, Settings},
@@ -33,9 +33,10 @@ use crate::{
     iptables::take_over::{self, Recheck},
     node::{
         conntrack,
-        interfaces::{self, InterfaceError},
+        interfaces,
         kernel::supported_kernel,
-        renumbering, reserved_ports,
+        reserved_ports,
+        uplinks::{self, Strictness, WantedUplink, wanted_uplinks},
     },
     policy::Policy,
 };
@@ -68,71 +69,13 @@ const CROWDED_PERCENT: u32 = 80;
 /// fills up again (a margin, so that a remote hovering at the mark warns once).
 const UNCROWDED_PERCENT: u32 = 70;
 
-/// An interface to translate on, and the address its traffic is masqueraded to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct WantedUplink {
-    name: String,
-    ifindex: u32,
-    /// What IPv4 traffic leaving by it is masqueraded to; `None` on an uplink without IPv4 (an
-    /// IPv6-only node's, with `--enable-ipv6`), where it is dropped as MASQUERADE drops it.
-    address: Option<Ipv4Addr>,
-    /// Whether the address is one of the interface's own (a `--node-ip` may not be).
-    address_is_local: bool,
-    /// What IPv6 traffic leaving by it is masqueraded to.
-    ipv6: UplinkIpv6,
-    /// What its frames start with (`LINK_*`).
-    link: u8,
-}
-
-impl WantedUplink {
-    /// The IPv6 address to record for the datapath, if IPv6 is translated on this uplink.
-    const fn ipv6_address(&self) -> Option<Ipv6Addr> {
-        match self.ipv6 {
-            UplinkIpv6::Address(address) => Some(address),
-            UplinkIpv6::NotTranslated | UplinkIpv6::NoAddress => None,
-        }
-    }
-
-    /// `record` with this uplink's addresses: IPv4 (or none) and IPv6 (or none).
-    fn with_addresses(&self, record: Uplink) -> Uplink {
-        let address = self.ipv6_address();
-        Uplink {
-            link: self.link,
-            snat_addr: self.address.as_ref().map_or([0; 4], Ipv4Addr::octets),
-            has_v6: u8::from(address.is_some()),
-            snat_addr_v6: address.as_ref().map_or([0; 16], Ipv6Addr::octets),
-            ..record
-        }
-    }
-
-    /// Says that IPv4 traffic to be masqueraded leaving by this uplink is dropped.
-    fn warn_if_ipv4_missing(&self) {
-        if self.address.is_none() {
-            tracing::warn!(
-                interface = %self.name,
-                "the interface has no IPv4 address: IPv4 traffic from pods that would be masqueraded leaving by it is dropped (counted as egress_drop_no_address), as MASQUERADE drops it, until it gets one"
-            );
-        }
-    }
-
-    /// Says, loudly, that IPv6 traffic leaving by this uplink passes untranslated.
-    fn warn_if_ipv6_missing(&self) {
-        if self.ipv6 == UplinkIpv6::NoAddress {
-            tracing::warn!(
-                interface = %self.name,
-                "the interface has no global IPv6 address to masquerade to (or it is tentative or deprecated): IPv6 traffic leaving by it keeps pod addresses until it gets one"
-            );
-        }
-    }
-}
-
 impl EbpfBackend {
     /// Loads (or adopts) the datapath. Programs are attached by [`Self::reconcile_uplinks`]
     /// once the trie and the settings are right.
     pub(super) fn start(options: &AgentOptions, status: &SharedStatus) -> Result<Self, AgentError> {
         // Everything the operator named is checked before anything changes on the node.
         let kernel = supported_kernel()?;
-        let wanted = wanted_uplinks(options, Strictness::Startup)?;
+        let wanted = wanted_uplinks(&options.uplinks, Strictness::Startup)?;
         let attach_mode = match options.attach_mode {
             Some(AttachMode::Tcx) if AttachMode::best_for_kernel() != AttachMode::Tcx => {
                 return Err(AgentError::TcxUnsupported);
@@ -209,14 +152,7 @@ impl EbpfBackend {
                     .maps
                     .trie_entries_of::<Ipv6Addr>(Trie::Sources)?
                     .is_empty());
-        let node_addresses: Vec<IpAddr> = wanted
-            .iter()
-            .flat_map(|uplink| {
-                let ipv4 = uplink.address.map(IpAddr::V4);
-                let ipv6 = uplink.ipv6_address().map(IpAddr::V6);
-                ipv4.into_iter().chain(ipv6)
-            })
-            .collect();
+        let node_addresses: Vec<IpAddr> = wanted.iter().flat_map(WantedUplink::addresses).collect();
         take_in_kernel_nat_flows(&mut datapath, &node_addresses, options, false);
         if let Err(error) = datapath.pin_programs(&pins) {
             tracing::warn!(%error, "could not pin the programs; `masq status` will not show their verified sizes");
@@ -379,23 +315,17 @@ impl EbpfBackend {
         status: &SharedStatus,
         strictness: Strictness,
     ) -> Result<(), AgentError> {
-        let wanted = wanted_uplinks(options, strictness)?;
+        let wanted = wanted_uplinks(&options.uplinks, strictness)?;
         let recorded: BTreeMap<u32, Uplink> = self.datapath.maps.uplinks()?.into_iter().collect();
         let mut first_error = None;
 
-        for (&ifindex, uplink) in &recorded {
-            let still_wanted = wanted
-                .iter()
-                .any(|wanted| wanted.ifindex == ifindex && wanted.name == uplink.name());
-            if still_wanted {
-                continue;
-            }
+        for (ifindex, uplink) in uplinks::unwanted(&recorded, &wanted) {
             tracing::warn!(
                 interface = uplink.name(),
                 ifindex,
                 "no longer translating on this interface (gone, or no longer an uplink)"
             );
-            let detached = detach_uplink(&self.pins, ifindex, uplink)
+            let detached = detach_uplink(&self.pins, ifindex, &uplink)
                 .map_err(AgentError::from)
                 .and_then(|()| Ok(self.datapath.maps.remove_uplink(ifindex)?));
             self.attached.remove(&ifindex);
@@ -507,10 +437,8 @@ impl EbpfBackend {
     }
 
     /// Updates the addresses of an interface this process attached to, when they changed
-    /// (DHCP, router advertisements, an operator's change). New flows take the new address; the
-    /// flows of the old one live on while it is still the interface's (the kernel's preferred
-    /// IPv6 source changes routinely, the old address staying, deprecated), and go only when it
-    /// is removed, as MASQUERADE's notifier flushes conntrack's entries on removal only.
+    /// (DHCP, router advertisements, an operator's change), and flushes the flows of an address
+    /// that left the node (see [`WantedUplink::follow`]).
     fn follow_address(
         &mut self,
         wanted: &WantedUplink,
@@ -519,78 +447,23 @@ impl EbpfBackend {
         let Some(previous) = previous else {
             return Ok(());
         };
-        let mut updated = wanted.with_addresses(*previous);
-        if previous.snat_addr != updated.snat_addr {
-            let old = previous
-                .has_v4()
-                .then(|| Ipv4Addr::from(previous.snat_addr));
-            tracing::warn!(interface = %wanted.name, ?old, new = ?wanted.address, "the interface's address changed; new flows use the new one");
-            wanted.warn_if_ipv4_missing();
-        }
-        if (previous.has_v6, previous.snat_addr_v6) != (updated.has_v6, updated.snat_addr_v6) {
-            let old = (previous.has_v6 != 0).then(|| Ipv6Addr::from(previous.snat_addr_v6));
-            tracing::warn!(interface = %wanted.name, ?old, new = ?wanted.ipv6_address(), "the interface's IPv6 address changed; new IPv6 flows use the new one");
-            wanted.warn_if_ipv6_missing();
-        }
-        let on_interface = |address: IpAddr| {
-            // Only the interface's own addresses can be kept (a `--node-ip` may be none of
-            // them); an unreadable list reads as "still there": flows are never flushed on a
-            // guess.
-            wanted.address_is_local
-                && interfaces::has_address(&wanted.name, address).unwrap_or(true)
-        };
-        let mut gone = Vec::new();
-        let v4 = |address: [u8; 4]| (address != [0; 4]).then(|| IpAddr::from(address));
-        let v6 = |address: [u8; 16]| (address != [0; 16]).then(|| IpAddr::from(address));
-        let former_v4 = renumbering::former_address(
-            v4(previous.snat_addr),
-            v4(updated.snat_addr),
-            v4(previous.former_addr),
-            on_interface,
-            &mut gone,
-        );
-        let former_v6 = renumbering::former_address(
-            (previous.has_v6 != 0).then(|| IpAddr::from(previous.snat_addr_v6)),
-            (updated.has_v6 != 0).then(|| IpAddr::from(updated.snat_addr_v6)),
-            v6(previous.former_addr_v6),
-            on_interface,
-            &mut gone,
-        );
-        updated.former_addr = match former_v4 {
-            Some(IpAddr::V4(address)) => address.octets(),
-            _ => [0; 4],
-        };
-        updated.former_addr_v6 = match former_v6 {
-            Some(IpAddr::V6(address)) => address.octets(),
-            _ => [0; 16],
-        };
-        if updated == *previous {
+        wanted.report_address_changes(previous);
+        // An unreadable list reads as "still there": flows are never flushed on a guess.
+        let followed = wanted.follow(previous, |address| {
+            interfaces::has_address(&wanted.name, address).unwrap_or(true)
+        });
+        if followed.record == *previous {
             return Ok(());
         }
-        self.datapath.maps.set_uplink(wanted.ifindex, &updated)?;
-        for address in [former_v4, former_v6].into_iter().flatten() {
-            if !(v4(previous.former_addr) == Some(address)
-                || v6(previous.former_addr_v6) == Some(address))
-            {
-                tracing::info!(interface = %wanted.name, %address, "the former address is still the interface's: its flows carry on until it is removed");
-            }
+        self.datapath
+            .maps
+            .set_uplink(wanted.ifindex, &followed.record)?;
+        for address in followed.newly_kept {
+            tracing::info!(interface = %wanted.name, %address, "the former address is still the interface's: its flows carry on until it is removed");
         }
-        // An address no uplink answers for any more takes its flows with it, so that their next
-        // packet is mapped afresh on the address the uplink has now.
-        let uplinks = self.datapath.maps.uplinks()?;
-        for address in gone {
-            let still_held = uplinks.iter().any(|(_, uplink)| match address {
-                IpAddr::V4(address) => {
-                    let octets = address.octets();
-                    (uplink.has_v4() && uplink.snat_addr == octets) || uplink.former_addr == octets
-                }
-                IpAddr::V6(address) => {
-                    let octets = address.octets();
-                    (uplink.has_v6 != 0 && uplink.snat_addr_v6 == octets)
-                        || uplink.former_addr_v6 == octets
-                }
-            });
-            if still_held {
+        let recorded = self.datapath.maps.uplinks()?;
+        for address in followed.gone {
+            if uplinks::answers_for(&recorded, address) {
                 continue;
             }
             let flushed = match address {
@@ -1098,121 +971,6 @@ fn adopt_maps(
                 tracing::warn!(%cleanup, "could not remove the staged maps; the next start will");
             }
             Err(error.into())
-        }
-    }
-}
-
-/// How hard a problem with the interfaces hits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Strictness {
-    /// At startup: anything wrong with what the operator asked for stops the agent before it
-    /// changes anything.
-    Startup,
-    /// Later: interfaces come and go; problems are logged and the rest carries on.
-    Running,
-}
-
-/// The interfaces to translate on: the ones named with `--interface`, or every interface
-/// traffic leaves the node by, each with the address MASQUERADE would give its traffic.
-fn wanted_uplinks(
-    options: &AgentOptions,
-    strictness: Strictness,
-) -> Result<Vec<WantedUplink>, AgentError> {
-    if options.interfaces.is_empty() {
-        let present = interfaces::interfaces()?;
-        let gateways = interfaces::Gateways::read(options.enable_ipv6)?;
-        // A candidate without IPv4 is one by its IPv6 routes or NIC, which only count with
-        // --enable-ipv6.
-        let chosen: Vec<WantedUplink> = interfaces::uplink_candidates(&present, &gateways)
-            .into_iter()
-            .map(|interface| WantedUplink {
-                link: interfaces::link_of(interface.link_type).unwrap_or(LINK_ETHERNET),
-                address: interface.global_ipv4.first().copied(),
-                address_is_local: true,
-                ipv6: ipv6_of(options, &interface.name),
-                name: interface.name,
-                ifindex: interface.index,
-            })
-            .collect();
-        if chosen.is_empty() && strictness == Strictness::Startup {
-            return Err(if options.enable_ipv6 {
-                AgentError::NoUplinkDualStack
-            } else {
-                AgentError::NoUplink
-            });
-        }
-        return Ok(chosen);
-    }
-    let mut chosen = Vec::new();
-    for name in &options.interfaces {
-        let interface = match interfaces::interface(name) {
-            Ok(interface) => interface,
-            Err(error) if strictness == Strictness::Running => {
-                tracing::warn!(interface = %name, %error, "a named interface is missing; translating on the others");
-                continue;
-            }
-            Err(error) => return Err(error.into()),
-        };
-        let link = interfaces::link_of(interface.link_type);
-        let problem = if link.is_some() {
-            match options
-                .node_ip
-                .or_else(|| interface.global_ipv4.first().copied())
-            {
-                Some(address) => Ok(Some(address)),
-                // An IPv6-only uplink: IPv6 is masqueraded, IPv4 to be masqueraded dropped.
-                // Its IPv6 address may still be tentative: it is followed once it settles.
-                None if options.enable_ipv6 && interface.global_ipv6 => Ok(None),
-                None if options.enable_ipv6 => Err(InterfaceError::NoAddressAtAll(name.clone())),
-                None => Err(InterfaceError::NoAddress(name.clone())),
-            }
-        } else {
-            Err(InterfaceError::UnsupportedLink {
-                name: name.clone(),
-                link_type: interface.link_type,
-            })
-        };
-        match problem.map(|address| (address, link.unwrap_or(LINK_ETHERNET))) {
-            Ok((address, link)) => {
-                let address_is_local =
-                    address.is_none_or(|address| interface.global_ipv4.contains(&address));
-                if !address_is_local && strictness == Strictness::Startup {
-                    tracing::warn!(
-                        interface = %name, node_ip = ?address,
-                        "--node-ip is not an address of the interface: replies reach the node only if the network routes it here"
-                    );
-                }
-                chosen.push(WantedUplink {
-                    link,
-                    ipv6: ipv6_of(options, &interface.name),
-                    name: interface.name,
-                    ifindex: interface.index,
-                    address,
-                    address_is_local,
-                });
-            }
-            Err(error) if strictness == Strictness::Running => {
-                tracing::warn!(interface = %name, %error, "not translating on this interface for now");
-            }
-            Err(error) => return Err(error.into()),
-        }
-    }
-    Ok(chosen)
-}
-
-/// How IPv6 traffic leaving by `interface` is to be translated: not at all without
-/// `--enable-ipv6`, else to the interface's global address, if it has one. A missing address
-/// does not stop the agent (IPv4 carries on): it is reported per uplink instead.
-fn ipv6_of(options: &AgentOptions, interface: &str) -> UplinkIpv6 {
-    if !options.enable_ipv6 {
-        return UplinkIpv6::NotTranslated;
-    }
-    match interfaces::snat_ipv6(interface) {
-        Ok(Some(address)) => UplinkIpv6::Address(address),
-        Ok(None) => UplinkIpv6::NoAddress,
-        Err(error) => {
-            tracing::warn!(%interface, %error, "could not read the interface's IPv6 addresses");
-            UplinkIpv6::NoAddress
         }
     }
 }

@@ -28,7 +28,7 @@ pub mod watch;
 
 use std::{
     future::Future,
-    net::{Ipv4Addr, SocketAddr},
+    net::SocketAddr,
     path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, SystemTime},
@@ -50,8 +50,9 @@ use crate::{
     ipsec::{self, SnatUplink},
     iptables::{apply::IptablesError, take_over::{TakeOverError, TakeOverOptions}},
     node::{
-        interfaces::{self, InterfaceError, InterfaceWatch},
+        interfaces::{self, InterfaceWatch},
         reserved_ports::SysctlError,
+        uplinks::{UplinkError, UplinkOptions},
     },
     policy::Policy,
     ports::ToPorts,
@@ -81,11 +82,8 @@ pub struct AgentOptions {
     pub upstream_chain: TakeOverOptions,
     /// `--to-ports` as upstream parsed it (for the iptables rules).
     pub to_ports: ToPorts,
-    /// The interfaces to translate on; empty: every interface traffic leaves the node by.
-    pub interfaces: Vec<String>,
-    /// The SNAT address of the one named interface; its primary IPv4 when `None` (followed if
-    /// it changes).
-    pub node_ip: Option<Ipv4Addr>,
+    /// The interfaces to translate on.
+    pub uplinks: UplinkOptions,
     /// How the programs are attached; `None`: tcx where the kernel has it, else tc.
     pub attach_mode: Option<AttachMode>,
     /// Where masq's programs sit among other programs on each hook.
@@ -123,9 +121,9 @@ pub struct AgentOptions {
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    /// The uplink or its address could not be found.
+    /// There is nothing (or not what was named) to translate on.
     #[error(transparent)]
-    Interface(#[from] InterfaceError),
+    Uplinks(#[from] UplinkError),
     /// The eBPF datapath failed.
     #[error(transparent)]
     Datapath(#[from] DatapathError),
@@ -152,20 +150,6 @@ pub enum AgentError {
     /// tcx was asked for on a kernel without it.
     #[error("--attach-mode tcx needs Linux 6.6 or later; use --attach-mode tc (or auto)")]
     TcxUnsupported,
-    /// No interface to translate on.
-    #[error(
-        "no interface carries traffic out of the node (none is up with a global IPv4 address and \
-         a route via a gateway, or backed by a NIC); name one with --interface (an IPv6-only node \
-         needs --enable-ipv6)"
-    )]
-    NoUplink,
-    /// No interface to translate on, IPv6 included.
-    #[error(
-        "no interface carries traffic out of the node (none is up with a global IPv4 or IPv6 \
-         address and a route of that family via a gateway, or backed by a NIC); name one with \
-         --interface"
-    )]
-    NoUplinkDualStack,
     /// The metrics endpoint could not be served.
     #[error("serving metrics on {addr}: {source}")]
     Metrics {

@@ -17,7 +17,9 @@ use masq::{
         pins::DEFAULT_PIN_PATH,
     },
     iptables::take_over::TakeOverOptions,
-    node::{self, kernel::supported_kernel, reserved_ports::DEFAULT_SYSCTL_DIR},
+    node::{
+        self, kernel::supported_kernel, reserved_ports::DEFAULT_SYSCTL_DIR, uplinks::UplinkOptions,
+    },
     ports::{SnatPorts, parse_port_range},
 };
 use masq_common::{
@@ -270,8 +272,11 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
             take_over: args.take_over_iptables,
         },
         to_ports: to_ports.clone(),
-        interfaces: args.interfaces.clone(),
-        node_ip: args.node_ip,
+        uplinks: UplinkOptions {
+            interfaces: args.interfaces.clone(),
+            node_ip: args.node_ip,
+            enable_ipv6: args.flags.enable_ipv6,
+        },
         attach_mode: match args.attach_mode {
             AttachModeArg::Auto => None,
             AttachModeArg::Tcx => Some(AttachMode::Tcx),

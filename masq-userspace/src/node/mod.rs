@@ -1,6 +1,7 @@
 //! The node the agent runs on, where masq touches it outside its own datapath and pins: the
-//! interfaces traffic leaves by (and their changes), the ports the node's own sockets may
-//! take, and the memory the NAT table is sized from.
+//! interfaces traffic leaves by (and their changes), the uplinks masq translates on and how
+//! they follow their addresses, the ports the node's own sockets may take, and the memory the
+//! NAT table is sized from.
 
 pub mod conntrack;
 pub mod interfaces;
@@ -10,4 +11,5 @@ pub mod renumbering;
 pub mod reserved_ports;
 pub mod routes;
 pub mod timeouts;
+pub mod uplinks;
 pub mod xfrm;
