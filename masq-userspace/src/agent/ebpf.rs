@@ -2,16 +2,11 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    fmt,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
-    path::{Path, PathBuf},
 };
 
 use masq_common::{
-    layout::{
-        IPV6_DISABLED_ENTRIES, MAP_FLOW_INDEX_V6, MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6,
-        MAX_RESERVED_RANGES, MapMeta, Uplink,
-    },
+    layout::{MAX_RESERVED_RANGES, Uplink},
     ports::PortRange,
     settings::{SETTING_SHARED_PORTS, Settings},
 };
@@ -25,9 +20,9 @@ use crate::{
         DatapathError,
         attach::{AttachMode, attach_uplink, detach_uplink},
         gc,
-        maps::{DatapathMaps, KernelFlow, Trie},
-        object::{Datapath, LoadOptions, StagedMaps},
-        pins::{PinDir, PinnedCapacities, PinnedState, is_on_bpffs},
+        maps::{KernelFlow, Trie},
+        lifecycle::{HeldPins, Loaded},
+        object::Datapath,
         sync::{TrieView, WantedTries, settings, sync_tries},
     },
     iptables::take_over::{self, Recheck},
@@ -44,9 +39,8 @@ use crate::{
 /// The datapath and what the agent knows about it.
 pub(super) struct EbpfBackend {
     datapath: Datapath,
-    pins: PinDir,
     /// Held for the agent's life: one agent per pin path.
-    _lock: nix::fcntl::Flock<std::fs::File>,
+    pins: HeldPins,
     /// The mode new attachments use.
     attach_mode: AttachMode,
     /// Interfaces this process swapped its programs into (by index), with their names. An
@@ -83,61 +77,17 @@ impl EbpfBackend {
             Some(mode) => mode,
             None => AttachMode::best_for_kernel(),
         };
-        let pins = PinDir::new(&options.pin_path);
-        if !is_on_bpffs(pins.root()) {
-            return Err(AgentError::NotBpffs(pins.root().to_path_buf()));
-        }
-        pins.create()?;
-        let lock = pins.lock()?;
+        let pins = HeldPins::take(&options.lifecycle.pin_path)?;
         // Refused here if upstream's chain is installed without --take-over-iptables; removed
         // only once masq's programs are attached (`finish_startup`), so that no packet of a
         // live flow leaves untranslated in between.
         take_over::refuse_unless_taking_over(&options.upstream_chain)?;
-        if pins.remove_staging()? {
-            tracing::warn!(staging = %pins.staging().display(), "removed the maps of an install that was interrupted");
-        }
-        let mut state = pins.inspect()?;
-        if let PinnedState::Leftovers(maps) = &state {
-            tracing::warn!(
-                ?maps,
-                "removing the maps of an install that was interrupted before it completed; starting afresh"
-            );
-            pins.remove_maps()?;
-            state = PinnedState::Empty;
-        }
-        let (adopted, nat_max_entries, pinned) = match state {
-            PinnedState::Empty | PinnedState::Leftovers(_) => {
-                (false, options.nat_max_entries, None)
-            }
-            PinnedState::Compatible(pinned) => {
-                if pinned.nat != options.nat_max_entries {
-                    tracing::warn!(
-                        pinned = pinned.nat,
-                        requested = options.nat_max_entries,
-                        "keeping the pinned NAT table's capacity; resizing it needs `masq uninstall` (which drops live flows)"
-                    );
-                }
-                (true, pinned.nat, Some(pinned))
-            }
-            PinnedState::Incompatible(detail) if options.replace_incompatible_state => {
-                tracing::warn!(%detail, "replacing incompatible pinned state as requested; live flows are lost");
-                pins.remove_maps()?;
-                (false, options.nat_max_entries, None)
-            }
-            PinnedState::Incompatible(detail) => {
-                return Err(DatapathError::IncompatiblePins {
-                    pin_path: pins.root().to_path_buf(),
-                    detail,
-                    attached: !pins.links().is_empty(),
-                }
-                .into());
-            }
-        };
-        let mut datapath = match pinned {
-            Some(pinned) => adopt_maps(&pins, nat_max_entries, pinned, options)?,
-            None => create_maps(&pins, nat_max_entries, options)?,
-        };
-        if options.datapath_debug_log {
+        let Loaded {
+            mut datapath,
+            adopted,
+            nat_max_entries,
+        } = pins.load(&options.lifecycle)?;
+        if options.lifecycle.debug_log {
             spawn_logger(&mut datapath)?;
         }
         let enabled = adopted && datapath.maps.settings()?.enabled();
@@ -154,7 +104,7 @@ impl EbpfBackend {
                     .is_empty());
         let node_addresses: Vec<IpAddr> = wanted.iter().flat_map(WantedUplink::addresses).collect();
         take_in_kernel_nat_flows(&mut datapath, &node_addresses, options, false);
-        if let Err(error) = datapath.pin_programs(&pins) {
+        if let Err(error) = datapath.pin_programs(pins.dir()) {
             tracing::warn!(%error, "could not pin the programs; `masq status` will not show their verified sizes");
         }
         let verified = datapath.verified_sizes()?;
@@ -179,14 +129,13 @@ impl EbpfBackend {
             })
             .collect();
         tracing::info!(
-            interfaces = ?names, %attach_mode, pin_path = %pins.root().display(), adopted, nat_max_entries,
+            interfaces = ?names, %attach_mode, pin_path = %pins.dir().root().display(), adopted, nat_max_entries,
             kernel = %kernel.release, verified_instructions = %sizes.join(","),
             "datapath loaded{}", if adopted { " (adopted the pinned maps: live flows continue)" } else { "" }
         );
         Ok(Self {
             datapath,
             pins,
-            _lock: lock,
             attach_mode,
             attached: BTreeMap::new(),
             enabled,
@@ -325,7 +274,7 @@ impl EbpfBackend {
                 ifindex,
                 "no longer translating on this interface (gone, or no longer an uplink)"
             );
-            let detached = detach_uplink(&self.pins, ifindex, &uplink)
+            let detached = detach_uplink(self.pins.dir(), ifindex, &uplink)
                 .map_err(AgentError::from)
                 .and_then(|()| Ok(self.datapath.maps.remove_uplink(ifindex)?));
             self.attached.remove(&ifindex);
@@ -395,11 +344,11 @@ impl EbpfBackend {
             && recorded != mode
         {
             tracing::warn!(interface = %wanted.name, from = %recorded, to = %mode, "switching attach mode; packets in between pass untranslated");
-            detach_uplink(&self.pins, wanted.ifindex, previous)?;
+            detach_uplink(self.pins.dir(), wanted.ifindex, previous)?;
         }
         let (record, outcomes) = attach_uplink(
             &mut self.datapath,
-            &self.pins,
+            self.pins.dir(),
             &wanted.name,
             wanted.ifindex,
             mode,
@@ -621,127 +570,6 @@ impl Backend for EbpfBackend {
     }
 }
 
-/// One thing [`uninstall`] did or left alone, in words for the operator.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum UninstallStep {
-    /// An interrupted install's staging directory was removed.
-    RemovedStagedMaps,
-    /// Nothing was pinned, so nothing was changed (beyond an empty pin directory).
-    NothingPinned(PathBuf),
-    /// The programs were detached from an uplink.
-    Detached {
-        /// The interface.
-        interface: String,
-        /// How they were attached (`tcx`, `tc`), if known.
-        mode: Option<AttachMode>,
-    },
-    /// These ports were taken out of `net.ipv4.ip_local_reserved_ports` again.
-    ReleasedPorts(Vec<PortRange>),
-    /// The record of what was reserved could not be read, so the reservation stays.
-    ReservedPortsUnknown(String),
-    /// An interrupted install left maps (and had not reserved ports yet).
-    RemovingLeftovers,
-    /// The pins come from another masq version, whose record of reserved ports is not read.
-    ReservedPortsOfAnotherVersion,
-    /// A pin or directory was removed.
-    Removed(PathBuf),
-    /// Everything is gone.
-    Done,
-}
-
-impl fmt::Display for UninstallStep {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const KEEPING_PORTS: &str = "leaving net.ipv4.ip_local_reserved_ports as it is";
-        match self {
-            Self::RemovedStagedMaps => {
-                formatter.write_str("removed the staged maps of an interrupted install")
-            }
-            Self::NothingPinned(root) => write!(
-                formatter,
-                "nothing pinned under {}; nothing to uninstall",
-                root.display()
-            ),
-            Self::Detached { interface, mode } => write!(
-                formatter,
-                "detached from {interface} ({})",
-                mode.map_or("unknown mode", AttachMode::name)
-            ),
-            Self::ReleasedPorts(ranges) => write!(
-                formatter,
-                "released reserved ports {}",
-                reserved_ports::format_port_list(ranges)
-            ),
-            Self::ReservedPortsUnknown(error) => write!(
-                formatter,
-                "could not read which ports masq reserved ({error}); {KEEPING_PORTS}"
-            ),
-            Self::RemovingLeftovers => formatter.write_str(
-                "an interrupted install left maps behind (it never reserved ports); removing them",
-            ),
-            Self::ReservedPortsOfAnotherVersion => write!(
-                formatter,
-                "pinned maps are from another masq version; {KEEPING_PORTS}"
-            ),
-            Self::Removed(path) => write!(formatter, "removed {}", path.display()),
-            Self::Done => formatter
-                .write_str("masq is uninstalled from this node (programs detached, maps released)"),
-        }
-    }
-}
-
-/// Undoes what [`EbpfBackend::start`] and the startup after it did to the node: detaches the
-/// programs from every uplink (tc filters live on the interfaces, not under the pin path: masq
-/// removes its own, and a clsact qdisc only where it created it), releases exactly the ports
-/// it reserved, and removes its pins. Each step is reported as it is done, so an error
-/// leaves a record of how far it got.
-pub fn uninstall(
-    pin_path: &Path,
-    sysctl_dir: &Path,
-    mut report: impl FnMut(UninstallStep),
-) -> Result<(), AgentError> {
-    let pins = PinDir::new(pin_path);
-    if pins.remove_staging()? {
-        report(UninstallStep::RemovedStagedMaps);
-    }
-    match pins.inspect()? {
-        PinnedState::Empty if pins.links().is_empty() => {
-            report(UninstallStep::NothingPinned(pins.root().to_path_buf()));
-            if pins.root().exists() {
-                pins.remove_all()?;
-            }
-            return Ok(());
-        }
-        PinnedState::Compatible { .. } => {
-            let maps = DatapathMaps::from_pins(pins.root())?;
-            for (ifindex, uplink) in maps.uplinks()? {
-                detach_uplink(&pins, ifindex, &uplink)?;
-                report(UninstallStep::Detached {
-                    interface: uplink.name().to_owned(),
-                    mode: AttachMode::of(&uplink),
-                });
-            }
-            match maps.meta() {
-                Ok(meta) => {
-                    reserved_ports::release(sysctl_dir, meta.reserved())?;
-                    if !meta.reserved().is_empty() {
-                        report(UninstallStep::ReleasedPorts(meta.reserved().to_vec()));
-                    }
-                }
-                Err(error) => report(UninstallStep::ReservedPortsUnknown(error.to_string())),
-            }
-        }
-        PinnedState::Leftovers(_) => report(UninstallStep::RemovingLeftovers),
-        PinnedState::Empty | PinnedState::Incompatible(_) => {
-            report(UninstallStep::ReservedPortsOfAnotherVersion);
-        }
-    }
-    for path in pins.remove_all()? {
-        report(UninstallStep::Removed(path));
-    }
-    report(UninstallStep::Done);
-    Ok(())
-}
-
 /// Takes in the flows netfilter source-NATs to an uplink's address (read from conntrack),
 /// before the programs are attached:
 ///
@@ -839,139 +667,6 @@ const fn kernel_flow<A: Copy>(
         remote,
         remote_port: flow.remote_port,
         replied: flow.replied,
-    }
-}
-
-/// A fresh map set: created and pinned in the staging directory, stamped with the layout
-/// version, then published into the pin directory (the layout record last), so that a kill at
-/// any instant leaves either leftovers the next start removes or a complete set it adopts.
-fn create_maps(
-    pins: &PinDir,
-    nat_max_entries: u32,
-    options: &AgentOptions,
-) -> Result<Datapath, AgentError> {
-    let staging = pins.create_staging()?;
-    let built = Datapath::load(&LoadOptions {
-        nat_max_entries,
-        nomasq_max_entries: options.nomasq_max_entries,
-        staged: None,
-        pin_dir: Some(staging),
-        debug_log: options.datapath_debug_log,
-        ipv6: options.enable_ipv6,
-    })
-    .and_then(|mut datapath| {
-        datapath.maps.set_meta(&MapMeta::current(nat_max_entries))?;
-        pins.publish()?;
-        Ok(datapath)
-    });
-    built.map_err(|error| {
-        if let Err(cleanup) = pins.remove_staging() {
-            tracing::warn!(%cleanup, "could not remove the staged maps; the next start will");
-        }
-        error.into()
-    })
-}
-
-/// Adopts the pinned maps, replacing those whose capacity no longer fits the options: a trie
-/// of another `--nomasq-max-entries` (rebuilt with the old one's entries), and IPv6 maps an
-/// agent without `--enable-ipv6` created with room for nothing (empty, so nothing is lost). The
-/// replacements are built in the staging directory, then renamed over the old pins: the
-/// programs still attached keep the old maps until the new programs take over, and a kill at
-/// any instant leaves one complete map of each pinned. A trie too small for what the old one
-/// holds is not built; the old capacity stays.
-fn adopt_maps(
-    pins: &PinDir,
-    nat_max_entries: u32,
-    pinned: PinnedCapacities,
-    options: &AgentOptions,
-) -> Result<Datapath, AgentError> {
-    let mut replaced = Vec::new();
-    let mut trie_entries = Vec::new();
-    if pinned.nomasq != options.nomasq_max_entries {
-        let old = DatapathMaps::from_pins(pins.root())?.nomasq_entries()?;
-        if old.len() > options.nomasq_max_entries as usize {
-            tracing::warn!(
-                pinned = pinned.nomasq,
-                requested = options.nomasq_max_entries,
-                entries = old.len(),
-                "the trie holds more entries than --nomasq-max-entries allows; keeping its capacity"
-            );
-        } else {
-            replaced.push(MAP_NOMASQ_V4);
-            trie_entries = old;
-        }
-    }
-    if options.enable_ipv6 {
-        for (name, capacity, wanted) in [
-            (MAP_NAT_V6, pinned.nat_v6, nat_max_entries),
-            (MAP_NOMASQ_V6, pinned.nomasq_v6, options.nomasq_max_entries),
-        ] {
-            if capacity <= IPV6_DISABLED_ENTRIES && wanted > capacity {
-                replaced.push(name);
-            }
-        }
-        // The IPv6 flow index is sized from the IPv6 table.
-        if replaced.contains(&MAP_NAT_V6) {
-            replaced.push(MAP_FLOW_INDEX_V6);
-        }
-    }
-    let load = |staged| {
-        Datapath::load(&LoadOptions {
-            nat_max_entries,
-            nomasq_max_entries: options.nomasq_max_entries,
-            staged,
-            pin_dir: Some(pins.root().to_path_buf()),
-            debug_log: options.datapath_debug_log,
-            ipv6: options.enable_ipv6,
-        })
-    };
-    if replaced.is_empty() {
-        return Ok(load(None)?);
-    }
-    let staging = pins.create_staging()?;
-    let built = load(Some(StagedMaps {
-        dir: staging,
-        names: replaced.clone(),
-    }))
-    .and_then(|mut datapath| {
-        for (addr, prefix, kind) in &trie_entries {
-            datapath
-                .maps
-                .nomasq_v4
-                .insert(
-                    &aya::maps::lpm_trie::Key::new(u32::from(*prefix), *addr),
-                    kind,
-                    0,
-                )
-                .map_err(DatapathError::map("inserting into", MAP_NOMASQ_V4))?;
-        }
-        pins.publish_staged(&replaced)?;
-        Ok(datapath)
-    });
-    match built {
-        Ok(datapath) => {
-            if replaced.contains(&MAP_NOMASQ_V4) {
-                tracing::info!(
-                    from = pinned.nomasq,
-                    to = options.nomasq_max_entries,
-                    "resized the non-masquerade trie; the new programs use it from the swap on"
-                );
-            }
-            if replaced.contains(&MAP_NAT_V6) || replaced.contains(&MAP_NOMASQ_V6) {
-                tracing::info!(
-                    nat_max_entries,
-                    nomasq_max_entries = options.nomasq_max_entries,
-                    "sized the pinned IPv6 maps for translation (an agent without --enable-ipv6 created them empty)"
-                );
-            }
-            Ok(datapath)
-        }
-        Err(error) => {
-            if let Err(cleanup) = pins.remove_staging() {
-                tracing::warn!(%cleanup, "could not remove the staged maps; the next start will");
-            }
-            Err(error.into())
-        }
     }
 }
 

@@ -37,7 +37,6 @@ use std::{
 use masq_common::{flow::Timeouts, ports::PortRange};
 use tokio::time::{Instant, sleep_until};
 
-pub use self::ebpf::{UninstallStep, uninstall};
 use self::{
     ebpf::EbpfBackend,
     iptables_backend::IptablesBackend,
@@ -46,7 +45,11 @@ use self::{
 };
 use crate::{
     config::source::{ConfigSource, EffectiveConfig, ReadOptions, load as load_config},
-    datapath::{DatapathError, attach::AttachMode},
+    datapath::{
+        DatapathError,
+        attach::AttachMode,
+        lifecycle::{LifecycleError, LifecycleOptions},
+    },
     ipsec::{self, SnatUplink},
     iptables::{apply::IptablesError, take_over::{TakeOverError, TakeOverOptions}},
     node::{
@@ -88,8 +91,8 @@ pub struct AgentOptions {
     pub attach_mode: Option<AttachMode>,
     /// Where masq's programs sit among other programs on each hook.
     pub hook_positions: crate::datapath::attach::HookPositions,
-    /// The bpffs directory for pins.
-    pub pin_path: PathBuf,
+    /// The pinned datapath: where, and how large.
+    pub lifecycle: LifecycleOptions,
     /// Ports masqueraded flows may use (eBPF).
     pub snat_ranges: Vec<PortRange>,
     /// The ports are shared with the node's own sockets (no `--to-ports`): not reserved, the
@@ -97,21 +100,13 @@ pub struct AgentOptions {
     pub ports_shared: bool,
     /// Pick every port at random.
     pub random_fully: bool,
-    /// NAT table capacity for a fresh install.
-    pub nat_max_entries: u32,
     /// The most unassured flows one pod may hold, as a percentage of the NAT table's flows
     /// (0: no limit).
     pub nat_pod_share: u8,
-    /// Capacity of the non-masquerade trie.
-    pub nomasq_max_entries: u32,
     /// How often expired flows are collected.
     pub gc_interval: Duration,
     /// Flow idle timeouts.
     pub timeouts: Timeouts,
-    /// Replace pinned state this version cannot adopt instead of refusing to start.
-    pub replace_incompatible_state: bool,
-    /// Datapath debug logging (aya-log).
-    pub datapath_debug_log: bool,
     /// Where to serve metrics and health.
     pub metrics_addr: Option<SocketAddr>,
     /// Where the node's sysctls are (`/proc/sys`, or a host mount in a container).
@@ -136,14 +131,9 @@ pub enum AgentError {
     /// iptables failed.
     #[error(transparent)]
     Iptables(#[from] IptablesError),
-    /// The pin path is not on bpffs, so nothing pinned there would outlive the agent.
-    #[error(
-        "the pin path {0} is not on a bpf filesystem, so the datapath could not outlive the agent. \
-         Mount bpffs on the node: `mount -t bpf bpf /sys/fs/bpf` (to keep it across reboots, add \
-         `bpffs /sys/fs/bpf bpf defaults 0 0` to /etc/fstab); in a container, also mount the node's \
-         /sys/fs/bpf into it (deploy/'s DaemonSet does)"
-    )]
-    NotBpffs(PathBuf),
+    /// The pinned datapath could not be installed or adopted.
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
     /// Upstream's chain is in the way.
     #[error(transparent)]
     TakeOver(#[from] TakeOverError),
@@ -240,7 +230,8 @@ pub async fn run(
     status.lock().started = Some(SystemTime::now());
     // The port is taken before anything changes on the node: an address in use stops the
     // agent before it attaches or reserves anything.
-    let pin_path = (options.backend == BackendKind::Ebpf).then(|| options.pin_path.clone());
+    let pin_path =
+        (options.backend == BackendKind::Ebpf).then(|| options.lifecycle.pin_path.clone());
     let _metrics = match options.metrics_addr {
         Some(addr) => Some(
             metrics::serve(addr, status.clone(), pin_path)

@@ -764,7 +764,7 @@ pub(crate) fn nat(command: &NatCommand) -> anyhow::Result<ExitCode> {
 pub(crate) fn uninstall(args: &UninstallArgs) -> anyhow::Result<ExitCode> {
     let mut out = io::stdout().lock();
     let mut written = Ok(());
-    masq::agent::uninstall(&args.pins.pin_path, &args.sysctl_dir, |step| {
+    masq::datapath::lifecycle::uninstall(&args.pins.pin_path, &args.sysctl_dir, |step| {
         if written.is_ok() {
             written = writeln!(out, "{step}");
         }

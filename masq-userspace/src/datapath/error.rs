@@ -106,25 +106,6 @@ pub enum DatapathError {
         #[source]
         source: std::io::Error,
     },
-    /// The pinned maps were created by an incompatible version of masq.
-    #[error(
-        "the maps pinned under {pin_path} have an incompatible layout ({detail}); {running}. Run \
-         `masq uninstall --pin-path {pin_path}` to remove them (live flows are lost), or start \
-         the agent with --replace-incompatible-state",
-        running = if *attached {
-            "the datapath attached from them keeps running, untouched"
-        } else {
-            "no program is attached from them"
-        }
-    )]
-    IncompatiblePins {
-        /// The pin directory.
-        pin_path: PathBuf,
-        /// What differs.
-        detail: String,
-        /// Whether programs are attached from the pin directory (pinned links exist).
-        attached: bool,
-    },
     /// The config does not fit the trie.
     #[error(transparent)]
     TrieCapacity(#[from] super::sync::TrieCapacityError),

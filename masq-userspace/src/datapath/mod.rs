@@ -1,12 +1,13 @@
-//! The eBPF datapath: the embedded object, its maps, pinning, attaching, keeping the maps in
-//! line with the policy, collecting expired flows, the clsact plumbing of the legacy
-//! attach mode, and what the kernel says about tcx attachments.
+//! The eBPF datapath: the embedded object, its maps, pinning and the pinned state's lifecycle,
+//! attaching, keeping the maps in line with the policy, collecting expired flows, the clsact
+//! plumbing of the legacy attach mode, and what the kernel says about tcx attachments.
 
 pub mod attach;
 mod batch;
 pub mod error;
 pub mod flows;
 pub mod gc;
+pub mod lifecycle;
 pub mod maps;
 pub mod object;
 pub mod pins;
