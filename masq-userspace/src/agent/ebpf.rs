@@ -1,13 +1,12 @@
 //! The eBPF backend: the pinned datapath on the uplink.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
-    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    collections::BTreeMap,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
 
 use masq_common::{
-    layout::{MAX_RESERVED_RANGES, Uplink},
-    ports::PortRange,
+    layout::Uplink,
     settings::{SETTING_SHARED_PORTS, Settings},
 };
 
@@ -19,18 +18,18 @@ use crate::{
     datapath::{
         DatapathError,
         attach::{AttachMode, attach_uplink, detach_uplink},
+        crowded_remotes::CrowdedRemotes,
         gc,
-        maps::{KernelFlow, Trie},
-        lifecycle::{HeldPins, Loaded},
+        lifecycle::{HeldPins, Loaded, port_reservation},
+        maps::Trie,
+        netfilter_flows::{self, Intake},
         object::Datapath,
         sync::{TrieView, WantedTries, settings, sync_tries},
     },
     iptables::take_over::{self, Recheck},
     node::{
-        conntrack,
         interfaces,
         kernel::supported_kernel,
-        reserved_ports,
         uplinks::{self, Strictness, WantedUplink, wanted_uplinks},
     },
     policy::Policy,
@@ -50,18 +49,9 @@ pub(super) struct EbpfBackend {
     enabled: bool,
     /// The source tries hold entries, so the settings carry `SETTING_SOURCE_EXEMPTIONS`.
     source_exemptions: bool,
-    /// The remote endpoints (node address, remote, protocol) the agent warned about for
-    /// having [`CROWDED_PERCENT`] of their node ports in use, until they fall below
-    /// [`UNCROWDED_PERCENT`] again.
-    crowded_remotes: BTreeSet<(IpAddr, SocketAddr, u8)>,
+    /// The remote endpoints warned about for running out of node ports.
+    crowded_remotes: CrowdedRemotes,
 }
-
-/// From this share of its node ports in use (in percent), a remote endpoint is warned about,
-/// once: new flows towards it are refused once all are taken.
-const CROWDED_PERCENT: u32 = 80;
-/// Below this share a warned remote is forgotten, so that it is warned about again if it
-/// fills up again (a margin, so that a remote hovering at the mark warns once).
-const UNCROWDED_PERCENT: u32 = 70;
 
 impl EbpfBackend {
     /// Loads (or adopts) the datapath. Programs are attached by [`Self::reconcile_uplinks`]
@@ -103,7 +93,13 @@ impl EbpfBackend {
                     .trie_entries_of::<Ipv6Addr>(Trie::Sources)?
                     .is_empty());
         let node_addresses: Vec<IpAddr> = wanted.iter().flat_map(WantedUplink::addresses).collect();
-        take_in_kernel_nat_flows(&mut datapath, &node_addresses, options, false);
+        netfilter_flows::take_in(
+            &mut datapath.maps,
+            &node_addresses,
+            &options.snat_ports.ranges,
+            options.enable_ipv6,
+            Intake::Reserve,
+        );
         if let Err(error) = datapath.pin_programs(pins.dir()) {
             tracing::warn!(%error, "could not pin the programs; `masq status` will not show their verified sizes");
         }
@@ -140,7 +136,7 @@ impl EbpfBackend {
             attached: BTreeMap::new(),
             enabled,
             source_exemptions,
-            crowded_remotes: BTreeSet::new(),
+            crowded_remotes: CrowdedRemotes::default(),
         })
     }
 
@@ -149,14 +145,14 @@ impl EbpfBackend {
     fn write_settings(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
         let value = if self.enabled {
             let mut value = settings(
-                &options.snat_ranges,
+                &options.snat_ports.ranges,
                 options.random_fully,
                 self.source_exemptions,
             );
             self.datapath
                 .maps
                 .size_settings(&mut value, options.nat_pod_share);
-            if options.ports_shared {
+            if options.snat_ports.shared {
                 value.flags |= SETTING_SHARED_PORTS;
             }
             value
@@ -167,90 +163,6 @@ impl EbpfBackend {
             Settings::DISABLED
         };
         self.datapath.maps.set_settings(&value)?;
-        Ok(())
-    }
-
-    /// Reserves the SNAT ports from the node's ephemeral allocation and records what was added;
-    /// with ports shared with the node, gives back what an earlier start reserved instead.
-    fn reserve_ports(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
-        if options.ports_shared {
-            return self.release_reserved_ports(options);
-        }
-        let ephemeral = reserved_ports::ephemeral_range(&options.sysctl_dir)?;
-        if options
-            .snat_ranges
-            .iter()
-            .any(|range| range.overlaps(&ephemeral))
-        {
-            tracing::info!(
-                %ephemeral,
-                "the SNAT range overlaps the node's ephemeral ports; the reservation keeps node sockets out of it"
-            );
-        }
-        let added = reserved_ports::reserve(&options.sysctl_dir, &options.snat_ranges)?;
-        let mut meta = self.datapath.maps.meta()?;
-        let mut recorded: Vec<PortRange> = meta.reserved().to_vec();
-        recorded.extend_from_slice(&added);
-        let recorded = reserved_ports::normalize(recorded);
-        if recorded.len() > MAX_RESERVED_RANGES {
-            tracing::warn!(
-                ranges = recorded.len(),
-                "too many reserved ranges to record; `masq uninstall` will leave some in place"
-            );
-        }
-        for (slot, range) in meta
-            .reserved
-            .iter_mut()
-            .zip(recorded.iter().chain(std::iter::repeat(&PortRange::EMPTY)))
-        {
-            *slot = *range;
-        }
-        meta.reserved_count = u32::try_from(recorded.len().min(MAX_RESERVED_RANGES)).unwrap_or(0);
-        self.datapath.maps.set_meta(&meta)?;
-        if !added.is_empty() {
-            tracing::info!(ports = %reserved_ports::format_port_list(&added), "reserved the SNAT ports from the node's ephemeral allocation");
-        }
-        Ok(())
-    }
-
-    /// Warns once about each remote endpoint the collection found with
-    /// [`CROWDED_PERCENT`] of its node ports in use.
-    fn warn_of_crowded_remotes(&mut self, report: &gc::GcReports) {
-        let mut still_crowded = BTreeSet::new();
-        for family in [&report.ipv4, &report.ipv6] {
-            for remote in &family.busiest_remotes {
-                let id = (remote.node, remote.remote, remote.protocol);
-                let percent = remote.percent(family.ports_per_remote);
-                if percent >= UNCROWDED_PERCENT && self.crowded_remotes.contains(&id) {
-                    still_crowded.insert(id);
-                } else if percent >= CROWDED_PERCENT {
-                    still_crowded.insert(id);
-                    tracing::warn!(
-                        remote = %remote.label(),
-                        node = %remote.node,
-                        ports_in_use = remote.ports,
-                        ports = family.ports_per_remote,
-                        percent,
-                        "a remote endpoint has most of its node ports in use: new flows towards it are refused once all are taken (more ports: --to-ports, or none for 1024-65535)"
-                    );
-                }
-            }
-        }
-        self.crowded_remotes = still_crowded;
-    }
-
-    /// Takes the ports an earlier start reserved (with `--to-ports`) out of the node's reserved
-    /// ports again, and forgets the record: the ports are shared with the node now.
-    fn release_reserved_ports(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
-        let mut meta = self.datapath.maps.meta()?;
-        if meta.reserved().is_empty() {
-            return Ok(());
-        }
-        reserved_ports::release(&options.sysctl_dir, meta.reserved())?;
-        tracing::info!(ports = %reserved_ports::format_port_list(meta.reserved()), "released the ports an earlier --to-ports reserved: the ports are shared with the node now");
-        meta.reserved = [PortRange::EMPTY; MAX_RESERVED_RANGES];
-        meta.reserved_count = 0;
-        self.datapath.maps.set_meta(&meta)?;
         Ok(())
     }
 
@@ -368,21 +280,16 @@ impl EbpfBackend {
     }
 
     /// Makes masq translate the flows upstream's chain masqueraded, just removed (see
-    /// [`take_in_kernel_nat_flows`]), on the uplinks' current addresses.
+    /// [`netfilter_flows::take_in`]), on the uplinks' current addresses.
     fn adopt_upstream_flows(&mut self, options: &AgentOptions) {
-        let node_addresses: Vec<IpAddr> = self
-            .datapath
-            .maps
-            .uplinks()
-            .unwrap_or_default()
-            .iter()
-            .flat_map(|(_, uplink)| {
-                let ipv4 = uplink.has_v4().then(|| IpAddr::from(uplink.snat_addr));
-                let ipv6 = (uplink.has_v6 != 0).then(|| IpAddr::from(uplink.snat_addr_v6));
-                ipv4.into_iter().chain(ipv6)
-            })
-            .collect();
-        take_in_kernel_nat_flows(&mut self.datapath, &node_addresses, options, true);
+        let recorded = self.datapath.maps.uplinks().unwrap_or_default();
+        netfilter_flows::take_in(
+            &mut self.datapath.maps,
+            &uplinks::recorded_addresses(&recorded),
+            &options.snat_ports.ranges,
+            options.enable_ipv6,
+            Intake::AfterTakeOver,
+        );
     }
 
     /// Updates the addresses of an interface this process attached to, when they changed
@@ -506,7 +413,11 @@ impl Backend for EbpfBackend {
         status: &SharedStatus,
     ) -> Result<(), AgentError> {
         self.write_settings(options)?;
-        self.reserve_ports(options)?;
+        port_reservation::reserve(
+            &mut self.datapath.maps,
+            &options.sysctl_dir,
+            &options.snat_ports,
+        )?;
         self.reconcile_uplinks(options, status, Strictness::Startup)?;
         if take_over::take_over(&options.upstream_chain)? {
             self.adopt_upstream_flows(options);
@@ -562,111 +473,11 @@ impl Backend for EbpfBackend {
                         *total += u64::try_from(reclaimed).unwrap_or(0);
                     }
                 }
-                self.warn_of_crowded_remotes(&report);
+                self.crowded_remotes.warn_of(&report);
                 state.last_gc = report;
             }
             Err(error) => tracing::error!(%error, "flow garbage collection failed"),
         }
-    }
-}
-
-/// Takes in the flows netfilter source-NATs to an uplink's address (read from conntrack),
-/// before the programs are attached:
-///
-/// * after a take-over (`took_over`), upstream's flows (pod flows netfilter masqueraded, with
-///   no destination NAT) are adopted: masq maps them to the node port they have, and their
-///   conntrack entries are deleted. With its chain gone, netfilter does not reliably keep
-///   translating them (an iptables-nft node sent the next packet out with the pod's address),
-///   so masq translates them from then on, on the same port: they keep working to their end.
-/// * every other such flow with a port in masq's ranges (another MASQUERADE rule's) keeps
-///   its translation in netfilter, and its tuple is reserved: no pod flow gets its port.
-///
-/// A conntrack that cannot be read is logged, not fatal: masq's egress program reserves the
-/// port of a flow netfilter translates at its next packet anyway.
-fn take_in_kernel_nat_flows(
-    datapath: &mut Datapath,
-    node_addresses: &[IpAddr],
-    options: &AgentOptions,
-    took_over: bool,
-) {
-    let in_range = |port: u16| options.snat_ranges.iter().any(|range| range.contains(port));
-    let is_node = |address: IpAddr| node_addresses.contains(&address);
-    let now_ns = gc::monotonic_now_ns();
-    let (mut adopted, mut reserved, mut taken) = (0_usize, 0_usize, 0_usize);
-    let families = if options.enable_ipv6 {
-        &[false, true][..]
-    } else {
-        &[false][..]
-    };
-    for &ipv6 in families {
-        let flows = match conntrack::source_nat_flows(ipv6) {
-            Ok(flows) => flows,
-            Err(error) => {
-                tracing::warn!(%error, "could not read the flows netfilter translates; their ports are reserved at their next packet instead");
-                continue;
-            }
-        };
-        for flow in flows.iter().filter(|flow| is_node(flow.node)) {
-            let adopt = took_over && !flow.dst_nat && !is_node(flow.source);
-            if !adopt && !in_range(flow.node_port) {
-                continue;
-            }
-            let inserted = match (flow.source, flow.node, flow.remote) {
-                (IpAddr::V4(source), IpAddr::V4(node), IpAddr::V4(remote)) => {
-                    let flow = kernel_flow(flow, source.octets(), node.octets(), remote.octets());
-                    datapath
-                        .maps
-                        .insert_kernel_flow(&if adopt { flow } else { flow.reserved() }, now_ns)
-                }
-                (IpAddr::V6(source), IpAddr::V6(node), IpAddr::V6(remote)) => {
-                    let flow = kernel_flow(flow, source.octets(), node.octets(), remote.octets());
-                    datapath
-                        .maps
-                        .insert_kernel_flow(&if adopt { flow } else { flow.reserved() }, now_ns)
-                }
-                _ => continue,
-            };
-            match inserted {
-                Ok(true) if adopt => match conntrack::forget(flow) {
-                    Ok(()) => adopted += 1,
-                    Err(error) => {
-                        tracing::warn!(%error, source = %flow.source, remote = %flow.remote, "adopted a flow but could not delete its conntrack entry; netfilter may translate it too");
-                    }
-                },
-                Ok(true) => reserved += 1,
-                Ok(false) => taken += 1,
-                Err(error) => {
-                    tracing::warn!(%error, "could not record a flow netfilter translates");
-                }
-            }
-        }
-    }
-    if adopted + reserved + taken > 0 {
-        tracing::info!(
-            adopted,
-            reserved,
-            already_mapped_by_masq = taken,
-            "took in the flows netfilter translates to the uplinks' addresses: upstream's are masq's now, on their ports; the others keep their ports"
-        );
-    }
-}
-
-/// `flow` in one family's addresses.
-const fn kernel_flow<A: Copy>(
-    flow: &conntrack::KernelNatFlow,
-    source: A,
-    node: A,
-    remote: A,
-) -> KernelFlow<A> {
-    KernelFlow {
-        protocol: flow.protocol,
-        source,
-        source_port: flow.source_port,
-        node,
-        node_port: flow.node_port,
-        remote,
-        remote_port: flow.remote_port,
-        replied: flow.replied,
     }
 }
 

@@ -62,7 +62,10 @@ impl Backend for IptablesBackend {
                 random_fully: options.random_fully && iptables.has_random_fully,
                 to_ports: options.to_ports.clone(),
             };
-            iptables.sync(&options.upstream_chain.chain, &restore_input(policy, family, &rules))?;
+            iptables.sync(
+                &options.upstream_chain.chain,
+                &restore_input(policy, family, &rules),
+            )?;
         }
         self.synced = true;
         Ok(policy.rules(Family::Ipv4).len() + policy.rules(Family::Ipv6).len())

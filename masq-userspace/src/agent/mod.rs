@@ -34,7 +34,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use masq_common::{flow::Timeouts, ports::PortRange};
+use masq_common::flow::Timeouts;
 use tokio::time::{Instant, sleep_until};
 
 use self::{
@@ -51,14 +51,17 @@ use crate::{
         lifecycle::{LifecycleError, LifecycleOptions},
     },
     ipsec::{self, SnatUplink},
-    iptables::{apply::IptablesError, take_over::{TakeOverError, TakeOverOptions}},
+    iptables::{
+        apply::IptablesError,
+        take_over::{TakeOverError, TakeOverOptions},
+    },
     node::{
         interfaces::{self, InterfaceWatch},
         reserved_ports::SysctlError,
         uplinks::{UplinkError, UplinkOptions},
     },
     policy::Policy,
-    ports::ToPorts,
+    ports::{SnatPorts, ToPorts},
 };
 
 /// Which datapath the agent drives.
@@ -93,11 +96,8 @@ pub struct AgentOptions {
     pub hook_positions: crate::datapath::attach::HookPositions,
     /// The pinned datapath: where, and how large.
     pub lifecycle: LifecycleOptions,
-    /// Ports masqueraded flows may use (eBPF).
-    pub snat_ranges: Vec<PortRange>,
-    /// The ports are shared with the node's own sockets (no `--to-ports`): not reserved, the
-    /// node's flows left alone unless they clash with a pod's.
-    pub ports_shared: bool,
+    /// Ports masqueraded flows may use (eBPF), and whether the node's own sockets share them.
+    pub snat_ports: SnatPorts,
     /// Pick every port at random.
     pub random_fully: bool,
     /// The most unassured flows one pod may hold, as a percentage of the NAT table's flows

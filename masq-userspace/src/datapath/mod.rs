@@ -4,11 +4,13 @@
 
 pub mod attach;
 mod batch;
+pub mod crowded_remotes;
 pub mod error;
 pub mod flows;
 pub mod gc;
 pub mod lifecycle;
 pub mod maps;
+pub mod netfilter_flows;
 pub mod object;
 pub mod pins;
 pub mod sync;

@@ -250,6 +250,18 @@ pub fn answers_for(uplinks: &[(u32, Uplink)], address: IpAddr) -> bool {
     })
 }
 
+/// The addresses the recorded `uplinks` masquerade to.
+pub fn recorded_addresses(uplinks: &[(u32, Uplink)]) -> Vec<IpAddr> {
+    uplinks
+        .iter()
+        .flat_map(|(_, uplink)| {
+            let ipv4 = uplink.has_v4().then(|| IpAddr::from(uplink.snat_addr));
+            let ipv6 = (uplink.has_v6 != 0).then(|| IpAddr::from(uplink.snat_addr_v6));
+            ipv4.into_iter().chain(ipv6)
+        })
+        .collect()
+}
+
 /// The interfaces to translate on: the ones named with `--interface`, or every interface
 /// traffic leaves the node by, each with the address MASQUERADE would give its traffic.
 pub fn wanted_uplinks(

@@ -8,6 +8,7 @@
 //! instant leaves either leftovers the next start removes or a complete set it adopts.
 
 mod plan;
+pub mod port_reservation;
 mod uninstall;
 
 use std::{
