@@ -1,42 +1,75 @@
-//! The eBPF backend: the pinned datapath on the uplink.
+//! The eBPF backend: the pinned datapath on the uplinks. It orchestrates the parts: the
+//! pinned state's lifecycle ([`crate::datapath::lifecycle`]), the uplinks and their addresses
+//! ([`crate::node::uplinks`]) and the take-over of upstream's chain
+//! ([`crate::iptables::take_over`]), in the order that keeps every flow translated.
 
 use std::{
     collections::BTreeMap,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    path::PathBuf,
 };
 
 use masq_common::{
+    flow::Timeouts,
     layout::Uplink,
     settings::{SETTING_SHARED_PORTS, Settings},
 };
 
 use super::{
-    AgentError, AgentOptions, Backend,
+    AgentError, Backend,
     status::{KernelStatus, SharedStatus, UplinkIpv6, UplinkStatus},
 };
 use crate::{
     datapath::{
         DatapathError,
-        attach::{AttachMode, attach_uplink, detach_uplink},
+        attach::{AttachMode, HookPositions, attach_uplink, detach_uplink},
         crowded_remotes::CrowdedRemotes,
         gc,
-        lifecycle::{HeldPins, Loaded, port_reservation},
-        maps::Trie,
+        lifecycle::{HeldPins, LifecycleOptions, Loaded, port_reservation},
+        maps::{DatapathMaps, Trie},
         netfilter_flows::{self, Intake},
         object::Datapath,
         sync::{TrieView, WantedTries, settings, sync_tries},
     },
-    iptables::take_over::{self, Recheck},
+    iptables::take_over::{self, Recheck, TakeOverOptions},
     node::{
         interfaces,
         kernel::supported_kernel,
-        uplinks::{self, Strictness, WantedUplink, wanted_uplinks},
+        uplinks::{self, Strictness, UplinkOptions, WantedUplink, wanted_uplinks},
     },
     policy::Policy,
+    ports::SnatPorts,
 };
+
+/// How the eBPF backend runs: the options of its parts, and how it translates.
+#[derive(Clone, Debug)]
+pub struct EbpfOptions {
+    /// The pinned datapath: where, and how large.
+    pub lifecycle: LifecycleOptions,
+    /// The interfaces to translate on.
+    pub uplinks: UplinkOptions,
+    /// Upstream's chain, which masq refuses to run next to unless it takes it over.
+    pub upstream_chain: TakeOverOptions,
+    /// How the programs are attached; `None`: tcx where the kernel has it, else tc.
+    pub attach_mode: Option<AttachMode>,
+    /// Where masq's programs sit among other programs on each hook.
+    pub hook_positions: HookPositions,
+    /// The ports masqueraded flows may use, and whether the node's own sockets share them.
+    pub snat_ports: SnatPorts,
+    /// Pick every port at random (`--random-fully`).
+    pub random_fully: bool,
+    /// The most unassured flows one pod may hold, as a percentage of the NAT table's flows
+    /// (0: no limit).
+    pub nat_pod_share: u8,
+    /// Flow idle timeouts.
+    pub timeouts: Timeouts,
+    /// Where the node's sysctls are (`/proc/sys`, or a host mount in a container).
+    pub sysctl_dir: PathBuf,
+}
 
 /// The datapath and what the agent knows about it.
 pub(super) struct EbpfBackend {
+    options: EbpfOptions,
     datapath: Datapath,
     /// Held for the agent's life: one agent per pin path.
     pins: HeldPins,
@@ -56,7 +89,7 @@ pub(super) struct EbpfBackend {
 impl EbpfBackend {
     /// Loads (or adopts) the datapath. Programs are attached by [`Self::reconcile_uplinks`]
     /// once the trie and the settings are right.
-    pub(super) fn start(options: &AgentOptions, status: &SharedStatus) -> Result<Self, AgentError> {
+    pub(super) fn start(options: EbpfOptions, status: &SharedStatus) -> Result<Self, AgentError> {
         // Everything the operator named is checked before anything changes on the node.
         let kernel = supported_kernel()?;
         let wanted = wanted_uplinks(&options.uplinks, Strictness::Startup)?;
@@ -83,35 +116,52 @@ impl EbpfBackend {
         let enabled = adopted && datapath.maps.settings()?.enabled();
         // Adopted source tries stay in force until a config says otherwise, and the settings
         // written before that must keep the datapath looking them up.
-        let source_exemptions = adopted
-            && (!datapath
-                .maps
-                .trie_entries_of::<Ipv4Addr>(Trie::Sources)?
-                .is_empty()
-                || !datapath
-                    .maps
-                    .trie_entries_of::<Ipv6Addr>(Trie::Sources)?
-                    .is_empty());
+        let source_exemptions = adopted && holds_source_exemptions(&datapath.maps)?;
         let node_addresses: Vec<IpAddr> = wanted.iter().flat_map(WantedUplink::addresses).collect();
         netfilter_flows::take_in(
             &mut datapath.maps,
             &node_addresses,
             &options.snat_ports.ranges,
-            options.enable_ipv6,
+            options.uplinks.enable_ipv6,
             Intake::Reserve,
         );
         if let Err(error) = datapath.pin_programs(pins.dir()) {
             tracing::warn!(%error, "could not pin the programs; `masq status` will not show their verified sizes");
         }
-        let verified = datapath.verified_sizes()?;
+        let backend = Self {
+            options,
+            datapath,
+            pins,
+            attach_mode,
+            attached: BTreeMap::new(),
+            enabled,
+            source_exemptions,
+            crowded_remotes: CrowdedRemotes::default(),
+        };
+        backend.report_loaded(status, &kernel.release, &wanted, adopted, nat_max_entries)?;
+        Ok(backend)
+    }
+
+    /// Puts what was loaded in the status, and says it in the log.
+    fn report_loaded(
+        &self,
+        status: &SharedStatus,
+        kernel: &str,
+        wanted: &[WantedUplink],
+        adopted: bool,
+        nat_max_entries: u32,
+    ) -> Result<(), AgentError> {
+        let maps = &self.datapath.maps;
+        let verified = self.datapath.verified_sizes()?;
+        let attach_mode = self.attach_mode;
         {
             let mut state = status.lock();
-            state.nat_capacity = datapath.maps.nat_v4_capacity();
-            state.nat_capacity_v6 = datapath.maps.nat_v6_capacity();
-            state.pod_share = datapath.maps.holder_shares(options.nat_pod_share);
+            state.nat_capacity = maps.nat_v4_capacity();
+            state.nat_capacity_v6 = maps.nat_v6_capacity();
+            state.pod_share = maps.holder_shares(self.options.nat_pod_share);
             state.adopted = adopted;
             state.kernel = Some(KernelStatus {
-                release: kernel.release.clone(),
+                release: kernel.to_owned(),
                 attach_mode: attach_mode.name(),
                 verified_sizes: verified.clone(),
             });
@@ -125,24 +175,17 @@ impl EbpfBackend {
             })
             .collect();
         tracing::info!(
-            interfaces = ?names, %attach_mode, pin_path = %pins.dir().root().display(), adopted, nat_max_entries,
-            kernel = %kernel.release, verified_instructions = %sizes.join(","),
+            interfaces = ?names, %attach_mode, pin_path = %self.pins.dir().root().display(), adopted, nat_max_entries,
+            %kernel, verified_instructions = %sizes.join(","),
             "datapath loaded{}", if adopted { " (adopted the pinned maps: live flows continue)" } else { "" }
         );
-        Ok(Self {
-            datapath,
-            pins,
-            attach_mode,
-            attached: BTreeMap::new(),
-            enabled,
-            source_exemptions,
-            crowded_remotes: CrowdedRemotes::default(),
-        })
+        Ok(())
     }
 
     /// Writes the settings: translating with the current address and ports, or (before any
     /// valid config) passing everything through.
-    fn write_settings(&mut self, options: &AgentOptions) -> Result<(), AgentError> {
+    fn write_settings(&mut self) -> Result<(), AgentError> {
+        let options = &self.options;
         let value = if self.enabled {
             let mut value = settings(
                 &options.snat_ports.ranges,
@@ -172,11 +215,10 @@ impl EbpfBackend {
     /// error stops the agent) and on every resync and interface change (where it is logged).
     fn reconcile_uplinks(
         &mut self,
-        options: &AgentOptions,
         status: &SharedStatus,
         strictness: Strictness,
     ) -> Result<(), AgentError> {
-        let wanted = wanted_uplinks(&options.uplinks, strictness)?;
+        let wanted = wanted_uplinks(&self.options.uplinks, strictness)?;
         let recorded: BTreeMap<u32, Uplink> = self.datapath.maps.uplinks()?.into_iter().collect();
         let mut first_error = None;
 
@@ -201,7 +243,7 @@ impl EbpfBackend {
             let result = if self.attached.get(&uplink.ifindex) == Some(&uplink.name) {
                 self.follow_address(uplink, previous)
             } else {
-                self.attach_uplink(uplink, previous, options)
+                self.attach_uplink(uplink, previous)
             };
             if let Err(error) = result {
                 tracing::error!(interface = %uplink.name, %error, "attaching failed");
@@ -212,7 +254,13 @@ impl EbpfBackend {
             }
         }
 
-        let uplinks = self
+        status.lock().uplinks = self.uplink_statuses(&wanted)?;
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// What the status says of the uplinks this process attached to.
+    fn uplink_statuses(&self, wanted: &[WantedUplink]) -> Result<Vec<UplinkStatus>, AgentError> {
+        let statuses = self
             .datapath
             .maps
             .uplinks()?
@@ -228,27 +276,27 @@ impl EbpfBackend {
                     .is_none_or(|wanted| wanted.address_is_local),
                 ipv6: if uplink.has_v6 != 0 {
                     UplinkIpv6::Address(Ipv6Addr::from(uplink.snat_addr_v6))
-                } else if options.enable_ipv6 {
+                } else if self.options.uplinks.enable_ipv6 {
                     UplinkIpv6::NoAddress
                 } else {
                     UplinkIpv6::NotTranslated
                 },
             })
             .collect();
-        status.lock().uplinks = uplinks;
-        first_error.map_or(Ok(()), Err)
+        Ok(statuses)
     }
 
+    /// Attaches the programs to `wanted` (taking over from what an older agent attached there,
+    /// recorded as `previous`), then records it: the record turns translation on.
     fn attach_uplink(
         &mut self,
         wanted: &WantedUplink,
         previous: Option<&Uplink>,
-        options: &AgentOptions,
     ) -> Result<(), AgentError> {
         let recorded_mode = previous.and_then(AttachMode::of);
         // Auto keeps whatever a previous agent used there: switching means a moment with no
         // program or two of them.
-        let mode = match (options.attach_mode, recorded_mode) {
+        let mode = match (self.options.attach_mode, recorded_mode) {
             (None, Some(recorded)) => recorded,
             _ => self.attach_mode,
         };
@@ -265,7 +313,7 @@ impl EbpfBackend {
             wanted.ifindex,
             mode,
             previous.filter(|_| recorded_mode == Some(mode)),
-            options.hook_positions,
+            self.options.hook_positions,
         )?;
         let record = wanted.with_addresses(record);
         // The entry turns translation on for the interface, so it comes after the programs.
@@ -281,13 +329,13 @@ impl EbpfBackend {
 
     /// Makes masq translate the flows upstream's chain masqueraded, just removed (see
     /// [`netfilter_flows::take_in`]), on the uplinks' current addresses.
-    fn adopt_upstream_flows(&mut self, options: &AgentOptions) {
+    fn adopt_upstream_flows(&mut self) {
         let recorded = self.datapath.maps.uplinks().unwrap_or_default();
         netfilter_flows::take_in(
             &mut self.datapath.maps,
             &uplinks::recorded_addresses(&recorded),
-            &options.snat_ports.ranges,
-            options.enable_ipv6,
+            &self.options.snat_ports.ranges,
+            self.options.uplinks.enable_ipv6,
             Intake::AfterTakeOver,
         );
     }
@@ -346,12 +394,7 @@ impl Backend for EbpfBackend {
     /// periodic resync compares with what the kernel holds, so anything that drifted (a change
     /// the kernel refused and could not undo, a hand edit) is repaired. An unchanged config
     /// writes nothing.
-    fn apply(
-        &mut self,
-        policy: &Policy,
-        options: &AgentOptions,
-        trigger: &'static str,
-    ) -> Result<usize, AgentError> {
+    fn apply(&mut self, policy: &Policy, trigger: &'static str) -> Result<usize, AgentError> {
         let view = if trigger == "resync" {
             TrieView::Kernel
         } else {
@@ -391,7 +434,7 @@ impl Backend for EbpfBackend {
             let held = self.source_exemptions;
             self.enabled = true;
             self.source_exemptions = source_exemptions;
-            if let Err(error) = self.write_settings(options) {
+            if let Err(error) = self.write_settings() {
                 // Written again by the next apply, which finds the flag still to change.
                 self.source_exemptions = held;
                 return Err(error);
@@ -407,20 +450,16 @@ impl Backend for EbpfBackend {
     /// Turns translation on (or keeps it off until a valid config), reserves the SNAT ports
     /// and attaches to the uplinks: after the trie, so nothing is translated without its
     /// exemptions.
-    fn finish_startup(
-        &mut self,
-        options: &AgentOptions,
-        status: &SharedStatus,
-    ) -> Result<(), AgentError> {
-        self.write_settings(options)?;
+    fn finish_startup(&mut self, status: &SharedStatus) -> Result<(), AgentError> {
+        self.write_settings()?;
         port_reservation::reserve(
             &mut self.datapath.maps,
-            &options.sysctl_dir,
-            &options.snat_ports,
+            &self.options.sysctl_dir,
+            &self.options.snat_ports,
         )?;
-        self.reconcile_uplinks(options, status, Strictness::Startup)?;
-        if take_over::take_over(&options.upstream_chain)? {
-            self.adopt_upstream_flows(options);
+        self.reconcile_uplinks(status, Strictness::Startup)?;
+        if take_over::take_over(&self.options.upstream_chain)? {
+            self.adopt_upstream_flows();
         }
         Ok(())
     }
@@ -429,27 +468,27 @@ impl Backend for EbpfBackend {
         true
     }
 
-    fn follow_uplinks(&mut self, options: &AgentOptions, status: &SharedStatus) {
+    fn follow_uplinks(&mut self, status: &SharedStatus) {
         // Errors are logged where they happen; the other uplinks carry on.
-        let _ = self.reconcile_uplinks(options, status, Strictness::Running);
+        let _ = self.reconcile_uplinks(status, Strictness::Running);
     }
 
-    fn resync(&mut self, options: &AgentOptions, status: &SharedStatus) {
-        self.follow_uplinks(options, status);
-        match take_over::recheck(&options.upstream_chain) {
-            Recheck::StillInstalled(chain) => status.lock().upstream_chain = Some(chain),
-            Recheck::TookOver => {
-                status.lock().upstream_chain = None;
-                self.adopt_upstream_flows(options);
-            }
-            Recheck::Absent => status.lock().upstream_chain = None,
+    fn resync(&mut self, status: &SharedStatus) {
+        self.follow_uplinks(status);
+        let recheck = take_over::recheck(&self.options.upstream_chain);
+        status.lock().upstream_chain = match &recheck {
+            Recheck::StillInstalled(chain) => Some(chain.clone()),
+            Recheck::TookOver | Recheck::Absent => None,
+        };
+        if recheck == Recheck::TookOver {
+            self.adopt_upstream_flows();
         }
     }
 
-    fn collect_garbage(&mut self, options: &AgentOptions, status: &SharedStatus) {
+    fn collect_garbage(&mut self, status: &SharedStatus) {
         match gc::collect(
             &mut self.datapath.maps,
-            &options.timeouts,
+            &self.options.timeouts,
             gc::monotonic_now_ns(),
         ) {
             Ok(report) => {
@@ -479,6 +518,12 @@ impl Backend for EbpfBackend {
             Err(error) => tracing::error!(%error, "flow garbage collection failed"),
         }
     }
+}
+
+/// Whether the source tries (`nonMasqueradeSrcCIDRs`) hold entries.
+fn holds_source_exemptions(maps: &DatapathMaps) -> Result<bool, DatapathError> {
+    Ok(!maps.trie_entries_of::<Ipv4Addr>(Trie::Sources)?.is_empty()
+        || !maps.trie_entries_of::<Ipv6Addr>(Trie::Sources)?.is_empty())
 }
 
 /// Forwards aya-log records to tracing (through the `log` facade) on a background task.

@@ -15,8 +15,9 @@
 //! Translation is never enabled before the trie holds the exemptions. Afterwards the agent
 //! re-reads the config when its directory changes and every resync interval, applies changes,
 //! follows interfaces and addresses as they come and go, checks that no upstream chain came
-//! back, collects expired flows, and serves metrics. Stopping it, or killing it, leaves the datapath
-//! running from its pins; [`uninstall`] (`masq uninstall`) removes it.
+//! back, collects expired flows, and serves metrics. Stopping it, or killing it, leaves the
+//! datapath running from its pins; [`crate::datapath::lifecycle::uninstall`] (`masq uninstall`)
+//! removes it.
 //!
 //! The iptables backend instead rewrites upstream's chain on every sync, like upstream.
 
@@ -34,7 +35,6 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use masq_common::flow::Timeouts;
 use tokio::time::{Instant, sleep_until};
 
 use self::{
@@ -43,74 +43,44 @@ use self::{
     status::{BypassedPolicy, ConfigFailure, IpsecStatus, SharedStatus, UplinkIpv6},
     watch::DirectoryWatch,
 };
+pub use self::{ebpf::EbpfOptions, iptables_backend::IptablesOptions};
 use crate::{
     config::source::{ConfigSource, EffectiveConfig, ReadOptions, load as load_config},
-    datapath::{
-        DatapathError,
-        attach::AttachMode,
-        lifecycle::{LifecycleError, LifecycleOptions},
-    },
+    datapath::{DatapathError, lifecycle::LifecycleError},
     ipsec::{self, SnatUplink},
-    iptables::{
-        apply::IptablesError,
-        take_over::{TakeOverError, TakeOverOptions},
-    },
+    iptables::{apply::IptablesError, take_over::TakeOverError},
     node::{
         interfaces::{self, InterfaceWatch},
-        reserved_ports::SysctlError,
-        uplinks::{UplinkError, UplinkOptions},
+        uplinks::UplinkError,
     },
     policy::Policy,
-    ports::{SnatPorts, ToPorts},
 };
 
-/// Which datapath the agent drives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BackendKind {
-    /// The TC eBPF datapath.
-    Ebpf,
-    /// Upstream's iptables chain.
-    Iptables,
-}
-
-/// How the agent runs.
+/// How the agent runs: where its config comes from and how often it looks again, where it
+/// reports, and the datapath it drives with that datapath's own options.
 #[derive(Clone, Debug)]
 pub struct AgentOptions {
-    /// Which datapath.
-    pub backend: BackendKind,
     /// Where the config comes from.
     pub source: ConfigSource,
     /// How it is read.
     pub read: ReadOptions,
-    /// `--enable-ipv6`.
+    /// `--enable-ipv6`: the policy covers IPv6 too.
     pub enable_ipv6: bool,
-    /// Upstream's chain: the iptables backend's, which the eBPF backend takes over.
-    pub upstream_chain: TakeOverOptions,
-    /// `--to-ports` as upstream parsed it (for the iptables rules).
-    pub to_ports: ToPorts,
-    /// The interfaces to translate on.
-    pub uplinks: UplinkOptions,
-    /// How the programs are attached; `None`: tcx where the kernel has it, else tc.
-    pub attach_mode: Option<AttachMode>,
-    /// Where masq's programs sit among other programs on each hook.
-    pub hook_positions: crate::datapath::attach::HookPositions,
-    /// The pinned datapath: where, and how large.
-    pub lifecycle: LifecycleOptions,
-    /// Ports masqueraded flows may use (eBPF), and whether the node's own sockets share them.
-    pub snat_ports: SnatPorts,
-    /// Pick every port at random.
-    pub random_fully: bool,
-    /// The most unassured flows one pod may hold, as a percentage of the NAT table's flows
-    /// (0: no limit).
-    pub nat_pod_share: u8,
     /// How often expired flows are collected.
     pub gc_interval: Duration,
-    /// Flow idle timeouts.
-    pub timeouts: Timeouts,
     /// Where to serve metrics and health.
     pub metrics_addr: Option<SocketAddr>,
-    /// Where the node's sysctls are (`/proc/sys`, or a host mount in a container).
-    pub sysctl_dir: PathBuf,
+    /// Which datapath, and how it runs.
+    pub backend: BackendOptions,
+}
+
+/// Which datapath the agent drives, and how.
+#[derive(Clone, Debug)]
+pub enum BackendOptions {
+    /// The TC eBPF datapath.
+    Ebpf(Box<EbpfOptions>),
+    /// Upstream's iptables chain.
+    Iptables(IptablesOptions),
 }
 
 /// Why the agent could not start.
@@ -125,9 +95,6 @@ pub enum AgentError {
     /// The kernel cannot run the datapath.
     #[error(transparent)]
     Kernel(#[from] crate::node::kernel::KernelError),
-    /// A sysctl could not be changed.
-    #[error(transparent)]
-    Sysctl(#[from] SysctlError),
     /// iptables failed.
     #[error(transparent)]
     Iptables(#[from] IptablesError),
@@ -160,22 +127,13 @@ trait Backend {
 
     /// Brings the kernel in line with `policy`. Returns the entries it took (trie entries or
     /// rules), for the status.
-    fn apply(
-        &mut self,
-        policy: &Policy,
-        options: &AgentOptions,
-        trigger: &'static str,
-    ) -> Result<usize, AgentError>;
+    fn apply(&mut self, policy: &Policy, trigger: &'static str) -> Result<usize, AgentError>;
 
     /// What stays in place once the agent stops, for the log.
     fn left_in_place(&self) -> &'static str;
 
     /// Completes startup once the first config was read.
-    fn finish_startup(
-        &mut self,
-        _options: &AgentOptions,
-        _status: &SharedStatus,
-    ) -> Result<(), AgentError> {
+    fn finish_startup(&mut self, _status: &SharedStatus) -> Result<(), AgentError> {
         Ok(())
     }
 
@@ -186,13 +144,13 @@ trait Backend {
     }
 
     /// Follows the uplinks after an interface change.
-    fn follow_uplinks(&mut self, _options: &AgentOptions, _status: &SharedStatus) {}
+    fn follow_uplinks(&mut self, _status: &SharedStatus) {}
 
     /// The periodic check beyond re-reading the config.
-    fn resync(&mut self, _options: &AgentOptions, _status: &SharedStatus) {}
+    fn resync(&mut self, _status: &SharedStatus) {}
 
     /// Removes expired flows.
-    fn collect_garbage(&mut self, _options: &AgentOptions, _status: &SharedStatus) {}
+    fn collect_garbage(&mut self, _status: &SharedStatus) {}
 }
 
 struct Agent {
@@ -230,8 +188,10 @@ pub async fn run(
     status.lock().started = Some(SystemTime::now());
     // The port is taken before anything changes on the node: an address in use stops the
     // agent before it attaches or reserves anything.
-    let pin_path =
-        (options.backend == BackendKind::Ebpf).then(|| options.lifecycle.pin_path.clone());
+    let pin_path = match &options.backend {
+        BackendOptions::Ebpf(ebpf) => Some(ebpf.lifecycle.pin_path.clone()),
+        BackendOptions::Iptables(_) => None,
+    };
     let _metrics = match options.metrics_addr {
         Some(addr) => Some(
             metrics::serve(addr, status.clone(), pin_path)
@@ -240,9 +200,9 @@ pub async fn run(
         ),
         None => None,
     };
-    let backend: Box<dyn Backend> = match options.backend {
-        BackendKind::Ebpf => Box::new(EbpfBackend::start(&options, &status)?),
-        BackendKind::Iptables => Box::new(IptablesBackend::start(&options)?),
+    let backend: Box<dyn Backend> = match &options.backend {
+        BackendOptions::Ebpf(ebpf) => Box::new(EbpfBackend::start((**ebpf).clone(), &status)?),
+        BackendOptions::Iptables(iptables) => Box::new(IptablesBackend::start(iptables.clone())?),
     };
     let mut agent = Agent {
         options,
@@ -255,9 +215,7 @@ pub async fn run(
     // being attached is then picked up at once, not at the next resync.
     let watch = agent.watch();
     agent.reload("startup");
-    agent
-        .backend
-        .finish_startup(&agent.options, &agent.status)?;
+    agent.backend.finish_startup(&agent.status)?;
     agent.update_readiness();
     agent.check_ipsec();
     agent.run(watch, shutdown).await;
@@ -285,7 +243,7 @@ impl Agent {
                 }
                 () = sleep_until(next_resync) => {
                     self.reload("resync");
-                    self.backend.resync(&self.options, &self.status);
+                    self.backend.resync(&self.status);
                     self.update_readiness();
                     self.check_ipsec();
                     if watch.is_none() {
@@ -325,12 +283,12 @@ impl Agent {
                     if let Some(watch) = interfaces.as_mut() {
                         let _ = tokio::time::timeout(Duration::ZERO, watch.changed()).await;
                     }
-                    self.backend.follow_uplinks(&self.options, &self.status);
+                    self.backend.follow_uplinks(&self.status);
                     self.update_readiness();
                     self.check_ipsec();
                 }
                 () = sleep_until(next_gc) => {
-                    self.backend.collect_garbage(&self.options, &self.status);
+                    self.backend.collect_garbage(&self.status);
                     next_gc = Instant::now() + self.options.gc_interval;
                 }
             }
@@ -414,7 +372,7 @@ impl Agent {
         trigger: &'static str,
     ) -> Result<(), AgentError> {
         let policy = Policy::shared(Arc::clone(&config), self.options.enable_ipv6);
-        let entries = self.backend.apply(&policy, &self.options, trigger)?;
+        let entries = self.backend.apply(&policy, trigger)?;
         // Compared once the datapath has it: a change is in force before it is logged.
         if self.config.as_ref() != Some(&config) {
             tracing::info!(trigger, origin = %config.origin, "Using config: {}", config.raw.to_go_json());

@@ -10,7 +10,7 @@ use std::{
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use masq::{
-    agent::{self, AgentOptions, BackendKind},
+    agent::{self, AgentOptions, BackendOptions, EbpfOptions, IptablesOptions},
     config::GoDuration,
     datapath::{
         attach::{AttachMode, HookPosition, HookPositions},
@@ -230,6 +230,45 @@ fn parse_positive_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} must be positive"))
 }
 
+impl AgentArgs {
+    /// The eBPF backend's options, each part's from its flags.
+    fn ebpf_options(&self, snat_ports: SnatPorts) -> anyhow::Result<EbpfOptions> {
+        Ok(EbpfOptions {
+            lifecycle: LifecycleOptions {
+                pin_path: self.pin_path.clone(),
+                nat_max_entries: self.nat_max_entries.entries()?,
+                nomasq_max_entries: self.nomasq_max_entries,
+                ipv6: self.flags.enable_ipv6,
+                replace_incompatible_state: self.replace_incompatible_state,
+                debug_log: self.datapath_debug_log,
+            },
+            uplinks: UplinkOptions {
+                interfaces: self.interfaces.clone(),
+                node_ip: self.node_ip,
+                enable_ipv6: self.flags.enable_ipv6,
+            },
+            upstream_chain: TakeOverOptions {
+                chain: self.flags.masq_chain.clone(),
+                take_over: self.take_over_iptables,
+            },
+            attach_mode: match self.attach_mode {
+                AttachModeArg::Auto => None,
+                AttachModeArg::Tcx => Some(AttachMode::Tcx),
+                AttachModeArg::Tc => Some(AttachMode::Tc),
+            },
+            hook_positions: HookPositions {
+                egress: self.egress_hook_position.position(),
+                ingress: self.ingress_hook_position.position(),
+            },
+            snat_ports,
+            random_fully: self.flags.random_fully,
+            nat_pod_share: self.nat_pod_share,
+            timeouts: node::timeouts::of_node(&self.sysctl_dir),
+            sysctl_dir: self.sysctl_dir.clone(),
+        })
+    }
+}
+
 pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
     // A kernel that cannot run the datapath is refused in one line, before anything is logged
     // or changed on the node.
@@ -247,61 +286,27 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
         Ok(to_ports) => to_ports,
         Err(error) => return Ok(fail(&error.to_string())),
     };
-    // The iptables backend hands --to-ports to the kernel as upstream does; the datapath needs
-    // ranges it can use.
-    let snat_ports = match (
-        args.backend,
-        to_ports.snat_ports(args.service_node_port_range),
-    ) {
-        (_, Ok(ports)) => ports,
-        (BackendArg::Iptables, Err(_)) => SnatPorts {
-            ranges: Vec::new(),
-            shared: false,
+    let backend = match args.backend {
+        // The datapath needs ranges it can use.
+        BackendArg::Ebpf => match to_ports.snat_ports(args.service_node_port_range) {
+            Ok(snat_ports) => BackendOptions::Ebpf(Box::new(args.ebpf_options(snat_ports)?)),
+            Err(error) => return Ok(fail(&error.to_string())),
         },
-        (BackendArg::Ebpf, Err(error)) => return Ok(fail(&error.to_string())),
+        // The iptables backend hands --to-ports to the kernel as upstream does.
+        BackendArg::Iptables => BackendOptions::Iptables(IptablesOptions {
+            chain: args.flags.masq_chain.clone(),
+            ipv6: args.flags.enable_ipv6,
+            random_fully: args.flags.random_fully,
+            to_ports,
+        }),
     };
     let options = AgentOptions {
-        backend: match args.backend {
-            BackendArg::Ebpf => BackendKind::Ebpf,
-            BackendArg::Iptables => BackendKind::Iptables,
-        },
         source: args.config.source(),
         read: args.flags.read_options(),
         enable_ipv6: args.flags.enable_ipv6,
-        upstream_chain: TakeOverOptions {
-            chain: args.flags.masq_chain.clone(),
-            take_over: args.take_over_iptables,
-        },
-        to_ports: to_ports.clone(),
-        uplinks: UplinkOptions {
-            interfaces: args.interfaces.clone(),
-            node_ip: args.node_ip,
-            enable_ipv6: args.flags.enable_ipv6,
-        },
-        attach_mode: match args.attach_mode {
-            AttachModeArg::Auto => None,
-            AttachModeArg::Tcx => Some(AttachMode::Tcx),
-            AttachModeArg::Tc => Some(AttachMode::Tc),
-        },
-        hook_positions: HookPositions {
-            egress: args.egress_hook_position.position(),
-            ingress: args.ingress_hook_position.position(),
-        },
-        lifecycle: LifecycleOptions {
-            pin_path: args.pin_path.clone(),
-            nat_max_entries: args.nat_max_entries.entries()?,
-            nomasq_max_entries: args.nomasq_max_entries,
-            ipv6: args.flags.enable_ipv6,
-            replace_incompatible_state: args.replace_incompatible_state,
-            debug_log: args.datapath_debug_log,
-        },
-        snat_ports,
-        random_fully: args.flags.random_fully,
-        nat_pod_share: args.nat_pod_share,
         gc_interval: args.gc_interval,
-        timeouts: node::timeouts::of_node(&args.sysctl_dir),
         metrics_addr: args.metrics_addr,
-        sysctl_dir: args.sysctl_dir.clone(),
+        backend,
     };
     // The agent's loop runs on this thread (`block_on`) and does its datapath work (a GC pass
     // over a full NAT table, a large reload) synchronously; the metrics and health endpoints
