@@ -108,7 +108,7 @@ pub enum AgentError {
     #[error("--attach-mode tcx needs Linux 6.6 or later; use --attach-mode tc (or auto)")]
     TcxUnsupported,
     /// The metrics endpoint could not be served.
-    #[error("serving metrics on {addr}: {source}")]
+    #[error("serving metrics on {addr}")]
     Metrics {
         /// The address.
         addr: SocketAddr,
