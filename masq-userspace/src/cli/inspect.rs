@@ -2,9 +2,9 @@
 //! an agent runs or after it stopped.
 
 use std::{
-    io::{self, Write as _},
+    io::{self, Write},
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::ExitCode,
 };
 
@@ -12,10 +12,11 @@ use clap::{Args, Subcommand};
 use masq::{
     datapath::{
         attach::{AttachMode, programs_on},
-        flows::{Flow, flows},
+        flows::Flow,
         gc::{self, monotonic_now_ns},
-        maps::{DatapathMaps, Trie},
+        maps::DatapathMaps,
         pins::{DEFAULT_PIN_PATH, Hook, PinDir},
+        snapshot::{DatapathCounts, DatapathSnapshot, FAMILIES, FlowTable, TrieContents},
     },
     ipsec::{self, SnatUplink},
     node::{
@@ -24,9 +25,10 @@ use masq::{
     },
 };
 use masq_common::{
-    layout::{MapMeta, NOMASQ_KIND_LINK_LOCAL, NOMASQ_KIND_MASQUERADE},
+    counters::Counter,
+    flow::Timeouts,
+    layout::{NOMASQ_KIND_LINK_LOCAL, NOMASQ_KIND_MASQUERADE, Uplink},
     ports::PortRange,
-    settings::Settings,
 };
 use serde::Serialize;
 
@@ -85,10 +87,12 @@ pub(crate) struct UninstallArgs {
     sysctl_dir: PathBuf,
 }
 
-fn open(pin_path: &std::path::Path) -> Result<DatapathMaps, ExitCode> {
+fn open(pin_path: &Path) -> Result<DatapathMaps, ExitCode> {
     DatapathMaps::from_pins(pin_path).map_err(|error| fail(&error.to_string()))
 }
 
+/// What `masq status` shows: the JSON it prints with `--output json`, and what its text is
+/// written from.
 #[derive(Serialize)]
 struct StatusJson {
     pin_path: String,
@@ -162,9 +166,6 @@ struct EvictionJson {
     count: u64,
 }
 
-/// Local addresses shown in `masq status`, busiest first.
-const TOP_HOLDERS: usize = 5;
-
 #[derive(Serialize)]
 struct UplinkJson {
     interface: String,
@@ -204,6 +205,423 @@ struct PinnedProgramJson {
     verified_insns: Option<u32>,
 }
 
+pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
+    let maps = match open(&args.pins.pin_path) {
+        Ok(maps) => maps,
+        Err(code) => return Ok(code),
+    };
+    let snapshot = DatapathSnapshot::read(&maps)?;
+    let status = StatusJson::gather(&args.pins.pin_path, &snapshot);
+    let mut out = io::stdout().lock();
+    match args.output {
+        OutputFormat::Json => {
+            serde_json::to_writer_pretty(&mut out, &status)?;
+            writeln!(out)?;
+        }
+        OutputFormat::Text => status.write_text(&mut out)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+impl StatusJson {
+    /// The status of the datapath in `snapshot`, pinned under `pin_path`, with what the
+    /// kernel says about its programs and the node's IPsec policies.
+    fn gather(pin_path: &Path, snapshot: &DatapathSnapshot) -> Self {
+        let pins = PinDir::new(pin_path);
+        let settings = &snapshot.settings;
+        let (ipsec_bypassed, ipsec_error) = match bypassed_ipsec_policies(snapshot) {
+            Ok(bypassed) => (Some(bypassed), None),
+            Err(error) => (None, Some(error)),
+        };
+        let [ipv4, ipv6] = &snapshot.tables;
+        let [counters, counters_v6] = snapshot
+            .counts
+            .packets
+            .each_ref()
+            .map(|totals| nonzero_counters(totals));
+        Self {
+            pin_path: pin_path.display().to_string(),
+            layout_version: snapshot.meta.layout_version,
+            kernel: Kernel::current()
+                .map_or_else(|error| error.to_string(), |kernel| kernel.release),
+            programs: pinned_programs(&pins),
+            translating: settings.enabled(),
+            random_fully: settings.random_fully(),
+            snat_ports: port_list(settings.ranges()),
+            ports_shared: settings.ports_shared(),
+            reserved_ports: port_list(snapshot.meta.reserved()),
+            uplinks: snapshot
+                .uplinks
+                .iter()
+                .map(|(ifindex, uplink)| UplinkJson::gather(&pins, *ifindex, uplink))
+                .collect(),
+            nomasq_cidrs: trie_cidrs(&snapshot.destinations),
+            nomasq_src_cidrs: trie_cidrs(&snapshot.sources),
+            source_exemptions: settings.source_exemptions(),
+            nat_flows: ipv4.flows.len(),
+            nat_entries: ipv4.entries,
+            nat_capacity: ipv4.capacity,
+            nat_v6_flows: ipv6.flows.len(),
+            nat_v6_entries: ipv6.entries,
+            nat_v6_capacity: ipv6.capacity,
+            nat_unassured: snapshot.tables.each_ref().map(FlowTable::unassured),
+            pod_share: settings.holder_share,
+            top_holders: snapshot
+                .busiest_holders(gc::TOP_HOLDERS)
+                .into_iter()
+                .map(|(address, unassured)| HolderJson {
+                    address: address.to_string(),
+                    unassured,
+                })
+                .collect(),
+            evictions: evictions(&snapshot.counts),
+            ports_per_remote: settings.total_ports,
+            busiest_remotes: snapshot
+                .busiest_remotes(gc::TOP_REMOTES)
+                .iter()
+                .map(|remote| RemoteJson {
+                    remote: remote.label(),
+                    node: remote.node.to_string(),
+                    ports_in_use: remote.ports,
+                    percent: remote.percent(settings.total_ports),
+                })
+                .collect(),
+            counters,
+            counters_v6,
+            ipsec_bypassed,
+            ipsec_error,
+        }
+    }
+
+    /// The text `masq status` prints, a line (or a block) per part of the datapath.
+    fn write_text(&self, out: &mut impl Write) -> io::Result<()> {
+        self.write_settings(out)?;
+        self.write_programs(out)?;
+        for uplink in &self.uplinks {
+            uplink.write_text(out)?;
+        }
+        if self.uplinks.is_empty() {
+            writeln!(out, "uplinks:      none (masq translates on no interface)")?;
+        }
+        self.write_exemptions(out)?;
+        self.write_ipsec(out)?;
+        self.write_nat_tables(out)?;
+        self.write_evictions(out)?;
+        self.write_counters(out)
+    }
+
+    /// The pin path, the translation settings, the reserved ports and the kernel.
+    fn write_settings(&self, out: &mut impl Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "pin path:     {} (map layout v{})",
+            self.pin_path, self.layout_version
+        )?;
+        writeln!(
+            out,
+            "datapath:     {}, ports {}{} ({})",
+            if self.translating {
+                "translating"
+            } else {
+                "NOT translating (no valid config yet)"
+            },
+            self.snat_ports.join(","),
+            if self.ports_shared {
+                " shared with the node"
+            } else {
+                ""
+            },
+            if self.random_fully {
+                "random-fully"
+            } else {
+                "source port kept when free"
+            }
+        )?;
+        writeln!(
+            out,
+            "reserved:     {}",
+            if self.reserved_ports.is_empty() {
+                "none".to_owned()
+            } else {
+                self.reserved_ports.join(",")
+            }
+        )?;
+        writeln!(out, "kernel:       Linux {}", self.kernel)
+    }
+
+    /// The pinned programs and their verified sizes.
+    fn write_programs(&self, out: &mut impl Write) -> io::Result<()> {
+        if self.programs.is_empty() {
+            return writeln!(
+                out,
+                "programs:     none pinned (an agent older than this one?)"
+            );
+        }
+        let sizes: Vec<String> = self
+            .programs
+            .iter()
+            .map(|program| match program.verified_insns {
+                Some(size) => format!("{} {size}", program.name),
+                None => format!("{} ?", program.name),
+            })
+            .collect();
+        writeln!(
+            out,
+            "programs:     verified instructions (limit {VERIFIER_LIMIT}): {}",
+            sizes.join(", ")
+        )
+    }
+
+    /// The destination trie's entries, and the source trie's when it has any or is looked up.
+    fn write_exemptions(&self, out: &mut impl Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "non-masq:     {} trie entries: {}",
+            self.nomasq_cidrs.len(),
+            self.nomasq_cidrs.join(" ")
+        )?;
+        if self.nomasq_src_cidrs.is_empty() && !self.source_exemptions {
+            return Ok(());
+        }
+        writeln!(
+            out,
+            "exempt src:   {} trie entries{}: {}",
+            self.nomasq_src_cidrs.len(),
+            if self.source_exemptions {
+                ""
+            } else {
+                " (not looked up: the settings flag is off)"
+            },
+            self.nomasq_src_cidrs.join(" ")
+        )
+    }
+
+    /// The XFRM policies masqueraded traffic bypasses, or why they could not be read.
+    fn write_ipsec(&self, out: &mut impl Write) -> io::Result<()> {
+        match (&self.ipsec_bypassed, &self.ipsec_error) {
+            (Some(bypassed), _) if bypassed.is_empty() => writeln!(
+                out,
+                "ipsec:        no XFRM output policy selects masqueraded traffic only after translation"
+            ),
+            (Some(bypassed), _) => {
+                writeln!(
+                    out,
+                    "ipsec:        {} XFRM output {} masqueraded traffic only after translation: masq translates after the policy lookup, so that traffic leaves in clear text (see docs/operating.md, IPsec)",
+                    bypassed.len(),
+                    if bypassed.len() == 1 {
+                        "policy selects"
+                    } else {
+                        "policies select"
+                    }
+                )?;
+                for policy in bypassed {
+                    writeln!(out, "  policy:     {policy}")?;
+                }
+                Ok(())
+            }
+            (None, error) => writeln!(
+                out,
+                "ipsec:        unknown: {}",
+                error.as_deref().unwrap_or("not read")
+            ),
+        }
+    }
+
+    /// The NAT tables' use: flows, entries, unassured flows, and who holds the most of them
+    /// and of the remotes' ports.
+    fn write_nat_tables(&self, out: &mut impl Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "nat table:    {} flows, {} of {} entries",
+            self.nat_flows, self.nat_entries, self.nat_capacity
+        )?;
+        writeln!(
+            out,
+            "nat ipv6:     {} flows, {} of {} entries",
+            self.nat_v6_flows, self.nat_v6_entries, self.nat_v6_capacity
+        )?;
+        let share = |share: u32| {
+            if share == 0 {
+                "no limit".to_owned()
+            } else {
+                share.to_string()
+            }
+        };
+        writeln!(
+            out,
+            "unassured:    {} flows (ipv6 {}); each local address may hold {} (ipv6 {})",
+            self.nat_unassured[0],
+            self.nat_unassured[1],
+            share(self.pod_share[0]),
+            share(self.pod_share[1])
+        )?;
+        if !self.top_holders.is_empty() {
+            let holders: Vec<String> = self
+                .top_holders
+                .iter()
+                .map(|holder| format!("{} {}", holder.address, holder.unassured))
+                .collect();
+            writeln!(out, "holders:      {}", holders.join(", "))?;
+        }
+        if !self.busiest_remotes.is_empty() {
+            let remotes: Vec<String> = self
+                .busiest_remotes
+                .iter()
+                .map(|remote| {
+                    format!(
+                        "{} {} ({}%)",
+                        remote.remote, remote.ports_in_use, remote.percent
+                    )
+                })
+                .collect();
+            writeln!(
+                out,
+                "remotes:      {} (ports in use, of {} each)",
+                remotes.join(", "),
+                self.ports_per_remote
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The datapath's evictions by family, cause and class, when it made any.
+    fn write_evictions(&self, out: &mut impl Write) -> io::Result<()> {
+        if self.evictions.is_empty() {
+            return Ok(());
+        }
+        writeln!(out, "evictions:")?;
+        for eviction in &self.evictions {
+            let what = format!("{} {} {}", eviction.family, eviction.cause, eviction.class);
+            writeln!(out, "  {what:<32} {}", eviction.count)?;
+        }
+        Ok(())
+    }
+
+    /// The packet counters that are not zero; IPv6's only when there are any, as a node that
+    /// translates no IPv6 has no IPv6 counters worth a heading.
+    fn write_counters(&self, out: &mut impl Write) -> io::Result<()> {
+        let ipv6_counters = (!self.counters_v6.is_empty()).then_some(&self.counters_v6);
+        for (title, counters) in [
+            ("counters:", Some(&self.counters)),
+            ("ipv6 counters:", ipv6_counters),
+        ]
+        .into_iter()
+        .filter_map(|(title, counters)| Some((title, counters?)))
+        {
+            writeln!(out, "{title}")?;
+            for (name, value) in counters {
+                writeln!(out, "  {name:<32} {value}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl UplinkJson {
+    /// Uplink `ifindex` as the datapath records it, with what runs on its hooks.
+    fn gather(pins: &PinDir, ifindex: u32, uplink: &Uplink) -> Self {
+        Self {
+            interface: uplink.name().to_owned(),
+            ifindex,
+            node_ip: uplink
+                .has_v4()
+                .then(|| Ipv4Addr::from(uplink.snat_addr).to_string()),
+            node_ipv6: (uplink.has_v6 != 0)
+                .then(|| Ipv6Addr::from(uplink.snat_addr_v6).to_string()),
+            attach_mode: AttachMode::of(uplink)
+                .map_or("unknown", AttachMode::name)
+                .to_owned(),
+            created_clsact: uplink.created_clsact != 0,
+            hooks: [Hook::Egress, Hook::Ingress]
+                .into_iter()
+                .map(|hook| HookJson::gather(pins, ifindex, uplink, hook))
+                .collect(),
+        }
+    }
+
+    /// The uplink's line, and a line per hook with the programs on it.
+    fn write_text(&self, out: &mut impl Write) -> io::Result<()> {
+        let addresses = match (&self.node_ip, &self.node_ipv6) {
+            (Some(ipv4), Some(ipv6)) => format!("{ipv4} and {ipv6}"),
+            (Some(ipv4), None) => ipv4.clone(),
+            (None, Some(ipv6)) => {
+                format!("{ipv6} (no IPv4 address: IPv4 to masquerade is dropped)")
+            }
+            (None, None) => "nothing (no IPv4 or IPv6 address)".to_owned(),
+        };
+        writeln!(
+            out,
+            "uplink:       {} (index {}) masquerades to {addresses}, attached with {}{}",
+            self.interface,
+            self.ifindex,
+            self.attach_mode,
+            if self.created_clsact {
+                " (clsact qdisc created by masq)"
+            } else {
+                ""
+            }
+        )?;
+        for hook in &self.hooks {
+            writeln!(
+                out,
+                "  {:<11} {}",
+                format!("{}:", hook.hook),
+                hook.programs_text()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl HookJson {
+    /// What runs on `hook` of uplink `ifindex`, as the kernel says.
+    fn gather(pins: &PinDir, ifindex: u32, uplink: &Uplink, hook: Hook) -> Self {
+        match programs_on(pins, ifindex, uplink, hook) {
+            Ok(programs) => Self {
+                hook: hook.name().to_owned(),
+                programs: programs
+                    .into_iter()
+                    .map(|program| ProgramJson {
+                        id: program.program_id,
+                        name: program.name,
+                        masq: program.ours,
+                        how: program.how,
+                    })
+                    .collect(),
+                error: None,
+            },
+            Err(error) => Self {
+                hook: hook.name().to_owned(),
+                programs: Vec::new(),
+                error: Some(error),
+            },
+        }
+    }
+
+    /// The programs in the order they run, masq's starred, or why there are none to show.
+    fn programs_text(&self) -> String {
+        if let Some(error) = &self.error {
+            return format!("unknown: {error}");
+        }
+        if !self.programs.iter().any(|program| program.masq) {
+            return "masq is NOT attached".to_owned();
+        }
+        self.programs
+            .iter()
+            .map(|program| {
+                format!(
+                    "{}{} (id {}, {})",
+                    if program.masq { "* " } else { "" },
+                    program.name.as_deref().unwrap_or("?"),
+                    program.id,
+                    program.how
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// The programs pinned under `pins`, with their verified sizes.
 fn pinned_programs(pins: &PinDir) -> Vec<PinnedProgramJson> {
     pins.programs()
@@ -221,419 +639,69 @@ fn port_list(ranges: &[PortRange]) -> Vec<String> {
     ranges.iter().map(PortRange::to_string).collect()
 }
 
-pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
-    let maps = match open(&args.pins.pin_path) {
-        Ok(maps) => maps,
-        Err(code) => return Ok(code),
-    };
-    let pins = PinDir::new(&args.pins.pin_path);
-    let settings: Settings = maps.settings()?;
-    let meta: MapMeta = maps.meta()?;
-    let entries = maps.nat_entries()?;
-    let entries_v6 = maps.nat_entries_of::<[u8; 16]>()?;
-    let trie_v4 = maps.trie_entries::<Ipv4Addr>()?;
-    let trie_v6 = maps.trie_entries::<Ipv6Addr>()?;
-    let cidr = |address: IpAddr, prefix: u8, kind: u32| {
-        // The trie's longest matching prefix decides: a masquerade entry carves its range
-        // out of the exemptions around it.
-        let suffix = match kind {
-            NOMASQ_KIND_LINK_LOCAL => " (link-local)",
-            NOMASQ_KIND_MASQUERADE => " (masquerade)",
-            _ => "",
-        };
-        format!("{address}/{prefix}{suffix}")
-    };
-    let nonzero = |totals: Vec<(masq_common::counters::Counter, u64)>| -> Vec<(String, u64)> {
-        totals
-            .into_iter()
-            .filter(|(_, value)| *value != 0)
-            .map(|(counter, value)| (counter.name().to_owned(), value))
-            .collect()
-    };
-    let uplinks: Vec<UplinkJson> = maps
-        .uplinks()?
-        .into_iter()
-        .map(|(ifindex, uplink)| UplinkJson {
-            interface: uplink.name().to_owned(),
-            ifindex,
-            node_ip: uplink
-                .has_v4()
-                .then(|| Ipv4Addr::from(uplink.snat_addr).to_string()),
-            node_ipv6: (uplink.has_v6 != 0)
-                .then(|| Ipv6Addr::from(uplink.snat_addr_v6).to_string()),
-            attach_mode: AttachMode::of(&uplink)
-                .map_or("unknown", AttachMode::name)
-                .to_owned(),
-            created_clsact: uplink.created_clsact != 0,
-            hooks: [Hook::Egress, Hook::Ingress]
-                .into_iter()
-                .map(|hook| match programs_on(&pins, ifindex, &uplink, hook) {
-                    Ok(programs) => HookJson {
-                        hook: hook.name().to_owned(),
-                        programs: programs
-                            .into_iter()
-                            .map(|program| ProgramJson {
-                                id: program.program_id,
-                                name: program.name,
-                                masq: program.ours,
-                                how: program.how,
-                            })
-                            .collect(),
-                        error: None,
-                    },
-                    Err(error) => HookJson {
-                        hook: hook.name().to_owned(),
-                        programs: Vec::new(),
-                        error: Some(error),
-                    },
-                })
-                .collect(),
-        })
-        .collect();
-    let snat_uplinks = uplinks
-        .iter()
-        .map(|uplink| SnatUplink {
-            name: uplink.interface.clone(),
-            ifindex: uplink.ifindex,
-            ipv4: uplink.node_ip.as_deref().and_then(|ip| ip.parse().ok()),
-            ipv6: uplink.node_ipv6.as_deref().and_then(|ip| ip.parse().ok()),
-        })
-        .collect();
-    let nomasq = || ipsec::exempt_networks(&trie_v4, &trie_v6);
-    let (ipsec_bypassed, ipsec_error) = match ipsec::check(snat_uplinks, nomasq) {
-        Ok(bypassed) => (
-            Some(bypassed.iter().map(ipsec::Bypass::describe).collect()),
-            None,
-        ),
-        Err(error) => (None, Some(error.to_string())),
-    };
-    let capacity = maps.nat_v4_capacity();
-    let mut top_holders: Vec<(IpAddr, u64)> = maps
-        .holders_of::<[u8; 4]>()?
-        .into_iter()
-        .map(|(holder, count)| (IpAddr::from(holder), count))
-        .chain(
-            maps.holders_of::<[u8; 16]>()?
-                .into_iter()
-                .map(|(holder, count)| (IpAddr::from(holder), count)),
-        )
-        .filter(|&(_, count)| count != 0)
-        .collect();
-    top_holders.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    top_holders.truncate(TOP_HOLDERS);
-    let mut evictions = Vec::new();
-    for (family, totals) in [
-        ("ipv4", maps.evictions_of::<[u8; 4]>()?),
-        ("ipv6", maps.evictions_of::<[u8; 16]>()?),
-    ] {
-        evictions.extend(totals.into_iter().filter(|&(_, _, count)| count != 0).map(
-            |(cause, class, count)| EvictionJson {
-                family,
-                cause: cause.name(),
-                class: class.name(),
-                count,
-            },
-        ));
-    }
-    let ports_per_remote = settings.total_ports;
-    let mut busiest_remotes: Vec<gc::RemoteUse> = gc::remote_use(entries.iter().copied())
-        .into_iter()
-        .chain(gc::remote_use(entries_v6.iter().copied()))
-        .collect();
-    busiest_remotes.sort_by(|a, b| b.ports.cmp(&a.ports).then(a.cmp(b)));
-    busiest_remotes.truncate(gc::TOP_REMOTES);
-    let unassured = |flows: &[Flow]| flows.iter().filter(|flow| !flow.assured()).count();
-    let flows_v4 = flows(&entries);
-    let flows_v6 = flows(&entries_v6);
-    let status = StatusJson {
-        pin_path: args.pins.pin_path.display().to_string(),
-        layout_version: meta.layout_version,
-        kernel: Kernel::current().map_or_else(|error| error.to_string(), |kernel| kernel.release),
-        programs: pinned_programs(&pins),
-        translating: settings.enabled(),
-        random_fully: settings.random_fully(),
-        snat_ports: port_list(settings.ranges()),
-        ports_shared: settings.ports_shared(),
-        reserved_ports: port_list(meta.reserved()),
-        uplinks,
-        nomasq_cidrs: trie_v4
-            .iter()
-            .map(|&((addr, prefix), kind)| cidr(addr.into(), prefix, kind))
-            .chain(
-                trie_v6
-                    .iter()
-                    .map(|&((addr, prefix), kind)| cidr(addr.into(), prefix, kind)),
-            )
-            .collect(),
-        nomasq_src_cidrs: maps
-            .trie_entries_of::<Ipv4Addr>(Trie::Sources)?
-            .iter()
-            .map(|&((addr, prefix), kind)| cidr(addr.into(), prefix, kind))
-            .chain(
-                maps.trie_entries_of::<Ipv6Addr>(Trie::Sources)?
-                    .iter()
-                    .map(|&((addr, prefix), kind)| cidr(addr.into(), prefix, kind)),
-            )
-            .collect(),
-        source_exemptions: settings.source_exemptions(),
-        nat_flows: flows_v4.len(),
-        nat_entries: entries.len(),
-        nat_capacity: capacity,
-        nat_v6_flows: flows_v6.len(),
-        nat_v6_entries: entries_v6.len(),
-        nat_v6_capacity: maps.nat_v6_capacity(),
-        nat_unassured: [unassured(&flows_v4), unassured(&flows_v6)],
-        pod_share: settings.holder_share,
-        top_holders: top_holders
-            .into_iter()
-            .map(|(address, unassured)| HolderJson {
-                address: address.to_string(),
-                unassured,
-            })
-            .collect(),
-        evictions,
-        ports_per_remote,
-        busiest_remotes: busiest_remotes
-            .iter()
-            .map(|remote| RemoteJson {
-                remote: remote.label(),
-                node: remote.node.to_string(),
-                ports_in_use: remote.ports,
-                percent: remote.percent(ports_per_remote),
-            })
-            .collect(),
-        counters: nonzero(maps.counter_totals()?),
-        counters_v6: nonzero(maps.counter_totals_v6()?),
-        ipsec_bypassed,
-        ipsec_error,
-    };
-    let mut out = io::stdout().lock();
-    if args.output == OutputFormat::Json {
-        serde_json::to_writer_pretty(&mut out, &status)?;
-        writeln!(out)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    writeln!(
-        out,
-        "pin path:     {} (map layout v{})",
-        status.pin_path, status.layout_version
-    )?;
-    writeln!(
-        out,
-        "datapath:     {}, ports {}{} ({})",
-        if status.translating {
-            "translating"
-        } else {
-            "NOT translating (no valid config yet)"
-        },
-        status.snat_ports.join(","),
-        if status.ports_shared {
-            " shared with the node"
-        } else {
-            ""
-        },
-        if status.random_fully {
-            "random-fully"
-        } else {
-            "source port kept when free"
-        }
-    )?;
-    writeln!(
-        out,
-        "reserved:     {}",
-        if status.reserved_ports.is_empty() {
-            "none".to_owned()
-        } else {
-            status.reserved_ports.join(",")
-        }
-    )?;
-    writeln!(out, "kernel:       Linux {}", status.kernel)?;
-    if status.programs.is_empty() {
-        writeln!(
-            out,
-            "programs:     none pinned (an agent older than this one?)"
-        )?;
-    } else {
-        let sizes: Vec<String> = status
-            .programs
-            .iter()
-            .map(|program| match program.verified_insns {
-                Some(size) => format!("{} {size}", program.name),
-                None => format!("{} ?", program.name),
-            })
-            .collect();
-        writeln!(
-            out,
-            "programs:     verified instructions (limit {VERIFIER_LIMIT}): {}",
-            sizes.join(", ")
-        )?;
-    }
-    for uplink in &status.uplinks {
-        let addresses = match (&uplink.node_ip, &uplink.node_ipv6) {
-            (Some(ipv4), Some(ipv6)) => format!("{ipv4} and {ipv6}"),
-            (Some(ipv4), None) => ipv4.clone(),
-            (None, Some(ipv6)) => {
-                format!("{ipv6} (no IPv4 address: IPv4 to masquerade is dropped)")
-            }
-            (None, None) => "nothing (no IPv4 or IPv6 address)".to_owned(),
-        };
-        writeln!(
-            out,
-            "uplink:       {} (index {}) masquerades to {addresses}, attached with {}{}",
-            uplink.interface,
-            uplink.ifindex,
-            uplink.attach_mode,
-            if uplink.created_clsact {
-                " (clsact qdisc created by masq)"
-            } else {
-                ""
-            }
-        )?;
-        for hook in &uplink.hooks {
-            let programs = match &hook.error {
-                Some(error) => format!("unknown: {error}"),
-                None if !hook.programs.iter().any(|program| program.masq) => {
-                    "masq is NOT attached".to_owned()
-                }
-                None => hook
-                    .programs
-                    .iter()
-                    .map(|program| {
-                        format!(
-                            "{}{} (id {}, {})",
-                            if program.masq { "* " } else { "" },
-                            program.name.as_deref().unwrap_or("?"),
-                            program.id,
-                            program.how
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", "),
+/// A trie's entries as `address/prefix`, each marked with the kind of entry it is when it is
+/// not an exemption: the trie's longest matching prefix decides, and a masquerade entry
+/// carves its range out of the exemptions around it.
+fn trie_cidrs(trie: &TrieContents) -> Vec<String> {
+    trie.entries()
+        .map(|(address, prefix, kind)| {
+            let suffix = match kind {
+                NOMASQ_KIND_LINK_LOCAL => " (link-local)",
+                NOMASQ_KIND_MASQUERADE => " (masquerade)",
+                _ => "",
             };
-            writeln!(out, "  {:<11} {programs}", format!("{}:", hook.hook))?;
-        }
+            format!("{address}/{prefix}{suffix}")
+        })
+        .collect()
+}
+
+/// The counters that are not zero, by name.
+fn nonzero_counters(totals: &[(Counter, u64)]) -> Vec<(String, u64)> {
+    totals
+        .iter()
+        .filter(|(_, value)| *value != 0)
+        .map(|(counter, value)| (counter.name().to_owned(), *value))
+        .collect()
+}
+
+/// The evictions the datapath made, by family, cause and class (nonzero only).
+fn evictions(counts: &DatapathCounts) -> Vec<EvictionJson> {
+    FAMILIES
+        .into_iter()
+        .zip(&counts.evictions)
+        .flat_map(|(family, totals)| {
+            totals
+                .iter()
+                .filter(|&&(_, _, count)| count != 0)
+                .map(move |&(cause, class, count)| EvictionJson {
+                    family,
+                    cause: cause.name(),
+                    class: class.name(),
+                    count,
+                })
+        })
+        .collect()
+}
+
+/// The node's XFRM output policies that masqueraded traffic leaves by in clear text, in
+/// words, or why they could not be read.
+fn bypassed_ipsec_policies(snapshot: &DatapathSnapshot) -> Result<Vec<String>, String> {
+    let uplinks = snapshot
+        .uplinks
+        .iter()
+        .map(|(ifindex, uplink)| SnatUplink {
+            name: uplink.name().to_owned(),
+            ifindex: *ifindex,
+            ipv4: uplink.has_v4().then(|| Ipv4Addr::from(uplink.snat_addr)),
+            ipv6: (uplink.has_v6 != 0).then(|| Ipv6Addr::from(uplink.snat_addr_v6)),
+        })
+        .collect();
+    let destinations = &snapshot.destinations;
+    let nomasq = || ipsec::exempt_networks(&destinations.ipv4, &destinations.ipv6);
+    match ipsec::check(uplinks, nomasq) {
+        Ok(bypassed) => Ok(bypassed.iter().map(ipsec::Bypass::describe).collect()),
+        Err(error) => Err(error.to_string()),
     }
-    if status.uplinks.is_empty() {
-        writeln!(out, "uplinks:      none (masq translates on no interface)")?;
-    }
-    writeln!(
-        out,
-        "non-masq:     {} trie entries: {}",
-        status.nomasq_cidrs.len(),
-        status.nomasq_cidrs.join(" ")
-    )?;
-    if !status.nomasq_src_cidrs.is_empty() || status.source_exemptions {
-        writeln!(
-            out,
-            "exempt src:   {} trie entries{}: {}",
-            status.nomasq_src_cidrs.len(),
-            if status.source_exemptions {
-                ""
-            } else {
-                " (not looked up: the settings flag is off)"
-            },
-            status.nomasq_src_cidrs.join(" ")
-        )?;
-    }
-    match (&status.ipsec_bypassed, &status.ipsec_error) {
-        (Some(bypassed), _) if bypassed.is_empty() => writeln!(
-            out,
-            "ipsec:        no XFRM output policy selects masqueraded traffic only after translation"
-        )?,
-        (Some(bypassed), _) => {
-            writeln!(
-                out,
-                "ipsec:        {} XFRM output {} masqueraded traffic only after translation: masq translates after the policy lookup, so that traffic leaves in clear text (see docs/operating.md, IPsec)",
-                bypassed.len(),
-                if bypassed.len() == 1 {
-                    "policy selects"
-                } else {
-                    "policies select"
-                }
-            )?;
-            for policy in bypassed {
-                writeln!(out, "  policy:     {policy}")?;
-            }
-        }
-        (None, error) => writeln!(
-            out,
-            "ipsec:        unknown: {}",
-            error.as_deref().unwrap_or("not read")
-        )?,
-    }
-    writeln!(
-        out,
-        "nat table:    {} flows, {} of {} entries",
-        status.nat_flows, status.nat_entries, status.nat_capacity
-    )?;
-    writeln!(
-        out,
-        "nat ipv6:     {} flows, {} of {} entries",
-        status.nat_v6_flows, status.nat_v6_entries, status.nat_v6_capacity
-    )?;
-    let share = |share: u32| {
-        if share == 0 {
-            "no limit".to_owned()
-        } else {
-            share.to_string()
-        }
-    };
-    writeln!(
-        out,
-        "unassured:    {} flows (ipv6 {}); each local address may hold {} (ipv6 {})",
-        status.nat_unassured[0],
-        status.nat_unassured[1],
-        share(status.pod_share[0]),
-        share(status.pod_share[1])
-    )?;
-    if !status.top_holders.is_empty() {
-        let holders: Vec<String> = status
-            .top_holders
-            .iter()
-            .map(|holder| format!("{} {}", holder.address, holder.unassured))
-            .collect();
-        writeln!(out, "holders:      {}", holders.join(", "))?;
-    }
-    if !status.busiest_remotes.is_empty() {
-        let remotes: Vec<String> = status
-            .busiest_remotes
-            .iter()
-            .map(|remote| {
-                format!(
-                    "{} {} ({}%)",
-                    remote.remote, remote.ports_in_use, remote.percent
-                )
-            })
-            .collect();
-        writeln!(
-            out,
-            "remotes:      {} (ports in use, of {} each)",
-            remotes.join(", "),
-            status.ports_per_remote
-        )?;
-    }
-    if !status.evictions.is_empty() {
-        writeln!(out, "evictions:")?;
-        for eviction in &status.evictions {
-            let what = format!("{} {} {}", eviction.family, eviction.cause, eviction.class);
-            writeln!(out, "  {what:<32} {}", eviction.count)?;
-        }
-    }
-    // A node that translates no IPv6 has no IPv6 counters worth a heading.
-    let ipv6_counters = (!status.counters_v6.is_empty()).then_some(&status.counters_v6);
-    for (title, counters) in [
-        ("counters:", Some(&status.counters)),
-        ("ipv6 counters:", ipv6_counters),
-    ]
-    .into_iter()
-    .filter_map(|(title, counters)| Some((title, counters?)))
-    {
-        writeln!(out, "{title}")?;
-        for (name, value) in counters {
-            writeln!(out, "  {name:<32} {value}")?;
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Serialize)]
@@ -648,6 +716,27 @@ struct FlowJson {
     age_seconds: u64,
     idle_seconds: u64,
     expires_in_seconds: u64,
+}
+
+impl FlowJson {
+    /// `flow` as `masq nat list` shows it at `now_ns`, expiring after conntrack's `timeouts`.
+    fn of(flow: &Flow, now_ns: u64, timeouts: &Timeouts) -> Self {
+        let seconds = |since: u64| now_ns.saturating_sub(since) / 1_000_000_000;
+        Self {
+            protocol: flow.protocol_name(),
+            source: flow.source.to_string(),
+            remote: flow.remote.to_string(),
+            translated: flow.translated.to_string(),
+            state: flow.state().to_owned(),
+            assured: flow.assured(),
+            node_flow: flow.is_node_flow(),
+            age_seconds: seconds(flow.egress.created_ns),
+            idle_seconds: seconds(flow.last_seen_ns()),
+            expires_in_seconds: (flow.last_seen_ns() + flow.lifetime_ns(timeouts))
+                .saturating_sub(now_ns)
+                / 1_000_000_000,
+        }
+    }
 }
 
 fn matches(flow: &Flow, args: &NatListArgs) -> Result<bool, String> {
@@ -688,41 +777,33 @@ pub(crate) fn nat(command: &NatCommand) -> anyhow::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     let now = monotonic_now_ns();
+    let snapshot = DatapathSnapshot::read(&maps)?;
     let mut selected = Vec::new();
-    let mut all = flows(&maps.nat_entries()?);
-    all.extend(flows(&maps.nat_entries_of::<[u8; 16]>()?));
-    for flow in all {
-        match matches(&flow, args) {
+    for flow in snapshot.flows() {
+        match matches(flow, args) {
             Ok(true) => selected.push(flow),
             Ok(false) => {}
             Err(message) => return Ok(fail(&message)),
         }
     }
-    let seconds = |since: u64| now.saturating_sub(since) / 1_000_000_000;
     let timeouts = masq::node::timeouts::of_node(&args.sysctl_dir);
     let rows: Vec<FlowJson> = selected
-        .iter()
-        .map(|flow| FlowJson {
-            protocol: flow.protocol_name(),
-            source: flow.source.to_string(),
-            remote: flow.remote.to_string(),
-            translated: flow.translated.to_string(),
-            state: flow.state().to_owned(),
-            assured: flow.assured(),
-            node_flow: flow.is_node_flow(),
-            age_seconds: seconds(flow.egress.created_ns),
-            idle_seconds: seconds(flow.last_seen_ns()),
-            expires_in_seconds: (flow.last_seen_ns() + flow.lifetime_ns(&timeouts))
-                .saturating_sub(now)
-                / 1_000_000_000,
-        })
+        .into_iter()
+        .map(|flow| FlowJson::of(flow, now, &timeouts))
         .collect();
     let mut out = io::stdout().lock();
-    if args.output == OutputFormat::Json {
-        serde_json::to_writer_pretty(&mut out, &rows)?;
-        writeln!(out)?;
-        return Ok(ExitCode::SUCCESS);
+    match args.output {
+        OutputFormat::Json => {
+            serde_json::to_writer_pretty(&mut out, &rows)?;
+            writeln!(out)?;
+        }
+        OutputFormat::Text => write_flow_table(&mut out, &rows)?,
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The flows as a table with a header, a row per flow and the count at the end.
+fn write_flow_table(out: &mut impl Write, rows: &[FlowJson]) -> io::Result<()> {
     let sources: Vec<String> = rows
         .iter()
         .map(|row| {
@@ -757,8 +838,7 @@ pub(crate) fn nat(command: &NatCommand) -> anyhow::Result<ExitCode> {
             row.expires_in_seconds
         )?;
     }
-    writeln!(out, "{} flows", rows.len())?;
-    Ok(ExitCode::SUCCESS)
+    writeln!(out, "{} flows", rows.len())
 }
 
 pub(crate) fn uninstall(args: &UninstallArgs) -> anyhow::Result<ExitCode> {

@@ -1,6 +1,7 @@
 //! The eBPF datapath: the embedded object, its maps, pinning and the pinned state's lifecycle,
-//! attaching, keeping the maps in line with the policy, collecting expired flows, the clsact
-//! plumbing of the legacy attach mode, and what the kernel says about tcx attachments.
+//! attaching, keeping the maps in line with the policy, collecting expired flows, reading the
+//! maps at once for what shows them, the clsact plumbing of the legacy attach mode, and what the
+//! kernel says about tcx attachments.
 
 pub mod attach;
 mod batch;
@@ -13,6 +14,7 @@ pub mod maps;
 pub mod netfilter_flows;
 pub mod object;
 pub mod pins;
+pub mod snapshot;
 pub mod sync;
 pub mod tc_netlink;
 pub mod tcx;
