@@ -40,7 +40,10 @@ use prometheus_client::{
 use tokio::{net::TcpListener, task::JoinHandle};
 
 use super::status::{AgentStatus, IpsecStatus, SharedStatus, UplinkIpv6};
-use crate::datapath::maps::DatapathMaps;
+use crate::datapath::{
+    maps::DatapathMaps,
+    snapshot::{DatapathCounts, FAMILIES},
+};
 
 /// How long one connection may take, request and response together: a slow or stuck client
 /// must not hold a task (and a file descriptor) for ever.
@@ -257,49 +260,27 @@ fn to_prometheus_text(openmetrics: &str) -> String {
     out
 }
 
-/// The page `/metrics` would serve for `status` and `datapath`, process metrics included.
-pub fn render(status: &AgentStatus, datapath: &DatapathReadings) -> String {
+/// The page `/metrics` would serve for `status` and the datapath's `counts` (`None`: the maps
+/// could not be read), process metrics included.
+pub fn render(status: &AgentStatus, counts: Option<&DatapathCounts>) -> String {
     let registry = registry(AgentCollector::Fixed(Box::new((
         status.clone(),
-        datapath.clone(),
+        counts.cloned(),
     ))));
     // Writing to a String cannot fail, and every value is encodable.
     encode(&registry).unwrap_or_else(|fmt::Error| String::new())
 }
 
-/// Counters and the allocation histogram read from the pinned maps.
-#[derive(Clone, Debug, Default)]
-pub struct DatapathReadings {
-    /// Counter totals, or empty when the maps could not be read.
-    pub counters: Vec<(Counter, u64)>,
-    /// The IPv6 counter totals, likewise.
-    pub counters_v6: Vec<(Counter, u64)>,
-    /// Allocation histogram buckets.
-    pub allocation: Vec<u64>,
-    /// The datapath's evictions by cause and class, IPv4's then IPv6's.
-    pub evictions: [Vec<(EvictionCause, FlowClass, u64)>; 2],
-    /// Why the maps could not be read.
-    pub error: Option<String>,
-}
-
-fn read_datapath(pin_path: &Path) -> DatapathReadings {
-    let read = || -> Result<DatapathReadings, crate::datapath::DatapathError> {
-        let maps = DatapathMaps::from_pins(pin_path)?;
-        Ok(DatapathReadings {
-            counters: maps.counter_totals()?,
-            counters_v6: maps.counter_totals_v6()?,
-            allocation: maps.alloc_histogram()?,
-            evictions: [
-                maps.evictions_of::<[u8; 4]>()?,
-                maps.evictions_of::<[u8; 16]>()?,
-            ],
-            error: None,
-        })
+/// The datapath's counts as the maps pinned under `pin_path` hold them now: none at all for an
+/// agent without a datapath (no `pin_path`), `None` when the maps cannot be read.
+fn read_counts(pin_path: Option<&Path>) -> Option<DatapathCounts> {
+    let Some(pin_path) = pin_path else {
+        return Some(DatapathCounts::default());
     };
-    read().unwrap_or_else(|error| DatapathReadings {
-        error: Some(error.to_string()),
-        ..DatapathReadings::default()
-    })
+    DatapathMaps::from_pins(pin_path)
+        .and_then(|maps| DatapathCounts::read(&maps))
+        .inspect_err(|error| tracing::debug!(%error, "reading the datapath's counts for a scrape"))
+        .ok()
 }
 
 fn seconds(time: Option<SystemTime>) -> Option<f64> {
@@ -316,7 +297,7 @@ enum AgentCollector {
         pin_path: Option<PathBuf>,
     },
     /// Fixed values, for [`render`] (boxed: far larger than the live variant).
-    Fixed(Box<(AgentStatus, DatapathReadings)>),
+    Fixed(Box<(AgentStatus, Option<DatapathCounts>)>),
 }
 
 impl Collector for AgentCollector {
@@ -324,185 +305,44 @@ impl Collector for AgentCollector {
         match self {
             Self::Live { status, pin_path } => {
                 let status = status.snapshot();
-                let datapath = pin_path.as_deref().map(read_datapath).unwrap_or_default();
-                encode_agent(&mut encoder, &status, &datapath)
+                let counts = read_counts(pin_path.as_deref());
+                encode_agent(&mut encoder, &status, counts.as_ref())
             }
-            Self::Fixed(fixed) => encode_agent(&mut encoder, &fixed.0, &fixed.1),
+            Self::Fixed(fixed) => encode_agent(&mut encoder, &fixed.0, fixed.1.as_ref()),
         }
     }
 }
 
-/// What the NAT table's state machine and its limits did: evictions by cause and class, the
-/// unassured flows, and the busiest holder against its share.
-fn encode_nat_state(
-    encoder: &mut DescriptorEncoder<'_>,
-    status: &AgentStatus,
-    datapath: &DatapathReadings,
-) -> fmt::Result {
-    let families = ["ipv4", "ipv6"];
-    // The datapath's evictions (a full table, a holder at its share) and the collector's
-    // (the reserve) in one family: what made room, and what it took.
-    let mut evictions = Vec::new();
-    for (index, family) in families.into_iter().enumerate() {
-        for &(cause, class, count) in &datapath.evictions[index] {
-            if cause != EvictionCause::Reserve {
-                evictions.push((
-                    [
-                        ("family", family),
-                        ("cause", cause.name()),
-                        ("class", class.name()),
-                    ],
-                    count,
-                ));
-            }
-        }
-        for (class, &count) in FlowClass::ALL.iter().zip(&status.gc_reclaimed_total[index]) {
-            evictions.push((
-                [
-                    ("family", family),
-                    ("cause", EvictionCause::Reserve.name()),
-                    ("class", class.name()),
-                ],
-                count,
-            ));
-        }
-    }
-    family(
-        encoder,
-        "masq_nat_evictions",
-        "Flows removed to make room, by family, cause (table_full: a new flow in a full table; holder_share: a new flow of a local address at its --nat-pod-share; reserve: the collector keeping the table under 90 % once over 95 %) and class of the flow removed. Assured flows are never evicted.",
-        MetricType::Counter,
-        counters(evictions),
-    )?;
-    let gc = [&status.last_gc.ipv4, &status.last_gc.ipv6];
-    family(
-        encoder,
-        "masq_nat_unassured_flows",
-        "Flows not assured (never answered, or the handshake not completed) at the last garbage collection, by family: what a full table evicts.",
-        MetricType::Gauge,
-        gauges(
-            families
-                .into_iter()
-                .zip(gc)
-                .map(|(family, report)| ([("family", family)], report.unassured)),
-        ),
-    )?;
-    family(
-        encoder,
-        "masq_nat_busiest_holder_unassured_flows",
-        "Unassured flows of the local address (pod or node) holding the most at the last garbage collection, by family; `masq status` names it.",
-        MetricType::Gauge,
-        gauges(families.into_iter().zip(gc).map(|(family, report)| {
-            (
-                [("family", family)],
-                report.top_holders.first().map_or(0, |&(_, flows)| flows),
-            )
-        })),
-    )?;
-    // The busiest few remotes only, so the label set stays bounded.
-    let remotes: Vec<([(&str, String); 2], u64)> = families
-        .into_iter()
-        .zip(gc)
-        .flat_map(|(family, report)| {
-            report.busiest_remotes.iter().map(move |remote| {
-                (
-                    [("family", family.to_owned()), ("remote", remote.label())],
-                    remote.ports as u64,
-                )
-            })
-        })
-        .collect();
-    family(
-        encoder,
-        "masq_nat_remote_ports_in_use",
-        "Node ports in use towards each of the busiest remote endpoints (ip:port/protocol) at the last garbage collection, by family: a remote whose ports are all in use refuses new flows (see masq_nat_ports_per_remote).",
-        MetricType::Gauge,
-        gauges(remotes),
-    )?;
-    gauge(
-        encoder,
-        "masq_nat_ports_per_remote",
-        "Node ports each remote endpoint may have in use: the size of the SNAT port ranges.",
-        i64::from(gc[0].ports_per_remote.max(gc[1].ports_per_remote)),
-    )?;
-    family(
-        encoder,
-        "masq_nat_pod_share_flows",
-        "Unassured flows one local address may hold before its new flows replace its own (--nat-pod-share of the table's flows), by family; 0: no limit.",
-        MetricType::Gauge,
-        gauges(
-            families
-                .into_iter()
-                .zip(status.pod_share)
-                .map(|(family, share)| ([("family", family)], share)),
-        ),
-    )
-}
-
-/// A family of one or more series of `metric`.
-fn family<L: EncodeLabelSet, M: EncodeMetric>(
-    encoder: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    metric_type: MetricType,
-    series: impl IntoIterator<Item = (L, M)>,
-) -> fmt::Result {
-    let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
-    for (labels, metric) in series {
-        metric.encode(family.encode_family(&labels)?)?;
-    }
-    Ok(())
-}
-
-/// A gauge family without labels.
-fn gauge(
-    encoder: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    value: impl EncodeGaugeValue,
-) -> fmt::Result {
-    // Straight on the family's encoder: a labelled series with no labels would read `name{}`.
-    ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)
-}
-
-/// A counter family without labels; `name` is without the `_total` the encoding appends.
-fn counter(
-    encoder: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    value: impl EncodeCounterValue,
-) -> fmt::Result {
-    // Straight on the family's encoder: a labelled series with no labels would read `name{}`.
-    ConstCounter::new(value).encode(encoder.encode_descriptor(
-        name,
-        help,
-        None,
-        MetricType::Counter,
-    )?)
-}
-
-fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
-    series: impl IntoIterator<Item = (L, V)>,
-) -> impl Iterator<Item = (L, ConstGauge<V>)> {
-    series
-        .into_iter()
-        .map(|(labels, value)| (labels, ConstGauge::new(value)))
-}
-
-fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
-    series: impl IntoIterator<Item = (L, V)>,
-) -> impl Iterator<Item = (L, ConstCounter<V>)> {
-    series
-        .into_iter()
-        .map(|(labels, value)| (labels, ConstCounter::new(value)))
-}
-
-/// Encodes the agent's families, in the order and with the label order masq has always used.
+/// Encodes the agent's families: what the agent is and translates on, what the datapath
+/// counted, what the NAT tables hold and did, and the config in force.
 fn encode_agent(
     encoder: &mut DescriptorEncoder<'_>,
     status: &AgentStatus,
-    datapath: &DatapathReadings,
+    counts: Option<&DatapathCounts>,
 ) -> fmt::Result {
+    encode_identity(encoder, status)?;
+    encode_uplinks(encoder, status)?;
+    encode_translation_bypasses(encoder, status)?;
+    if let Some(started) = seconds(status.started) {
+        gauge(
+            encoder,
+            "masq_start_time_seconds",
+            "When the agent started (Unix time).",
+            started,
+        )?;
+    }
+    encode_packets(encoder, counts)?;
+    if let Some(counts) = counts {
+        encode_port_allocation(encoder, &counts.allocation)?;
+    }
+    encode_nat_tables(encoder, status)?;
+    encode_nat_state(encoder, status, counts)?;
+    encode_config(encoder, status)
+}
+
+/// What runs: masq's version and map layout, whether it is ready, its config source, and the
+/// kernel with what its verifier made of each program.
+fn encode_identity(encoder: &mut DescriptorEncoder<'_>, status: &AgentStatus) -> fmt::Result {
     let layout = MAP_LAYOUT_VERSION.to_string();
     family(
         encoder,
@@ -537,30 +377,36 @@ fn encode_agent(
             1i64,
         )]),
     )?;
-    if let Some(kernel) = &status.kernel {
-        family(
-            encoder,
-            "masq_kernel_info",
-            "The kernel the datapath is loaded into, and the attach mode new attachments use on it.",
-            MetricType::Gauge,
-            gauges([(
-                [
-                    ("release", kernel.release.as_str()),
-                    ("attach_mode", kernel.attach_mode),
-                ],
-                1i64,
-            )]),
-        )?;
-        family(
-            encoder,
-            "masq_program_verified_instructions",
-            "Instructions the kernel's verifier processed for each datapath program (its limit is 1,000,000); absent where the kernel does not report it (before Linux 5.16).",
-            MetricType::Gauge,
-            gauges(kernel.verified_sizes.iter().filter_map(|(program, size)| {
-                size.map(|size| ([("program", *program)], i64::from(size)))
-            })),
-        )?;
-    }
+    let Some(kernel) = &status.kernel else {
+        return Ok(());
+    };
+    family(
+        encoder,
+        "masq_kernel_info",
+        "The kernel the datapath is loaded into, and the attach mode new attachments use on it.",
+        MetricType::Gauge,
+        gauges([(
+            [
+                ("release", kernel.release.as_str()),
+                ("attach_mode", kernel.attach_mode),
+            ],
+            1i64,
+        )]),
+    )?;
+    family(
+        encoder,
+        "masq_program_verified_instructions",
+        "Instructions the kernel's verifier processed for each datapath program (its limit is 1,000,000); absent where the kernel does not report it (before Linux 5.16).",
+        MetricType::Gauge,
+        gauges(kernel.verified_sizes.iter().filter_map(|(program, size)| {
+            size.map(|size| ([("program", *program)], i64::from(size)))
+        })),
+    )
+}
+
+/// The interfaces masq translates on: the address each masquerades to, how the programs are
+/// attached, and whether that address is the interface's own, in each family.
+fn encode_uplinks(encoder: &mut DescriptorEncoder<'_>, status: &AgentStatus) -> fmt::Result {
     let node_ips: Vec<String> = status
         .uplinks
         .iter()
@@ -618,7 +464,15 @@ fn encode_agent(
             };
             Some(([("interface", uplink.interface.as_str())], missing))
         })),
-    )?;
+    )
+}
+
+/// What acts on masqueraded traffic other than masq: an upstream chain masquerading before
+/// it, and IPsec policies the translated traffic escapes.
+fn encode_translation_bypasses(
+    encoder: &mut DescriptorEncoder<'_>,
+    status: &AgentStatus,
+) -> fmt::Result {
     gauge(
         encoder,
         "masq_upstream_chain_present",
@@ -626,37 +480,40 @@ fn encode_agent(
         i64::from(status.upstream_chain.is_some()),
     )?;
     // Absent until the policies were read: an unreadable policy table is not "none".
-    if let Some(IpsecStatus::Checked(bypassed)) = &status.ipsec {
-        let count = |family: &str| {
-            i64::try_from(
-                bypassed
-                    .iter()
-                    .filter(|policy| policy.family == family)
-                    .count(),
-            )
-            .unwrap_or(i64::MAX)
-        };
-        family(
-            encoder,
-            "masq_xfrm_policies_bypassed",
-            "XFRM (IPsec) output policies that select masqueraded traffic only after translation: MASQUERADE would have applied them, under masq that traffic leaves in clear text.",
-            MetricType::Gauge,
-            gauges(["ipv4", "ipv6"].map(|name| ([("family", name)], count(name)))),
-        )?;
-    }
-    if let Some(started) = seconds(status.started) {
-        gauge(
-            encoder,
-            "masq_start_time_seconds",
-            "When the agent started (Unix time).",
-            started,
-        )?;
-    }
+    let Some(IpsecStatus::Checked(bypassed)) = &status.ipsec else {
+        return Ok(());
+    };
+    let count = |family: &str| {
+        i64::try_from(
+            bypassed
+                .iter()
+                .filter(|policy| policy.family == family)
+                .count(),
+        )
+        .unwrap_or(i64::MAX)
+    };
+    family(
+        encoder,
+        "masq_xfrm_policies_bypassed",
+        "XFRM (IPsec) output policies that select masqueraded traffic only after translation: MASQUERADE would have applied them, under masq that traffic leaves in clear text.",
+        MetricType::Gauge,
+        gauges(FAMILIES.map(|name| ([("family", name)], count(name)))),
+    )
+}
 
-    let by_family = [
-        ("ipv4", &datapath.counters),
-        ("ipv6", &datapath.counters_v6),
-    ];
+/// The datapath's packet counters: every outcome, and the drops by direction and reason.
+fn encode_packets(
+    encoder: &mut DescriptorEncoder<'_>,
+    counts: Option<&DatapathCounts>,
+) -> fmt::Result {
+    let by_family: Vec<(&str, &[(Counter, u64)])> = counts
+        .map(|counts| {
+            FAMILIES
+                .into_iter()
+                .zip(counts.packets.iter().map(Vec::as_slice))
+                .collect()
+        })
+        .unwrap_or_default();
     family(
         encoder,
         "masq_datapath_packets",
@@ -698,54 +555,64 @@ fn encode_agent(
         encoder,
         "masq_datapath_read_errors",
         "1 when the pinned maps could not be read for this scrape.",
-        i64::from(datapath.error.is_some()),
-    )?;
+        i64::from(counts.is_none()),
+    )
+}
 
-    if let (Some(attempts), Some(&failed), Some(&sum)) = (
-        datapath.allocation.get(..ALLOC_ATTEMPT_BUCKETS as usize),
-        datapath.allocation.get(ALLOC_FAILED_SLOT as usize),
-        datapath.allocation.get(ALLOC_SUM_SLOT as usize),
-    ) {
-        // Bucket `index` counts flows that needed at most 2^index attempts; the +Inf bucket adds
-        // nothing, as the last finite bound is the most attempts the datapath makes.
-        let buckets: Vec<(f64, u64)> = attempts
-            .iter()
-            .enumerate()
-            .map(|(index, &count)| (f64::from(1u32 << index), count))
-            .chain([(f64::INFINITY, 0)])
-            .collect();
-        let count = attempts.iter().sum();
-        #[expect(
-            clippy::cast_precision_loss,
-            reason = "the sum of attempts stays far below 2^53"
-        )]
-        let sum = sum as f64;
-        encoder
-            .encode_descriptor(
-                "masq_port_allocation_attempts",
-                "Ports tried per new flow until a free one was found (successful allocations).",
-                None,
-                MetricType::Histogram,
-            )?
-            .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
-        counter(
-            encoder,
-            "masq_port_allocation_failures",
-            "New flows that found no free port.",
-            failed,
-        )?;
-    }
+/// The ports new flows tried before one was free, from the datapath's `allocation`
+/// histogram, and the flows that found none; nothing while the histogram is not whole.
+fn encode_port_allocation(encoder: &mut DescriptorEncoder<'_>, allocation: &[u64]) -> fmt::Result {
+    let (Some(attempts), Some(&failed), Some(&sum)) = (
+        allocation.get(..ALLOC_ATTEMPT_BUCKETS as usize),
+        allocation.get(ALLOC_FAILED_SLOT as usize),
+        allocation.get(ALLOC_SUM_SLOT as usize),
+    ) else {
+        return Ok(());
+    };
+    // Bucket `index` counts flows that needed at most 2^index attempts; the +Inf bucket adds
+    // nothing, as the last finite bound is the most attempts the datapath makes.
+    let buckets: Vec<(f64, u64)> = attempts
+        .iter()
+        .enumerate()
+        .map(|(index, &count)| (f64::from(1u32 << index), count))
+        .chain([(f64::INFINITY, 0)])
+        .collect();
+    let count = attempts.iter().sum();
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "the sum of attempts stays far below 2^53"
+    )]
+    let sum = sum as f64;
+    encoder
+        .encode_descriptor(
+            "masq_port_allocation_attempts",
+            "Ports tried per new flow until a free one was found (successful allocations).",
+            None,
+            MetricType::Histogram,
+        )?
+        .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+    counter(
+        encoder,
+        "masq_port_allocation_failures",
+        "New flows that found no free port.",
+        failed,
+    )
+}
 
-    let gc = [
-        ("ipv4", &status.last_gc.ipv4),
-        ("ipv6", &status.last_gc.ipv6),
-    ];
+/// The NAT tables' size and use at the last garbage collection, and the flows it expired.
+fn encode_nat_tables(encoder: &mut DescriptorEncoder<'_>, status: &AgentStatus) -> fmt::Result {
+    let gc = FAMILIES
+        .into_iter()
+        .zip([&status.last_gc.ipv4, &status.last_gc.ipv6]);
     family(
         encoder,
         "masq_nat_entries",
         "NAT table entries (two per flow) at the last garbage collection, by address family.",
         MetricType::Gauge,
-        gauges(gc.map(|(family, report)| ([("family", family)], report.entries))),
+        gauges(
+            gc.clone()
+                .map(|(family, report)| ([("family", family)], report.entries)),
+        ),
     )?;
     family(
         encoder,
@@ -759,19 +626,141 @@ fn encode_agent(
         "masq_nat_capacity_entries",
         "Capacity of the NAT table, by address family (1 for IPv6 without --enable-ipv6).",
         MetricType::Gauge,
-        gauges([
-            ([("family", "ipv4")], status.nat_capacity),
-            ([("family", "ipv6")], status.nat_capacity_v6),
-        ]),
+        gauges(
+            FAMILIES
+                .into_iter()
+                .zip([status.nat_capacity, status.nat_capacity_v6])
+                .map(|(family, capacity)| ([("family", family)], capacity)),
+        ),
     )?;
     counter(
         encoder,
         "masq_gc_expired_flows",
         "Flows removed by garbage collection since start.",
         status.gc_expired_total,
-    )?;
-    encode_nat_state(encoder, status, datapath)?;
+    )
+}
 
+/// What the NAT table's state machine and its limits did: evictions by cause and class, the
+/// unassured flows, the busiest holder against its share, and the busiest remotes against
+/// their ports.
+fn encode_nat_state(
+    encoder: &mut DescriptorEncoder<'_>,
+    status: &AgentStatus,
+    counts: Option<&DatapathCounts>,
+) -> fmt::Result {
+    encode_evictions(encoder, status, counts)?;
+    let gc = [&status.last_gc.ipv4, &status.last_gc.ipv6];
+    family(
+        encoder,
+        "masq_nat_unassured_flows",
+        "Flows not assured (never answered, or the handshake not completed) at the last garbage collection, by family: what a full table evicts.",
+        MetricType::Gauge,
+        gauges(
+            FAMILIES
+                .into_iter()
+                .zip(gc)
+                .map(|(family, report)| ([("family", family)], report.unassured)),
+        ),
+    )?;
+    family(
+        encoder,
+        "masq_nat_busiest_holder_unassured_flows",
+        "Unassured flows of the local address (pod or node) holding the most at the last garbage collection, by family; `masq status` names it.",
+        MetricType::Gauge,
+        gauges(FAMILIES.into_iter().zip(gc).map(|(family, report)| {
+            (
+                [("family", family)],
+                report.top_holders.first().map_or(0, |&(_, flows)| flows),
+            )
+        })),
+    )?;
+    // The busiest few remotes only, so the label set stays bounded.
+    let remotes: Vec<([(&str, String); 2], u64)> = FAMILIES
+        .into_iter()
+        .zip(gc)
+        .flat_map(|(family, report)| {
+            report.busiest_remotes.iter().map(move |remote| {
+                (
+                    [("family", family.to_owned()), ("remote", remote.label())],
+                    remote.ports as u64,
+                )
+            })
+        })
+        .collect();
+    family(
+        encoder,
+        "masq_nat_remote_ports_in_use",
+        "Node ports in use towards each of the busiest remote endpoints (ip:port/protocol) at the last garbage collection, by family: a remote whose ports are all in use refuses new flows (see masq_nat_ports_per_remote).",
+        MetricType::Gauge,
+        gauges(remotes),
+    )?;
+    gauge(
+        encoder,
+        "masq_nat_ports_per_remote",
+        "Node ports each remote endpoint may have in use: the size of the SNAT port ranges.",
+        i64::from(gc[0].ports_per_remote.max(gc[1].ports_per_remote)),
+    )?;
+    family(
+        encoder,
+        "masq_nat_pod_share_flows",
+        "Unassured flows one local address may hold before its new flows replace its own (--nat-pod-share of the table's flows), by family; 0: no limit.",
+        MetricType::Gauge,
+        gauges(
+            FAMILIES
+                .into_iter()
+                .zip(status.pod_share)
+                .map(|(family, share)| ([("family", family)], share)),
+        ),
+    )
+}
+
+/// The flows removed to make room: the datapath's (a full table, a holder at its share) and
+/// the collector's (the reserve) in one family, by what made room and what it took.
+fn encode_evictions(
+    encoder: &mut DescriptorEncoder<'_>,
+    status: &AgentStatus,
+    counts: Option<&DatapathCounts>,
+) -> fmt::Result {
+    let mut evictions = Vec::new();
+    for (index, family) in FAMILIES.into_iter().enumerate() {
+        let by_datapath = counts.map_or(&[][..], |counts| &counts.evictions[index]);
+        for &(cause, class, count) in by_datapath {
+            // The datapath never evicts for the reserve: a count there is not the collector's.
+            if cause != EvictionCause::Reserve {
+                evictions.push((
+                    [
+                        ("family", family),
+                        ("cause", cause.name()),
+                        ("class", class.name()),
+                    ],
+                    count,
+                ));
+            }
+        }
+        for (class, &count) in FlowClass::ALL.iter().zip(&status.gc_reclaimed_total[index]) {
+            evictions.push((
+                [
+                    ("family", family),
+                    ("cause", EvictionCause::Reserve.name()),
+                    ("class", class.name()),
+                ],
+                count,
+            ));
+        }
+    }
+    family(
+        encoder,
+        "masq_nat_evictions",
+        "Flows removed to make room, by family, cause (table_full: a new flow in a full table; holder_share: a new flow of a local address at its --nat-pod-share; reserve: the collector keeping the table under 90 % once over 95 %) and class of the flow removed. Assured flows are never evicted.",
+        MetricType::Counter,
+        counters(evictions),
+    )
+}
+
+/// The config in force and its loads: results, when, the last error's kind, and the CIDRs
+/// of each list with the trie entries they make.
+fn encode_config(encoder: &mut DescriptorEncoder<'_>, status: &AgentStatus) -> fmt::Result {
     family(
         encoder,
         "masq_config_reloads",
@@ -816,10 +805,12 @@ fn encode_agent(
         "masq_config_cidrs",
         "Non-masquerade CIDRs in force, by family.",
         MetricType::Gauge,
-        gauges([
-            ([("family", "ipv4")], status.list_cidrs.non_masquerade[0]),
-            ([("family", "ipv6")], status.list_cidrs.non_masquerade[1]),
-        ]),
+        gauges(
+            FAMILIES
+                .into_iter()
+                .zip(status.list_cidrs.non_masquerade)
+                .map(|(family, cidrs)| ([("family", family)], cidrs)),
+        ),
     )?;
     let lists = [
         ("nonMasqueradeCIDRs", status.list_cidrs.non_masquerade),
@@ -834,11 +825,11 @@ fn encode_agent(
         "masq_config_list_cidrs",
         "CIDRs in force, by config list and family.",
         MetricType::Gauge,
-        gauges(lists.into_iter().flat_map(|(list, [ipv4, ipv6])| {
-            [
-                ([("list", list), ("family", "ipv4")], ipv4),
-                ([("list", list), ("family", "ipv6")], ipv6),
-            ]
+        gauges(lists.into_iter().flat_map(|(list, by_family)| {
+            FAMILIES
+                .into_iter()
+                .zip(by_family)
+                .map(move |(family, cidrs)| ([("list", list), ("family", family)], cidrs))
         })),
     )?;
     gauge(
@@ -847,6 +838,66 @@ fn encode_agent(
         "Entries in the datapath's non-masquerade trie (link-local included).",
         status.trie_entries,
     )
+}
+
+/// A family of one or more series of `metric`.
+fn family<L: EncodeLabelSet, M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    metric_type: MetricType,
+    series: impl IntoIterator<Item = (L, M)>,
+) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
+    for (labels, metric) in series {
+        metric.encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// A gauge family without labels.
+fn gauge(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: impl EncodeGaugeValue,
+) -> fmt::Result {
+    // Straight on the family's encoder: a labelled series with no labels would read `name{}`.
+    ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
+
+/// A counter family without labels; `name` is without the `_total` the encoding appends.
+fn counter(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: impl EncodeCounterValue,
+) -> fmt::Result {
+    // Straight on the family's encoder: a labelled series with no labels would read `name{}`.
+    ConstCounter::new(value).encode(encoder.encode_descriptor(
+        name,
+        help,
+        None,
+        MetricType::Counter,
+    )?)
+}
+
+/// Gauge series of `series`' values under their labels.
+fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
+    series: impl IntoIterator<Item = (L, V)>,
+) -> impl Iterator<Item = (L, ConstGauge<V>)> {
+    series
+        .into_iter()
+        .map(|(labels, value)| (labels, ConstGauge::new(value)))
+}
+
+/// Counter series of `series`' values under their labels.
+fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
+    series: impl IntoIterator<Item = (L, V)>,
+) -> impl Iterator<Item = (L, ConstCounter<V>)> {
+    series
+        .into_iter()
+        .map(|(labels, value)| (labels, ConstCounter::new(value)))
 }
 
 /// The process families Prometheus client libraries export, read from `/proc/self` per scrape.
@@ -1012,15 +1063,15 @@ mod tests {
     /// collector makes to keep room free: one family holds both, each under its cause.
     #[test]
     fn evictions_are_exported_by_cause_and_class_from_the_datapath_and_the_collector() {
-        let (mut status, mut readings) = representative();
-        readings.evictions[0] = evictions(0);
-        readings.evictions[0][masq_common::flow::eviction_slot(
+        let (mut status, mut counts) = representative();
+        counts.evictions[0] = evictions(0);
+        counts.evictions[0][masq_common::flow::eviction_slot(
             EvictionCause::HolderShare,
             FlowClass::TcpUnanswered,
         ) as usize]
             .2 = 40;
         // The datapath never counts the reserve: a value there is not the collector's.
-        readings.evictions[0][masq_common::flow::eviction_slot(
+        counts.evictions[0][masq_common::flow::eviction_slot(
             EvictionCause::Reserve,
             FlowClass::TcpUnanswered,
         ) as usize]
@@ -1029,7 +1080,7 @@ mod tests {
         status.pod_share = [128, 0];
         status.last_gc.ipv4.unassured = 150;
         status.last_gc.ipv4.top_holders = vec![("10.244.1.5".parse().expect("address"), 128)];
-        let page = render(&status, &readings);
+        let page = render(&status, Some(&counts));
         let series = |cause: &str, class: &str| {
             format!(r#"masq_nat_evictions_total{{family="ipv4",cause="{cause}",class="{class}"}}"#)
         };
@@ -1057,8 +1108,8 @@ mod tests {
         assert_eq!(gauge("masq_nat_pod_share_flows"), Some(128.0));
     }
 
-    /// A status and readings under which every family masq can export has a series.
-    fn representative() -> (AgentStatus, DatapathReadings) {
+    /// A status and counts under which every family masq can export has a series.
+    fn representative() -> (AgentStatus, DatapathCounts) {
         let status = AgentStatus {
             ready: true,
             uplinks: vec![crate::agent::status::UplinkStatus {
@@ -1103,14 +1154,14 @@ mod tests {
             },
             ..AgentStatus::default()
         };
-        let readings = DatapathReadings {
-            counters: Counter::ALL.iter().map(|&counter| (counter, 1)).collect(),
-            counters_v6: Counter::ALL.iter().map(|&counter| (counter, 1)).collect(),
+        let every_counter_once: Vec<(Counter, u64)> =
+            Counter::ALL.iter().map(|&counter| (counter, 1)).collect();
+        let counts = DatapathCounts {
+            packets: [every_counter_once.clone(), every_counter_once],
             allocation: vec![1; masq_common::counters::ALLOC_HISTOGRAM_BUCKETS as usize],
             evictions: [evictions(1), evictions(1)],
-            error: None,
         };
-        (status, readings)
+        (status, counts)
     }
 
     /// Every family's name and type, and each sample name's label names in order, as
@@ -1148,8 +1199,8 @@ mod tests {
     /// deliberate (update `metrics.golden` and the table in docs/operating.md together).
     #[test]
     fn exported_families_match_the_golden_list() {
-        let (status, readings) = representative();
-        let page = render(&status, &readings);
+        let (status, counts) = representative();
+        let page = render(&status, Some(&counts));
         let golden = include_str!("metrics.golden");
         assert_eq!(
             shape(&page),
@@ -1160,21 +1211,21 @@ mod tests {
 
     #[test]
     fn bypassed_ipsec_policies_are_counted_per_family_once_read() {
-        let (mut status, readings) = representative();
-        let page = render(&status, &readings);
+        let (mut status, counts) = representative();
+        let page = render(&status, Some(&counts));
         let series = |family: &str| format!(r#"masq_xfrm_policies_bypassed{{family="{family}"}}"#);
         assert_eq!(sample(&page, &series("ipv4")), Some(1.0), "{page}");
         assert_eq!(sample(&page, &series("ipv6")), Some(0.0), "{page}");
         // Unreadable policies are not "none".
         status.ipsec = Some(IpsecStatus::Unknown("EPERM".to_owned()));
-        let page = render(&status, &readings);
+        let page = render(&status, Some(&counts));
         assert!(!page.contains("masq_xfrm_policies_bypassed"), "{page}");
     }
 
     #[test]
     fn the_kernel_and_each_programs_verified_size_are_exported() {
-        let (status, readings) = representative();
-        let page = render(&status, &readings);
+        let (status, counts) = representative();
+        let page = render(&status, Some(&counts));
         assert_eq!(
             sample(
                 &page,
@@ -1199,8 +1250,8 @@ mod tests {
 
     #[test]
     fn the_page_is_the_classic_text_format() {
-        let (status, readings) = representative();
-        let page = render(&status, &readings);
+        let (status, counts) = representative();
+        let page = render(&status, Some(&counts));
         assert!(!page.contains("# EOF"), "{page}");
         assert!(!page.contains("# UNIT"), "{page}");
         assert!(
@@ -1358,19 +1409,20 @@ mod tests {
             }),
             ..AgentStatus::default()
         };
-        let readings = DatapathReadings {
-            counters: vec![
-                (Counter::EgressMasqueraded, 5),
-                (Counter::EgressDropNoPort, 2),
+        let counts = DatapathCounts {
+            packets: [
+                vec![
+                    (Counter::EgressMasqueraded, 5),
+                    (Counter::EgressDropNoPort, 2),
+                ],
+                vec![(Counter::EgressMasqueraded, 7)],
             ],
-            counters_v6: vec![(Counter::EgressMasqueraded, 7)],
             // Nine attempt buckets (3 flows at the first port, 1 at the second), 2 failures,
             // 5 attempts in all.
             allocation: vec![3, 1, 0, 0, 0, 0, 0, 0, 0, 2, 5],
             evictions: [evictions(0), evictions(0)],
-            error: None,
         };
-        let page = render(&status, &readings);
+        let page = render(&status, Some(&counts));
         assert!(
             page.contains(
                 r#"masq_agent_info{config="/etc/config/ip-masq-agent (file)",adopted="false"} 1"#
