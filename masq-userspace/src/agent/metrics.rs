@@ -215,9 +215,7 @@ fn encode(registry: &Registry) -> Result<String, fmt::Error> {
 ///
 /// The two differ in what this agent emits only in counter family names (OpenMetrics names the
 /// family without `_total`, the classic format names it as its sample, which is what dashboards
-/// and the 0.0.4 parser match), in the `# EOF` trailer the classic format does not have, and in
-/// bucket bounds: whole numbers stay `le="2"` as masq has always exposed them, so queries on
-/// Prometheus versions that do not normalise `le` keep matching.
+/// and the 0.0.4 parser match) and in the `# EOF` trailer the classic format does not have.
 fn to_prometheus_text(openmetrics: &str) -> String {
     let counters: std::collections::HashSet<&str> = openmetrics
         .lines()
@@ -242,17 +240,6 @@ fn to_prometheus_text(openmetrics: &str) -> String {
                 out.push('\n');
                 continue;
             }
-        } else if let Some((head, tail)) = line.split_once("le=\"")
-            && let Some((bound, tail)) = tail.split_once('"')
-            && let Some(whole) = bound.strip_suffix(".0")
-        {
-            out.push_str(head);
-            out.push_str("le=\"");
-            out.push_str(whole);
-            out.push('"');
-            out.push_str(tail);
-            out.push('\n');
-            continue;
         }
         out.push_str(line);
         out.push('\n');
@@ -1051,6 +1038,16 @@ mod tests {
             .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
     }
 
+    /// The value of histogram `name`'s bucket bounded by `bound` on `page`, however the bound
+    /// is written (`2`, `2.0`).
+    fn bucket(page: &str, name: &str, bound: f64) -> Option<f64> {
+        let prefix = format!("{name}_bucket{{le=\"");
+        page.lines().find_map(|line| {
+            let (written, value) = line.strip_prefix(&prefix)?.split_once("\"} ")?;
+            (written.parse::<f64>().ok()? == bound).then(|| value.parse().ok())?
+        })
+    }
+
     /// Every cause and class of eviction, each `count` times.
     fn evictions(count: u64) -> Vec<(EvictionCause, FlowClass, u64)> {
         EvictionCause::ALL
@@ -1265,7 +1262,7 @@ mod tests {
             "{page}"
         );
         assert_eq!(
-            sample(&page, r#"masq_port_allocation_attempts_bucket{le="32"}"#),
+            bucket(&page, "masq_port_allocation_attempts", 32.0),
             Some(6.0),
             "{page}"
         );
@@ -1286,7 +1283,7 @@ mod tests {
     }
 
     #[test]
-    fn openmetrics_counters_and_bounds_are_rewritten_only_where_they_differ() {
+    fn only_counter_names_and_the_trailer_differ_from_openmetrics() {
         let openmetrics = "# HELP a_seconds A counter.\n# TYPE a_seconds counter\na_seconds_total 1\n\
              # HELP b A gauge named like a counter.\n# TYPE b gauge\nb 2.5\n\
              # TYPE h histogram\nh_sum 1.5\nh_count 1\nh_bucket{le=\"0.5\"} 0\n\
@@ -1296,7 +1293,7 @@ mod tests {
             "# HELP a_seconds_total A counter.\n# TYPE a_seconds_total counter\na_seconds_total 1\n\
              # HELP b A gauge named like a counter.\n# TYPE b gauge\nb 2.5\n\
              # TYPE h histogram\nh_sum 1.5\nh_count 1\nh_bucket{le=\"0.5\"} 0\n\
-             h_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 1\n"
+             h_bucket{le=\"1.0\"} 1\nh_bucket{le=\"+Inf\"} 1\n"
         );
     }
 
@@ -1454,8 +1451,9 @@ mod tests {
             ),
             "{page}"
         );
-        assert!(
-            page.contains("masq_port_allocation_attempts_bucket{le=\"2\"} 4\n"),
+        assert_eq!(
+            bucket(&page, "masq_port_allocation_attempts", 2.0),
+            Some(4.0),
             "{page}"
         );
         assert!(
