@@ -28,6 +28,10 @@ use masq_common::{
     flow::{EvictionCause, FlowClass},
     layout::MAP_LAYOUT_VERSION,
 };
+use procfs::{
+    WithCurrentSystemInfo as _,
+    process::{LimitValue, Process},
+};
 use prometheus_client::{
     collector::Collector,
     encoding::{
@@ -887,101 +891,29 @@ fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
         .map(|(labels, value)| (labels, ConstCounter::new(value)))
 }
 
-/// The process families Prometheus client libraries export, read from `/proc/self` per scrape.
+/// The process families Prometheus client libraries export, read from `/proc/self` at every
+/// scrape.
 ///
 /// A value that cannot be read is left out rather than reported as 0, as other clients do.
 #[derive(Debug)]
 struct ProcessCollector;
 
-/// What `/proc/self/stat` and `/proc/stat` tell about this process.
-#[derive(Debug, PartialEq)]
-struct ProcessStat {
-    cpu_seconds: f64,
-    virtual_bytes: u64,
-    resident_bytes: u64,
-    start_time_seconds: Option<f64>,
-}
-
-impl ProcessStat {
-    /// Parses `/proc/self/stat`; times are in `ticks` per second, resident size in pages.
-    fn parse(stat: &str, ticks: u64, page_size: u64, boot_time: Option<u64>) -> Option<Self> {
-        // The command name (field 2) is in parentheses and may hold spaces and parentheses
-        // itself: the fields after it start after the last `)`.
-        let fields: Vec<&str> = stat
-            .get(stat.rfind(')')? + 1..)?
-            .split_whitespace()
-            .collect();
-        // `fields[0]` is field 3 (state), so field N of proc_pid_stat(5) is `fields[N - 3]`.
-        let field = |number: usize| -> Option<u64> { fields.get(number - 3)?.parse().ok() };
-        let (utime, stime, start, vsize, rss) =
-            (field(14)?, field(15)?, field(22)?, field(23)?, field(24)?);
-        #[expect(
-            clippy::cast_precision_loss,
-            reason = "tick counts stay far below 2^53"
-        )]
-        let in_seconds = |value: u64| value as f64 / ticks as f64;
-        Some(Self {
-            cpu_seconds: in_seconds(utime + stime),
-            virtual_bytes: vsize,
-            resident_bytes: rss.saturating_mul(page_size),
-            start_time_seconds: boot_time.map(|boot| {
-                #[expect(clippy::cast_precision_loss, reason = "Unix times stay far below 2^53")]
-                let boot = boot as f64;
-                boot + in_seconds(start)
-            }),
-        })
-    }
-}
-
-/// The boot time from `/proc/stat`'s `btime` line, in Unix seconds.
-fn boot_time(stat: &str) -> Option<u64> {
-    stat.lines()
-        .find_map(|line| line.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()
-}
-
-/// The soft limit on open files from `/proc/self/limits`; `None` when unlimited.
-fn max_fds(limits: &str) -> Option<u64> {
-    limits
-        .lines()
-        .find_map(|line| line.strip_prefix("Max open files"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// A `sysconf` value, or `None` when the system does not say.
-fn sysconf(name: libc::c_int) -> Option<u64> {
-    // SAFETY: sysconf only reads a system setting; it takes no pointers.
-    let value = unsafe { libc::sysconf(name) };
-    u64::try_from(value).ok().filter(|&value| value > 0)
-}
-
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
         let encoder = &mut encoder;
-        let stat = std::fs::read_to_string("/proc/self/stat")
-            .ok()
-            .zip(sysconf(libc::_SC_CLK_TCK))
-            .zip(sysconf(libc::_SC_PAGESIZE))
-            .and_then(|((stat, ticks), page_size)| {
-                let boot = std::fs::read_to_string("/proc/stat").ok();
-                ProcessStat::parse(&stat, ticks, page_size, boot.as_deref().and_then(boot_time))
-            });
+        // Counted before procfs opens `/proc/self`, whose handle would be counted too.
+        let open_fds = open_fds();
+        let process = Process::myself().ok();
+        let stat = process.as_ref().and_then(|process| process.stat().ok());
         if let Some(stat) = &stat {
             counter(
                 encoder,
                 "process_cpu_seconds",
                 "Total user and system CPU time spent in seconds.",
-                stat.cpu_seconds,
+                seconds_of_ticks(stat.utime + stat.stime),
             )?;
         }
-        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-            // The directory handle being read is one of the entries; leave it out.
-            let open = fds.count().saturating_sub(1);
+        if let Some(open) = open_fds {
             gauge(
                 encoder,
                 "process_open_fds",
@@ -989,11 +921,11 @@ impl Collector for ProcessCollector {
                 open,
             )?;
         }
-        if let Some(max) = std::fs::read_to_string("/proc/self/limits")
-            .ok()
-            .as_deref()
-            .and_then(max_fds)
-        {
+        let max_fds = process
+            .as_ref()
+            .and_then(|process| process.limits().ok())
+            .map(|limits| limits.max_open_files.soft_limit);
+        if let Some(LimitValue::Value(max)) = max_fds {
             gauge(
                 encoder,
                 "process_max_fds",
@@ -1001,30 +933,49 @@ impl Collector for ProcessCollector {
                 max,
             )?;
         }
-        if let Some(stat) = &stat {
+        let Some(stat) = &stat else {
+            return Ok(());
+        };
+        gauge(
+            encoder,
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes.",
+            stat.vsize,
+        )?;
+        gauge(
+            encoder,
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            stat.rss_bytes().get(),
+        )?;
+        if let Ok(boot) = procfs::boot_time_secs() {
+            #[expect(clippy::cast_precision_loss, reason = "Unix times stay far below 2^53")]
+            let boot = boot as f64;
             gauge(
                 encoder,
-                "process_virtual_memory_bytes",
-                "Virtual memory size in bytes.",
-                stat.virtual_bytes,
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+                boot + seconds_of_ticks(stat.starttime),
             )?;
-            gauge(
-                encoder,
-                "process_resident_memory_bytes",
-                "Resident memory size in bytes.",
-                stat.resident_bytes,
-            )?;
-            if let Some(start) = stat.start_time_seconds {
-                gauge(
-                    encoder,
-                    "process_start_time_seconds",
-                    "Start time of the process since unix epoch in seconds.",
-                    start,
-                )?;
-            }
         }
         Ok(())
     }
+}
+
+/// The file descriptors this process has open, less the one reading them. (procfs's
+/// `Process::fd_count` counts the handles it opens itself as well, one or two by kernel.)
+fn open_fds() -> Option<usize> {
+    let fds = std::fs::read_dir("/proc/self/fd").ok()?;
+    Some(fds.count().saturating_sub(1))
+}
+
+/// `ticks` of the clock `/proc` counts process times in, in seconds.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "tick counts stay far below 2^53"
+)]
+fn seconds_of_ticks(ticks: u64) -> f64 {
+    ticks as f64 / procfs::ticks_per_second() as f64
 }
 
 #[cfg(test)]
@@ -1283,6 +1234,27 @@ mod tests {
     }
 
     #[test]
+    fn the_process_families_describe_this_process() {
+        let (status, counts) = representative();
+        let page = render(&status, Some(&counts));
+        let (soft, _) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .unwrap_or_else(|error| panic!("getrlimit: {error}"));
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "a file limit stays far below 2^53"
+        )]
+        let soft = soft as f64;
+        assert_eq!(sample(&page, "process_max_fds"), Some(soft), "{page}");
+        let resident = sample(&page, "process_resident_memory_bytes").unwrap_or_default();
+        let size = sample(&page, "process_virtual_memory_bytes").unwrap_or_default();
+        assert!(resident > 0.0 && size >= resident, "{page}");
+        assert!(
+            sample(&page, "process_cpu_seconds_total").is_some_and(|seconds| seconds >= 0.0),
+            "{page}"
+        );
+    }
+
+    #[test]
     fn only_counter_names_and_the_trailer_differ_from_openmetrics() {
         let openmetrics = "# HELP a_seconds A counter.\n# TYPE a_seconds counter\na_seconds_total 1\n\
              # HELP b A gauge named like a counter.\n# TYPE b gauge\nb 2.5\n\
@@ -1294,35 +1266,6 @@ mod tests {
              # HELP b A gauge named like a counter.\n# TYPE b gauge\nb 2.5\n\
              # TYPE h histogram\nh_sum 1.5\nh_count 1\nh_bucket{le=\"0.5\"} 0\n\
              h_bucket{le=\"1.0\"} 1\nh_bucket{le=\"+Inf\"} 1\n"
-        );
-    }
-
-    #[test]
-    fn proc_stat_is_parsed_past_a_command_name_with_parentheses() {
-        // Fields 3 to 24 of proc_pid_stat(5): utime 150 and stime 50 ticks, started 1000 ticks
-        // after boot, 4096 bytes of virtual memory, 3 resident pages.
-        let stat = "42 (a) b) S 1 42 42 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 1 0 1000 4096 3 \
-                    18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0";
-        assert_eq!(
-            ProcessStat::parse(stat, 100, 4096, Some(1_700_000_000)),
-            Some(ProcessStat {
-                cpu_seconds: 2.0,
-                virtual_bytes: 4096,
-                resident_bytes: 3 * 4096,
-                start_time_seconds: Some(1_700_000_010.0),
-            })
-        );
-        assert_eq!(ProcessStat::parse("42 (truncated", 100, 4096, None), None);
-        assert_eq!(
-            boot_time("cpu  1 2 3\nbtime 1700000000\nprocesses 9\n"),
-            Some(1_700_000_000)
-        );
-        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
-                      Max open files            1024                 524288               files\n";
-        assert_eq!(max_fds(limits), Some(1024));
-        assert_eq!(
-            max_fds("Max open files            unlimited            unlimited            files\n"),
-            None
         );
     }
 
