@@ -5,9 +5,12 @@ mod args;
 mod check_config;
 mod check_kernel;
 mod explain;
-mod inspect;
+mod nat;
 mod pause;
+mod pins;
 mod render;
+mod status;
+mod uninstall;
 
 use std::{ffi::OsString, process::ExitCode};
 
@@ -67,12 +70,12 @@ pub(crate) enum Command {
     /// Print the input ip-masq-agent passes to iptables-restore for this config and these flags.
     RenderIptables(render::RenderArgs),
     /// Show the pinned datapath: attachment, settings, exempt CIDRs, table use, counters.
-    Status(inspect::StatusArgs),
+    Status(status::StatusArgs),
     /// Inspect the NAT table.
     #[command(subcommand)]
-    Nat(inspect::NatCommand),
+    Nat(nat::NatCommand),
     /// Detach the datapath, remove its pins and undo the port reservation.
-    Uninstall(inspect::UninstallArgs),
+    Uninstall(uninstall::UninstallArgs),
     /// Do nothing until terminated (SIGTERM or SIGINT): keeps the uninstall DaemonSet's pods
     /// running once their init container has run `masq uninstall`.
     Pause,
@@ -125,9 +128,9 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::CheckKernel(args) => check_kernel::run(&args),
         Command::Explain(args) => explain::run(&args),
         Command::RenderIptables(args) => render::run(&args),
-        Command::Status(args) => inspect::status(&args),
-        Command::Nat(command) => inspect::nat(&command),
-        Command::Uninstall(args) => inspect::uninstall(&args),
+        Command::Status(args) => status::run(&args),
+        Command::Nat(command) => nat::run(&command),
+        Command::Uninstall(args) => uninstall::run(&args),
         Command::Pause => pause::run(),
     }
 }
