@@ -664,17 +664,23 @@ pub(super) mod tests {
         assert_eq!(gauge("masq_nat_pod_share_flows"), Some(128.0));
     }
 
+    /// Uplink `up0`, masquerading IPv4 to 192.0.2.1 (`address_is_local`: the interface's own)
+    /// and IPv6 as `ipv6` says.
+    fn up0(address_is_local: bool, ipv6: UplinkIpv6) -> crate::agent::status::UplinkStatus {
+        crate::agent::status::UplinkStatus {
+            interface: "up0".to_owned(),
+            node_ip: Some(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+            attach_mode: "tcx",
+            address_is_local,
+            ipv6,
+        }
+    }
+
     /// A status and counts under which every family masq can export has a series.
     pub(in crate::agent::metrics) fn representative() -> (AgentStatus, DatapathCounts) {
         let status = AgentStatus {
             ready: true,
-            uplinks: vec![crate::agent::status::UplinkStatus {
-                interface: "up0".to_owned(),
-                node_ip: Some(std::net::Ipv4Addr::new(192, 0, 2, 1)),
-                attach_mode: "tcx",
-                address_is_local: false,
-                ipv6: UplinkIpv6::NoAddress,
-            }],
+            uplinks: vec![up0(false, UplinkIpv6::NoAddress)],
             upstream_chain: Some("IP-MASQ-AGENT".to_owned()),
             config_origin: Some("defaults".to_owned()),
             last_error: Some(crate::agent::status::ConfigFailure {
@@ -808,13 +814,7 @@ pub(super) mod tests {
     fn every_family_is_declared_before_use_and_labels_are_escaped() {
         let status = AgentStatus {
             ready: true,
-            uplinks: vec![crate::agent::status::UplinkStatus {
-                interface: "up0".to_owned(),
-                node_ip: Some(std::net::Ipv4Addr::new(192, 0, 2, 1)),
-                attach_mode: "tcx",
-                address_is_local: true,
-                ipv6: UplinkIpv6::NotTranslated,
-            }],
+            uplinks: vec![up0(true, UplinkIpv6::NotTranslated)],
             config_origin: Some("/etc/config/ip-masq-agent (file)".to_owned()),
             last_error: Some(crate::agent::status::ConfigFailure {
                 reason: "invalid",
