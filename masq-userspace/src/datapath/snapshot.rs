@@ -190,15 +190,15 @@ impl TrieContents {
 
     /// Every entry as (address, prefix length, `NOMASQ_KIND_*`), IPv4's first.
     pub fn entries(&self) -> impl Iterator<Item = (IpAddr, u8, u32)> {
-        let entry = |address: IpAddr, prefix, kind| (address, prefix, kind);
-        self.ipv4
+        let ipv4 = self
+            .ipv4
             .iter()
-            .map(move |&((address, prefix), kind)| entry(address.into(), prefix, kind))
-            .chain(
-                self.ipv6
-                    .iter()
-                    .map(move |&((address, prefix), kind)| entry(address.into(), prefix, kind)),
-            )
+            .map(|&((address, prefix), kind)| (IpAddr::from(address), prefix, kind));
+        let ipv6 = self
+            .ipv6
+            .iter()
+            .map(|&((address, prefix), kind)| (IpAddr::from(address), prefix, kind));
+        ipv4.chain(ipv6)
     }
 }
 
