@@ -31,15 +31,15 @@
 
 use std::{
     collections::BTreeSet,
-    fs,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
-use crate::node::{
-    routes::{self, Route},
-    xfrm::{self, DIR_OUT, XfrmError, XfrmPolicy},
+pub use crate::sys::xfrm::{XfrmError, XfrmPolicy};
+use crate::sys::{
+    route::{self, Route},
+    xfrm::{self, ACTION_BLOCK, DIR_OUT},
 };
 
 /// An interface masq translates on, with the addresses its traffic is masqueraded to.
@@ -90,11 +90,39 @@ impl Bypass {
     pub fn describe(&self) -> String {
         format!(
             "{} selects {} ({}) only after translation",
-            xfrm::describe(&self.policy),
+            describe_policy(&self.policy),
             self.snat,
             self.uplink
         )
     }
+}
+
+/// The policy as the operator would recognise it next to `ip xfrm policy`'s listing.
+fn describe_policy(policy: &XfrmPolicy) -> String {
+    let mut text = format!("src {} dst {}", policy.source, policy.destination);
+    if policy.protocol != 0 {
+        text.push_str(&format!(" proto {}", policy.protocol));
+    }
+    if policy.source_port.1 != 0 {
+        text.push_str(&format!(" sport {}", policy.source_port.0));
+    }
+    if policy.destination_port.1 != 0 {
+        text.push_str(&format!(" dport {}", policy.destination_port.0));
+    }
+    if let Some((value, mask)) = policy.mark {
+        text.push_str(&format!(" mark {value:#x}/{mask:#x}"));
+    }
+    text.push_str(&format!(
+        " dir out {} (index {}, priority {})",
+        if policy.action == ACTION_BLOCK {
+            "block"
+        } else {
+            "with IPsec"
+        },
+        policy.index,
+        policy.priority
+    ));
+    text
 }
 
 /// The policies among `policies` that select masqueraded traffic only after translation.
@@ -146,12 +174,12 @@ pub fn check(
         return Ok(Vec::new());
     }
     let names: BTreeSet<&str> = uplinks.iter().map(|uplink| uplink.name.as_str()).collect();
-    let mut pod_networks = fs::read_to_string("/proc/self/net/route")
-        .map(|table| pod_networks_v4(&table, &names))
+    let mut pods = route::ipv4_routes()
+        .map(|routes| pod_networks(routes, &names))
         .unwrap_or_default();
-    pod_networks.extend(
-        fs::read_to_string("/proc/self/net/ipv6_route")
-            .map(|table| pod_networks_v6(&table, &names))
+    pods.extend(
+        route::ipv6_routes()
+            .map(|routes| pod_networks(routes, &names))
             .unwrap_or_default(),
     );
     Ok(bypassed(
@@ -159,7 +187,7 @@ pub fn check(
         &Translation {
             uplinks,
             nomasq: nomasq(),
-            pod_networks,
+            pod_networks: pods,
         },
     ))
 }
@@ -213,18 +241,6 @@ fn covered(network: &IpNet, networks: &[IpNet]) -> bool {
         .is_ok_and(|mut halves| halves.all(|half| covered(&half, networks)))
 }
 
-/// The pod networks of `/proc/net/route` (IPv4, main table): direct routes off the uplinks and
-/// loopback.
-fn pod_networks_v4(table: &str, uplinks: &BTreeSet<&str>) -> Vec<IpNet> {
-    pod_networks(routes::parse_v4(table), uplinks)
-}
-
-/// The pod networks of `/proc/net/ipv6_route` (every table). Local, rejecting and multicast
-/// routes and link-local networks are not pods'.
-fn pod_networks_v6(table: &str, uplinks: &BTreeSet<&str>) -> Vec<IpNet> {
-    pod_networks(routes::parse_v6(table), uplinks)
-}
-
 /// The networks of the usable, direct routes among `routes` off the uplinks and loopback,
 /// except the default route and multicast and link-local networks.
 fn pod_networks(routes: Vec<Route>, uplinks: &BTreeSet<&str>) -> Vec<IpNet> {
@@ -251,7 +267,16 @@ fn pod_networks(routes: Vec<Route>, uplinks: &BTreeSet<&str>) -> Vec<IpNet> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::xfrm::ACTION_BLOCK;
+
+    /// The pod networks of `/proc/net/route` (IPv4, main table).
+    fn pod_networks_v4(table: &str, uplinks: &BTreeSet<&str>) -> Vec<IpNet> {
+        pod_networks(route::parse_v4(table), uplinks)
+    }
+
+    /// The pod networks of `/proc/net/ipv6_route` (every table).
+    fn pod_networks_v6(table: &str, uplinks: &BTreeSet<&str>) -> Vec<IpNet> {
+        pod_networks(route::parse_v6(table), uplinks)
+    }
 
     fn net(text: &str) -> IpNet {
         text.parse()

@@ -9,4 +9,4 @@ pub mod iptables;
 pub mod node;
 pub mod policy;
 pub mod ports;
-mod rtnl;
+mod sys;

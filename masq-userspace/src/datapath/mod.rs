@@ -16,10 +16,12 @@ pub mod object;
 pub mod pins;
 pub mod snapshot;
 pub mod sync;
-pub mod tc_netlink;
 pub mod tcx;
 
 pub use error::DatapathError;
+
+/// The clsact qdisc and its filters, over rtnetlink.
+pub use crate::sys::tc as tc_netlink;
 
 /// The `bpf(2)` system call with `command` and its attribute `attr`, for the commands aya does
 /// not wrap (batch and take on hash maps, tcx queries and link info).

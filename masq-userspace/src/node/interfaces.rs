@@ -12,11 +12,6 @@ use std::{
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
 };
 
-use netlink_packet_core::{DecodeError, NLM_F_REQUEST, ParseableParametrized as _};
-use netlink_packet_route::{
-    AddressFamily, RouteNetlinkMessage,
-    route::{RouteAddress, RouteAttribute, RouteMessage},
-};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 use nix::{
     ifaddrs::getifaddrs,
@@ -26,8 +21,7 @@ use tokio::io::{Interest, unix::AsyncFd};
 
 use masq_common::layout::{LINK_ETHERNET, LINK_IP};
 
-use super::routes::{self, Route};
-use crate::rtnl::{Rtnl, RtnlError};
+use crate::sys::route::{self, Route};
 
 /// Why the uplink or its address could not be determined.
 #[derive(Debug, thiserror::Error)]
@@ -217,18 +211,18 @@ pub struct Gateways {
 impl Gateways {
     /// Reads both routing tables (the IPv6 one only when `ipv6`: IPv6 is translated).
     pub fn read(ipv6: bool) -> Result<Self, InterfaceError> {
-        let table = fs::read_to_string("/proc/net/route").map_err(InterfaceError::RouteTable)?;
-        let table_v6 = if ipv6 {
-            match fs::read_to_string("/proc/self/net/ipv6_route") {
-                Ok(table) => table,
-                Err(error) if error.kind() == io::ErrorKind::NotFound => String::new(),
+        let routes = route::ipv4_routes().map_err(InterfaceError::RouteTable)?;
+        let routes_v6 = if ipv6 {
+            match route::ipv6_routes() {
+                Ok(routes) => routes,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => Vec::new(),
                 Err(error) => return Err(InterfaceError::RouteTableV6(error)),
             }
         } else {
-            String::new()
+            Vec::new()
         };
-        let (ipv4, routed_ipv4) = gateway_and_routed(&routes::parse_v4(&table));
-        let (ipv6, routed_ipv6) = gateway_and_routed(&routes::parse_v6(&table_v6));
+        let (ipv4, routed_ipv4) = gateway_and_routed(&routes);
+        let (ipv6, routed_ipv6) = gateway_and_routed(&routes_v6);
         Ok(Self {
             ipv4,
             ipv6,
@@ -513,9 +507,11 @@ pub fn snat_ipv6(interface: &str) -> Result<Option<Ipv6Addr>, InterfaceError> {
             .iter()
             .any(|state| state.address == *address && state.usable_as_source())
     };
-    let kernel_choice = interface_index(interface)
-        .ok()
-        .and_then(|ifindex| kernel_ipv6_source(ifindex, GLOBAL_PROBE).ok().flatten());
+    let kernel_choice = interface_index(interface).ok().and_then(|ifindex| {
+        route::kernel_ipv6_source(ifindex, GLOBAL_PROBE)
+            .ok()
+            .flatten()
+    });
     if let Some(source) = kernel_choice.filter(usable) {
         return Ok(Some(source));
     }
@@ -530,47 +526,6 @@ pub fn snat_ipv6(interface: &str) -> Result<Option<Ipv6Addr>, InterfaceError> {
 /// A global unicast destination (2000::/3) to ask the kernel's source choice for: no packet is
 /// sent to it.
 const GLOBAL_PROBE: Ipv6Addr = Ipv6Addr::new(0x2000, 0, 0, 0, 0, 0, 0, 1);
-
-/// The source address the kernel picks for `destination` leaving by interface `ifindex`
-/// (`RTM_GETROUTE` with `RTA_OIF`, answered with `RTA_PREFSRC`); `None` when it has no route
-/// there. Needs no capability.
-fn kernel_ipv6_source(ifindex: u32, destination: Ipv6Addr) -> Result<Option<Ipv6Addr>, RtnlError> {
-    let mut rtnl = Rtnl::open(1)?;
-    let request = || {
-        let mut route = RouteMessage::default();
-        route.header.address_family = AddressFamily::Inet6;
-        // A host route: the kernel's choice for this one destination.
-        route.header.destination_prefix_length = 128;
-        route.attributes = vec![
-            RouteAttribute::Destination(RouteAddress::Inet6(destination)),
-            RouteAttribute::Oif(ifindex),
-        ];
-        RouteNetlinkMessage::GetRoute(route)
-    };
-    match rtnl.exchange(NLM_F_REQUEST, request, preferred_source_in) {
-        Ok(sources) => Ok(sources.into_iter().next()),
-        // No route by that interface.
-        Err(RtnlError::Refused { .. }) => Ok(None),
-        Err(error) => Err(error),
-    }
-}
-
-/// `RTA_PREFSRC` of an `RTM_NEWROUTE` answer; `None` for another message or a route without
-/// one.
-fn preferred_source_in(kind: u16, payload: &[u8]) -> Result<Option<Ipv6Addr>, DecodeError> {
-    let RouteNetlinkMessage::NewRoute(route) =
-        RouteNetlinkMessage::parse_with_param(payload, kind)?
-    else {
-        return Ok(None);
-    };
-    Ok(route
-        .attributes
-        .into_iter()
-        .find_map(|attribute| match attribute {
-            RouteAttribute::PrefSource(RouteAddress::Inet6(source)) => Some(source),
-            _ => None,
-        }))
-}
 
 /// A netlink socket subscribed to link, address and route changes of both families: the
 /// events that can change which interfaces carry traffic out of the node, or an address of one.
@@ -649,15 +604,15 @@ mod tests {
     use super::*;
 
     fn gateway_interfaces_in(table: &str) -> BTreeSet<String> {
-        gateway_and_routed(&routes::parse_v4(table)).0
+        gateway_and_routed(&route::parse_v4(table)).0
     }
 
     fn gateway_interfaces_v6_in(table: &str) -> BTreeSet<String> {
-        gateway_and_routed(&routes::parse_v6(table)).0
+        gateway_and_routed(&route::parse_v6(table)).0
     }
 
     fn routed_interfaces_in(table: &str) -> BTreeSet<String> {
-        gateway_and_routed(&routes::parse_v4(table)).1
+        gateway_and_routed(&route::parse_v4(table)).1
     }
 
     const TABLE: &str = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
@@ -860,39 +815,6 @@ fe800000000000000000000000000001 02 40 20 80   up0
             choose_snat_ipv6(&[], &ipv6_addresses_in(IF_INET6, "eth9")),
             None
         );
-    }
-
-    /// An `RTM_NEWROUTE` answer as the kernel writes it: rtmsg, RTA_TABLE, RTA_DST, RTA_OIF,
-    /// RTA_PREFSRC.
-    #[test]
-    fn the_kernel_route_answer_names_the_source() {
-        use netlink_packet_core::Emitable as _;
-        const RTM_NEWROUTE: u16 = 24;
-        let mut route = RouteMessage::default();
-        route.header.address_family = AddressFamily::Inet6;
-        route.header.destination_prefix_length = 128;
-        route.header.table = 254;
-        route.attributes = vec![
-            RouteAttribute::Table(254),
-            RouteAttribute::Destination(RouteAddress::Inet6(v6("2000::1"))),
-            RouteAttribute::Oif(2),
-            RouteAttribute::PrefSource(RouteAddress::Inet6(v6("2001:db8::7"))),
-        ];
-        let mut reply = vec![0; route.buffer_len()];
-        route.emit(&mut reply);
-        assert_eq!(
-            preferred_source_in(RTM_NEWROUTE, &reply).ok(),
-            Some(Some(v6("2001:db8::7")))
-        );
-        // A route without a preferred source, and a cut answer: no address, no panic.
-        route.attributes.pop();
-        let mut bare = vec![0; route.buffer_len()];
-        route.emit(&mut bare);
-        assert_eq!(preferred_source_in(RTM_NEWROUTE, &bare).ok(), Some(None));
-        for cut in 0..reply.len() {
-            let read = preferred_source_in(RTM_NEWROUTE, &reply[..cut]);
-            assert!(!matches!(read, Ok(Some(source)) if source != v6("2001:db8::7")));
-        }
     }
 
     #[test]

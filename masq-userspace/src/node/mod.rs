@@ -9,7 +9,5 @@ pub mod kernel;
 pub mod memory;
 pub mod renumbering;
 pub mod reserved_ports;
-pub mod routes;
 pub mod timeouts;
 pub mod uplinks;
-pub mod xfrm;

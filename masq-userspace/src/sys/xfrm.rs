@@ -6,7 +6,7 @@
 //! masq translates at tc egress, after the lookup, so the agent needs the policies to tell
 //! which ones would have covered masqueraded traffic (see [`crate::ipsec`]).
 //!
-//! The dump is read by [`crate::rtnl`]'s socket, as route netlink's are: a receive timeout,
+//! The dump is read by the [`super::netlink`] socket, as route netlink's are: a receive timeout,
 //! sequence and sender checks, a buffer sized to each datagram, the kernel's refusal and the
 //! error status a dump that fails part way ends with. The few structures needed are parsed
 //! here by hand. `netlink-packet-xfrm` 0.5 builds on the same netlink-packet-core 0.9, but its
@@ -29,20 +29,18 @@
 use std::{
     io,
     net::{Ipv4Addr, Ipv6Addr},
+    time::Duration,
 };
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
-use netlink_packet_core::{
-    DecodeError, NLM_F_DUMP, NLM_F_REQUEST, NetlinkSerializable, NlasIterator,
-};
-use netlink_sys::protocols::NETLINK_XFRM;
+use netlink_packet_core::{DecodeError, NlasIterator};
 use nix::errno::Errno;
 
-use crate::rtnl::{Rtnl, RtnlError};
+use super::netlink::{Family, NetlinkError, NetlinkSocket, RawMessage, errno_with_text};
 
 /// How long to wait for the kernel's answer: it answers at once, so silence means something
 /// is badly wrong, and the agent's loop must not hang on it.
-const REPLY_TIMEOUT_SECONDS: i64 = 5;
+const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 const XFRM_MSG_NEWPOLICY: u16 = 0x13;
 const XFRM_MSG_GETPOLICY: u16 = 0x15;
 const XFRMA_TMPL: u16 = 5;
@@ -58,9 +56,9 @@ const PRIORITY_AT: usize = 56 + 64 + 32;
 const USERPOLICY_INFO_LEN: usize = (PRIORITY_AT + 12).next_multiple_of(align_of::<u64>());
 
 /// `XFRM_POLICY_OUT`.
-pub const DIR_OUT: u8 = 1;
+pub(crate) const DIR_OUT: u8 = 1;
 /// `XFRM_POLICY_BLOCK`.
-pub const ACTION_BLOCK: u8 = 1;
+pub(crate) const ACTION_BLOCK: u8 = 1;
 
 /// One XFRM policy, as much of it as deciding which traffic it selects needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,45 +117,34 @@ pub enum XfrmError {
     Decode(&'static str),
 }
 
-impl From<RtnlError> for XfrmError {
-    fn from(error: RtnlError) -> Self {
+impl From<NetlinkError> for XfrmError {
+    fn from(error: NetlinkError) -> Self {
         match error {
-            RtnlError::Refused { errno, message } => Self::Refused(match message {
-                Some(text) => io::Error::other(format!("{errno} (kernel: {text})")),
-                None => io::Error::from(errno),
-            }),
+            NetlinkError::Refused { errno, message } => {
+                Self::Refused(errno_with_text(errno, message))
+            }
             error => Self::Netlink(io::Error::other(error)),
         }
     }
 }
 
-/// The dump request: `XFRM_MSG_GETPOLICY` without a payload.
-struct PolicyDump;
-
-impl NetlinkSerializable for PolicyDump {
-    fn message_type(&self) -> u16 {
-        XFRM_MSG_GETPOLICY
-    }
-
-    fn buffer_len(&self) -> usize {
-        0
-    }
-
-    fn serialize(&self, _buffer: &mut [u8]) {}
-}
-
 /// Every XFRM policy of the calling thread's network namespace. A kernel without XFRM netlink
 /// (`CONFIG_XFRM_USER` off) has none that an IPsec daemon could have installed through it.
-pub fn policies() -> Result<Vec<XfrmPolicy>, XfrmError> {
-    let mut socket = match Rtnl::open_protocol(NETLINK_XFRM, REPLY_TIMEOUT_SECONDS) {
+pub(crate) fn policies() -> Result<Vec<XfrmPolicy>, XfrmError> {
+    let mut socket = match NetlinkSocket::open(Family::Xfrm, REPLY_TIMEOUT) {
         Ok(socket) => socket,
-        Err(RtnlError::Socket {
-            operation: "opening",
+        Err(NetlinkError::Socket {
+            operation: NetlinkError::OPENING,
             errno: Errno::EPROTONOSUPPORT,
         }) => return Ok(Vec::new()),
         Err(error) => return Err(error.into()),
     };
-    Ok(socket.exchange(NLM_F_REQUEST | NLM_F_DUMP, || PolicyDump, parse_message)?)
+    // The dump request has no payload.
+    let request = || RawMessage {
+        message_type: XFRM_MSG_GETPOLICY,
+        payload: &[],
+    };
+    Ok(socket.dump(request, parse_message)?)
 }
 
 /// One message of the dump: a policy, or `None` for anything else.
@@ -170,7 +157,7 @@ fn parse_message(message_type: u16, payload: &[u8]) -> Result<Option<XfrmPolicy>
 
 /// One `XFRM_MSG_NEWPOLICY` payload; `None` for a selector of a family other than IPv4 and
 /// IPv6, which selects nothing masq translates.
-pub fn parse_policy(payload: &[u8]) -> Result<Option<XfrmPolicy>, XfrmError> {
+fn parse_policy(payload: &[u8]) -> Result<Option<XfrmPolicy>, XfrmError> {
     const SHORT: XfrmError = XfrmError::Decode("a policy shorter than xfrm_userpolicy_info");
     if payload.len() < USERPOLICY_INFO_LEN {
         return Err(SHORT);
@@ -256,43 +243,15 @@ fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
         .map(u32::from_ne_bytes)
 }
 
-/// The policy as the operator would recognise it next to `ip xfrm policy`'s listing.
-pub fn describe(policy: &XfrmPolicy) -> String {
-    let mut text = format!("src {} dst {}", policy.source, policy.destination);
-    if policy.protocol != 0 {
-        text.push_str(&format!(" proto {}", policy.protocol));
-    }
-    if policy.source_port.1 != 0 {
-        text.push_str(&format!(" sport {}", policy.source_port.0));
-    }
-    if policy.destination_port.1 != 0 {
-        text.push_str(&format!(" dport {}", policy.destination_port.0));
-    }
-    if let Some((value, mask)) = policy.mark {
-        text.push_str(&format!(" mark {value:#x}/{mask:#x}"));
-    }
-    text.push_str(&format!(
-        " dir out {} (index {}, priority {})",
-        if policy.action == ACTION_BLOCK {
-            "block"
-        } else {
-            "with IPsec"
-        },
-        policy.index,
-        policy.priority
-    ));
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use netlink_packet_core::{NLM_F_MULTIPART, NLMSG_DONE, NLMSG_ERROR};
 
     use super::*;
-    use crate::rtnl::{Answer, read_datagram};
-
-    const NLMSG_HDRLEN: usize = 16;
-    const SEQ: u32 = 7;
+    use crate::sys::netlink::{
+        Answer, read_datagram,
+        tests::{self, SEQ},
+    };
 
     /// Reads one datagram of the dump as [`policies`] does; says whether it ended the dump.
     fn parse_datagram(datagram: &[u8], policies: &mut Vec<XfrmPolicy>) -> Result<bool, XfrmError> {
@@ -340,18 +299,9 @@ mod tests {
         bytes
     }
 
-    /// A message of the dump with sequence number [`SEQ`], marked part of a multipart answer.
+    /// A message of the dump, marked part of a multipart answer.
     fn message(kind: u16, payload: &[u8]) -> Vec<u8> {
-        let mut bytes = Vec::new();
-        let length = u32::try_from(NLMSG_HDRLEN + payload.len()).unwrap_or(u32::MAX);
-        bytes.extend_from_slice(&length.to_ne_bytes());
-        bytes.extend_from_slice(&kind.to_ne_bytes());
-        bytes.extend_from_slice(&NLM_F_MULTIPART.to_ne_bytes());
-        bytes.extend_from_slice(&SEQ.to_ne_bytes());
-        bytes.extend_from_slice(&[0; 4]);
-        bytes.extend_from_slice(payload);
-        bytes.resize(bytes.len().next_multiple_of(4), 0);
-        bytes
+        tests::message(kind, NLM_F_MULTIPART, payload)
     }
 
     fn marked(value: u32, mask: u32) -> Vec<u8> {
@@ -497,15 +447,5 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        // Another request's messages are not this dump's.
-        let mut other = message(NLMSG_DONE, &[0; 4]);
-        other[8..12].copy_from_slice(&(SEQ + 1).to_ne_bytes());
-        assert!(matches!(parse_datagram(&other, &mut policies), Ok(false)));
-        let mut short_header = message(NLMSG_DONE, &[]);
-        short_header[0..4].copy_from_slice(&8_u32.to_ne_bytes());
-        assert!(parse_datagram(&short_header, &mut policies).is_err());
-        let mut long_header = message(NLMSG_DONE, &[]);
-        long_header[0..4].copy_from_slice(&64_u32.to_ne_bytes());
-        assert!(parse_datagram(&long_header, &mut policies).is_err());
     }
 }

@@ -4,16 +4,19 @@
 //! `clsact` qdisc as direct-action `cls_bpf` filters. aya adds the qdisc, attaches a filter and
 //! replaces its program in place, but it cannot list the filters, tell a `clsact` from another
 //! qdisc in the same slot, or remove one filter only while it is still masq's. This module does
-//! those with `netlink-packet-route` messages on a blocking socket ([`crate::rtnl`]): they are
-//! rare control-plane calls, so each public function opens its own socket and closes it again.
+//! those with `netlink-packet-route` messages on the [`super::netlink`] socket: they are rare
+//! control-plane calls, so each public function opens its own socket and closes it again. The
+//! datapath knows this module as `datapath::tc_netlink`.
 //!
 //! Listing needs no capability; adding and deleting need CAP_NET_ADMIN. Every refusal keeps the
 //! kernel's errno (and its extended-ack text when it sends one), so callers can tell EPERM from
 //! ENOENT from EEXIST from EOPNOTSUPP. A short or corrupt reply is an error, never a panic.
 
+use std::time::Duration;
+
 use netlink_packet_core::{
-    DecodeError, NLA_HEADER_SIZE, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
-    NlasIterator, ParseableParametrized as _, parse_string, parse_u32,
+    DecodeError, NLA_HEADER_SIZE, NLM_F_CREATE, NLM_F_EXCL, NlasIterator,
+    ParseableParametrized as _, parse_string, parse_u32,
 };
 use netlink_packet_route::{
     RouteNetlinkMessage,
@@ -21,7 +24,7 @@ use netlink_packet_route::{
 };
 use nix::errno::Errno;
 
-use crate::rtnl::{Rtnl, RtnlError};
+use super::netlink::{Family, NetlinkError, NetlinkSocket};
 
 /// The clsact qdisc's own handle, `ffff:` (`TC_H_MAKE(TC_H_CLSACT, 0)`).
 const CLSACT_HANDLE: TcHandle = TcHandle {
@@ -34,8 +37,8 @@ const CLSACT_KIND: &str = "clsact";
 /// Kind string of the eBPF classifier.
 const BPF_KIND: &str = netlink_packet_route::tc::TcFilterBpf::KIND;
 
-/// How long to wait for any reply before giving up (see [`Rtnl::open`]).
-const REPLY_TIMEOUT_SECONDS: i64 = 10;
+/// How long to wait for any reply before giving up (see [`NetlinkSocket::open`]).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A hook of the clsact qdisc.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -199,27 +202,27 @@ impl TcNetlinkError {
     }
 
     /// The error of `operation` on interface `ifindex` that the exchange failed with.
-    fn from_rtnl(error: RtnlError, operation: &'static str, ifindex: u32) -> Self {
+    fn from_netlink(error: NetlinkError, operation: &'static str, ifindex: u32) -> Self {
         match error {
-            RtnlError::Socket {
+            NetlinkError::Socket {
                 operation: step,
                 errno,
             } => Self::Socket {
                 operation: step,
                 errno,
             },
-            RtnlError::Refused { errno, message } => Self::Kernel {
+            NetlinkError::Refused { errno, message } => Self::Kernel {
                 operation,
                 ifindex,
                 errno,
                 message,
             },
-            RtnlError::Interrupted { attempts } => Self::DumpInterrupted {
+            NetlinkError::Interrupted { attempts } => Self::DumpInterrupted {
                 operation,
                 ifindex,
                 attempts,
             },
-            RtnlError::Malformed(what) => Self::Malformed(what),
+            NetlinkError::Malformed(what) => Self::Malformed(what),
         }
     }
 }
@@ -232,9 +235,9 @@ fn kernel_says(message: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
-fn open() -> Result<Rtnl, TcNetlinkError> {
-    Rtnl::open(REPLY_TIMEOUT_SECONDS)
-        .map_err(|error| TcNetlinkError::from_rtnl(error, "opening a socket", 0))
+fn open() -> Result<NetlinkSocket, TcNetlinkError> {
+    NetlinkSocket::open(Family::Route, REPLY_TIMEOUT)
+        .map_err(|error| TcNetlinkError::from_netlink(error, "opening a socket", 0))
 }
 
 /// The kind of the qdisc in the interface's ingress slot (`"clsact"`, `"ingress"`), or `None`
@@ -265,8 +268,13 @@ pub fn add_clsact(ifindex: u32) -> Result<bool, TcNetlinkError> {
             Some(CLSACT_KIND),
         ))
     };
-    let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
-    match acknowledged(&mut rtnl, flags, request, OPERATION, ifindex) {
+    match acknowledged(
+        &mut rtnl,
+        NLM_F_CREATE | NLM_F_EXCL,
+        request,
+        OPERATION,
+        ifindex,
+    ) {
         Ok(()) => Ok(true),
         // EEXIST only says the slot is taken: by a clsact (fine) or an `ingress` qdisc (not).
         Err(TcNetlinkError::Kernel {
@@ -302,14 +310,7 @@ pub fn delete_clsact(ifindex: u32) -> Result<bool, TcNetlinkError> {
             Some(CLSACT_KIND),
         ))
     };
-    let flags = NLM_F_REQUEST | NLM_F_ACK;
-    match acknowledged(
-        &mut rtnl,
-        flags,
-        request,
-        "deleting the clsact qdisc",
-        ifindex,
-    ) {
+    match acknowledged(&mut rtnl, 0, request, "deleting the clsact qdisc", ifindex) {
         Ok(()) => Ok(true),
         Err(TcNetlinkError::Kernel {
             errno: Errno::ENOENT,
@@ -382,14 +383,7 @@ pub fn delete_filter_if_named(
             Some(BPF_KIND),
         ))
     };
-    let flags = NLM_F_REQUEST | NLM_F_ACK;
-    match acknowledged(
-        &mut rtnl,
-        flags,
-        request,
-        "deleting a clsact filter",
-        ifindex,
-    ) {
+    match acknowledged(&mut rtnl, 0, request, "deleting a clsact filter", ifindex) {
         Ok(()) => Ok(true),
         // Gone since the listing: nothing left to delete.
         Err(TcNetlinkError::Kernel {
@@ -447,21 +441,20 @@ fn tc_message(
     TcMessage::from_parts(header, attributes)
 }
 
-/// Sends a request that asks for an acknowledgement and waits for it.
+/// Sends `request` with `flags` and waits for the kernel's acknowledgement.
 fn acknowledged(
-    rtnl: &mut Rtnl,
+    rtnl: &mut NetlinkSocket,
     flags: u16,
     request: impl Fn() -> RouteNetlinkMessage,
     operation: &'static str,
     ifindex: u32,
 ) -> Result<(), TcNetlinkError> {
-    rtnl.exchange(flags, request, |_, _| Ok(None::<()>))
-        .map(drop)
-        .map_err(|error| TcNetlinkError::from_rtnl(error, operation, ifindex))
+    rtnl.acknowledged(flags, request)
+        .map_err(|error| TcNetlinkError::from_netlink(error, operation, ifindex))
 }
 
 fn ingress_qdisc_kind_with(
-    rtnl: &mut Rtnl,
+    rtnl: &mut NetlinkSocket,
     ifindex: u32,
 ) -> Result<Option<String>, TcNetlinkError> {
     // The qdisc dump covers every interface (the kernel ignores tcm_ifindex here), so the
@@ -476,15 +469,15 @@ fn ingress_qdisc_kind_with(
         ))
     };
     let kinds = rtnl
-        .exchange(NLM_F_REQUEST | NLM_F_DUMP, request, |kind, payload| {
+        .dump(request, |kind, payload| {
             parse_ingress_qdisc(kind, payload, ifindex)
         })
-        .map_err(|error| TcNetlinkError::from_rtnl(error, "listing qdiscs", ifindex))?;
+        .map_err(|error| TcNetlinkError::from_netlink(error, "listing qdiscs", ifindex))?;
     Ok(kinds.into_iter().next())
 }
 
 fn list_filters_with(
-    rtnl: &mut Rtnl,
+    rtnl: &mut NetlinkSocket,
     ifindex: u32,
     hook: ClsactHook,
 ) -> Result<Vec<TcFilter>, TcNetlinkError> {
@@ -507,10 +500,10 @@ fn list_filters_with(
             None,
         ))
     };
-    rtnl.exchange(NLM_F_REQUEST | NLM_F_DUMP, request, |kind, payload| {
+    rtnl.dump(request, |kind, payload| {
         parse_filter(kind, payload, ifindex)
     })
-    .map_err(|error| TcNetlinkError::from_rtnl(error, operation, ifindex))
+    .map_err(|error| TcNetlinkError::from_netlink(error, operation, ifindex))
 }
 
 /// The message of type `kind` in `payload` if it is about interface `ifindex`. Only then is it
@@ -693,38 +686,21 @@ const TC_HEADER_LEN: usize = 20;
 
 #[cfg(test)]
 mod tests {
-    use std::num::NonZeroI32;
-
-    use netlink_packet_core::{
-        DefaultNla, Emitable as _, ErrorMessage, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_MULTIPART,
-        NLMSG_DONE, NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload,
-    };
+    use netlink_packet_core::{DefaultNla, Emitable as _, NLM_F_MULTIPART, NetlinkBuffer};
     use netlink_packet_route::tc::TcFilterU32Option;
     use proptest::prelude::*;
 
     use super::*;
-    use crate::rtnl::{extended_ack_text, refusal, split_message};
-
-    /// A message as the kernel sends it, encoded by the crate.
-    fn encode(flags: u16, seq: u32, payload: NetlinkPayload<RouteNetlinkMessage>) -> Vec<u8> {
-        let mut header = NetlinkHeader::default();
-        header.flags = flags;
-        header.sequence_number = seq;
-        let mut message = NetlinkMessage::new(header, payload);
-        message.finalize();
-        let mut bytes = vec![0; message.buffer_len()];
-        message.serialize(&mut bytes);
-        bytes
-    }
+    use crate::sys::netlink::{extended_ack_text, frame, refusal, tests::messages};
 
     fn filter_message(ifindex: u32, handle: u32, attributes: Vec<TcAttribute>) -> Vec<u8> {
         let mut message = tc_message(ifindex, handle.into(), ClsactHook::Egress.handle(), 0, None);
         message.header.info = tc_info(1, 3);
         message.attributes = attributes;
-        encode(
+        frame(
             NLM_F_MULTIPART,
             7,
-            RouteNetlinkMessage::NewTrafficFilter(message).into(),
+            RouteNetlinkMessage::NewTrafficFilter(message),
         )
     }
 
@@ -746,35 +722,11 @@ mod tests {
 
     fn qdisc_message(ifindex: u32, handle: TcHandle, parent: TcHandle, kind: &str) -> Vec<u8> {
         let message = tc_message(ifindex, handle, parent, 1, Some(kind));
-        encode(
+        frame(
             NLM_F_MULTIPART,
             1,
-            RouteNetlinkMessage::NewQueueDiscipline(message).into(),
+            RouteNetlinkMessage::NewQueueDiscipline(message),
         )
-    }
-
-    fn error_message(flags: u16, code: i32, after_code: Vec<u8>) -> Vec<u8> {
-        let mut error = ErrorMessage::default();
-        error.code = NonZeroI32::new(code);
-        error.header = after_code;
-        encode(flags, 1, NetlinkPayload::Error(error))
-    }
-
-    /// The extended-ack text attribute.
-    fn text_attribute(text: &[u8]) -> Vec<u8> {
-        let attributes = [DefaultNla::new(1, text.to_vec())];
-        let mut bytes = vec![0; attributes.as_slice().buffer_len()];
-        attributes.as_slice().emit(&mut bytes);
-        bytes
-    }
-
-    fn messages(datagram: &[u8]) -> Vec<Result<NetlinkBuffer<&[u8]>, RtnlError>> {
-        let mut rest = datagram;
-        let mut found = Vec::new();
-        while !rest.is_empty() {
-            found.push(split_message(&mut rest));
-        }
-        found
     }
 
     fn only_message(bytes: &[u8]) -> NetlinkBuffer<&[u8]> {
@@ -937,57 +889,6 @@ mod tests {
     }
 
     #[test]
-    fn several_messages_share_a_datagram() {
-        let mut done = bpf_filter_message(5);
-        // A bare NLMSG_DONE: header and status.
-        done.truncate(20);
-        done[..4].copy_from_slice(&20_u32.to_ne_bytes());
-        done[4..6].copy_from_slice(&NLMSG_DONE.to_ne_bytes());
-        done[16..20].copy_from_slice(&0_i32.to_ne_bytes());
-        let datagram = [bpf_filter_message(5), bpf_filter_message(5), done].concat();
-        let kinds: Vec<_> = messages(&datagram)
-            .into_iter()
-            .map(|message| message.unwrap().message_type())
-            .collect();
-        assert_eq!(kinds, [RTM_NEWTFILTER, RTM_NEWTFILTER, NLMSG_DONE]);
-    }
-
-    #[test]
-    fn acknowledgement_and_refusal_with_extended_ack_text() {
-        let refused = |bytes: &[u8]| match refusal(&only_message(bytes)).unwrap() {
-            Some(RtnlError::Refused { errno, message }) => Some((errno, message)),
-            Some(other) => panic!("{other:?}"),
-            None => None,
-        };
-        let ack = error_message(NLM_F_CAPPED, 0, vec![0; 16]);
-        assert_eq!(refused(&ack), None);
-
-        // Capped refusal: errno, the request's header, then the text attribute.
-        let mut after_code = vec![0; 16];
-        after_code.extend(text_attribute(b"Exclusivity flag on\0"));
-        let capped = error_message(NLM_F_CAPPED | NLM_F_ACK_TLVS, -libc::EEXIST, after_code);
-        assert_eq!(
-            refused(&capped),
-            Some((Errno::EEXIST, Some("Exclusivity flag on".to_owned())))
-        );
-
-        // Uncapped: the whole request (24 bytes here) is echoed before the attributes.
-        let mut after_code = qdisc_message(1, CLSACT_HANDLE, TcHandle::CLSACT, "x");
-        after_code.truncate(24);
-        after_code[..4].copy_from_slice(&24_u32.to_ne_bytes());
-        after_code.extend(text_attribute(b"no\0"));
-        let uncapped = error_message(NLM_F_ACK_TLVS, -libc::EPERM, after_code);
-        assert_eq!(
-            refused(&uncapped),
-            Some((Errno::EPERM, Some("no".to_owned())))
-        );
-
-        // Without the TLV flag there is no text, whatever follows.
-        let plain = error_message(0, -libc::ENOENT, text_attribute(b"ignored\0"));
-        assert_eq!(refused(&plain), Some((Errno::ENOENT, None)));
-    }
-
-    #[test]
     fn requests_name_the_interface_handles_and_kind() {
         let request = tc_message(
             9,
@@ -1037,11 +938,11 @@ mod tests {
         assert!(!error.is_kernel_without_clsact());
         assert_eq!(error.errno(), Some(Errno::EPERM));
         // What the exchange reports keeps the operation, the interface and the text.
-        let refused = RtnlError::Refused {
+        let refused = NetlinkError::Refused {
             errno: Errno::EEXIST,
             message: Some("Exclusivity flag on".to_owned()),
         };
-        let error = TcNetlinkError::from_rtnl(refused, "adding the clsact qdisc", 4);
+        let error = TcNetlinkError::from_netlink(refused, "adding the clsact qdisc", 4);
         assert_eq!(
             error.to_string(),
             "adding the clsact qdisc on interface 4 failed: EEXIST: File exists (kernel: \
@@ -1069,13 +970,7 @@ mod tests {
     }
 
     #[test]
-    fn zero_length_attributes_and_messages_do_not_loop_forever() {
-        let zero_message = [0_u8; 32];
-        let found = messages(&zero_message);
-        assert_eq!(found.len(), 1);
-        assert!(found[0].is_err());
-        // An error whose attributes start with a zero-length one has no text.
-        assert_eq!(extended_ack_text(NLM_F_CAPPED, &[0; 16 + 8]), None);
+    fn zero_length_attributes_do_not_loop_forever() {
         let mut zero_attribute = bpf_filter_message(5);
         zero_attribute.extend_from_slice(&[0; 8]);
         let length = u32::try_from(zero_attribute.len()).unwrap();
