@@ -26,8 +26,8 @@ use super::{
     object::Datapath,
     pins::{Hook, PinDir},
     tc_netlink::{self, ClsactHook},
-    tcx,
 };
+use crate::sys::bpf;
 
 /// How the programs hang on an interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -259,9 +259,9 @@ fn attach_tcx(
     let (program, program_name) = program_of(datapath, hook)?;
     let path = pins.link(hook, name);
     let mut outcome = AttachOutcome::Created;
-    match tcx::open_pinned(&path) {
+    match bpf::open_pinned(&path) {
         Ok(link) => {
-            let info = tcx::link_info(std::os::fd::AsFd::as_fd(&link)).map_err(|error| {
+            let info = bpf::tcx_link_info(std::os::fd::AsFd::as_fd(&link)).map_err(|error| {
                 DatapathError::Link {
                     path: path.clone(),
                     detail: error.to_string(),
@@ -269,7 +269,7 @@ fn attach_tcx(
             })?;
             // A hook that cannot be queried is taken as in place: moving the link would leave a
             // gap without translation on the strength of no evidence.
-            let in_place = match tcx::attached_program_ids(ifindex, hook) {
+            let in_place = match bpf::tcx_program_ids(ifindex, hook) {
                 Ok(order) => position.holds(&order, info.program_id),
                 Err(error) => {
                     tracing::warn!(interface = name, hook = hook.name(), %error, "could not read the hook's program order; leaving masq's link where it is");
@@ -544,11 +544,11 @@ pub fn programs_on(
         Hook::Egress => PROG_EGRESS,
         Hook::Ingress => PROG_INGRESS,
     };
-    let our_link = tcx::open_pinned(&pins.link(hook, name))
+    let our_link = bpf::open_pinned(&pins.link(hook, name))
         .ok()
-        .and_then(|fd| tcx::link_info(std::os::fd::AsFd::as_fd(&fd)).ok())
+        .and_then(|fd| bpf::tcx_link_info(std::os::fd::AsFd::as_fd(&fd)).ok())
         .filter(|info| info.ifindex == ifindex);
-    let mut programs: Vec<HookProgram> = tcx::attached_program_ids(ifindex, hook)
+    let mut programs: Vec<HookProgram> = bpf::tcx_program_ids(ifindex, hook)
         .map_err(|error| format!("querying tcx: {error}"))?
         .into_iter()
         .map(|program_id| {

@@ -22,10 +22,10 @@ use masq_common::{
 };
 
 use super::{
-    batch::Taken,
     error::DatapathError,
     maps::{BPF_NOEXIST, DatapathMaps, NatTable},
 };
+use crate::sys::bpf::{self, Taken};
 
 /// Above this share of the table (in thousandths) a pass retires reclaimable flows...
 const RESERVE_HIGH_PER_MILLE: usize = 950;
@@ -606,8 +606,7 @@ where
     NatKey<A>: aya::Pod,
     NatEntry<A>: aya::Pod,
 {
-    super::batch::take(A::table_fd(maps), key)
-        .map_err(DatapathError::map("removing from", A::MAP_NAME))
+    bpf::take(A::table_fd(maps), key).map_err(DatapathError::map("removing from", A::MAP_NAME))
 }
 
 /// Puts a half taken out by [`retire`] back, unless a packet created one meanwhile (which wins:

@@ -827,7 +827,7 @@ impl DatapathMaps {
         NatKey<A>: aya::Pod,
         NatEntry<A>: aya::Pod,
     {
-        super::batch::lookup_all(A::table_fd(self))
+        crate::sys::bpf::lookup_all(A::table_fd(self))
             .map_err(DatapathError::map("reading", A::MAP_NAME))
     }
 

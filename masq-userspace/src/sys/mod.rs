@@ -5,7 +5,9 @@
 //! * [`netlink`]: requests and their answers, framed and read once for every family:
 //!   [`tc`] (the clsact qdisc and its filters), [`route`] (routes, and the kernel's choice of
 //!   a source), [`xfrm`] (IPsec policies) and [`conntrack`] (netfilter's connections).
+//! * [`bpf`]: the `bpf(2)` commands aya does not wrap.
 
+pub(crate) mod bpf;
 pub(crate) mod conntrack;
 pub(crate) mod netlink;
 pub(crate) mod route;
