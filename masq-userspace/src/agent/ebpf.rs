@@ -529,12 +529,8 @@ fn holds_source_exemptions(maps: &DatapathMaps) -> Result<bool, DatapathError> {
 /// Forwards aya-log records to tracing (through the `log` facade) on a background task.
 fn spawn_logger(datapath: &mut Datapath) -> Result<(), AgentError> {
     let logger = datapath.take_logger()?;
-    // SAFETY: the logger owns its ring buffer descriptor, which stays open and registered
-    // while the task owning the `AsyncFd` runs.
-    let mut logger = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE)
-    }
-    .map_err(|error| DatapathError::Logger(error.to_string()))?;
+    let mut logger = crate::sys::async_fd::readable(logger)
+        .map_err(|error| DatapathError::Logger(error.to_string()))?;
     tokio::spawn(async move {
         loop {
             let Ok(mut guard) = logger.readable_mut().await else {

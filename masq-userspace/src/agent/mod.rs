@@ -25,7 +25,6 @@ mod ebpf;
 mod iptables_backend;
 pub mod metrics;
 pub mod status;
-pub mod watch;
 
 use std::{
     future::Future,
@@ -41,7 +40,6 @@ use self::{
     ebpf::EbpfBackend,
     iptables_backend::IptablesBackend,
     status::{BypassedPolicy, ConfigFailure, IpsecStatus, SharedStatus, UplinkIpv6},
-    watch::DirectoryWatch,
 };
 pub use self::{ebpf::EbpfOptions, iptables_backend::IptablesOptions};
 use crate::{
@@ -50,10 +48,11 @@ use crate::{
     ipsec::{self, SnatUplink},
     iptables::{apply::IptablesError, take_over::TakeOverError},
     node::{
-        interfaces::{self, InterfaceWatch},
+        interfaces,
         uplinks::UplinkError,
     },
     policy::Policy,
+    sys::{inotify::DirectoryWatch, interface_watch::InterfaceWatch},
 };
 
 /// How the agent runs: where its config comes from and how often it looks again, where it

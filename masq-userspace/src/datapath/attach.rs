@@ -507,7 +507,7 @@ pub fn detach_uplink(pins: &PinDir, ifindex: u32, uplink: &Uplink) -> Result<(),
 
 /// Whether interface `ifindex` still exists under `name` (not deleted, not reused).
 fn interface_is(ifindex: u32, name: &str) -> bool {
-    nix::net::if_::if_nametoindex(name).is_ok_and(|index| index == ifindex)
+    crate::sys::link::index(name) == Some(ifindex)
 }
 
 fn remove_pin(path: &std::path::Path) -> Result<(), DatapathError> {

@@ -1,27 +1,22 @@
-//! Finding the interfaces traffic leaves the node by and the address each masquerades to, and
-//! noticing when they change.
+//! Finding the interfaces traffic leaves the node by and the address each masquerades to.
 //!
-//! Everything here asks the kernel through the calling thread's network namespace (getifaddrs,
-//! ioctls, `/proc/self/net`), never through `/sys/class/net`, whose view belongs to whoever
-//! mounted sysfs: in a container or a test namespace it can show another namespace.
+//! What the kernel says about the node's interfaces, addresses and routes is read by
+//! [`crate::sys::link`] and [`crate::sys::route`], in the calling thread's network namespace;
+//! this module decides from it which interfaces are uplinks and what their addresses are.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
-    fs, io,
+    collections::BTreeSet,
+    io,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
 };
-
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
-use nix::{
-    ifaddrs::getifaddrs,
-    net::if_::{InterfaceFlags, if_nametoindex},
-};
-use tokio::io::{Interest, unix::AsyncFd};
 
 use masq_common::layout::{LINK_ETHERNET, LINK_IP};
 
-use crate::sys::route::{self, Route};
+pub use crate::sys::link::Ipv6AddressState;
+use crate::sys::{
+    link::{self, LinkAddresses, LinkInspector},
+    route::{self, Route},
+};
 
 /// Why the uplink or its address could not be determined.
 #[derive(Debug, thiserror::Error)]
@@ -133,53 +128,55 @@ fn is_global_v6(address: Ipv6Addr) -> bool {
 
 /// Every interface of the namespace, in index order.
 pub fn interfaces() -> Result<Vec<NetInterface>, InterfaceError> {
-    let mut found: BTreeMap<String, (InterfaceFlags, Vec<Ipv4Addr>, bool)> = BTreeMap::new();
-    for address in getifaddrs().map_err(InterfaceError::Addresses)? {
-        let entry = found
-            .entry(address.interface_name.clone())
-            .or_insert_with(|| (address.flags, Vec::new(), false));
-        entry.0 |= address.flags;
-        let Some(sockaddr) = address.address else {
-            continue;
-        };
-        if let Some(ipv4) = sockaddr
-            .as_sockaddr_in()
-            .map(nix::sys::socket::SockaddrIn::ip)
-            && is_global(ipv4)
-        {
-            entry.1.push(ipv4);
-        }
-        if sockaddr
-            .as_sockaddr_in6()
-            .is_some_and(|ipv6| is_global_v6(ipv6.ip()))
-        {
-            entry.2 = true;
-        }
-    }
-    let socket = control_socket().map_err(|source| InterfaceError::Inspect {
+    let links = link::addresses().map_err(InterfaceError::Addresses)?;
+    let inspector = LinkInspector::open().map_err(|source| InterfaceError::Inspect {
         name: String::new(),
         source,
     })?;
     let mut interfaces = Vec::new();
-    for (name, (flags, global_ipv4, global_ipv6)) in found {
+    for LinkAddresses {
+        name,
+        up,
+        loopback,
+        ipv4,
+        ipv6,
+    } in links
+    {
         // An interface that vanished since the listing is simply not there any more.
-        let Ok(index) = if_nametoindex(name.as_str()) else {
+        let Some(index) = link::index(&name) else {
             continue;
         };
-        let link_type = link_type(&socket, &name)?;
+        let link_type = inspector
+            .link_type(&name)
+            .map_err(|source| InterfaceError::Inspect {
+                name: name.clone(),
+                source,
+            })?;
         interfaces.push(NetInterface {
-            up: flags.contains(InterfaceFlags::IFF_UP),
-            loopback: flags.contains(InterfaceFlags::IFF_LOOPBACK),
-            physical: driver_reports_bus(&socket, &name),
+            up,
+            loopback,
+            physical: is_physical(&inspector, &name),
             link_type,
             index,
             name,
-            global_ipv4,
-            global_ipv6,
+            global_ipv4: ipv4
+                .into_iter()
+                .filter(|&address| is_global(address))
+                .collect(),
+            global_ipv6: ipv6.into_iter().any(is_global_v6),
         });
     }
     interfaces.sort_by_key(|interface| interface.index);
     Ok(interfaces)
+}
+
+/// Whether the interface is backed by hardware: its driver reports a bus address, as NICs do.
+/// Virtual devices (veth, bridge, bond, vxlan) report none or do not answer, and some fill in a
+/// placeholder rather than leaving it empty.
+fn is_physical(inspector: &LinkInspector, name: &str) -> bool {
+    inspector
+        .driver_bus(name)
+        .is_some_and(|bus| !matches!(bus.as_str(), "N/A" | "tap" | ""))
 }
 
 /// The interface named `name`, or an error saying it does not exist.
@@ -286,116 +283,19 @@ pub fn uplink_candidates(interfaces: &[NetInterface], gateways: &Gateways) -> Ve
         .collect()
 }
 
-fn control_socket() -> io::Result<OwnedFd> {
-    // SAFETY: socket(2) with constant arguments; the result is checked before it is owned.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// `request` as `ioctl(2)` takes it: unsigned with glibc, signed with musl (the image's build).
-const fn ioctl_request(request: libc::c_ulong) -> libc::Ioctl {
-    request as libc::Ioctl
-}
-
-/// An `ifreq` naming `name` (truncated names never match a real interface).
-fn ifreq_for(name: &str) -> libc::ifreq {
-    // SAFETY: ifreq is plain old data; all zeroes is a valid value.
-    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (slot, byte) in request
-        .ifr_name
-        .iter_mut()
-        .zip(name.bytes().take(libc::IFNAMSIZ - 1))
-    {
-        *slot = byte as libc::c_char;
-    }
-    request
-}
-
-/// The interface's `ARPHRD_*` link type (`SIOCGIFHWADDR`).
-fn link_type(socket: &OwnedFd, name: &str) -> Result<u16, InterfaceError> {
-    let mut request = ifreq_for(name);
-    // SAFETY: SIOCGIFHWADDR reads the name and writes the hardware address into `request`,
-    // which lives across the call.
-    let result = unsafe {
-        libc::ioctl(
-            socket.as_raw_fd(),
-            ioctl_request(libc::SIOCGIFHWADDR),
-            std::ptr::from_mut(&mut request),
-        )
-    };
-    if result < 0 {
-        return Err(InterfaceError::Inspect {
-            name: name.to_owned(),
-            source: io::Error::last_os_error(),
-        });
-    }
-    // SAFETY: the ioctl filled the hardware address member of the union.
-    Ok(unsafe { request.ifr_ifru.ifru_hwaddr.sa_family })
-}
-
-/// `struct ethtool_drvinfo` (`include/uapi/linux/ethtool.h`).
-#[repr(C)]
-struct DriverInfo {
-    cmd: u32,
-    driver: [u8; 32],
-    version: [u8; 32],
-    fw_version: [u8; 32],
-    bus_info: [u8; 32],
-    erom_version: [u8; 32],
-    reserved: [u8; 12],
-    n_priv_flags: u32,
-    n_stats: u32,
-    testinfo_len: u32,
-    eedump_len: u32,
-    regdump_len: u32,
-}
-
-/// Whether the driver reports a bus address (`ETHTOOL_GDRVINFO`): hardware NICs do, virtual
-/// devices (veth, bridge, bond, vxlan) report none or do not answer.
-fn driver_reports_bus(socket: &OwnedFd, name: &str) -> bool {
-    const ETHTOOL_GDRVINFO: u32 = 0x3;
-    // SAFETY: DriverInfo is plain old data; all zeroes is a valid value.
-    let mut info: DriverInfo = unsafe { std::mem::zeroed() };
-    info.cmd = ETHTOOL_GDRVINFO;
-    let mut request = ifreq_for(name);
-    request.ifr_ifru.ifru_data = std::ptr::from_mut(&mut info).cast();
-    // SAFETY: SIOCETHTOOL with ETHTOOL_GDRVINFO fills the `DriverInfo` that `request` points
-    // to; both live across the call.
-    let result = unsafe {
-        libc::ioctl(
-            socket.as_raw_fd(),
-            ioctl_request(libc::SIOCETHTOOL),
-            std::ptr::from_mut(&mut request),
-        )
-    };
-    result == 0 && info.bus_info.first().is_some_and(|&byte| byte != 0) && {
-        // Some virtual drivers fill in a placeholder rather than leaving it empty.
-        let bus = String::from_utf8_lossy(&info.bus_info);
-        let bus = bus.trim_end_matches('\0');
-        !matches!(bus, "N/A" | "tap" | "")
-    }
-}
-
 /// The interface's index, or an error naming it.
 pub fn interface_index(interface: &str) -> Result<u32, InterfaceError> {
-    if_nametoindex(interface).map_err(|_| InterfaceError::NoSuchInterface(interface.to_owned()))
+    link::index(interface).ok_or_else(|| InterfaceError::NoSuchInterface(interface.to_owned()))
 }
 
 /// The primary IPv4 address of `interface` (the first the kernel lists).
 pub fn primary_ipv4(interface: &str) -> Result<Ipv4Addr, InterfaceError> {
     interface_index(interface)?;
-    addresses_of(interface, |sockaddr| {
-        sockaddr
-            .as_sockaddr_in()
-            .map(nix::sys::socket::SockaddrIn::ip)
-    })?
-    .into_iter()
-    .next()
-    .ok_or_else(|| InterfaceError::NoAddress(interface.to_owned()))
+    addresses_of(interface)?
+        .ipv4
+        .into_iter()
+        .next()
+        .ok_or_else(|| InterfaceError::NoAddress(interface.to_owned()))
 }
 
 /// Whether `address` is one of `interface`'s addresses, whatever its state (an IPv6 address
@@ -403,75 +303,16 @@ pub fn primary_ipv4(interface: &str) -> Result<Ipv4Addr, InterfaceError> {
 /// on).
 pub fn has_address(interface: &str, address: IpAddr) -> Result<bool, InterfaceError> {
     Ok(match address {
-        IpAddr::V4(address) => addresses_of(interface, |sockaddr| {
-            sockaddr
-                .as_sockaddr_in()
-                .map(nix::sys::socket::SockaddrIn::ip)
-        })?
-        .contains(&address),
-        IpAddr::V6(address) => {
-            let table = fs::read_to_string("/proc/self/net/if_inet6").unwrap_or_default();
-            ipv6_addresses_in(&table, interface)
-                .iter()
-                .any(|state| state.address == address)
-        }
+        IpAddr::V4(address) => addresses_of(interface)?.ipv4.contains(&address),
+        IpAddr::V6(address) => link::ipv6_address_states(interface)
+            .iter()
+            .any(|state| state.address == address),
     })
 }
 
-/// The addresses of `interface` that `family` picks out, in the order the kernel lists them.
-fn addresses_of<A>(
-    interface: &str,
-    family: impl Fn(&nix::sys::socket::SockaddrStorage) -> Option<A>,
-) -> Result<Vec<A>, InterfaceError> {
-    Ok(getifaddrs()
-        .map_err(InterfaceError::Addresses)?
-        .filter(|address| address.interface_name == interface)
-        .filter_map(|address| address.address.as_ref().and_then(&family))
-        .collect())
-}
-
-/// One IPv6 address of an interface as `/proc/net/if_inet6` lists it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ipv6AddressState {
-    /// The address.
-    pub address: Ipv6Addr,
-    /// The kernel's scope: `RT_SCOPE_UNIVERSE` (0) for a global address.
-    pub scope: u8,
-    /// The low byte of its `IFA_F_*` flags.
-    pub flags: u8,
-}
-
-impl Ipv6AddressState {
-    /// Whether the kernel would use it as a source towards another network: global, past
-    /// duplicate address detection and not deprecated (an address past its preferred lifetime,
-    /// or one the operator marked `preferred_lft 0`, is not chosen for new connections).
-    pub const fn usable_as_source(&self) -> bool {
-        const RT_SCOPE_UNIVERSE: u8 = 0;
-        const IFA_F_DADFAILED: u8 = 0x08;
-        const IFA_F_DEPRECATED: u8 = 0x20;
-        const IFA_F_TENTATIVE: u8 = 0x40;
-        self.scope == RT_SCOPE_UNIVERSE
-            && self.flags & (IFA_F_DADFAILED | IFA_F_DEPRECATED | IFA_F_TENTATIVE) == 0
-    }
-}
-
-/// Parses `/proc/net/if_inet6`: `address ifindex prefix_len scope flags name`, hex fields.
-fn ipv6_addresses_in(table: &str, interface: &str) -> Vec<Ipv6AddressState> {
-    table
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            if fields.get(5) != Some(&interface) {
-                return None;
-            }
-            let address = u128::from_str_radix(fields.first()?, 16).ok()?;
-            Some(Ipv6AddressState {
-                address: Ipv6Addr::from(address),
-                scope: u8::from_str_radix(fields.get(3)?, 16).ok()?,
-                flags: u8::from_str_radix(fields.get(4)?, 16).ok()?,
-            })
-        })
-        .collect()
+/// The addresses of `interface`, each family's in the order the kernel lists them.
+fn addresses_of(interface: &str) -> Result<LinkAddresses, InterfaceError> {
+    link::addresses_of(interface).map_err(InterfaceError::Addresses)
 }
 
 /// The address IPv6 traffic leaving by an interface is masqueraded to when the kernel routes no
@@ -497,8 +338,7 @@ pub fn choose_snat_ipv6(listed: &[Ipv6Addr], states: &[Ipv6AddressState]) -> Opt
 /// [`choose_snat_ipv6`].
 pub fn snat_ipv6(interface: &str) -> Result<Option<Ipv6Addr>, InterfaceError> {
     // No IPv6 on the node (disabled in the kernel) reads as no address.
-    let table = fs::read_to_string("/proc/self/net/if_inet6").unwrap_or_default();
-    let states = ipv6_addresses_in(&table, interface);
+    let states = link::ipv6_address_states(interface);
     if states.is_empty() {
         return Ok(None);
     }
@@ -515,11 +355,7 @@ pub fn snat_ipv6(interface: &str) -> Result<Option<Ipv6Addr>, InterfaceError> {
     if let Some(source) = kernel_choice.filter(usable) {
         return Ok(Some(source));
     }
-    let listed = addresses_of(interface, |sockaddr| {
-        sockaddr
-            .as_sockaddr_in6()
-            .map(nix::sys::socket::SockaddrIn6::ip)
-    })?;
+    let listed = addresses_of(interface)?.ipv6;
     Ok(choose_snat_ipv6(&listed, &states))
 }
 
@@ -527,81 +363,10 @@ pub fn snat_ipv6(interface: &str) -> Result<Option<Ipv6Addr>, InterfaceError> {
 /// sent to it.
 const GLOBAL_PROBE: Ipv6Addr = Ipv6Addr::new(0x2000, 0, 0, 0, 0, 0, 0, 1);
 
-/// A netlink socket subscribed to link, address and route changes of both families: the
-/// events that can change which interfaces carry traffic out of the node, or an address of one.
-/// What changed is not read: any event means the interfaces are looked at again.
-pub struct InterfaceWatch {
-    socket: AsyncFd<Socket>,
-}
-
-impl std::fmt::Debug for InterfaceWatch {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter
-            .debug_struct("InterfaceWatch")
-            .finish_non_exhaustive()
-    }
-}
-
-impl InterfaceWatch {
-    /// Subscribes in the calling thread's network namespace (no capability needed).
-    pub fn new() -> io::Result<Self> {
-        // The `RTMGRP_*` multicast groups (linux/rtnetlink.h, ABI), which the crates leave to
-        // their users.
-        const RTMGRP_LINK: u32 = 0x1;
-        const RTMGRP_IPV4_IFADDR: u32 = 0x10;
-        const RTMGRP_IPV4_ROUTE: u32 = 0x40;
-        // IPv6 addresses come, go, finish duplicate address detection and are deprecated: each
-        // can change the address IPv6 traffic is masqueraded to. IPv6 routes make the uplinks
-        // of an IPv6-only node.
-        const RTMGRP_IPV6_IFADDR: u32 = 0x100;
-        const RTMGRP_IPV6_ROUTE: u32 = 0x400;
-        let mut socket = Socket::new(NETLINK_ROUTE)?;
-        socket.bind(&SocketAddr::new(
-            0,
-            RTMGRP_LINK
-                | RTMGRP_IPV4_IFADDR
-                | RTMGRP_IPV4_ROUTE
-                | RTMGRP_IPV6_IFADDR
-                | RTMGRP_IPV6_ROUTE,
-        ))?;
-        socket.set_non_blocking(true)?;
-        // SAFETY: the descriptor is owned by the `AsyncFd` and is neither closed nor replaced
-        // while registered.
-        let socket = unsafe { AsyncFd::register_with_interest(socket, Interest::READABLE)? };
-        Ok(Self { socket })
-    }
-
-    /// Waits for the next change and consumes everything queued, so a burst (an interface
-    /// coming up with its addresses and routes) is one wake-up. An overrun (`ENOBUFS`) also
-    /// counts as a change: something happened that was not seen.
-    pub async fn changed(&mut self) -> io::Result<()> {
-        let mut buffer = [0u8; 8192];
-        loop {
-            let mut guard = self.socket.readable().await?;
-            let mut seen = false;
-            loop {
-                match guard.get_inner().recv(&mut &mut buffer[..], 0) {
-                    Ok(0) => break,
-                    Ok(_) => seen = true,
-                    Err(error) => match error.raw_os_error() {
-                        Some(libc::EAGAIN) => break,
-                        Some(libc::ENOBUFS) => seen = true,
-                        Some(libc::EINTR) => {}
-                        _ => return Err(error),
-                    },
-                }
-            }
-            guard.clear_ready();
-            if seen {
-                return Ok(());
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys::link::tests::IF_INET6;
 
     fn gateway_interfaces_in(table: &str) -> BTreeSet<String> {
         gateway_and_routed(&route::parse_v4(table)).0
@@ -773,32 +538,14 @@ ff000000000000000000000000000000 08 00000000000000000000000000000000 00 00000000
         assert!(!lo.physical);
     }
 
-    const IF_INET6: &str = "\
-20010db8000000000000000000000001 02 40 00 80   up0
-20010db8000000000000000000000002 02 40 00 c0   up0
-20010db8000000000000000000000003 02 40 00 20   up0
-fe800000000000000000000000000001 02 40 20 80   up0
-20010db8000000000000000000000004 02 40 00 08   up0
-20010db8000000000000000000000005 02 40 00 80   up0
-20010db8000000000000000000000009 03 40 00 80   up1
-00000000000000000000000000000001 01 80 10 80      lo
-";
-
     fn v6(text: &str) -> Ipv6Addr {
         text.parse().expect("IPv6 address")
     }
 
     #[test]
     fn the_ipv6_source_is_global_settled_and_not_deprecated() {
-        let states = ipv6_addresses_in(IF_INET6, "up0");
-        assert_eq!(states.len(), 6, "{states:?}");
-        let usable: Vec<Ipv6Addr> = states
-            .iter()
-            .filter(|state| state.usable_as_source())
-            .map(|state| state.address)
-            .collect();
-        // ::2 is tentative, ::3 deprecated, fe80::1 link-local, ::4 failed DAD.
-        assert_eq!(usable, [v6("2001:db8::1"), v6("2001:db8::5")]);
+        // Usable on up0: ::1 and ::5 (see the table).
+        let states = link::ipv6_addresses_in(IF_INET6, "up0");
         // The interface's own order decides among the usable ones...
         assert_eq!(
             choose_snat_ipv6(
@@ -809,10 +556,10 @@ fe800000000000000000000000000001 02 40 20 80   up0
         );
         // ...and without it, the lowest.
         assert_eq!(choose_snat_ipv6(&[], &states), Some(v6("2001:db8::1")));
-        let lo = ipv6_addresses_in(IF_INET6, "lo");
+        let lo = link::ipv6_addresses_in(IF_INET6, "lo");
         assert_eq!(choose_snat_ipv6(&[Ipv6Addr::LOCALHOST], &lo), None);
         assert_eq!(
-            choose_snat_ipv6(&[], &ipv6_addresses_in(IF_INET6, "eth9")),
+            choose_snat_ipv6(&[], &link::ipv6_addresses_in(IF_INET6, "eth9")),
             None
         );
     }

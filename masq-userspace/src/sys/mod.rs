@@ -4,11 +4,18 @@
 //!
 //! * [`netlink`]: requests and their answers, framed and read once for every family:
 //!   [`tc`] (the clsact qdisc and its filters), [`route`] (routes, and the kernel's choice of
-//!   a source), [`xfrm`] (IPsec policies) and [`conntrack`] (netfilter's connections).
+//!   a source), [`xfrm`] (IPsec policies) and [`conntrack`] (netfilter's connections);
+//!   [`interface_watch`] listens to rtnetlink's announcements of changes.
 //! * [`bpf`]: the `bpf(2)` commands aya does not wrap.
+//! * [`link`]: the interfaces, their addresses, link types and drivers.
+//! * [`inotify`]: changes in a directory; [`async_fd`]: waiting for a descriptor in tokio.
 
+pub(crate) mod async_fd;
 pub(crate) mod bpf;
 pub(crate) mod conntrack;
+pub(crate) mod inotify;
+pub(crate) mod interface_watch;
+pub(crate) mod link;
 pub(crate) mod netlink;
 pub(crate) mod route;
 pub mod tc;

@@ -11,6 +11,7 @@
 //! over as the raw bytes after an error's code.
 //!
 //! Each caller opens its own socket and closes it again: these are rare control-plane requests.
+//! The socket that listens to the kernel's announcements is [`super::interface_watch`]'s.
 
 use std::{io, time::Duration};
 

@@ -1,4 +1,4 @@
-//! Noticing config changes as they happen.
+//! Noticing config changes as they happen, with inotify.
 //!
 //! The kubelet updates a ConfigMap volume by writing a new timestamped directory and renaming a
 //! `..data` symlink over the old one; the file itself is never written in place. Watching the
@@ -11,7 +11,9 @@ use std::{
 };
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-use tokio::io::{Interest, unix::AsyncFd};
+use tokio::io::unix::AsyncFd;
+
+use super::async_fd::{self, OwnsItsDescriptor};
 
 /// Lets tokio poll the inotify descriptor.
 struct InotifyFd(Inotify);
@@ -22,8 +24,11 @@ impl AsRawFd for InotifyFd {
     }
 }
 
+// SAFETY: the `Inotify` owns its descriptor and closes it only when dropped.
+unsafe impl OwnsItsDescriptor for InotifyFd {}
+
 /// An inotify watch on one directory.
-pub struct DirectoryWatch {
+pub(crate) struct DirectoryWatch {
     inotify: AsyncFd<InotifyFd>,
 }
 
@@ -37,7 +42,7 @@ impl std::fmt::Debug for DirectoryWatch {
 
 impl DirectoryWatch {
     /// Watches `dir` for entries being created, removed, renamed or written.
-    pub fn new(dir: &Path) -> io::Result<Self> {
+    pub(crate) fn new(dir: &Path) -> io::Result<Self> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
         inotify.add_watch(
             dir,
@@ -50,15 +55,13 @@ impl DirectoryWatch {
                 | AddWatchFlags::IN_DELETE_SELF
                 | AddWatchFlags::IN_MOVE_SELF,
         )?;
-        // SAFETY: the descriptor is owned by the `Inotify` inside the `AsyncFd` and is neither
-        // closed nor replaced while registered.
-        let inotify =
-            unsafe { AsyncFd::register_with_interest(InotifyFd(inotify), Interest::READABLE)? };
-        Ok(Self { inotify })
+        Ok(Self {
+            inotify: async_fd::readable(InotifyFd(inotify))?,
+        })
     }
 
     /// Waits for the next batch of changes and consumes it.
-    pub async fn changed(&mut self) -> io::Result<()> {
+    pub(crate) async fn changed(&mut self) -> io::Result<()> {
         loop {
             let mut guard = self.inotify.readable().await?;
             match guard.get_inner().0.read_events() {
