@@ -26,6 +26,7 @@ use super::{
     maps::{BPF_NOEXIST, DatapathMaps, NatTable},
 };
 use crate::sys::bpf::{self, Taken};
+pub use crate::sys::clock::monotonic_now_ns;
 
 /// Above this share of the table (in thousandths) a pass retires reclaimable flows...
 const RESERVE_HIGH_PER_MILLE: usize = 950;
@@ -165,15 +166,6 @@ impl GcReport {
     pub fn reclaimed_total(&self) -> usize {
         self.reclaimed.iter().sum()
     }
-}
-
-/// The current `CLOCK_MONOTONIC` time, the clock `bpf_ktime_get_coarse_ns` reads.
-pub fn monotonic_now_ns() -> u64 {
-    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .unwrap_or_else(|_| nix::sys::time::TimeSpec::new(0, 0));
-    let seconds = u64::try_from(now.tv_sec()).unwrap_or(0);
-    let nanos = u64::try_from(now.tv_nsec()).unwrap_or(0);
-    seconds.saturating_mul(1_000_000_000).saturating_add(nanos)
 }
 
 /// Collects both families' tables and the fragment decisions as of `now_ns`.

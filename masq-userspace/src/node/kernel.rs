@@ -1,11 +1,13 @@
 //! The kernel the agent runs on: whether masq's datapath can run there at all, said in one
 //! line before anything on the node changes, and what to call it in logs and metrics.
 
-use std::io;
+use std::path::Path;
 
 /// A kernel's version, as far as masq's requirements go (the one the eBPF object's own
 /// requirements are written in).
 pub use masq_common::kernel::KernelVersion;
+
+use crate::sys::sysctl::{self, DEFAULT_SYSCTL_DIR, SysctlError};
 
 /// The oldest kernel masq's datapath runs on. `bpf_ktime_get_coarse_ns`, which dates every
 /// flow, arrived in 5.11; so did the charging of BPF memory to the memory cgroup, before which
@@ -44,30 +46,21 @@ pub enum KernelError {
         release: String,
     },
     /// The release string could not be read.
-    #[error("reading the kernel's release from {path}: {source}")]
-    Unreadable {
-        /// Where it was read from.
-        path: &'static str,
-        /// Why it could not be.
-        #[source]
-        source: io::Error,
-    },
+    #[error("the kernel's release is unknown: {0}")]
+    Unreadable(#[source] SysctlError),
     /// The release string names no version.
     #[error("the kernel's release {0:?} does not start with a version such as 6.1")]
     Unparsable(String),
 }
 
-/// Where the running kernel states its release.
-const OSRELEASE: &str = "/proc/sys/kernel/osrelease";
+/// The sysctl in which the running kernel states its release.
+const OSRELEASE: &str = "kernel/osrelease";
 
 impl Kernel {
     /// The running kernel.
     pub fn current() -> Result<Self, KernelError> {
-        let release =
-            std::fs::read_to_string(OSRELEASE).map_err(|source| KernelError::Unreadable {
-                path: OSRELEASE,
-                source,
-            })?;
+        let release = sysctl::read(Path::new(DEFAULT_SYSCTL_DIR), OSRELEASE)
+            .map_err(KernelError::Unreadable)?;
         Self::from_release(release.trim())
     }
 

@@ -6,27 +6,15 @@
 //! adds the SNAT ranges there (remembering what it added, so `masq uninstall` removes exactly
 //! that). Sockets that bind such a port explicitly are tracked by the datapath instead.
 
-use std::{
-    fs, io,
-    path::{Path, PathBuf},
-};
+use std::path::Path;
 
 use masq_common::ports::PortRange;
 
-/// Where sysctls are read and written unless told otherwise.
-pub const DEFAULT_SYSCTL_DIR: &str = "/proc/sys";
+use crate::sys::sysctl;
+pub use crate::sys::sysctl::{DEFAULT_SYSCTL_DIR, SysctlError};
+
 const RESERVED_PORTS: &str = "net/ipv4/ip_local_reserved_ports";
 const EPHEMERAL_PORTS: &str = "net/ipv4/ip_local_port_range";
-
-/// A sysctl could not be read or written.
-#[derive(Debug, thiserror::Error)]
-#[error("{action} {}: {source}", .path.display())]
-pub struct SysctlError {
-    action: &'static str,
-    path: PathBuf,
-    #[source]
-    source: io::Error,
-}
 
 /// Parses a kernel port list such as `1024-29999,32768`.
 pub fn parse_port_list(text: &str) -> Vec<PortRange> {
@@ -110,44 +98,21 @@ fn port_range(first: u32, last: u32) -> PortRange {
     )
 }
 
-fn read(path: PathBuf) -> Result<String, SysctlError> {
-    fs::read_to_string(&path).map_err(|source| SysctlError {
-        action: "reading",
-        path,
-        source,
-    })
-}
-
-fn write(path: PathBuf, value: &str) -> Result<(), SysctlError> {
-    // An empty list is written as a newline: the kernel rejects a zero-length write.
-    let value = if value.is_empty() { "\n" } else { value };
-    fs::write(&path, value).map_err(|source| SysctlError {
-        action: "writing",
-        path,
-        source,
-    })
-}
-
 /// The node's ephemeral port range, read under `sysctl_dir` (normally `/proc/sys`).
 pub fn ephemeral_range(sysctl_dir: &Path) -> Result<PortRange, SysctlError> {
-    let path = sysctl_dir.join(EPHEMERAL_PORTS);
-    let text = read(path.clone())?;
+    let text = sysctl::read(sysctl_dir, EPHEMERAL_PORTS)?;
     let mut numbers = text
         .split_whitespace()
         .filter_map(|number| number.parse::<u16>().ok());
     match (numbers.next(), numbers.next()) {
         (Some(first), Some(last)) => Ok(PortRange::new(first, last)),
-        _ => Err(SysctlError {
-            action: "parsing",
-            path,
-            source: io::Error::new(io::ErrorKind::InvalidData, text.trim().to_owned()),
-        }),
+        _ => Err(SysctlError::unparsable(sysctl_dir, EPHEMERAL_PORTS, &text)),
     }
 }
 
 /// The currently reserved ports.
 pub fn reserved(sysctl_dir: &Path) -> Result<Vec<PortRange>, SysctlError> {
-    Ok(parse_port_list(&read(sysctl_dir.join(RESERVED_PORTS))?))
+    Ok(parse_port_list(&sysctl::read(sysctl_dir, RESERVED_PORTS)?))
 }
 
 /// Adds `ranges` to the reserved ports and returns what was not reserved before.
@@ -157,7 +122,7 @@ pub fn reserve(sysctl_dir: &Path, ranges: &[PortRange]) -> Result<Vec<PortRange>
     if !added.is_empty() {
         let mut all = present;
         all.extend_from_slice(&added);
-        write(sysctl_dir.join(RESERVED_PORTS), &format_port_list(&all))?;
+        sysctl::write(sysctl_dir, RESERVED_PORTS, &format_port_list(&all))?;
     }
     Ok(added)
 }
@@ -170,16 +135,15 @@ pub fn release(sysctl_dir: &Path, ranges: &[PortRange]) -> Result<(), SysctlErro
     let present = reserved(sysctl_dir)?;
     let remaining = difference(&present, ranges);
     if remaining != present {
-        write(
-            sysctl_dir.join(RESERVED_PORTS),
-            &format_port_list(&remaining),
-        )?;
+        sysctl::write(sysctl_dir, RESERVED_PORTS, &format_port_list(&remaining))?;
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     fn r(first: u16, last: u16) -> PortRange {

@@ -3,9 +3,11 @@
 //! it cannot read (netfilter's conntrack not loaded, a sysctl this kernel lacks) keeps Linux's
 //! default.
 
-use std::{fs, path::Path};
+use std::path::Path;
 
 use masq_common::flow::{Timeouts, tcp};
+
+use crate::sys::sysctl;
 
 /// Where each timeout lives under the sysctl directory (`/proc/sys`), in seconds.
 const TCP_SYSCTLS: [(u8, &str); 9] = [
@@ -23,9 +25,8 @@ const TCP_SYSCTLS: [(u8, &str); 9] = [
 
 /// conntrack's timeouts as this node sets them, `sysctl_dir` standing for `/proc/sys`.
 pub fn of_node(sysctl_dir: &Path) -> Timeouts {
-    let netfilter = sysctl_dir.join("net/netfilter");
     let read = |name: &str, default: u64| -> u64 {
-        fs::read_to_string(netfilter.join(name))
+        sysctl::read(sysctl_dir, &format!("net/netfilter/{name}"))
             .ok()
             .and_then(|text| text.trim().parse::<u64>().ok())
             .map_or(default, |seconds| seconds.saturating_mul(1_000_000_000))
@@ -54,6 +55,8 @@ pub fn of_node(sysctl_dir: &Path) -> Timeouts {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     #[test]
