@@ -1,5 +1,7 @@
 //! The `masq` binary: parses the command line, sets up logging, and runs the command.
 
+#![deny(unsafe_code)]
+
 mod cli;
 
 use std::process::ExitCode;

@@ -23,6 +23,10 @@
 
 mod ebpf;
 mod iptables_backend;
+#[expect(
+    unsafe_code,
+    reason = "the process collector's sysconf(3), until the collector is replaced"
+)]
 pub mod metrics;
 pub mod status;
 

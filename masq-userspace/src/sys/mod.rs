@@ -10,14 +10,34 @@
 //! * [`link`]: the interfaces, their addresses, link types and drivers.
 //! * [`sysctl`], [`memory`], [`clock`]: the kernel's settings, the node's memory, the time.
 //! * [`inotify`]: changes in a directory; [`async_fd`]: waiting for a descriptor in tokio.
+//!
+//! Every `unsafe` block of the crate is in the modules marked below, each with its `SAFETY`
+//! comment; the crate root denies them everywhere else.
 
+#[expect(
+    unsafe_code,
+    reason = "registering a descriptor with tokio's reactor is unsafe; the trait it takes is too"
+)]
 pub(crate) mod async_fd;
+#[expect(
+    unsafe_code,
+    reason = "the bpf(2) system call with attributes pointing into our buffers"
+)]
 pub(crate) mod bpf;
 pub(crate) mod clock;
 pub(crate) mod conntrack;
+#[expect(
+    unsafe_code,
+    reason = "vouches to the reactor for the descriptor of the inotify instance"
+)]
 pub(crate) mod inotify;
 pub(crate) mod interface_watch;
+#[expect(
+    unsafe_code,
+    reason = "socket(2) and the interface ioctls, with C structs and unions"
+)]
 pub(crate) mod link;
+#[expect(unsafe_code, reason = "sysinfo(2) fills a C struct")]
 pub(crate) mod memory;
 pub(crate) mod netlink;
 pub(crate) mod route;
