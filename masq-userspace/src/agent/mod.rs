@@ -23,10 +23,6 @@
 
 mod ebpf;
 mod iptables_backend;
-#[expect(
-    unsafe_code,
-    reason = "the process collector's sysconf(3), until the collector is replaced"
-)]
 pub mod metrics;
 pub mod status;
 
@@ -51,10 +47,7 @@ use crate::{
     datapath::{DatapathError, lifecycle::LifecycleError},
     ipsec::{self, SnatUplink},
     iptables::{apply::IptablesError, take_over::TakeOverError},
-    node::{
-        interfaces,
-        uplinks::UplinkError,
-    },
+    node::{interfaces, uplinks::UplinkError},
     policy::Policy,
     sys::{inotify::DirectoryWatch, interface_watch::InterfaceWatch},
 };
