@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod agent;
+pub mod causes;
 pub mod config;
 pub mod datapath;
 pub mod ipsec;

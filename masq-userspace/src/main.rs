@@ -17,24 +17,10 @@ fn main() -> ExitCode {
     match cli::run(cli) {
         Ok(code) => code,
         Err(error) => {
-            tracing::error!("{}", describe(&error));
+            tracing::error!("{}", masq::causes::WithCauses(error.as_ref()));
             ExitCode::FAILURE
         }
     }
-}
-
-/// The error and its causes on one line, each said once: many of masq's errors already
-/// quote their cause, and `{:#}` would repeat it.
-fn describe(error: &anyhow::Error) -> String {
-    let mut message = error.to_string();
-    for cause in error.chain().skip(1) {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-    }
-    message
 }
 
 fn init_logging(cli: &Cli) {

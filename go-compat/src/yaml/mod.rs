@@ -32,7 +32,7 @@ use crate::json::{self, JsonSyntaxError, JsonValue};
 pub enum YamlError {
     /// The file looked like JSON (its first non-space character is `{`) and Go's JSON reader
     /// rejected it; the message is `encoding/json`'s, unchanged.
-    #[error("{0}")]
+    #[error(transparent)]
     Json(#[from] JsonSyntaxError),
     /// go-yaml rejected the document: a syntax error (`yaml: line 3: did not find expected
     /// key`) or a decoding failure (`yaml: unknown anchor 'x' referenced`).

@@ -3,6 +3,8 @@
 //! ([`crate::node::uplinks`]) and the take-over of upstream's chain
 //! ([`crate::iptables::take_over`]), in the order that keeps every flow translated.
 
+use crate::causes::WithCauses;
+
 use std::{
     collections::BTreeMap,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
@@ -126,7 +128,7 @@ impl EbpfBackend {
             Intake::Reserve,
         );
         if let Err(error) = datapath.pin_programs(pins.dir()) {
-            tracing::warn!(%error, "could not pin the programs; `masq status` will not show their verified sizes");
+            tracing::warn!(error = %WithCauses(&error), "could not pin the programs; `masq status` will not show their verified sizes");
         }
         let backend = Self {
             options,
@@ -233,7 +235,7 @@ impl EbpfBackend {
                 .and_then(|()| Ok(self.datapath.maps.remove_uplink(ifindex)?));
             self.attached.remove(&ifindex);
             if let Err(error) = detached {
-                tracing::error!(interface = uplink.name(), %error, "detaching failed");
+                tracing::error!(interface = uplink.name(), error = %WithCauses(&error), "detaching failed");
                 first_error.get_or_insert(error);
             }
         }
@@ -246,7 +248,7 @@ impl EbpfBackend {
                 self.attach_uplink(uplink, previous)
             };
             if let Err(error) = result {
-                tracing::error!(interface = %uplink.name, %error, "attaching failed");
+                tracing::error!(interface = %uplink.name, error = %WithCauses(&error), "attaching failed");
                 if strictness == Strictness::Startup {
                     return Err(error);
                 }
@@ -515,7 +517,9 @@ impl Backend for EbpfBackend {
                 self.crowded_remotes.warn_of(&report);
                 state.last_gc = report;
             }
-            Err(error) => tracing::error!(%error, "flow garbage collection failed"),
+            Err(error) => {
+                tracing::error!(error = %WithCauses(&error), "flow garbage collection failed");
+            }
         }
     }
 }
@@ -530,7 +534,7 @@ fn holds_source_exemptions(maps: &DatapathMaps) -> Result<bool, DatapathError> {
 fn spawn_logger(datapath: &mut Datapath) -> Result<(), AgentError> {
     let logger = datapath.take_logger()?;
     let mut logger = crate::sys::async_fd::readable(logger)
-        .map_err(|error| DatapathError::Logger(error.to_string()))?;
+        .map_err(|error| DatapathError::Logger(WithCauses(&error).to_string()))?;
     tokio::spawn(async move {
         loop {
             let Ok(mut guard) = logger.readable_mut().await else {

@@ -21,6 +21,8 @@
 //!
 //! The iptables backend instead rewrites upstream's chain on every sync, like upstream.
 
+use crate::causes::WithCauses;
+
 mod ebpf;
 mod iptables_backend;
 pub mod metrics;
@@ -224,7 +226,7 @@ impl Agent {
         let mut watch = watch;
         let mut interfaces = if self.backend.translates_on_uplinks() {
             InterfaceWatch::new()
-                .inspect_err(|error| tracing::warn!(%error, "cannot watch interface changes; they are picked up at the next resync"))
+                .inspect_err(|error| tracing::warn!(error = %WithCauses(error), "cannot watch interface changes; they are picked up at the next resync"))
                 .ok()
         } else {
             None
@@ -254,7 +256,7 @@ impl Agent {
                     }
                 } => {
                     if let Err(error) = changed {
-                        tracing::warn!(%error, "config watch failed; relying on the resync interval");
+                        tracing::warn!(error = %WithCauses(&error), "config watch failed; relying on the resync interval");
                         watch = None;
                         continue;
                     }
@@ -270,7 +272,7 @@ impl Agent {
                     }
                 } => {
                     if let Err(error) = changed {
-                        tracing::warn!(%error, "interface watch failed; relying on the resync interval");
+                        tracing::warn!(error = %WithCauses(&error), "interface watch failed; relying on the resync interval");
                         interfaces = None;
                         continue;
                     }
@@ -306,7 +308,7 @@ impl Agent {
         match DirectoryWatch::new(&dir) {
             Ok(watch) => Some(watch),
             Err(error) => {
-                tracing::warn!(dir = %dir.display(), %error, "cannot watch the config directory; changes apply at the next resync");
+                tracing::warn!(dir = %dir.display(), error = %WithCauses(&error), "cannot watch the config directory; changes apply at the next resync");
                 None
             }
         }
@@ -343,10 +345,13 @@ impl Agent {
                         AgentError::Datapath(DatapathError::TrieCapacity(_)) => "capacity",
                         _ => "apply",
                     };
-                    self.record_failure(reason, &format!("applying the config: {error}"));
+                    self.record_failure(
+                        reason,
+                        &format!("applying the config: {}", WithCauses(&error)),
+                    );
                 }
             },
-            Err(error) => self.record_failure(error.reason(), &error.to_string()),
+            Err(error) => self.record_failure(error.reason(), &WithCauses(&error).to_string()),
         }
         self.update_readiness();
     }
@@ -426,7 +431,7 @@ impl Agent {
                     })
                     .collect(),
             ),
-            Err(error) => IpsecStatus::Unknown(error.to_string()),
+            Err(error) => IpsecStatus::Unknown(WithCauses(&error).to_string()),
         };
         if self.ipsec_logged.as_ref() != Some(&found) {
             match &found {

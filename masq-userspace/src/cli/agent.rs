@@ -1,5 +1,7 @@
 //! `masq agent`.
 
+use masq::causes::WithCauses;
+
 use std::{
     net::{Ipv4Addr, SocketAddr},
     path::PathBuf,
@@ -275,7 +277,7 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
     if args.backend == BackendArg::Ebpf
         && let Err(error) = supported_kernel()
     {
-        return Ok(fail(&error.to_string()));
+        return Ok(fail(&WithCauses(&error).to_string()));
     }
     if args.node_ip.is_some() && args.interfaces.len() != 1 {
         return Ok(fail(
@@ -284,13 +286,13 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
     }
     let to_ports = match args.flags.to_ports() {
         Ok(to_ports) => to_ports,
-        Err(error) => return Ok(fail(&error.to_string())),
+        Err(error) => return Ok(fail(&WithCauses(&error).to_string())),
     };
     let backend = match args.backend {
         // The datapath needs ranges it can use.
         BackendArg::Ebpf => match to_ports.snat_ports(args.service_node_port_range) {
             Ok(snat_ports) => BackendOptions::Ebpf(Box::new(args.ebpf_options(snat_ports)?)),
-            Err(error) => return Ok(fail(&error.to_string())),
+            Err(error) => return Ok(fail(&WithCauses(&error).to_string())),
         },
         // The iptables backend hands --to-ports to the kernel as upstream does.
         BackendArg::Iptables => BackendOptions::Iptables(IptablesOptions {
@@ -323,7 +325,7 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
                 match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
                     Ok(signal) => signal,
                     Err(error) => {
-                        tracing::error!(%error, "cannot listen for SIGTERM");
+                        tracing::error!(error = %WithCauses(&error), "cannot listen for SIGTERM");
                         return std::future::pending().await;
                     }
                 };

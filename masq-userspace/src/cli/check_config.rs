@@ -1,5 +1,7 @@
 //! `masq check-config`.
 
+use masq::causes::WithCauses;
+
 use std::{
     io::{self, Write as _},
     process::ExitCode,
@@ -37,11 +39,11 @@ pub(crate) struct CheckConfigArgs {
 pub(crate) fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
     // Upstream exits at startup on a bad --to-ports; the config is never read then.
     if let Err(error) = args.flags.to_ports() {
-        return Ok(fail(&error.to_string()));
+        return Ok(fail(&WithCauses(&error).to_string()));
     }
     let config = match load(&args.config.source(), &args.flags.read_options()) {
         Ok(config) => config,
-        Err(error) => return Ok(fail(&error.to_string())),
+        Err(error) => return Ok(fail(&WithCauses(&error).to_string())),
     };
     let policy = Policy::new(&config, args.flags.enable_ipv6);
     // What the eBPF agent would refuse beyond upstream's validation.
@@ -69,7 +71,7 @@ pub(crate) fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
     ];
     for (trie, needed, capacity) in capacities {
         if let Err(error) = check_capacity(trie, needed, capacity) {
-            return Ok(fail(&error.to_string()));
+            return Ok(fail(&WithCauses(&error).to_string()));
         }
     }
     let mut out = io::stdout().lock();

@@ -1,5 +1,7 @@
 //! `masq check-kernel`: whether this node's kernel runs masq's datapath, proven by loading it.
 
+use masq::causes::WithCauses;
+
 use std::{
     io::{self, Write as _},
     process::ExitCode,
@@ -46,7 +48,7 @@ struct ProgramReport {
 pub(crate) fn run(args: &CheckKernelArgs) -> anyhow::Result<ExitCode> {
     let kernel = match supported_kernel() {
         Ok(kernel) => kernel,
-        Err(error) => return Ok(fail(&error.to_string())),
+        Err(error) => return Ok(fail(&WithCauses(&error).to_string())),
     };
     // Loaded, never attached, with private maps that vanish with the process.
     let datapath = match Datapath::load(&LoadOptions {
@@ -54,7 +56,13 @@ pub(crate) fn run(args: &CheckKernelArgs) -> anyhow::Result<ExitCode> {
         ..LoadOptions::default()
     }) {
         Ok(datapath) => datapath,
-        Err(error) => return Ok(fail(&format!("Linux {}: {error}", kernel.release))),
+        Err(error) => {
+            return Ok(fail(&format!(
+                "Linux {}: {}",
+                kernel.release,
+                WithCauses(&error)
+            )));
+        }
     };
     let report = KernelReport {
         kernel: kernel.release.clone(),

@@ -1,5 +1,7 @@
 //! `masq explain`.
 
+use masq::causes::WithCauses;
+
 use std::{
     io::{self, Write as _},
     net::IpAddr,
@@ -56,7 +58,7 @@ struct JsonDecision {
 pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
     let config = match load(&args.config.source(), &args.flags.read_options()) {
         Ok(config) => config,
-        Err(error) => return Ok(fail(&error.to_string())),
+        Err(error) => return Ok(fail(&WithCauses(&error).to_string())),
     };
     let policy = Policy::new(&config, args.flags.enable_ipv6);
     let decisions: Vec<Decision<'_>> = args

@@ -1,6 +1,8 @@
 //! The pinned datapath as the commands working on it (`masq status`, `masq nat list`,
 //! `masq uninstall`) name and open it, while an agent runs or after it stopped.
 
+use masq::causes::WithCauses;
+
 use std::{
     path::{Path, PathBuf},
     process::ExitCode,
@@ -21,5 +23,5 @@ pub(crate) struct PinArgs {
 
 /// The maps pinned under `pin_path`; when there are none, the exit code after saying why.
 pub(crate) fn open(pin_path: &Path) -> Result<DatapathMaps, ExitCode> {
-    DatapathMaps::from_pins(pin_path).map_err(|error| fail(&error.to_string()))
+    DatapathMaps::from_pins(pin_path).map_err(|error| fail(&WithCauses(&error).to_string()))
 }

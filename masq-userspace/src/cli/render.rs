@@ -1,5 +1,7 @@
 //! `masq render-iptables`.
 
+use masq::causes::WithCauses;
+
 use std::{
     io::{self, Write as _},
     process::ExitCode,
@@ -39,11 +41,11 @@ pub(crate) struct RenderArgs {
 pub(crate) fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
     let options = match args.flags.rule_options() {
         Ok(options) => options,
-        Err(error) => return Ok(fail(&error.to_string())),
+        Err(error) => return Ok(fail(&WithCauses(&error).to_string())),
     };
     let config = match load(&args.config.source(), &args.flags.read_options()) {
         Ok(config) => config,
-        Err(error) => return Ok(fail(&error.to_string())),
+        Err(error) => return Ok(fail(&WithCauses(&error).to_string())),
     };
     let family = match args.family {
         RenderFamily::Ipv4 => Family::Ipv4,

@@ -1,5 +1,7 @@
 //! `masq status`: the pinned datapath at a glance, as text for people or JSON for programs.
 
+use masq::causes::WithCauses;
+
 use std::{
     io::{self, Write},
     net::{Ipv4Addr, Ipv6Addr},
@@ -190,8 +192,10 @@ impl StatusJson {
         Self {
             pin_path: pin_path.display().to_string(),
             layout_version: snapshot.meta.layout_version,
-            kernel: Kernel::current()
-                .map_or_else(|error| error.to_string(), |kernel| kernel.release),
+            kernel: Kernel::current().map_or_else(
+                |error| WithCauses(&error).to_string(),
+                |kernel| kernel.release,
+            ),
             programs: pinned_programs(&pins),
             translating: settings.enabled(),
             random_fully: settings.random_fully(),
@@ -648,6 +652,6 @@ fn bypassed_ipsec_policies(snapshot: &DatapathSnapshot) -> Result<Vec<String>, S
     let nomasq = || ipsec::exempt_networks(&destinations.ipv4, &destinations.ipv6);
     match ipsec::check(uplinks, nomasq) {
         Ok(bypassed) => Ok(bypassed.iter().map(ipsec::Bypass::describe).collect()),
-        Err(error) => Err(error.to_string()),
+        Err(error) => Err(WithCauses(&error).to_string()),
     }
 }

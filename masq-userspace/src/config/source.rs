@@ -153,19 +153,20 @@ pub struct EffectiveConfig {
 }
 
 /// Why a config could not be read; messages follow upstream's (file mode: the bare cause, as
-/// upstream logs it; directory mode: the Azure agent's wrapped messages).
+/// upstream logs it; directory mode: the Azure agent's wrapped messages). Those messages quote
+/// their cause in Go's words, verbatim, so the cause is part of the message and not also a
+/// `source()` that would say it a second time.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be opened or read.
-    #[error("{}", go_io_error(.op, .path, .source))]
+    #[error("{}", go_io_error(.op, .path, .cause))]
     Read {
         /// "open" or "read".
         op: &'static str,
         /// The file.
         path: PathBuf,
-        /// The cause.
-        #[source]
-        source: io::Error,
+        /// The cause, quoted in the message in Go's words.
+        cause: io::Error,
     },
     /// Not YAML or JSON.
     #[error(transparent)]
@@ -188,23 +189,21 @@ pub enum ConfigError {
         path: PathBuf,
     },
     /// The directory could not be listed.
-    #[error("failed to read config directory, error: {}", go_io_error("open", .dir, .source))]
+    #[error("failed to read config directory, error: {}", go_io_error("open", .dir, .cause))]
     ReadDir {
         /// The directory.
         dir: PathBuf,
-        /// The cause.
-        #[source]
-        source: io::Error,
+        /// The cause, quoted in the message in Go's words.
+        cause: io::Error,
     },
     /// A file of the directory failed to read, convert, decode or validate: the Azure agent's
     /// words around the cause.
-    #[error("{}", azure_file_error(.name, .source))]
+    #[error("{}", azure_file_error(.name, .cause))]
     DirFile {
         /// The file name.
         name: String,
-        /// What went wrong with it.
-        #[source]
-        source: Box<ConfigError>,
+        /// What went wrong with it, quoted in the message.
+        cause: Box<ConfigError>,
     },
 }
 
@@ -387,7 +386,7 @@ impl ConfigError {
             Self::Decode(_) => "decode",
             Self::Invalid(_) => "invalid",
             Self::Empty { .. } => "empty",
-            Self::DirFile { source, .. } => source.reason(),
+            Self::DirFile { cause, .. } => cause.reason(),
         }
     }
 }
@@ -430,10 +429,10 @@ fn defaults(
 
 /// Reads a file as upstream does, bounded (see [`read_file`]).
 fn read_bytes(path: &Path) -> Result<Vec<u8>, ConfigError> {
-    read_file(path).map_err(|(op, source)| ConfigError::Read {
+    read_file(path).map_err(|(op, cause)| ConfigError::Read {
         op,
         path: path.to_path_buf(),
-        source,
+        cause,
     })
 }
 
@@ -513,9 +512,9 @@ fn file_config(
 /// The Azure agent's `syncConfig`: every `ip-masq*` entry of the directory, in name order, each
 /// decoded into an empty config and validated on its own, then merged.
 fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, ConfigError> {
-    let unlistable = |source| ConfigError::ReadDir {
+    let unlistable = |cause| ConfigError::ReadDir {
         dir: dir.to_path_buf(),
-        source,
+        cause,
     };
     let mut names = Vec::new();
     for entry in fs::read_dir(dir).map_err(unlistable)? {
@@ -540,7 +539,7 @@ fn load_directory(dir: &Path, options: &ReadOptions) -> Result<EffectiveConfig, 
             ConfigError::Empty { .. } => error,
             error => ConfigError::DirFile {
                 name: name.clone(),
-                source: Box::new(error),
+                cause: Box::new(error),
             },
         };
         let document = read_document(&path).map_err(in_file)?;

@@ -11,6 +11,8 @@
 //! that: masq's own links or filters, and a clsact qdisc only if masq created it and nothing
 //! else uses it. No call here needs CAP_SYS_ADMIN.
 
+use crate::causes::WithCauses;
+
 use aya::{
     programs::{
         LinkOrder, SchedClassifier, TcAttachType,
@@ -231,7 +233,7 @@ pub fn attach_uplink(
             let created =
                 tc_netlink::add_clsact(ifindex).map_err(|error| DatapathError::Attach {
                     interface: name.to_owned(),
-                    detail: error.to_string(),
+                    detail: WithCauses(&error).to_string(),
                 })?;
             // A qdisc masq created stays masq's across restarts, whoever finds it.
             let created_before =
@@ -264,7 +266,7 @@ fn attach_tcx(
             let info = bpf::tcx_link_info(std::os::fd::AsFd::as_fd(&link)).map_err(|error| {
                 DatapathError::Link {
                     path: path.clone(),
-                    detail: error.to_string(),
+                    detail: WithCauses(&error).to_string(),
                 }
             })?;
             // A hook that cannot be queried is taken as in place: moving the link would leave a
@@ -272,7 +274,7 @@ fn attach_tcx(
             let in_place = match bpf::tcx_program_ids(ifindex, hook) {
                 Ok(order) => position.holds(&order, info.program_id),
                 Err(error) => {
-                    tracing::warn!(interface = name, hook = hook.name(), %error, "could not read the hook's program order; leaving masq's link where it is");
+                    tracing::warn!(interface = name, hook = hook.name(), error = %WithCauses(&error), "could not read the hook's program order; leaving masq's link where it is");
                     true
                 }
             };
@@ -289,12 +291,12 @@ fn attach_tcx(
             } else if info.ifindex == ifindex && info.hook == Some(hook) {
                 let pinned = PinnedLink::from_pin(&path).map_err(|error| DatapathError::Link {
                     path: path.clone(),
-                    detail: error.to_string(),
+                    detail: WithCauses(&error).to_string(),
                 })?;
                 let link = SchedClassifierLink::try_from(FdLink::from(pinned)).map_err(
                     |error: LinkError| DatapathError::Link {
                         path: path.clone(),
-                        detail: error.to_string(),
+                        detail: WithCauses(&error).to_string(),
                     },
                 )?;
                 let link_id = program
@@ -322,7 +324,7 @@ fn attach_tcx(
         Err(error) => {
             return Err(DatapathError::Link {
                 path,
-                detail: error.to_string(),
+                detail: WithCauses(&error).to_string(),
             });
         }
     }
@@ -339,7 +341,7 @@ fn attach_tcx(
         .map_err(DatapathError::program("taking link of", program_name))?;
     let fd_link = FdLink::try_from(link).map_err(|error| DatapathError::Link {
         path: path.clone(),
-        detail: error.to_string(),
+        detail: WithCauses(&error).to_string(),
     })?;
     fd_link.pin(&path).map_err(|source| DatapathError::Pin {
         what: format!("{} link", hook.name()),
@@ -363,7 +365,7 @@ fn attach_tc(
     };
     let (ours, others): (Vec<tc_netlink::TcFilter>, Vec<tc_netlink::TcFilter>) =
         tc_netlink::list_filters(ifindex, clsact_hook(hook))
-            .map_err(|error| attach_error(error.to_string()))?
+            .map_err(|error| attach_error(WithCauses(&error).to_string()))?
             .into_iter()
             .partition(|filter| filter.bpf_name.as_deref() == Some(program_name));
     let priority = position.tc_priority();
@@ -378,7 +380,7 @@ fn attach_tc(
             filter.handle,
             program_name,
         )
-        .map_err(|error| attach_error(error.to_string()))
+        .map_err(|error| attach_error(WithCauses(&error).to_string()))
     };
     if placed.is_empty() && !misplaced.is_empty() {
         tracing::warn!(
@@ -401,7 +403,7 @@ fn attach_tc(
             existing.handle.into(),
             None,
         )
-        .map_err(|error| attach_error(error.to_string()))?;
+        .map_err(|error| attach_error(WithCauses(&error).to_string()))?;
         let link_id = program
             .attach_to_link(link)
             .map_err(DatapathError::program("replacing in filter", program_name))?;
@@ -472,7 +474,7 @@ pub fn detach_uplink(pins: &PinDir, ifindex: u32, uplink: &Uplink) -> Result<(),
                     Hook::Ingress => PROG_INGRESS,
                 };
                 for filter in tc_netlink::list_filters(ifindex, clsact_hook(hook))
-                    .map_err(|error| detach_error(error.to_string()))?
+                    .map_err(|error| detach_error(WithCauses(&error).to_string()))?
                 {
                     if filter.bpf_name.as_deref() == Some(program_name) {
                         tc_netlink::delete_filter_if_named(
@@ -482,7 +484,7 @@ pub fn detach_uplink(pins: &PinDir, ifindex: u32, uplink: &Uplink) -> Result<(),
                             filter.handle,
                             program_name,
                         )
-                        .map_err(|error| detach_error(error.to_string()))?;
+                        .map_err(|error| detach_error(WithCauses(&error).to_string()))?;
                     } else {
                         others += 1;
                     }
@@ -491,7 +493,7 @@ pub fn detach_uplink(pins: &PinDir, ifindex: u32, uplink: &Uplink) -> Result<(),
             if uplink.created_clsact != 0 {
                 if others == 0 {
                     tc_netlink::delete_clsact(ifindex)
-                        .map_err(|error| detach_error(error.to_string()))?;
+                        .map_err(|error| detach_error(WithCauses(&error).to_string()))?;
                 } else {
                     tracing::info!(
                         interface = name,
@@ -549,7 +551,7 @@ pub fn programs_on(
         .and_then(|fd| bpf::tcx_link_info(std::os::fd::AsFd::as_fd(&fd)).ok())
         .filter(|info| info.ifindex == ifindex);
     let mut programs: Vec<HookProgram> = bpf::tcx_program_ids(ifindex, hook)
-        .map_err(|error| format!("querying tcx: {error}"))?
+        .map_err(|error| format!("querying tcx: {}", WithCauses(&error)))?
         .into_iter()
         .map(|program_id| {
             let ours = our_link.is_some_and(|info| info.program_id == program_id);
@@ -566,7 +568,7 @@ pub fn programs_on(
         })
         .collect();
     let filters = tc_netlink::list_filters(ifindex, clsact_hook(hook))
-        .map_err(|error| format!("listing tc filters: {error}"))?;
+        .map_err(|error| format!("listing tc filters: {}", WithCauses(&error)))?;
     programs.extend(filters.into_iter().map(|filter| HookProgram {
         program_id: filter.bpf_prog_id.unwrap_or(0),
         ours: AttachMode::of(uplink) == Some(AttachMode::Tc)

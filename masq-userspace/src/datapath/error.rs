@@ -8,7 +8,7 @@ use aya::{EbpfError, maps::MapError, pin::PinError, programs::ProgramError};
 #[derive(Debug, thiserror::Error)]
 pub enum DatapathError {
     /// The embedded object could not be parsed or its maps created.
-    #[error("loading the eBPF object failed: {0}")]
+    #[error("loading the eBPF object failed")]
     Load(#[from] EbpfError),
     /// The kernel refused to create a map for lack of permission: on a kernel that charges
     /// BPF memory to `RLIMIT_MEMLOCK`, the DaemonSet's capabilities cannot raise the limit.
@@ -34,7 +34,7 @@ pub enum DatapathError {
         name: &'static str,
     },
     /// A map operation failed.
-    #[error("{operation} map {map} failed: {source}")]
+    #[error("{operation} map {map} failed")]
     Map {
         /// What was being done.
         operation: &'static str,
@@ -45,7 +45,7 @@ pub enum DatapathError {
         source: MapError,
     },
     /// A program could not be loaded or attached.
-    #[error("{operation} program {program} failed: {source}")]
+    #[error("{operation} program {program} failed")]
     Program {
         /// What was being done.
         operation: &'static str,
@@ -57,7 +57,7 @@ pub enum DatapathError {
     },
     /// The kernel refused to load a program: its verifier's verdict, in one line (the whole
     /// verifier log goes to the debug log, where it belongs).
-    #[error("the kernel refused program {program} ({source}): {verdict}")]
+    #[error("the kernel refused program {program}: {verdict}")]
     Refused {
         /// Which program.
         program: &'static str,
@@ -68,7 +68,7 @@ pub enum DatapathError {
         verdict: String,
     },
     /// Pinning or unpinning failed.
-    #[error("pinning {what} at {path} failed: {source}")]
+    #[error("pinning {what} at {path} failed")]
     Pin {
         /// What was pinned.
         what: String,
@@ -96,7 +96,7 @@ pub enum DatapathError {
         detail: String,
     },
     /// Filesystem trouble under the pin directory.
-    #[error("{what} {path}: {source}")]
+    #[error("{what} {path}")]
     Io {
         /// What was being done.
         what: &'static str,

@@ -2,6 +2,8 @@
 //! ones upstream's chain masqueraded become masq's once masq took over from it, and the others
 //! keep their ports, which masq then never gives to a pod's flow.
 
+use crate::causes::WithCauses;
+
 use std::net::IpAddr;
 
 use masq_common::ports::PortRange;
@@ -56,7 +58,7 @@ pub fn take_in(
         let flows = match conntrack::source_nat_flows(ipv6) {
             Ok(flows) => flows,
             Err(error) => {
-                tracing::warn!(%error, "could not read the flows netfilter translates; their ports are reserved at their next packet instead");
+                tracing::warn!(error = %WithCauses(&error), "could not read the flows netfilter translates; their ports are reserved at their next packet instead");
                 continue;
             }
         };
@@ -80,13 +82,13 @@ pub fn take_in(
                 Ok(true) if adopt => match conntrack::forget(flow) {
                     Ok(()) => adopted += 1,
                     Err(error) => {
-                        tracing::warn!(%error, source = %flow.source, remote = %flow.remote, "adopted a flow but could not delete its conntrack entry; netfilter may translate it too");
+                        tracing::warn!(error = %WithCauses(&error), source = %flow.source, remote = %flow.remote, "adopted a flow but could not delete its conntrack entry; netfilter may translate it too");
                     }
                 },
                 Ok(true) => reserved += 1,
                 Ok(false) => taken += 1,
                 Err(error) => {
-                    tracing::warn!(%error, "could not record a flow netfilter translates");
+                    tracing::warn!(error = %WithCauses(&error), "could not record a flow netfilter translates");
                 }
             }
         }

@@ -1,5 +1,7 @@
 //! The compiled datapath object and how it is loaded.
 
+use crate::causes::WithCauses;
+
 use std::path::PathBuf;
 
 use aya::{
@@ -180,7 +182,7 @@ impl Datapath {
         &mut self,
     ) -> Result<aya_log::EbpfLogger<&'static dyn log::Log>, DatapathError> {
         aya_log::EbpfLogger::init(&mut self.ebpf)
-            .map_err(|error| DatapathError::Logger(error.to_string()))
+            .map_err(|error| DatapathError::Logger(WithCauses(&error).to_string()))
     }
 
     /// How many instructions the verifier processed for each program of [`PROGRAMS`], in that

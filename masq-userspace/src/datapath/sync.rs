@@ -1,5 +1,7 @@
 //! Bringing the datapath maps in line with the policy and the agent's settings.
 
+use crate::causes::WithCauses;
+
 use std::{
     cmp::Ordering,
     net::{Ipv4Addr, Ipv6Addr},
@@ -381,7 +383,7 @@ impl<A: NomasqTrie> Journal<A> {
                 None => trie.remove(&trie_key(key)),
             };
             if let Err(error) = restored {
-                tracing::error!(trie = name, cidr = %format!("{}/{}", key.0, key.1), %error, "could not undo a trie change; the next resync repairs it");
+                tracing::error!(trie = name, cidr = %format!("{}/{}", key.0, key.1), error = %WithCauses(&error), "could not undo a trie change; the next resync repairs it");
             }
         }
     }

@@ -9,6 +9,8 @@
 //! masq's image, the one of `iptables-nft` and `iptables-legacy` that holds the node's rules,
 //! chosen the way Kubernetes' iptables-wrapper chooses (see [`Variant`]).
 
+use crate::causes::WithCauses;
+
 use std::{
     env,
     io::Write as _,
@@ -25,7 +27,7 @@ use crate::config::cidr::Family;
 #[derive(Debug, thiserror::Error)]
 pub enum IptablesError {
     /// The binary could not be run.
-    #[error("cannot run {program}: {source}")]
+    #[error("cannot run {program}")]
     Spawn {
         /// The program.
         program: String,
@@ -112,7 +114,7 @@ fn run_save(program: &str, args: &[&str]) -> SaveOutput {
             Ok(String::from_utf8_lossy(&output.stdout).into_owned())
         }
         Ok(output) => Err(String::from_utf8_lossy(&output.stderr).trim().to_owned()),
-        Err(error) => Err(error.to_string()),
+        Err(error) => Err(WithCauses(&error).to_string()),
     }
 }
 

@@ -3,6 +3,8 @@
 //! to take over, and then removes the chain and its POSTROUTING jumps. A reconciled
 //! ip-masq-agent (AKS, GKE) recreates the chain, so it is looked for again at every resync.
 
+use crate::causes::WithCauses;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::apply::{Iptables, IptablesError};
@@ -72,7 +74,7 @@ pub fn recheck(options: &TakeOverOptions) -> Recheck {
         Ok(true) => Recheck::TookOver,
         Ok(false) => Recheck::Absent,
         Err(error) => {
-            tracing::error!(chain = %options.chain, %error, "an ip-masq-agent chain is back: pods are masqueraded by it, not by masq");
+            tracing::error!(chain = %options.chain, error = %WithCauses(&error), "an ip-masq-agent chain is back: pods are masqueraded by it, not by masq");
             Recheck::StillInstalled(options.chain.clone())
         }
     }
@@ -86,7 +88,7 @@ fn visit_chains(options: &TakeOverOptions, remove: bool) -> Result<bool, TakeOve
         let iptables = match Iptables::detect(family) {
             Ok(iptables) => iptables,
             Err(error) => {
-                tracing::debug!(%error, %family, "no iptables to check for an upstream chain");
+                tracing::debug!(error = %WithCauses(&error), %family, "no iptables to check for an upstream chain");
                 continue;
             }
         };
@@ -98,9 +100,9 @@ fn visit_chains(options: &TakeOverOptions, remove: bool) -> Result<bool, TakeOve
                 // Said once, loudly, rather than at every resync or not at all.
                 static WARNED: AtomicBool = AtomicBool::new(false);
                 if !WARNED.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(%error, %family, "cannot list the nat table, so an ip-masq-agent chain there would go unnoticed; on iptables-legacy nodes grant CAP_NET_RAW (deploy/overlays/migrate does)");
+                    tracing::warn!(error = %WithCauses(&error), %family, "cannot list the nat table, so an ip-masq-agent chain there would go unnoticed; on iptables-legacy nodes grant CAP_NET_RAW (deploy/overlays/migrate does)");
                 } else {
-                    tracing::debug!(%error, %family, "cannot list the nat table");
+                    tracing::debug!(error = %WithCauses(&error), %family, "cannot list the nat table");
                 }
                 continue;
             }

@@ -22,10 +22,10 @@ use crate::sys::{
 #[derive(Debug, thiserror::Error)]
 pub enum InterfaceError {
     /// The routing table could not be read.
-    #[error("reading /proc/net/route: {0}")]
+    #[error("reading /proc/net/route")]
     RouteTable(#[source] io::Error),
     /// The IPv6 routing table could not be read.
-    #[error("reading /proc/net/ipv6_route: {0}")]
+    #[error("reading /proc/net/ipv6_route")]
     RouteTableV6(#[source] io::Error),
     /// The interface does not exist.
     #[error("interface {0} does not exist")]
@@ -40,7 +40,7 @@ pub enum InterfaceError {
     )]
     NoAddressAtAll(String),
     /// Listing addresses failed.
-    #[error("listing interface addresses: {0}")]
+    #[error("listing interface addresses")]
     Addresses(#[source] nix::Error),
     /// The interface's frames start with a link-layer header the datapath does not parse.
     #[error(
@@ -55,7 +55,7 @@ pub enum InterfaceError {
         link_type: u16,
     },
     /// An ioctl on the interface failed.
-    #[error("inspecting interface {name}: {source}")]
+    #[error("inspecting interface {name}")]
     Inspect {
         /// The interface.
         name: String,

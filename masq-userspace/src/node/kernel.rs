@@ -46,7 +46,7 @@ pub enum KernelError {
         release: String,
     },
     /// The release string could not be read.
-    #[error("the kernel's release is unknown: {0}")]
+    #[error("the kernel's release is unknown")]
     Unreadable(#[source] SysctlError),
     /// The release string names no version.
     #[error("the kernel's release {0:?} does not start with a version such as 6.1")]

@@ -6,6 +6,8 @@
 //! what a change of address does to the record and to the flows of the old address does not,
 //! so it is tested here without one.
 
+use crate::causes::WithCauses;
+
 use std::{
     collections::BTreeMap,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
@@ -276,7 +278,7 @@ pub fn wanted_uplinks(
         let interface = match interfaces::interface(name) {
             Ok(interface) => interface,
             Err(error) if strictness == Strictness::Running => {
-                tracing::warn!(interface = %name, %error, "a named interface is missing; translating on the others");
+                tracing::warn!(interface = %name, error = %WithCauses(&error), "a named interface is missing; translating on the others");
                 continue;
             }
             Err(error) => return Err(error.into()),
@@ -320,7 +322,7 @@ pub fn wanted_uplinks(
                 });
             }
             Err(error) if strictness == Strictness::Running => {
-                tracing::warn!(interface = %name, %error, "not translating on this interface for now");
+                tracing::warn!(interface = %name, error = %WithCauses(&error), "not translating on this interface for now");
             }
             Err(error) => return Err(error.into()),
         }
@@ -369,7 +371,7 @@ fn ipv6_of(enable_ipv6: bool, interface: &str) -> UplinkIpv6 {
         Ok(Some(address)) => UplinkIpv6::Address(address),
         Ok(None) => UplinkIpv6::NoAddress,
         Err(error) => {
-            tracing::warn!(%interface, %error, "could not read the interface's IPv6 addresses");
+            tracing::warn!(%interface, error = %WithCauses(&error), "could not read the interface's IPv6 addresses");
             UplinkIpv6::NoAddress
         }
     }

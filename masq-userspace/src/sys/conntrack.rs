@@ -29,10 +29,10 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, thiserror::Error)]
 pub enum ConntrackError {
     /// The netlink socket failed.
-    #[error("reading conntrack over netlink: {0}")]
+    #[error("reading conntrack over netlink")]
     Socket(#[source] io::Error),
     /// The kernel refused the request.
-    #[error("the kernel refused the conntrack dump: {0}")]
+    #[error("the kernel refused the conntrack dump")]
     Refused(#[source] io::Error),
     /// A reply could not be parsed.
     #[error("an unreadable conntrack reply: {0}")]

@@ -11,7 +11,7 @@ pub const DEFAULT_SYSCTL_DIR: &str = "/proc/sys";
 
 /// A sysctl could not be read or written, or its value was not what the kernel writes there.
 #[derive(Debug, thiserror::Error)]
-#[error("{action} {}: {source}", .path.display())]
+#[error("{action} {}", .path.display())]
 pub struct SysctlError {
     action: &'static str,
     path: PathBuf,

@@ -106,11 +106,11 @@ impl XfrmPolicy {
 pub enum XfrmError {
     /// The netlink socket failed, the kernel did not answer in time, or a reply could not be
     /// read.
-    #[error("reading XFRM policies over netlink: {0}")]
+    #[error("reading XFRM policies over netlink")]
     Netlink(#[source] io::Error),
     /// The kernel refused the dump (EPERM without CAP_NET_ADMIN) or ended it with an error part
     /// way.
-    #[error("the kernel refused the XFRM policy dump or failed it part way: {0}")]
+    #[error("the kernel refused the XFRM policy dump or failed it part way")]
     Refused(#[source] io::Error),
     /// A policy could not be parsed.
     #[error("an unreadable XFRM policy reply: {0}")]

@@ -2,6 +2,8 @@
 //! tables hold and did, and the config in force. Each scrape reads the agent's status and the
 //! datapath's counts anew.
 
+use crate::causes::WithCauses;
+
 use std::{
     fmt,
     path::{Path, PathBuf},
@@ -36,7 +38,7 @@ fn read_counts(pin_path: Option<&Path>) -> Option<DatapathCounts> {
     };
     DatapathMaps::from_pins(pin_path)
         .and_then(|maps| DatapathCounts::read(&maps))
-        .inspect_err(|error| tracing::debug!(%error, "reading the datapath's counts for a scrape"))
+        .inspect_err(|error| tracing::debug!(error = %WithCauses(error), "reading the datapath's counts for a scrape"))
         .ok()
 }
 

@@ -6,6 +6,8 @@
 //! when a scrape asks for it: the agent's status and the pinned datapath maps ([`families`]),
 //! and `/proc/self` ([`process`]).
 
+use crate::causes::WithCauses;
+
 mod families;
 mod process;
 
@@ -118,8 +120,12 @@ pub async fn serve(
                     .serve_connection(TokioIo::new(stream), service);
                 match tokio::time::timeout(REQUEST_TIMEOUT, connection).await {
                     Ok(Ok(())) => {}
-                    Ok(Err(error)) => tracing::debug!(%error, "metrics connection failed"),
-                    Err(error) => tracing::debug!(%error, "metrics request timed out"),
+                    Ok(Err(error)) => {
+                        tracing::debug!(error = %WithCauses(&error), "metrics connection failed");
+                    }
+                    Err(error) => {
+                        tracing::debug!(error = %WithCauses(&error), "metrics request timed out");
+                    }
                 }
             });
         }

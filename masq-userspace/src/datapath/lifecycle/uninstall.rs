@@ -1,5 +1,7 @@
 //! `masq uninstall`: undoing what an agent did to the node, each step reported as it is done.
 
+use crate::causes::WithCauses;
+
 use std::{
     fmt,
     path::{Path, PathBuf},
@@ -122,7 +124,9 @@ pub fn uninstall(
                         report(UninstallStep::ReleasedPorts(meta.reserved().to_vec()));
                     }
                 }
-                Err(error) => report(UninstallStep::ReservedPortsUnknown(error.to_string())),
+                Err(error) => report(UninstallStep::ReservedPortsUnknown(
+                    WithCauses(&error).to_string(),
+                )),
             }
         }
         PinnedState::Leftovers(_) => report(UninstallStep::RemovingLeftovers),
