@@ -316,9 +316,7 @@ fn on_local_filesystem(file: &File) -> bool {
         0x794c_7630,
         0xf2f5_2010,
     ];
-    nix::sys::statfs::fstatfs(file).is_ok_and(|stat| {
-        u64::try_from(stat.filesystem_type().0).is_ok_and(|magic| LOCAL.contains(&magic))
-    })
+    crate::sys::fs::filesystem_magic(file).is_some_and(|magic| LOCAL.contains(&magic))
 }
 
 /// What the helper thread of [`read_with_timeout`] hands back, unless it was given up on.

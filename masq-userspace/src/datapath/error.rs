@@ -177,9 +177,9 @@ impl DatapathError {
 
 /// The process's `RLIMIT_MEMLOCK`, for the map-creation error.
 fn memlock_limit() -> String {
-    match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK) {
-        Ok((soft, _)) if soft == nix::sys::resource::RLIM_INFINITY => "unlimited here".to_owned(),
-        Ok((soft, _)) => format!("{} KiB here", soft / 1024),
+    match crate::sys::memory::memlock_limit() {
+        Ok(None) => "unlimited here".to_owned(),
+        Ok(Some(bytes)) => format!("{} KiB here", bytes / 1024),
         Err(error) => format!("unknown: {error}"),
     }
 }

@@ -28,6 +28,7 @@ use masq_common::{
 };
 
 use super::error::DatapathError;
+use crate::sys::fs::{Lock, LockRefused, lock_exclusive_now, mounted_at_or_above};
 
 /// The default pin directory.
 pub const DEFAULT_PIN_PATH: &str = "/sys/fs/bpf/masq";
@@ -577,23 +578,20 @@ impl PinDir {
 
     /// Takes the pin directory for this process: one agent per pin path. The lock is released
     /// when the returned descriptor is closed, also when the process dies.
-    pub fn lock(&self) -> Result<nix::fcntl::Flock<fs::File>, DatapathError> {
+    pub(crate) fn lock(&self) -> Result<Lock, DatapathError> {
         let directory = fs::File::open(&self.root).map_err(|source| DatapathError::Io {
             what: "opening",
             path: self.root.clone(),
             source,
         })?;
-        match nix::fcntl::Flock::lock(directory, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => Ok(lock),
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                Err(DatapathError::PinPathInUse(self.root.clone()))
-            }
-            Err((_, errno)) => Err(DatapathError::Io {
+        lock_exclusive_now(directory).map_err(|refused| match refused {
+            LockRefused::Held => DatapathError::PinPathInUse(self.root.clone()),
+            LockRefused::Failed(source) => DatapathError::Io {
                 what: "locking",
                 path: self.root.clone(),
-                source: errno.into(),
-            }),
-        }
+                source,
+            },
+        })
     }
 
     /// Removes the pinned maps only, so that a fresh set can be created (links stay, and keep
@@ -631,17 +629,7 @@ fn read_meta(path: &Path) -> Result<MapMeta, DatapathError> {
 
 /// Whether bpffs is mounted at or above `path` (pins elsewhere vanish or fail).
 pub fn is_on_bpffs(path: &Path) -> bool {
-    let Ok(mounts) = fs::read_to_string("/proc/self/mounts") else {
-        return false;
-    };
-    mounts.lines().any(|line| {
-        let mut fields = line.split_whitespace();
-        let _device = fields.next();
-        let (Some(mount_point), Some(kind)) = (fields.next(), fields.next()) else {
-            return false;
-        };
-        kind == "bpf" && path.starts_with(mount_point)
-    })
+    mounted_at_or_above(path, "bpf")
 }
 
 #[cfg(test)]

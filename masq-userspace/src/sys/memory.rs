@@ -1,4 +1,5 @@
-//! The node's memory, as the kernel reports it (`sysinfo(2)`).
+//! The node's memory, as the kernel reports it (`sysinfo(2)`), and how much of it this process
+//! may lock (`RLIMIT_MEMLOCK`).
 
 use std::io;
 
@@ -11,6 +12,13 @@ pub fn total_memory() -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok(info.totalram.saturating_mul(u64::from(info.mem_unit)))
+}
+
+/// This process's soft `RLIMIT_MEMLOCK` in bytes; `None` if unlimited.
+pub(crate) fn memlock_limit() -> io::Result<Option<u64>> {
+    use nix::sys::resource::{RLIM_INFINITY, Resource, getrlimit};
+    let (soft, _) = getrlimit(Resource::RLIMIT_MEMLOCK)?;
+    Ok((soft != RLIM_INFINITY).then_some(soft))
 }
 
 #[cfg(test)]

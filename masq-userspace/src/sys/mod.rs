@@ -8,7 +8,9 @@
 //!   [`interface_watch`] listens to rtnetlink's announcements of changes.
 //! * [`bpf`]: the `bpf(2)` commands aya does not wrap.
 //! * [`link`]: the interfaces, their addresses, link types and drivers.
-//! * [`sysctl`], [`memory`], [`clock`]: the kernel's settings, the node's memory, the time.
+//! * [`sysctl`], [`memory`], [`clock`]: the kernel's settings, the node's memory and the
+//!   process's memlock limit, the time.
+//! * [`fs`]: which filesystem a file is on, what is mounted where, and directory locks.
 //! * [`inotify`]: changes in a directory; [`async_fd`]: waiting for a descriptor in tokio.
 //!
 //! Every `unsafe` block of the crate is in the modules marked below, each with its `SAFETY`
@@ -26,6 +28,7 @@ pub(crate) mod async_fd;
 pub(crate) mod bpf;
 pub(crate) mod clock;
 pub(crate) mod conntrack;
+pub(crate) mod fs;
 #[expect(
     unsafe_code,
     reason = "vouches to the reactor for the descriptor of the inotify instance"

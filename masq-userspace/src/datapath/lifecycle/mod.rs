@@ -11,14 +11,10 @@ mod plan;
 pub mod port_reservation;
 mod uninstall;
 
-use std::{
-    fs::File,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use aya::maps::lpm_trie::Key;
 use masq_common::layout::{MAP_NAT_V6, MAP_NOMASQ_V4, MAP_NOMASQ_V6, MapMeta};
-use nix::fcntl::Flock;
 
 pub use self::{
     plan::{Adoption, Clearing, Plan, plan},
@@ -30,7 +26,7 @@ use super::{
     object::{Datapath, LoadOptions, StagedMaps},
     pins::{PinDir, is_on_bpffs},
 };
-use crate::node::reserved_ports::SysctlError;
+use crate::{node::reserved_ports::SysctlError, sys::fs::Lock};
 
 /// What the pinned datapath is to be: where, and how large.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,7 +89,7 @@ pub enum LifecycleError {
 pub struct HeldPins {
     dir: PinDir,
     /// Released when the descriptor closes, also when the process dies.
-    _lock: Flock<File>,
+    _lock: Lock,
 }
 
 /// The datapath a start loaded.
