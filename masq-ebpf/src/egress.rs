@@ -32,8 +32,9 @@ use masq_common::{
 };
 
 use crate::{
+    address::V6,
     counters::{count, count_in},
-    family::{Family, V6},
+    family::{self, Family},
     frag,
     handoff::{self, Request},
     maps,
@@ -54,7 +55,7 @@ pub(crate) fn classify(ctx: &TcContext) -> i32 {
     let Some(ip) = packet::classifiable(ctx, &outcomes) else {
         return Verdict::Pass.tc_action();
     };
-    let (Some(settings), Some(addrs)) = (maps::settings(), maps::uplink_addrs(ctx)) else {
+    let (Some(settings), Some(addrs)) = (maps::settings(), family::uplink_addrs(ctx)) else {
         count(Counter::EgressNotConfigured);
         return Verdict::Pass.tc_action();
     };
@@ -75,7 +76,7 @@ pub(crate) fn classify_v6(ctx: &TcContext) -> i32 {
             return Verdict::Pass.tc_action();
         }
     };
-    let (Some(settings), Some(addrs)) = (maps::settings(), maps::uplink_addrs(ctx)) else {
+    let (Some(settings), Some(addrs)) = (maps::settings(), family::uplink_addrs(ctx)) else {
         count_in::<V6>(Counter::EgressNotConfigured);
         return Verdict::Pass.tc_action();
     };
@@ -89,7 +90,7 @@ pub(crate) fn icmp_error_v6(ctx: &TcContext) -> i32 {
         count_in::<V6>(Counter::EgressMalformed);
         return Verdict::Pass.tc_action();
     };
-    let Some(addrs) = maps::uplink_addrs::<V6>(ctx) else {
+    let Some(addrs) = family::uplink_addrs::<V6>(ctx) else {
         count_in::<V6>(Counter::EgressNotConfigured);
         return Verdict::Pass.tc_action();
     };
@@ -98,7 +99,7 @@ pub(crate) fn icmp_error_v6(ctx: &TcContext) -> i32 {
 
 /// `node_ip` is the address of the interface the packet leaves by: what it is masqueraded to
 /// (for a packet of the node's own from the interface's former address, that address: see
-/// `maps::UplinkAddrs`).
+/// `family::UplinkAddrs`).
 #[inline(always)]
 fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: &Ip<A>) -> Verdict {
     if ip.is_later_fragment() {

@@ -15,10 +15,11 @@ use masq_common::{
 };
 
 use crate::{
+    clock::now_ns,
     counters::count_in,
     family::Family,
     forget, handoff, maps,
-    nat::{self, Inbound, Mapping, now_ns},
+    nat::{self, Inbound, Mapping},
     track::{self, Fate},
     verdict::Verdict,
 };

@@ -8,7 +8,7 @@ use aya_ebpf::{
         bpf_sock_tuple, bpf_sock_tuple__bindgen_ty_1, bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1,
         bpf_sock_tuple__bindgen_ty_1__bindgen_ty_2,
     },
-    btf_maps::{LruHashMap, PerCpuArray, lpm_trie::Key},
+    btf_maps::{PerCpuArray, lpm_trie::Key},
     programs::TcContext,
 };
 use aya_log_ebpf::debug;
@@ -16,51 +16,37 @@ use masq_common::{
     checksum::{replace16, replace32},
     counters::Counter,
     layout::{
-        FRAGS_V4_MAX_ENTRIES, PROG_SLOT_ALLOCATOR, PROG_SLOT_ALLOCATOR_V6, PROG_SLOT_FLOW_EVENT,
-        PROG_SLOT_FLOW_EVENT_V6, PROG_SLOT_ICMP_ERROR_EGRESS_V6, PROG_SLOT_ICMP_ERROR_INGRESS_V6,
-        PROG_SLOT_PORT_SHARE, PROG_SLOT_PORT_SHARE_V6, PROG_SLOT_REVERSE_NAT,
-        PROG_SLOT_REVERSE_NAT_V6, PROG_SLOT_SOURCE_NAT, PROG_SLOT_SOURCE_NAT_V6, Uplink,
-        UplinkSlot,
+        PROG_SLOT_ALLOCATOR, PROG_SLOT_ALLOCATOR_V6, PROG_SLOT_FLOW_EVENT, PROG_SLOT_FLOW_EVENT_V6,
+        PROG_SLOT_ICMP_ERROR_EGRESS_V6, PROG_SLOT_ICMP_ERROR_INGRESS_V6, PROG_SLOT_PORT_SHARE,
+        PROG_SLOT_PORT_SHARE_V6, PROG_SLOT_REVERSE_NAT, PROG_SLOT_REVERSE_NAT_V6,
+        PROG_SLOT_SOURCE_NAT, PROG_SLOT_SOURCE_NAT_V6, UPLINK_INDEX_SLOTS, Uplink, UplinkSlot,
     },
-    nat::{Address, FragEntry, FragKey, Handoff, NatKey, proto},
+    nat::{Address, Handoff, NatKey, proto},
     settings::{FAMILY_IPV4, FAMILY_IPV6},
 };
 
 use crate::{
-    counters::{Counted, count_in},
+    address::V6,
+    counters::count_in,
+    header::{
+        IP_CHECK, IP_DST, IP_SRC, IPV4_FRAGMENT_OFFSET_MASK, IPV6_DST, IPV6_HEADER_LEN, IPV6_SRC,
+        IcmpKind, Ipv4Header, icmp_kind_v4, icmp_kind_v6,
+    },
     icmp::{self, QuotedIp},
     maps::{
-        BURIED_V4, BURIED_V6, Buried, FLOW_INDEX_V4, FLOW_INDEX_V6, FRAGS_V4, FRAGS_V6, FlowIndex,
+        BURIED_V4, BURIED_V6, Buried, COUNTERS, COUNTERS_V6, EVICTIONS, EVICTIONS_V6,
+        EvictionCounters, FLOW_INDEX_V4, FLOW_INDEX_V6, FRAGS_V4, FRAGS_V6, FlowIndex, Frags,
         HANDOFF, HANDOFF_V6, HOLDERS_V4, HOLDERS_V6, Holders, NAT_V4, NAT_V6, NOMASQ_SRC_V4,
-        NOMASQ_SRC_V6, NOMASQ_V4, NOMASQ_V6, NatTable, PROGS, REMOTE_HOLDERS_V4, REMOTE_HOLDERS_V6,
-        RemoteHolders, UplinkAddrs,
+        NOMASQ_SRC_V6, NOMASQ_V4, NOMASQ_V6, NatTable, PROGS, PacketCounters, REMOTE_HOLDERS_V4,
+        REMOTE_HOLDERS_V6, RemoteHolders, UPLINK_SLOTS, UPLINKS,
     },
-    packet::{
-        self, EarlyOutcomes, Frame6, IP_CHECK, IP_DST, IP_SRC, IPV4_FRAGMENT_OFFSET_MASK,
-        IPV6_HEADER_LEN, IcmpKind, Ip, Ipv4Header, icmp_kind_v4, icmp_kind_v6,
-    },
+    packet::{self, EarlyOutcomes, Frame6, Ip},
     rewrite::{self, End},
     verdict::Verdict,
 };
 
-/// An IPv6 address as the datapath handles it: its 16 bytes, aligned to 4. As a plain byte
-/// array LLVM moves and compares it byte by byte, each byte in a stack slot of its own eight
-/// bytes wide, and an IPv6 program then outgrows its 512-byte stack; aligned, it moves in
-/// words. The maps' layout is the same as with `[u8; 16]` (what userspace uses).
-#[repr(C, align(4))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct V6(pub(crate) [u8; 16]);
-
-impl Address for V6 {
-    type EntryPad = [u8; 4];
-    const ENTRY_PAD: [u8; 4] = [0; 4];
-}
-
-/// The fragment tables' type.
-pub(crate) type Frags<A> = LruHashMap<FragKey<A>, FragEntry<A>, { FRAGS_V4_MAX_ENTRIES as usize }>;
-
 /// An address family the datapath translates.
-pub(crate) trait Family: Address + Counted + 'static {
+pub(crate) trait Family: Address + 'static {
     /// The IP protocol number of the family's ICMP.
     const ICMP: u8;
     /// Whether the family's ICMP checksum covers the pseudo-header (ICMPv6's does).
@@ -84,6 +70,10 @@ pub(crate) trait Family: Address + Counted + 'static {
     const FAMILY: usize;
     /// The unspecified address (`0.0.0.0`, `::`): no address.
     const UNSPECIFIED: Self;
+    /// The family's packet counters, one slot per `Counter`.
+    fn counters() -> &'static PacketCounters;
+    /// The family's eviction counters, one slot per cause and class.
+    fn evictions() -> &'static EvictionCounters;
     /// The family's NAT table.
     fn nat() -> &'static NatTable<Self>;
     /// The family's fragment table.
@@ -126,7 +116,7 @@ pub(crate) trait Family: Address + Counted + 'static {
     /// IPv6, link-local sources (neighbour discovery, router solicitations) and multicast.
     fn link_scoped(src: Self, dst: Self) -> bool;
     /// The debug record of a new mapping of `key`'s flow to port `port` (off unless the agent
-    /// runs with datapath debug logging).
+    /// runs with datapath debug logging): the family's addresses print differently.
     fn log_new_mapping(ctx: &TcContext, key: &NatKey<Self>, port: u16);
     /// The address at `address` (in map memory), read as 32-bit words with volatile loads.
     /// A plain copy of an IPv6 address out of a map value compiles to a call to `memmove`, a
@@ -187,6 +177,16 @@ impl Family for [u8; 4] {
     const SLOT_PORT_SHARE: u32 = PROG_SLOT_PORT_SHARE;
     const UNSPECIFIED: Self = [0; 4];
     const FAMILY: usize = FAMILY_IPV4;
+
+    #[inline(always)]
+    fn counters() -> &'static PacketCounters {
+        &COUNTERS
+    }
+
+    #[inline(always)]
+    fn evictions() -> &'static EvictionCounters {
+        &EVICTIONS
+    }
 
     #[inline(always)]
     fn nat() -> &'static NatTable<Self> {
@@ -394,8 +394,8 @@ impl Family for V6 {
 
     const ICMP: u8 = proto::ICMPV6;
     const ICMP_CHECKSUM_COVERS_ADDRESSES: bool = true;
-    const QUOTE_SRC: usize = 8;
-    const QUOTE_DST: usize = 24;
+    const QUOTE_SRC: usize = IPV6_SRC;
+    const QUOTE_DST: usize = IPV6_DST;
     const QUOTE_CHECK: Option<usize> = None;
     const SLOT_ALLOCATOR: u32 = PROG_SLOT_ALLOCATOR_V6;
     const SLOT_SOURCE_NAT: u32 = PROG_SLOT_SOURCE_NAT_V6;
@@ -404,6 +404,16 @@ impl Family for V6 {
     const SLOT_PORT_SHARE: u32 = PROG_SLOT_PORT_SHARE_V6;
     const UNSPECIFIED: Self = Self([0; 16]);
     const FAMILY: usize = FAMILY_IPV6;
+
+    #[inline(always)]
+    fn counters() -> &'static PacketCounters {
+        &COUNTERS_V6
+    }
+
+    #[inline(always)]
+    fn evictions() -> &'static EvictionCounters {
+        &EVICTIONS_V6
+    }
 
     #[inline(always)]
     fn nat() -> &'static NatTable<Self> {
@@ -608,4 +618,45 @@ impl Family for V6 {
             replace16(check, u16::from_be(*old), u16::from_be(new))
         })
     }
+}
+
+/// An uplink's addresses of one family, as the programs see them.
+#[derive(Clone, Copy)]
+pub(crate) struct UplinkAddrs<A> {
+    /// What masqueraded traffic leaving by the uplink gets now.
+    pub(crate) now: A,
+    /// The address it got before, still the interface's, whose flows live on (the unspecified
+    /// address when there is none): replies to it are restored, and the node's packets from
+    /// it are the node's (see `Uplink::former_addr`).
+    pub(crate) former: A,
+}
+
+impl<A: Family> UplinkAddrs<A> {
+    /// The uplink address `local` (a packet's source leaving, its destination arriving) is, of
+    /// the two: the former address for a packet of its flows, else the current one.
+    #[inline(always)]
+    pub(crate) fn serving(&self, local: A) -> A {
+        if local == self.former && self.former != A::UNSPECIFIED {
+            self.former
+        } else {
+            self.now
+        }
+    }
+}
+
+/// The addresses of family `A` of the packet's device (see [`UplinkAddrs`]), or `None` when masq
+/// does not translate that family on that device.
+#[inline(always)]
+pub(crate) fn uplink_addrs<A: Family>(ctx: &TcContext) -> Option<UplinkAddrs<A>> {
+    // SAFETY: `skb` points at the context the kernel passed to the program; `ifindex` is a
+    // plain field the verifier lets a classifier read.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    if ifindex < UPLINK_INDEX_SLOTS {
+        let slot = UPLINK_SLOTS.get(ifindex)?;
+        return A::of_slot(slot);
+    }
+    // SAFETY: the entry is read at once; the agent replaces entries whole.
+    UPLINKS
+        .get_ptr(ifindex)
+        .and_then(|uplink| A::of_uplink(unsafe { &*uplink }))
 }

@@ -5,17 +5,10 @@
 //! one offset or another) splits everything after it into one walk per path, and a few such
 //! values in a row multiply. A value stored into a map and read back is known to the verifier
 //! only by its width, so every path reaches the code after it in the same state. The programs
-//! pass such values through [`FORGET`](crate::maps::FORGET), a per-CPU slot private to this
-//! CPU while a program runs.
+//! pass such values through [`FORGET`], a per-CPU slot private to this CPU while a program
+//! runs.
 
 use crate::maps::FORGET;
-
-/// The per-CPU slot's layout.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct Forgotten {
-    word: u32,
-}
 
 /// `value`, as the verifier knows a `u32` read from a map.
 #[inline(always)]

@@ -13,9 +13,9 @@ use masq_common::{
 };
 
 use crate::{
+    clock::now_ns,
     counters::count_in,
     family::Family,
-    nat::now_ns,
     packet::Ip,
     rewrite::{self, End},
     verdict::Verdict,

@@ -35,7 +35,8 @@ use crate::{
     counters::count_in,
     family::Family,
     frag,
-    packet::{IcmpKind, Ip},
+    header::IcmpKind,
+    packet::Ip,
     rewrite::{self, End},
     verdict::Verdict,
 };

@@ -13,8 +13,9 @@ use masq_common::{
 };
 
 use crate::{
+    address::V6,
     counters::count_in,
-    family::{Family, V6},
+    family::{self, Family},
     frag,
     handoff::{self, Request},
     maps,
@@ -69,7 +70,7 @@ pub(crate) fn icmp_error_v6(ctx: &TcContext) -> i32 {
 #[inline(always)]
 fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
     let ip = *ip;
-    let (Some(settings), Some(addrs)) = (maps::settings(), maps::uplink_addrs::<A>(ctx)) else {
+    let (Some(settings), Some(addrs)) = (maps::settings(), family::uplink_addrs::<A>(ctx)) else {
         count_in::<A>(Counter::IngressNotConfigured);
         return Verdict::Pass;
     };

@@ -20,8 +20,10 @@
 // The holders' counts are added to atomically by an instruction written out (see `atomic`).
 #![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 
+mod address;
 mod allocator;
 mod atomic;
+mod clock;
 mod counters;
 mod egress;
 mod event;
@@ -30,6 +32,7 @@ mod family;
 mod forget;
 mod frag;
 mod handoff;
+mod header;
 mod holders;
 mod icmp;
 mod ingress;
@@ -141,7 +144,7 @@ fn masq_ingress6(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_allocator6(ctx: TcContext) -> i32 {
-    allocator::allocate::<family::V6>(&ctx)
+    allocator::allocate::<address::V6>(&ctx)
 }
 
 /// Translates an ICMPv6 error leaving by an uplink (its quoted packet too); tail-called by
@@ -173,7 +176,7 @@ fn masq_icmp6_ingress(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_source_nat6(ctx: TcContext) -> i32 {
-    handoff::source_nat::<family::V6>(&ctx)
+    handoff::source_nat::<address::V6>(&ctx)
 }
 
 /// IPv6 `masq_reverse_nat`.
@@ -183,7 +186,7 @@ fn masq_source_nat6(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_reverse_nat6(ctx: TcContext) -> i32 {
-    handoff::reverse_nat::<family::V6>(&ctx)
+    handoff::reverse_nat::<address::V6>(&ctx)
 }
 
 /// Takes a port for a pod's new flow that found none from a pod holding more of the remote's
@@ -204,7 +207,7 @@ fn masq_port_share(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_port_share6(ctx: TcContext) -> i32 {
-    allocator::share_port::<family::V6>(&ctx)
+    allocator::share_port::<address::V6>(&ctx)
 }
 
 /// IPv6 `masq_flow_event`.
@@ -214,7 +217,7 @@ fn masq_port_share6(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_flow_event6(ctx: TcContext) -> i32 {
-    event::handle::<family::V6>(&ctx)
+    event::handle::<address::V6>(&ctx)
 }
 
 /// The kernel requires a GPL-compatible license for the helpers the programs call.

@@ -1,5 +1,8 @@
-//! The maps shared by both programs and the agent. All are pinned by the agent under its pin
-//! path so a restarted agent adopts them; names and layouts come from `masq_common::layout`.
+//! The maps: those shared by the programs and the agent, pinned by the agent under its pin path
+//! so a restarted agent adopts them (names and layouts from `masq_common::layout`), and the
+//! per-CPU scratch slots private to each load. With the settings and where a frame's IP header
+//! starts, read from them. The bottom floor of map access: only the address and header types
+//! are below it.
 
 use aya_ebpf::{
     btf_maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, ProgramArray},
@@ -21,7 +24,7 @@ use masq_common::{
     settings::Settings,
 };
 
-use crate::family::{Family, V6};
+use crate::{address::V6, header::ETH_HLEN};
 
 /// Datapath settings (SNAT port ranges, flags) at index 0. Written by the agent when it starts
 /// and whenever its flags change; read by both programs on every packet. Until the agent writes
@@ -70,6 +73,14 @@ pub(crate) static NOMASQ_SRC_V4: LpmTrie<[u8; 4], u32, { NOMASQ_SRC_MAX_ENTRIES 
 pub(crate) static NOMASQ_SRC_V6: LpmTrie<[u8; 16], u32, { NOMASQ_SRC_MAX_ENTRIES as usize }> =
     LpmTrie::new();
 
+/// A family's packet counters, one slot per `Counter` (see [`COUNTERS`]).
+pub(crate) type PacketCounters = PerCpuArray<u64, { COUNTER_COUNT as usize }>;
+/// A family's eviction counters, one slot per cause and class (see [`EVICTIONS`]).
+pub(crate) type EvictionCounters = PerCpuArray<u64, { EVICTION_SLOTS as usize }>;
+
+/// The fragment tables' type (see [`FRAGS_V4`]).
+pub(crate) type Frags<A> = LruHashMap<FragKey<A>, FragEntry<A>, { FRAGS_V4_MAX_ENTRIES as usize }>;
+
 /// The NAT tables' type: a plain, preallocated hash, so that a full table refuses new flows
 /// rather than evicting live ones (see [`NAT_V4`]). The capacity is as declared; the agent sets
 /// the real one at load time.
@@ -95,7 +106,7 @@ pub(crate) static FRAGS_V4: LruHashMap<FragKeyV4, FragEntryV4, { FRAGS_V4_MAX_EN
 /// Per-CPU packet counters indexed by `masq_common::counters::Counter`. Incremented by the
 /// programs; summed by the agent for metrics and `masq status`.
 #[btf_map(name = "masq_counters")]
-pub(crate) static COUNTERS: PerCpuArray<u64, { COUNTER_COUNT as usize }> = PerCpuArray::new();
+pub(crate) static COUNTERS: PacketCounters = PerCpuArray::new();
 
 /// Per-CPU histogram of how many ports new flows tried before one was free; the last bucket
 /// counts flows that found none. Incremented by the egress program; read by the agent.
@@ -107,11 +118,11 @@ pub(crate) static ALLOC_RETRIES: PerCpuArray<u64, { ALLOC_HISTOGRAM_BUCKETS as u
 /// by the programs when a flow makes room for another; summed by the agent for metrics and
 /// `masq status` (its own garbage collector's evictions it counts itself).
 #[btf_map(name = "masq_evictions")]
-pub(crate) static EVICTIONS: PerCpuArray<u64, { EVICTION_SLOTS as usize }> = PerCpuArray::new();
+pub(crate) static EVICTIONS: EvictionCounters = PerCpuArray::new();
 
 /// [`EVICTIONS`] for IPv6.
 #[btf_map(name = "masq_evictions_v6")]
-pub(crate) static EVICTIONS_V6: PerCpuArray<u64, { EVICTION_SLOTS as usize }> = PerCpuArray::new();
+pub(crate) static EVICTIONS_V6: EvictionCounters = PerCpuArray::new();
 
 /// The programs the attached ones tail-call, by `PROG_SLOT_*`: the IPv6 programs, the flow-event
 /// program, the allocator, the rewrites. Written by the agent right after it loads the programs
@@ -151,23 +162,45 @@ pub(crate) static FRAGS_V6: LruHashMap<
 /// Per-CPU counters of IPv6 packets, indexed like [`COUNTERS`]. Incremented by the IPv6
 /// programs; summed by the agent for metrics (label `family="ipv6"`).
 #[btf_map(name = "masq_counters_v6")]
-pub(crate) static COUNTERS_V6: PerCpuArray<u64, { COUNTER_COUNT as usize }> = PerCpuArray::new();
+pub(crate) static COUNTERS_V6: PacketCounters = PerCpuArray::new();
 
 /// The IPv6 programs' [`HANDOFF`].
 #[btf_map(name = "masq_handoff_v6")]
 pub(crate) static HANDOFF_V6: PerCpuArray<Handoff<V6>, 1> = PerCpuArray::new();
+
+/// What the IPv6 extension-header walk found (see `packet::parse_ipv6`), as [`WALK_V6`] holds
+/// it. The fields are narrow on purpose: the transport offset is a `u16`, which bounds it as
+/// packet access needs.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Walked {
+    pub(crate) l4_len: u32,
+    pub(crate) id: u32,
+    pub(crate) l4_off: u16,
+    pub(crate) fragment_offset: u16,
+    pub(crate) protocol: u8,
+    pub(crate) more_fragments: u8,
+    pub(crate) pad: [u8; 2],
+}
 
 /// What the IPv6 extension-header walk found, per CPU: the walk's results pass through it
 /// (see `packet::parse_ipv6`), so that the verifier meets the rest of an IPv6 program once,
 /// not once for each number and kind of extension headers. Written and read back by the IPv6
 /// programs within one run; not pinned, private to each load.
 #[btf_map(name = "masq_walk_v6")]
-pub(crate) static WALK_V6: PerCpuArray<crate::packet::Walked, 1> = PerCpuArray::new();
+pub(crate) static WALK_V6: PerCpuArray<Walked, 1> = PerCpuArray::new();
+
+/// The layout of [`FORGET`]'s slot.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Forgotten {
+    pub(crate) word: u32,
+}
 
 /// Values the programs store and read back within one run so that the verifier knows them only
 /// by their width (see `forget`). Per CPU, private to each load, not pinned.
 #[btf_map(name = "masq_forget")]
-pub(crate) static FORGET: PerCpuArray<crate::forget::Forgotten, 1> = PerCpuArray::new();
+pub(crate) static FORGET: PerCpuArray<Forgotten, 1> = PerCpuArray::new();
 
 /// The egress keys of IPv4 flows: what eviction samples (see `evict`). Written by the programs
 /// that create flows, each into the slot of the flow it evicted or else the next slot of
@@ -247,7 +280,8 @@ pub(crate) fn settings() -> Option<&'static Settings> {
 /// of link.
 #[inline(always)]
 pub(crate) fn ip_offset(ctx: &TcContext) -> usize {
-    // SAFETY: as in `snat_addr`.
+    // SAFETY: `skb` points at the context the kernel passed to the program; `ifindex` is a
+    // plain field the verifier lets a classifier read.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     let link = if ifindex < UPLINK_INDEX_SLOTS {
         UPLINK_SLOTS
@@ -259,46 +293,5 @@ pub(crate) fn ip_offset(ctx: &TcContext) -> usize {
             .get_ptr(ifindex)
             .map_or(LINK_ETHERNET, |uplink| unsafe { (*uplink).link })
     };
-    usize::from((link & LINK_IP) ^ LINK_IP) * crate::packet::ETH_HLEN
-}
-
-/// An uplink's addresses of one family, as the programs see them.
-#[derive(Clone, Copy)]
-pub(crate) struct UplinkAddrs<A> {
-    /// What masqueraded traffic leaving by the uplink gets now.
-    pub(crate) now: A,
-    /// The address it got before, still the interface's, whose flows live on (the unspecified
-    /// address when there is none): replies to it are restored, and the node's packets from
-    /// it are the node's (see `Uplink::former_addr`).
-    pub(crate) former: A,
-}
-
-impl<A: Family> UplinkAddrs<A> {
-    /// The uplink address `local` (a packet's source leaving, its destination arriving) is, of
-    /// the two: the former address for a packet of its flows, else the current one.
-    #[inline(always)]
-    pub(crate) fn serving(&self, local: A) -> A {
-        if local == self.former && self.former != A::UNSPECIFIED {
-            self.former
-        } else {
-            self.now
-        }
-    }
-}
-
-/// The addresses of family `A` of the packet's device (see [`UplinkAddrs`]), or `None` when masq
-/// does not translate that family on that device.
-#[inline(always)]
-pub(crate) fn uplink_addrs<A: Family>(ctx: &TcContext) -> Option<UplinkAddrs<A>> {
-    // SAFETY: `skb` points at the context the kernel passed to the program; `ifindex` is a
-    // plain field the verifier lets a classifier read.
-    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    if ifindex < UPLINK_INDEX_SLOTS {
-        let slot = UPLINK_SLOTS.get(ifindex)?;
-        return A::of_slot(slot);
-    }
-    // SAFETY: the entry is read at once; the agent replaces entries whole.
-    UPLINKS
-        .get_ptr(ifindex)
-        .and_then(|uplink| A::of_uplink(unsafe { &*uplink }))
+    usize::from((link & LINK_IP) ^ LINK_IP) * ETH_HLEN
 }

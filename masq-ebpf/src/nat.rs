@@ -3,7 +3,7 @@
 
 use aya_ebpf::{
     bindings::{BPF_ANY, BPF_NOEXIST},
-    helpers::generated::{bpf_get_prandom_u32, bpf_jiffies64, bpf_ktime_get_coarse_ns},
+    helpers::generated::bpf_get_prandom_u32,
     programs::TcContext,
 };
 use masq_common::{
@@ -14,6 +14,7 @@ use masq_common::{
 };
 
 use crate::{
+    clock::now_ns,
     counters::{count_in, record_allocation},
     evict,
     family::Family,
@@ -22,43 +23,6 @@ use crate::{
     table::{copy_entry, peer_of, write_entry, write_window},
     track,
 };
-
-/// The coarse clock as last read, with the tick (jiffies) it was read in.
-#[repr(C)]
-struct CoarseClock {
-    jiffies: u64,
-    ns: u64,
-}
-
-/// The last reading of the coarse clock, shared by all CPUs. Written by the programs (the
-/// first packet of each tick on each CPU), never by the agent; a global rather than a pinned
-/// map because it is a cache: a new program starts with its own, empty.
-static mut COARSE_CLOCK: CoarseClock = CoarseClock { jiffies: 0, ns: 0 };
-
-/// Monotonic time in nanoseconds (CLOCK_MONOTONIC), coarse: it moves once per tick.
-///
-/// The coarse clock changes only when jiffies do, and the kernel reads jiffies inline where it
-/// must call out for the clock, so the clock is read once per tick and cached. Every packet of
-/// a flow asks for the time, and a helper call costs as much as the rest of the lookup. Two
-/// CPUs refreshing the cache at once can leave a reading one tick old, never one ahead.
-#[inline(always)]
-pub(crate) fn now_ns() -> u64 {
-    // SAFETY: the helper takes no arguments; the kernel inlines it as a load of jiffies.
-    let jiffies = unsafe { bpf_jiffies64() };
-    let clock = &raw mut COARSE_CLOCK;
-    // SAFETY: `clock` points at the program's global; concurrent writers store whole fields,
-    // and a mismatched pair is at most a tick old (see above). Volatile, so each packet reads
-    // what another CPU may have stored.
-    unsafe {
-        if core::ptr::read_volatile(&raw const (*clock).jiffies) == jiffies {
-            return core::ptr::read_volatile(&raw const (*clock).ns);
-        }
-        let ns = bpf_ktime_get_coarse_ns();
-        core::ptr::write_volatile(&raw mut (*clock).ns, ns);
-        core::ptr::write_volatile(&raw mut (*clock).jiffies, jiffies);
-        ns
-    }
-}
 
 /// The translation a packet's half of a flow holds, as a lookup found it.
 #[derive(Clone, Copy)]

@@ -14,26 +14,19 @@ use masq_common::{
 };
 
 use crate::{
+    address::V6,
     counters::count,
-    family::{Family, V6},
-    maps::{self, PROGS},
+    family::Family,
+    forget,
+    header::{
+        ETH_HLEN, IPV4_FRAGMENT_OFFSET_MASK, IPV6_HEADER_LEN, IcmpKind, Ipv4Header, Ipv6Header,
+        header_len_of,
+    },
+    maps::{self, PROGS, Walked},
 };
-
-/// Length of the Ethernet header, before the IP header on an Ethernet uplink (on an uplink
-/// without a link-layer header, the IP header comes first: see [`maps::ip_offset`]).
-pub(crate) const ETH_HLEN: usize = 14;
-/// Offset of the IPv4 header checksum within the header.
-pub(crate) const IP_CHECK: usize = 10;
-/// Offset of the IPv4 source address within the header.
-pub(crate) const IP_SRC: usize = 12;
-/// Offset of the IPv4 destination address within the header.
-pub(crate) const IP_DST: usize = 16;
 
 const ETH_P_IP: [u8; 2] = [0x08, 0x00];
 const IP_MF: u16 = 0x2000;
-/// The fragment offset bits of the IPv4 flags-and-offset field.
-pub(crate) const IPV4_FRAGMENT_OFFSET_MASK: u16 = 0x1fff;
-
 /// Bytes of a TCP header without options.
 const TCP_HEADER_LEN: usize = 20;
 /// Most bytes of options a TCP header holds.
@@ -45,72 +38,6 @@ mod tcp_option {
     pub(super) const WINDOW_SCALE: u8 = 3;
     /// The window scale option's length.
     pub(super) const WINDOW_SCALE_LEN: u8 = 3;
-}
-
-/// How the datapath treats an ICMP message type (of either family).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum IcmpKind {
-    /// A query (echo, timestamp) whose identifier acts as the local port.
-    Request,
-    /// The answer to a [`IcmpKind::Request`].
-    Reply,
-    /// An error quoting the packet that caused it.
-    Error,
-    /// Anything else (IPv6 neighbour discovery, MLD, router advertisements...): never touched.
-    Other,
-}
-
-/// The [`IcmpKind`] of an ICMPv4 type.
-#[inline(always)]
-pub(crate) const fn icmp_kind_v4(icmp: u8) -> IcmpKind {
-    match icmp {
-        icmp_type::ECHO_REQUEST | icmp_type::TIMESTAMP_REQUEST => IcmpKind::Request,
-        icmp_type::ECHO_REPLY | icmp_type::TIMESTAMP_REPLY => IcmpKind::Reply,
-        icmp_type::DEST_UNREACH
-        | icmp_type::SOURCE_QUENCH
-        | icmp_type::REDIRECT
-        | icmp_type::TIME_EXCEEDED
-        | icmp_type::PARAMETER_PROBLEM => IcmpKind::Error,
-        _ => IcmpKind::Other,
-    }
-}
-
-/// ICMPv6 types (RFC 4443) the datapath tells apart.
-pub(crate) mod icmp6_type {
-    pub(crate) const DEST_UNREACH: u8 = 1;
-    pub(crate) const PACKET_TOO_BIG: u8 = 2;
-    pub(crate) const TIME_EXCEEDED: u8 = 3;
-    pub(crate) const PARAMETER_PROBLEM: u8 = 4;
-    pub(crate) const ECHO_REQUEST: u8 = 128;
-    pub(crate) const ECHO_REPLY: u8 = 129;
-}
-
-/// The [`IcmpKind`] of an ICMPv6 type. Neighbour discovery, MLD and router messages are
-/// [`IcmpKind::Other`]: link-local machinery that must pass exactly as it is.
-#[inline(always)]
-pub(crate) const fn icmp_kind_v6(icmp: u8) -> IcmpKind {
-    match icmp {
-        icmp6_type::ECHO_REQUEST => IcmpKind::Request,
-        icmp6_type::ECHO_REPLY => IcmpKind::Reply,
-        icmp6_type::DEST_UNREACH
-        | icmp6_type::PACKET_TOO_BIG
-        | icmp6_type::TIME_EXCEEDED
-        | icmp6_type::PARAMETER_PROBLEM => IcmpKind::Error,
-        _ => IcmpKind::Other,
-    }
-}
-
-/// ICMP types of queries whose identifier acts as a port (RFC 792, RFC 950).
-pub(crate) mod icmp_type {
-    pub(crate) const ECHO_REPLY: u8 = 0;
-    pub(crate) const DEST_UNREACH: u8 = 3;
-    pub(crate) const SOURCE_QUENCH: u8 = 4;
-    pub(crate) const REDIRECT: u8 = 5;
-    pub(crate) const ECHO_REQUEST: u8 = 8;
-    pub(crate) const TIME_EXCEEDED: u8 = 11;
-    pub(crate) const PARAMETER_PROBLEM: u8 = 12;
-    pub(crate) const TIMESTAMP_REQUEST: u8 = 13;
-    pub(crate) const TIMESTAMP_REPLY: u8 = 14;
 }
 
 /// The `T` at `offset` in the frame, or `None` when the frame is shorter.
@@ -127,37 +54,6 @@ pub(crate) fn read<T: Copy>(ctx: &TcContext, offset: usize) -> Option<T> {
         return Some(unsafe { (start as *const T).read_unaligned() });
     }
     ctx.load::<T>(offset).ok()
-}
-
-/// The fixed part of an IPv4 header, as bytes so that it has no alignment requirement.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct Ipv4Header {
-    pub(crate) version_ihl: u8,
-    pub(crate) tos: u8,
-    pub(crate) total_len: [u8; 2],
-    pub(crate) id: [u8; 2],
-    pub(crate) frag: [u8; 2],
-    pub(crate) ttl: u8,
-    pub(crate) protocol: u8,
-    pub(crate) check: [u8; 2],
-    pub(crate) src: [u8; 4],
-    pub(crate) dst: [u8; 4],
-}
-
-impl Ipv4Header {
-    /// Header length in bytes, or `None` when the header is not a valid IPv4 header.
-    #[inline(always)]
-    pub(crate) fn header_len(&self) -> Option<usize> {
-        header_len_of(self.version_ihl)
-    }
-}
-
-/// The header length an IPv4 header's first byte gives, or `None` when it is not IPv4's.
-#[inline(always)]
-fn header_len_of(version_ihl: u8) -> Option<usize> {
-    let ihl = usize::from(version_ihl & 0x0f) * 4;
-    (version_ihl >> 4 == 4 && ihl >= 20).then_some(ihl)
 }
 
 /// The fields of an IPv4 header the datapath uses, as numbers (host order; addresses as
@@ -307,9 +203,6 @@ fn network_protocol(ctx: &TcContext, l3_off: usize) -> Option<[u8; 2]> {
 }
 
 const ETH_P_IPV6: [u8; 2] = [0x86, 0xdd];
-/// Length of the fixed IPv6 header.
-pub(crate) const IPV6_HEADER_LEN: usize = 40;
-
 /// IPv6 next-header values of the extension headers walked.
 mod next_header {
     pub(crate) const HOP_BY_HOP: u8 = 0;
@@ -317,18 +210,6 @@ mod next_header {
     pub(crate) const FRAGMENT: u8 = 44;
     pub(crate) const AUTHENTICATION: u8 = 51;
     pub(crate) const DESTINATION_OPTIONS: u8 = 60;
-}
-
-/// The fixed IPv6 header, as bytes so that it has no alignment requirement.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct Ipv6Header {
-    pub(crate) version_class_flow: [u8; 4],
-    pub(crate) payload_len: [u8; 2],
-    pub(crate) next_header: u8,
-    pub(crate) hop_limit: u8,
-    pub(crate) src: [u8; 16],
-    pub(crate) dst: [u8; 16],
 }
 
 /// What an IPv6 frame holds.
@@ -438,27 +319,13 @@ pub(crate) fn parse_ipv6(ctx: &TcContext) -> Frame6 {
 /// units, plus one).
 const IPV6_MAX_L4_OFF: usize = ETH_HLEN + IPV6_HEADER_LEN + IPV6_MAX_EXTENSION_HEADERS * 2048;
 
-/// What the IPv6 extension-header walk found (see [`forget_path`]).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct Walked {
-    l4_len: u32,
-    id: u32,
-    l4_off: u16,
-    fragment_offset: u16,
-    protocol: u8,
-    more_fragments: u8,
-    pad: [u8; 2],
-}
-
 /// `walked`, stored and read back through the per-CPU [`WALK_V6`](maps::WALK_V6) slot.
 ///
 /// The verifier knows each path through the extension-header walk by its exact offsets and
 /// values, so every number and kind of extension headers would verify the rest of the program
 /// anew: the IPv6 egress program then took more than half a million instructions on Linux
 /// 6.18, and far more on older verifiers. A value read from a map is only known by its width,
-/// so every path reaches the rest of the program in the same state. The fields are narrow on
-/// purpose: the transport offset is a `u16`, which bounds it as packet access needs.
+/// so every path reaches the rest of the program in the same state (see [`Walked`]).
 #[inline(always)]
 fn forget_path(walked: Walked) -> Option<Walked> {
     let slot = maps::WALK_V6.get_ptr_mut(0)?;
@@ -660,7 +527,7 @@ fn window_scale(ctx: &TcContext, options_off: usize, options_len: usize) -> u8 {
     let mut at = 0;
     // One pass per byte at most: every option is at least one byte long.
     for _ in 0..TCP_MAX_OPTIONS {
-        let Some(here) = crate::forget::word(at) else {
+        let Some(here) = forget::word(at) else {
             break;
         };
         let here = here as usize;

@@ -33,8 +33,10 @@ use masq_common::{
 };
 
 use crate::{
-    family::{Family, V6},
-    packet::{IP_CHECK, Ip, Ipv4, Ipv6, read},
+    address::V6,
+    family::Family,
+    header::{IP_CHECK, IPV6_SRC},
+    packet::{Ip, Ipv4, Ipv6, read},
 };
 
 /// Which end of the packet to rewrite.
@@ -216,9 +218,6 @@ pub(crate) fn address_and_port_v4(
     };
     ctx.store(ip.l3_off + IP_CHECK, &fields, 0).map_err(|_| ())
 }
-
-/// Offset of the source address in the IPv6 header; the destination follows it.
-const IPV6_SRC: usize = 8;
 
 /// [`address`] for IPv6, which has no header checksum: the difference of the two addresses
 /// goes into the transport checksum (ICMPv6's covers a pseudo-header too), then the address is

@@ -25,7 +25,7 @@ use crate::{
     counters::count_in,
     family::Family,
     forget, holders,
-    table::{has_peer, holder_of, peer_of, write_window},
+    table::{has_peer, holder_of, peer_of, remove_flow, write_window},
 };
 
 /// What became of a packet's flow.
@@ -564,7 +564,7 @@ pub(crate) unsafe fn end<A: Family>(key: &NatKey<A>, half: *mut NatEntry<A>) {
         // SAFETY: as the caller promises.
         unsafe { peer_of(key, half) }
     });
-    if crate::table::remove_flow(key, peer_key.as_ref()) {
+    if remove_flow(key, peer_key.as_ref()) {
         holders::remove_one::<A>(holder);
         count_in::<A>(Counter::TcpRefused);
     }
