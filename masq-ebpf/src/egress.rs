@@ -9,7 +9,7 @@
 //!    take it (ports shared with the node are kept from pods by the node's sockets instead);
 //! 3. pods whose source is in `nonMasqueradeSrcCIDRs` keep their address, then destinations
 //!    whose longest matching prefix in the non-masquerade trie is an exemption (not a
-//!    `masqueradeCIDRs` entry) keep the pod address;
+//!    `masqueradeCIDRs` entry) keep the pod address (see `policy`);
 //! 4. everything else gets a new mapping to the node address, except TCP segments that cannot
 //!    open a connection: those of a flow the agent removed get their mapping back (or a new
 //!    one, see `nat::revive`), the others (replies of connections opened from outside) pass.
@@ -23,7 +23,7 @@
 use aya_ebpf::programs::TcContext;
 use masq_common::{
     counters::Counter,
-    layout::{NOMASQ_KIND_LINK_LOCAL, NOMASQ_KIND_MASQUERADE, PROG_SLOT_EGRESS_V6},
+    layout::PROG_SLOT_EGRESS_V6,
     nat::{
         Direction, EVENT_NEW_FLOW, EVENT_REVIVE, EVENT_TRACK, NatKey, ORIGIN_HOST, ORIGIN_INBOUND,
         ORIGIN_POD, proto,
@@ -34,13 +34,13 @@ use masq_common::{
 use crate::{
     address::V6,
     counters::{count, count_in},
-    family::{self, Family},
-    frag,
+    family, frag,
     handoff::{self, Request},
-    maps,
+    icmp, maps,
     nat::{self, Mapping},
-    packet::{self, EarlyOutcomes, Frame6, Ip, Kind},
-    rewrite::{self, End},
+    packet::{self, EarlyOutcomes, Frame6, Ip, Kind, Parse},
+    policy,
+    rewrite::{self, End, Rewrite},
     verdict::Verdict,
 };
 
@@ -94,14 +94,19 @@ pub(crate) fn icmp_error_v6(ctx: &TcContext) -> i32 {
         count_in::<V6>(Counter::EgressNotConfigured);
         return Verdict::Pass.tc_action();
     };
-    crate::icmp::egress(ctx, addrs.now, &ip).tc_action()
+    icmp::egress(ctx, addrs.now, &ip).tc_action()
 }
 
 /// `node_ip` is the address of the interface the packet leaves by: what it is masqueraded to
 /// (for a packet of the node's own from the interface's former address, that address: see
 /// `family::UplinkAddrs`).
 #[inline(always)]
-fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: &Ip<A>) -> Verdict {
+fn classify_ip<A: Parse + Rewrite>(
+    ctx: &TcContext,
+    settings: &Settings,
+    node_ip: A,
+    ip: &Ip<A>,
+) -> Verdict {
     if ip.is_later_fragment() {
         return frag::egress(ctx, settings, node_ip, ip);
     }
@@ -126,7 +131,7 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
     let (src_port, dst_port) = match transport.kind {
         Kind::Ports => (transport.src, transport.dst),
         Kind::IcmpQuery if transport.request => (transport.src, 0),
-        Kind::IcmpError => return A::egress_icmp_error(ctx, node_ip, ip),
+        Kind::IcmpError => return icmp::egress_error(ctx, node_ip, ip),
         // A query reply without a mapping answers a query that came from outside.
         Kind::IcmpQuery | Kind::IcmpOther => {
             count_in::<A>(if ip.src == node_ip {
@@ -204,7 +209,7 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
         }
         ORIGIN_HOST
     } else {
-        if let Some(exemption) = pod_exemption(settings, ip.src, ip.dst) {
+        if let Some(exemption) = policy::pod_exemption(settings, ip.src, ip.dst) {
             count_in::<A>(exemption);
             return Verdict::Pass;
         }
@@ -247,29 +252,9 @@ fn classify_ip<A: Family>(ctx: &TcContext, settings: &Settings, node_ip: A, ip: 
     Verdict::Drop
 }
 
-/// What the policy says of a pod's packet that belongs to no mapping: the counter of the
-/// exemption that leaves it alone, or `None` when it is masqueraded. Shared by new flows and by
-/// later fragments whose first fragment was not seen, so that both decide alike.
-///
-/// A source in `nonMasqueradeSrcCIDRs` is never masqueraded, whatever the destination; its
-/// trie is looked up only while the agent says it holds entries, so a config without such
-/// sources costs nothing more per packet. Then the destination's longest matching prefix
-/// decides: a `masqueradeCIDRs` entry masquerades as if nothing matched.
-#[inline(always)]
-pub(crate) fn pod_exemption<A: Family>(settings: &Settings, src: A, dst: A) -> Option<Counter> {
-    if settings.source_exemptions() && A::source_exempt(src) {
-        return Some(Counter::EgressExemptSource);
-    }
-    match A::exempt(dst) {
-        Some(NOMASQ_KIND_LINK_LOCAL) => Some(Counter::EgressExemptLinkLocal),
-        Some(NOMASQ_KIND_MASQUERADE) | None => None,
-        Some(_) => Some(Counter::EgressExemptCidr),
-    }
-}
-
 /// Rewrites the packet's source to the mapping's address and port.
 #[inline(always)]
-pub(crate) fn translate<A: Family>(
+pub(crate) fn translate<A: Rewrite>(
     ctx: &TcContext,
     ip: &Ip<A>,
     key: &NatKey<A>,

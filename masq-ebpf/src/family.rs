@@ -1,7 +1,10 @@
-//! What the datapath needs to know of an address family: its tables, its non-masquerade trie,
-//! its socket tuple, its ICMP, how an address is rewritten, and its uplink address. Implemented
-//! for the address type itself, so the type of a key, an address or a parsed packet picks the
-//! family, and the classification and NAT logic exist once for both.
+//! What differs between the address families the datapath translates, and nothing else: their
+//! address types, their header layouts and protocol numbers, which of the maps and programs
+//! are theirs, what of an uplink's record is theirs. Implemented for the address type itself,
+//! so the type of a key, an address or a parsed packet picks the family, and the
+//! classification and NAT logic exist once for both. What the parser, the rewrites and the
+//! ICMP translation do differently per family lives with them (`packet::Parse`,
+//! `rewrite::Rewrite`); this floor sits on the maps and imports nothing that acts on packets.
 
 use aya_ebpf::{
     bindings::{
@@ -13,8 +16,6 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use masq_common::{
-    checksum::{replace16, replace32},
-    counters::Counter,
     layout::{
         PROG_SLOT_ALLOCATOR, PROG_SLOT_ALLOCATOR_V6, PROG_SLOT_FLOW_EVENT, PROG_SLOT_FLOW_EVENT_V6,
         PROG_SLOT_ICMP_ERROR_EGRESS_V6, PROG_SLOT_ICMP_ERROR_INGRESS_V6, PROG_SLOT_PORT_SHARE,
@@ -27,22 +28,14 @@ use masq_common::{
 
 use crate::{
     address::V6,
-    counters::count_in,
-    header::{
-        IP_CHECK, IP_DST, IP_SRC, IPV4_FRAGMENT_OFFSET_MASK, IPV6_DST, IPV6_HEADER_LEN, IPV6_SRC,
-        IcmpKind, Ipv4Header, icmp_kind_v4, icmp_kind_v6,
-    },
-    icmp::{self, QuotedIp},
+    header::{IP_CHECK, IP_DST, IP_SRC, IPV6_DST, IPV6_SRC, IcmpKind, icmp_kind_v4, icmp_kind_v6},
     maps::{
         BURIED_V4, BURIED_V6, Buried, COUNTERS, COUNTERS_V6, EVICTIONS, EVICTIONS_V6,
         EvictionCounters, FLOW_INDEX_V4, FLOW_INDEX_V6, FRAGS_V4, FRAGS_V6, FlowIndex, Frags,
         HANDOFF, HANDOFF_V6, HOLDERS_V4, HOLDERS_V6, Holders, NAT_V4, NAT_V6, NOMASQ_SRC_V4,
-        NOMASQ_SRC_V6, NOMASQ_V4, NOMASQ_V6, NatTable, PROGS, PacketCounters, REMOTE_HOLDERS_V4,
+        NOMASQ_SRC_V6, NOMASQ_V4, NOMASQ_V6, NatTable, PacketCounters, REMOTE_HOLDERS_V4,
         REMOTE_HOLDERS_V6, RemoteHolders, UPLINK_SLOTS, UPLINKS,
     },
-    packet::{self, EarlyOutcomes, Frame6, Ip},
-    rewrite::{self, End},
-    verdict::Verdict,
 };
 
 /// An address family the datapath translates.
@@ -66,6 +59,11 @@ pub(crate) trait Family: Address + 'static {
     const SLOT_FLOW_EVENT: u32;
     /// The `MAP_PROGS` slot of the family's port-share program.
     const SLOT_PORT_SHARE: u32;
+    /// The `MAP_PROGS` slots of the programs that translate the family's ICMP errors leaving
+    /// and arriving, if they have programs of their own (IPv6's: on top of the IPv6 path they
+    /// would not fit one program's stack); `None`: the classifiers translate them.
+    const SLOT_ICMP_ERROR_EGRESS: Option<u32>;
+    const SLOT_ICMP_ERROR_INGRESS: Option<u32>;
     /// The family's index in the per-family values of the settings.
     const FAMILY: usize;
     /// The unspecified address (`0.0.0.0`, `::`): no address.
@@ -126,36 +124,6 @@ pub(crate) trait Family: Address + 'static {
     /// # Safety
     /// `address` must point at a valid address for the length of the call.
     unsafe fn load(address: *const Self) -> Self;
-    /// Parses the frame's headers again (the rewrite programs, after the tail calls); a frame
-    /// that no longer parses is counted under `malformed`.
-    fn parse_again(ctx: &TcContext, malformed: Counter) -> Option<Ip<Self>>;
-    /// Replaces the `end` address `old` of `ip` by `new`, fixing every checksum that covers it.
-    fn rewrite_address(
-        ctx: &TcContext,
-        ip: &Ip<Self>,
-        end: End,
-        old: Self,
-        new: Self,
-    ) -> Result<(), ()>;
-    /// Replaces the `end` address and port of a flow's packet, `(old, new)` each (see
-    /// [`rewrite::address_and_port`]).
-    fn rewrite_address_and_port(
-        ctx: &TcContext,
-        ip: &Ip<Self>,
-        end: End,
-        addresses: (Self, Self),
-        ports: (u16, u16),
-    ) -> Result<(), ()>;
-    /// The IP header an ICMP error quotes at `offset`, if the quote holds a whole one, of a
-    /// first (or only) fragment, inside the error's packet (which ends at `end`).
-    fn read_quote(ctx: &TcContext, offset: usize, end: usize) -> Option<QuotedIp<Self>>;
-    /// Updates the internet checksum `check` for the address `old` in the data it covers
-    /// becoming `new`.
-    fn replace_in_checksum(check: u16, old: Self, new: Self) -> u16;
-    /// Translates an ICMP error leaving by the uplink, quoted packet included.
-    fn egress_icmp_error(ctx: &TcContext, node_ip: Self, ip: &Ip<Self>) -> Verdict;
-    /// Translates an ICMP error arriving on the uplink, quoted packet included.
-    fn ingress_icmp_error(ctx: &TcContext, ip: &Ip<Self>) -> Verdict;
 }
 
 impl Family for [u8; 4] {
@@ -175,6 +143,8 @@ impl Family for [u8; 4] {
     const SLOT_REVERSE_NAT: u32 = PROG_SLOT_REVERSE_NAT;
     const SLOT_FLOW_EVENT: u32 = PROG_SLOT_FLOW_EVENT;
     const SLOT_PORT_SHARE: u32 = PROG_SLOT_PORT_SHARE;
+    const SLOT_ICMP_ERROR_EGRESS: Option<u32> = None;
+    const SLOT_ICMP_ERROR_INGRESS: Option<u32> = None;
     const UNSPECIFIED: Self = [0; 4];
     const FAMILY: usize = FAMILY_IPV4;
 
@@ -305,71 +275,6 @@ impl Family for [u8; 4] {
         // IPv4 link-local destinations are the trie's (masqLinkLocal), as upstream has it.
         false
     }
-
-    #[inline(always)]
-    fn parse_again(ctx: &TcContext, malformed: Counter) -> Option<Ip<Self>> {
-        let outcomes = EarlyOutcomes {
-            not_ipv4: malformed,
-            malformed,
-            ipv6_program: None,
-        };
-        packet::classifiable(ctx, &outcomes)
-    }
-
-    #[inline(always)]
-    fn rewrite_address(
-        ctx: &TcContext,
-        ip: &Ip<Self>,
-        end: End,
-        old: Self,
-        new: Self,
-    ) -> Result<(), ()> {
-        rewrite::address_v4(ctx, ip, end, old, new)
-    }
-
-    #[inline(always)]
-    fn rewrite_address_and_port(
-        ctx: &TcContext,
-        ip: &Ip<Self>,
-        end: End,
-        addresses: (Self, Self),
-        ports: (u16, u16),
-    ) -> Result<(), ()> {
-        rewrite::address_and_port_v4(ctx, ip, end, addresses, ports)
-    }
-
-    #[inline(always)]
-    fn egress_icmp_error(ctx: &TcContext, node_ip: Self, ip: &Ip<Self>) -> Verdict {
-        icmp::egress(ctx, node_ip, ip)
-    }
-
-    #[inline(always)]
-    fn ingress_icmp_error(ctx: &TcContext, ip: &Ip<Self>) -> Verdict {
-        icmp::ingress(ctx, ip)
-    }
-
-    #[inline(always)]
-    fn read_quote(ctx: &TcContext, offset: usize, end: usize) -> Option<QuotedIp<Self>> {
-        let quoted = ctx.load::<Ipv4Header>(offset).ok()?;
-        let header_len = quoted.header_len()?;
-        // A later fragment: what follows its header is payload, not a transport header.
-        if u16::from_be_bytes(quoted.frag) & IPV4_FRAGMENT_OFFSET_MASK != 0
-            || offset + header_len > end
-        {
-            return None;
-        }
-        Some(QuotedIp {
-            src: quoted.src,
-            dst: quoted.dst,
-            protocol: quoted.protocol,
-            l4_off: offset + header_len,
-        })
-    }
-
-    #[inline(always)]
-    fn replace_in_checksum(check: u16, old: Self, new: Self) -> u16 {
-        replace32(check, old, new)
-    }
 }
 
 impl Family for V6 {
@@ -402,6 +307,8 @@ impl Family for V6 {
     const SLOT_REVERSE_NAT: u32 = PROG_SLOT_REVERSE_NAT_V6;
     const SLOT_FLOW_EVENT: u32 = PROG_SLOT_FLOW_EVENT_V6;
     const SLOT_PORT_SHARE: u32 = PROG_SLOT_PORT_SHARE_V6;
+    const SLOT_ICMP_ERROR_EGRESS: Option<u32> = Some(PROG_SLOT_ICMP_ERROR_EGRESS_V6);
+    const SLOT_ICMP_ERROR_INGRESS: Option<u32> = Some(PROG_SLOT_ICMP_ERROR_INGRESS_V6);
     const UNSPECIFIED: Self = Self([0; 16]);
     const FAMILY: usize = FAMILY_IPV6;
 
@@ -531,92 +438,6 @@ impl Family for V6 {
     fn link_scoped(src: Self, dst: Self) -> bool {
         let link_local = |addr: Self| addr.0[0] == 0xfe && addr.0[1] & 0xc0 == 0x80;
         link_local(src) || dst.0[0] == 0xff || src.0 == [0; 16]
-    }
-
-    #[inline(always)]
-    fn parse_again(ctx: &TcContext, malformed: Counter) -> Option<Ip<Self>> {
-        match packet::parse_ipv6(ctx) {
-            Frame6::Ipv6(ip) => Some(ip),
-            Frame6::Malformed | Frame6::TooManyExtensions => {
-                count_in::<Self>(malformed);
-                None
-            }
-        }
-    }
-
-    #[inline(always)]
-    fn rewrite_address(
-        ctx: &TcContext,
-        ip: &Ip<Self>,
-        end: End,
-        old: Self,
-        new: Self,
-    ) -> Result<(), ()> {
-        rewrite::address_v6(ctx, ip, end, old, new)
-    }
-
-    #[inline(always)]
-    fn rewrite_address_and_port(
-        ctx: &TcContext,
-        ip: &Ip<Self>,
-        end: End,
-        addresses: (Self, Self),
-        ports: (u16, u16),
-    ) -> Result<(), ()> {
-        rewrite::address_and_port_v6(ctx, ip, end, addresses, ports)
-    }
-
-    // ICMPv6 errors are translated in programs of their own (`masq_icmp6_egress`,
-    // `masq_icmp6_ingress`): on top of the IPv6 path they would not fit one program's stack.
-    #[inline(always)]
-    fn egress_icmp_error(ctx: &TcContext, _node_ip: Self, _ip: &Ip<Self>) -> Verdict {
-        // SAFETY: the context is the program's own; on success the call does not return.
-        unsafe { PROGS.tail_call(ctx, PROG_SLOT_ICMP_ERROR_EGRESS_V6) };
-        count_in::<Self>(Counter::EgressDropNoAllocator);
-        Verdict::Drop
-    }
-
-    #[inline(always)]
-    fn ingress_icmp_error(ctx: &TcContext, _ip: &Ip<Self>) -> Verdict {
-        // SAFETY: as above.
-        unsafe { PROGS.tail_call(ctx, PROG_SLOT_ICMP_ERROR_INGRESS_V6) };
-        count_in::<Self>(Counter::IngressPassed);
-        Verdict::Pass
-    }
-
-    #[inline(always)]
-    fn read_quote(ctx: &TcContext, offset: usize, end: usize) -> Option<QuotedIp<Self>> {
-        // Field by field: a copy of the whole header would not fit beside the rest.
-        let [_, _, next_header, _] = ctx.load::<[u8; 4]>(offset + 4).ok()?;
-        // Extension headers in a quote (a fragment header among them) are not walked: such an
-        // error is not translated.
-        let known = matches!(next_header, proto::TCP | proto::UDP | proto::SCTP)
-            || next_header == proto::ICMPV6;
-        if !known || offset + IPV6_HEADER_LEN > end {
-            return None;
-        }
-        Some(QuotedIp {
-            src: ctx.load::<Self>(offset + 8).ok()?,
-            dst: ctx.load::<Self>(offset + 24).ok()?,
-            protocol: next_header,
-            l4_off: offset + IPV6_HEADER_LEN,
-        })
-    }
-
-    #[inline(always)]
-    fn replace_in_checksum(check: u16, old: Self, new: Self) -> u16 {
-        // As eight 16-bit words, not sixteen bytes: LLVM keeps each byte of an array it takes
-        // apart in a stack slot of its own, eight bytes wide, and the program's stack is 512.
-        // SAFETY: 16 bytes either way; every bit pattern is a valid `[u16; 8]`.
-        let (old, new) = unsafe {
-            (
-                core::mem::transmute::<Self, [u16; 8]>(old),
-                core::mem::transmute::<Self, [u16; 8]>(new),
-            )
-        };
-        old.iter().zip(new).fold(check, |check, (old, new)| {
-            replace16(check, u16::from_be(*old), u16::from_be(new))
-        })
     }
 }
 

@@ -17,7 +17,8 @@ use crate::{
     counters::count_in,
     family::Family,
     packet::Ip,
-    rewrite::{self, End},
+    policy,
+    rewrite::{self, End, Rewrite},
     verdict::Verdict,
 };
 
@@ -124,7 +125,7 @@ fn remembered<A: Family>(ip: &Ip<A>, direction: Direction) -> Decided<A> {
 
 /// A later fragment leaving the node.
 #[inline(always)]
-pub(crate) fn egress<A: Family>(
+pub(crate) fn egress<A: Rewrite>(
     ctx: &TcContext,
     settings: &Settings,
     node_ip: A,
@@ -150,7 +151,7 @@ pub(crate) fn egress<A: Family>(
             return Verdict::Pass;
         }
         // As a new flow's first packet would be decided.
-        Decided::Unseen => match crate::egress::pod_exemption(settings, ip.src, ip.dst) {
+        Decided::Unseen => match policy::pod_exemption(settings, ip.src, ip.dst) {
             Some(exemption) => {
                 count_in::<A>(exemption);
                 return Verdict::Pass;
@@ -174,7 +175,7 @@ pub(crate) fn egress<A: Family>(
 
 /// A later fragment arriving for the node.
 #[inline(always)]
-pub(crate) fn ingress<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
+pub(crate) fn ingress<A: Rewrite>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
     match remembered(ip, Direction::Ingress) {
         Decided::Translated(addr) => {
             if rewrite::address(ctx, ip, End::Destination, addr).is_err() {

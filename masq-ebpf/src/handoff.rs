@@ -16,8 +16,8 @@ use masq_common::{
 };
 
 use crate::{
-    counters::count_in, egress, family::Family, ingress, maps::PROGS, nat::Mapping,
-    table::copy_key, verdict::Verdict,
+    counters::count_in, egress, family::Family, ingress, maps::PROGS, nat::Mapping, packet::Parse,
+    rewrite::Rewrite, table::copy_key, verdict::Verdict,
 };
 
 /// What a program hands on with a packet (see `FlowRequest`).
@@ -129,7 +129,7 @@ fn settled<A: Family>() -> Option<(NatKey<A>, Mapping<A>, u16)> {
 /// Entry point of `masq_source_nat`: rewrites a leaving packet's source with the translation in
 /// the hand-off (a new flow's, or one a flow event settled).
 #[inline(always)]
-pub(crate) fn source_nat<A: Family>(ctx: &TcContext) -> i32 {
+pub(crate) fn source_nat<A: Parse + Rewrite>(ctx: &TcContext) -> i32 {
     let Some((key, mapping, counter)) = settled::<A>() else {
         count_in::<A>(Counter::EgressDropNoAllocator);
         return Verdict::Drop.tc_action();
@@ -149,7 +149,7 @@ pub(crate) fn source_nat<A: Family>(ctx: &TcContext) -> i32 {
 /// Entry point of `masq_reverse_nat`: rewrites an arriving packet's destination with the
 /// translation in the hand-off (one a flow event settled).
 #[inline(always)]
-pub(crate) fn reverse_nat<A: Family>(ctx: &TcContext) -> i32 {
+pub(crate) fn reverse_nat<A: Parse + Rewrite>(ctx: &TcContext) -> i32 {
     let Some((key, mapping, counter)) = settled::<A>() else {
         count_in::<A>(Counter::IngressPassed);
         return Verdict::Pass.tc_action();

@@ -19,7 +19,7 @@
 //! RFC 1624 arithmetic. Each change is mirrored into the ICMP checksum, which keeps the packet's
 //! total sum, and therefore a `CHECKSUM_COMPLETE` value, unchanged.
 //!
-//! IPv6 works alike (the same code, through [`Family`]): the quoted IPv6 header has no checksum,
+//! IPv6 works alike (the same code, generic over the family): the quoted IPv6 header has no checksum,
 //! a quoted ICMPv6 checksum covers the quoted addresses, and an ICMPv6 Packet Too Big about a
 //! masqueraded flow reaches the pod, which is what path MTU discovery needs (IPv6 routers never
 //! fragment).
@@ -33,25 +33,16 @@ use masq_common::{
 
 use crate::{
     counters::count_in,
-    family::Family,
     frag,
     header::IcmpKind,
-    packet::Ip,
-    rewrite::{self, End},
+    maps::PROGS,
+    packet::{Ip, Parse},
+    rewrite::{self, End, Rewrite},
     verdict::Verdict,
 };
 
 /// Offset of the quoted IP header within the ICMP message.
 const QUOTE_OFF: usize = 8;
-
-/// The quoted packet's IP header, as far as the translation needs it.
-pub(crate) struct QuotedIp<A> {
-    pub(crate) src: A,
-    pub(crate) dst: A,
-    pub(crate) protocol: u8,
-    /// Offset of the quoted transport header in the frame.
-    pub(crate) l4_off: usize,
-}
 
 /// Where the translatable fields of a quoted packet are.
 struct Quote {
@@ -78,9 +69,36 @@ enum Quoted<A> {
     Unknown,
 }
 
+/// An error the egress classifier found leaving through the uplink whose address is `node_ip`:
+/// translated here, or handed to the program of its own that the family translates its
+/// errors in (IPv6's: on top of the IPv6 path they would not fit one program's stack).
+#[inline(always)]
+pub(crate) fn egress_error<A: Parse + Rewrite>(ctx: &TcContext, node_ip: A, ip: &Ip<A>) -> Verdict {
+    if let Some(program) = A::SLOT_ICMP_ERROR_EGRESS {
+        // SAFETY: the context is the program's own; on success the call does not return.
+        unsafe { PROGS.tail_call(ctx, program) };
+        count_in::<A>(Counter::EgressDropNoAllocator);
+        return Verdict::Drop;
+    }
+    egress(ctx, node_ip, ip)
+}
+
+/// An error the ingress classifier found arriving for the node: translated here, or handed on
+/// as [`egress_error`] hands on.
+#[inline(always)]
+pub(crate) fn ingress_error<A: Parse + Rewrite>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
+    if let Some(program) = A::SLOT_ICMP_ERROR_INGRESS {
+        // SAFETY: as in `egress_error`.
+        unsafe { PROGS.tail_call(ctx, program) };
+        count_in::<A>(Counter::IngressPassed);
+        return Verdict::Pass;
+    }
+    ingress(ctx, ip)
+}
+
 /// An error leaving through the uplink whose address is `node_ip`.
 #[inline(always)]
-pub(crate) fn egress<A: Family>(ctx: &TcContext, node_ip: A, ip: &Ip<A>) -> Verdict {
+pub(crate) fn egress<A: Parse + Rewrite>(ctx: &TcContext, node_ip: A, ip: &Ip<A>) -> Verdict {
     match translate(ctx, ip, Direction::Egress) {
         Ok(Quoted::Translated(addr)) => {
             frag::remember(ip, Direction::Egress, Some(addr));
@@ -109,7 +127,7 @@ pub(crate) fn egress<A: Family>(ctx: &TcContext, node_ip: A, ip: &Ip<A>) -> Verd
 
 /// An error arriving for the node.
 #[inline(always)]
-pub(crate) fn ingress<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
+pub(crate) fn ingress<A: Parse + Rewrite>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
     match translate(ctx, ip, Direction::Ingress) {
         Ok(Quoted::Translated(addr)) => {
             frag::remember(ip, Direction::Ingress, Some(addr));
@@ -131,7 +149,7 @@ pub(crate) fn ingress<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
 /// Translates the error `ip` travelling in `direction` if it quotes a packet of a mapped flow.
 /// `Err`: a write failed and the packet is inconsistent.
 #[inline(always)]
-fn translate<A: Family>(
+fn translate<A: Parse + Rewrite>(
     ctx: &TcContext,
     ip: &Ip<A>,
     direction: Direction,
@@ -253,7 +271,7 @@ fn load_port(ctx: &TcContext, quoted_l4: usize, offset: Option<usize>) -> Result
 /// Rewrites the quoted local address and port (if it has one) to `new_addr` and `new_port` and
 /// fixes the checksums.
 #[inline(always)]
-fn rewrite_quote<A: Family>(
+fn rewrite_quote<A: Rewrite>(
     ctx: &TcContext,
     ip: &Ip<A>,
     protocol: u8,

@@ -15,13 +15,13 @@ use masq_common::{
 use crate::{
     address::V6,
     counters::count_in,
-    family::{self, Family},
-    frag,
+    family, frag,
     handoff::{self, Request},
-    maps,
+    icmp, maps,
     nat::{self, Mapping},
-    packet::{self, EarlyOutcomes, Frame6, Ip, Kind},
-    rewrite::{self, End},
+    packet::{self, EarlyOutcomes, Frame6, Ip, Kind, Parse},
+    policy,
+    rewrite::{self, End, Rewrite},
     verdict::Verdict,
 };
 
@@ -63,12 +63,12 @@ pub(crate) fn icmp_error_v6(ctx: &TcContext) -> i32 {
         count_in::<V6>(Counter::IngressMalformed);
         return Verdict::Pass.tc_action();
     };
-    crate::icmp::ingress::<V6>(ctx, &ip).tc_action()
+    icmp::ingress::<V6>(ctx, &ip).tc_action()
 }
 
 /// Restores the pod's address on a reply of family `A`.
 #[inline(always)]
-fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
+fn classify_ip<A: Parse + Rewrite>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
     let ip = *ip;
     let (Some(settings), Some(addrs)) = (maps::settings(), family::uplink_addrs::<A>(ctx)) else {
         count_in::<A>(Counter::IngressNotConfigured);
@@ -87,7 +87,7 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
             && let Some((src, dst)) = packet::udp_ports(ctx, &ip)
             // Most traffic to pods comes from in-cluster addresses the pod's answers keep their
             // address towards: the policy answers for those without the NAT table.
-            && crate::egress::pod_exemption(settings, ip.dst, ip.src).is_none()
+            && policy::pod_exemption(settings, ip.dst, ip.src).is_none()
         {
             let key = NatKey::new(ip.dst, ip.src, dst, src, proto::UDP, Direction::Egress);
             let event = match nat::lookup(&key, false, &TcpSegment::default()) {
@@ -124,7 +124,7 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
     let (src_port, dst_port) = match transport.kind {
         Kind::Ports => (transport.src, transport.dst),
         Kind::IcmpQuery if !transport.request => (0, transport.src),
-        Kind::IcmpError => return A::ingress_icmp_error(ctx, &ip),
+        Kind::IcmpError => return icmp::ingress_error(ctx, &ip),
         Kind::IcmpQuery | Kind::IcmpOther => {
             count_in::<A>(Counter::IngressPassed);
             return Verdict::Pass;
@@ -189,7 +189,7 @@ fn classify_ip<A: Family>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
 
 /// Rewrites an arriving packet's destination to the mapping's address and port.
 #[inline(always)]
-pub(crate) fn translate<A: Family>(
+pub(crate) fn translate<A: Rewrite>(
     ctx: &TcContext,
     ip: &Ip<A>,
     key: &NatKey<A>,

@@ -39,6 +39,7 @@ mod ingress;
 mod maps;
 mod nat;
 mod packet;
+mod policy;
 mod rewrite;
 mod sockets;
 mod table;

@@ -18,7 +18,7 @@ use crate::{
     counters::{count_in, record_allocation},
     evict,
     family::Family,
-    holders,
+    holders, policy,
     sockets::{self, SocketTable},
     table::{copy_entry, peer_of, write_entry, write_window},
     track,
@@ -749,7 +749,7 @@ pub(crate) fn track_inbound<A: Family>(settings: &Settings, key: &NatKey<A>) -> 
     // Most inbound traffic to pods comes from non-masquerade (in-cluster) addresses: the
     // policy's own decision for the pod's replies answers for those without touching the NAT
     // table.
-    if crate::egress::pod_exemption(settings, key.src_addr, key.dst_addr).is_some() {
+    if policy::pod_exemption(settings, key.src_addr, key.dst_addr).is_some() {
         return Inbound::Known;
     }
     if A::nat().get_ptr(key).is_some() {

@@ -1,4 +1,5 @@
-//! Parsing of Ethernet, IPv4 and the transport headers the datapath translates.
+//! Parsing of Ethernet, IPv4, IPv6 and the transport headers the datapath translates, and of
+//! the IP header an ICMP error quotes.
 //!
 //! Headers are read straight from the skb's linear part ([`read`]), where they sit in almost
 //! every packet; only headers the skb holds in fragments are copied out with
@@ -15,12 +16,12 @@ use masq_common::{
 
 use crate::{
     address::V6,
-    counters::count,
+    counters::{count, count_in},
     family::Family,
     forget,
     header::{
-        ETH_HLEN, IPV4_FRAGMENT_OFFSET_MASK, IPV6_HEADER_LEN, IcmpKind, Ipv4Header, Ipv6Header,
-        header_len_of,
+        ETH_HLEN, IPV4_FRAGMENT_OFFSET_MASK, IPV6_DST, IPV6_HEADER_LEN, IPV6_SRC, IcmpKind,
+        Ipv4Header, Ipv6Header, header_len_of,
     },
     maps::{self, PROGS, Walked},
 };
@@ -558,4 +559,85 @@ fn window_scale(ctx: &TcContext, options_off: usize, options_len: usize) -> u8 {
         at = here as u32 + u32::from(len);
     }
     NO_WINDOW_SCALE
+}
+
+/// The quoted packet's IP header, as far as the translation of an ICMP error needs it.
+pub(crate) struct QuotedIp<A> {
+    pub(crate) src: A,
+    pub(crate) dst: A,
+    pub(crate) protocol: u8,
+    /// Offset of the quoted transport header in the frame.
+    pub(crate) l4_off: usize,
+}
+
+/// What parsing does differently per family, beyond the classifiers' own entry points.
+pub(crate) trait Parse: Family {
+    /// Parses the frame's headers again (the rewrite programs, after the tail calls); a frame
+    /// that no longer parses is counted under `malformed`.
+    fn parse_again(ctx: &TcContext, malformed: Counter) -> Option<Ip<Self>>;
+    /// The IP header an ICMP error quotes at `offset`, if the quote holds a whole one, of a
+    /// first (or only) fragment, inside the error's packet (which ends at `end`).
+    fn read_quote(ctx: &TcContext, offset: usize, end: usize) -> Option<QuotedIp<Self>>;
+}
+
+impl Parse for [u8; 4] {
+    #[inline(always)]
+    fn parse_again(ctx: &TcContext, malformed: Counter) -> Option<Ip<Self>> {
+        let outcomes = EarlyOutcomes {
+            not_ipv4: malformed,
+            malformed,
+            ipv6_program: None,
+        };
+        classifiable(ctx, &outcomes)
+    }
+
+    #[inline(always)]
+    fn read_quote(ctx: &TcContext, offset: usize, end: usize) -> Option<QuotedIp<Self>> {
+        let quoted = ctx.load::<Ipv4Header>(offset).ok()?;
+        let header_len = quoted.header_len()?;
+        // A later fragment: what follows its header is payload, not a transport header.
+        if u16::from_be_bytes(quoted.frag) & IPV4_FRAGMENT_OFFSET_MASK != 0
+            || offset + header_len > end
+        {
+            return None;
+        }
+        Some(QuotedIp {
+            src: quoted.src,
+            dst: quoted.dst,
+            protocol: quoted.protocol,
+            l4_off: offset + header_len,
+        })
+    }
+}
+
+impl Parse for V6 {
+    #[inline(always)]
+    fn parse_again(ctx: &TcContext, malformed: Counter) -> Option<Ip<Self>> {
+        match parse_ipv6(ctx) {
+            Frame6::Ipv6(ip) => Some(ip),
+            Frame6::Malformed | Frame6::TooManyExtensions => {
+                count_in::<Self>(malformed);
+                None
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn read_quote(ctx: &TcContext, offset: usize, end: usize) -> Option<QuotedIp<Self>> {
+        // Field by field: a copy of the whole header would not fit beside the rest.
+        let [_, _, next_header, _] = ctx.load::<[u8; 4]>(offset + 4).ok()?;
+        // Extension headers in a quote (a fragment header among them) are not walked: such an
+        // error is not translated.
+        let known = matches!(next_header, proto::TCP | proto::UDP | proto::SCTP)
+            || next_header == proto::ICMPV6;
+        if !known || offset + IPV6_HEADER_LEN > end {
+            return None;
+        }
+        Some(QuotedIp {
+            src: ctx.load::<Self>(offset + IPV6_SRC).ok()?,
+            dst: ctx.load::<Self>(offset + IPV6_DST).ok()?,
+            protocol: next_header,
+            l4_off: offset + IPV6_HEADER_LEN,
+        })
+    }
 }

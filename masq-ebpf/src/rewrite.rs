@@ -46,6 +46,101 @@ pub(crate) enum End {
     Destination,
 }
 
+/// What rewriting does differently per family: IPv4 has a header checksum, IPv6 none, and an
+/// address goes into a checksum as one word or as eight.
+pub(crate) trait Rewrite: Family {
+    /// Replaces the `end` address `old` of `ip` by `new`, fixing every checksum that covers it
+    /// (see [`address`]).
+    fn rewrite_address(
+        ctx: &TcContext,
+        ip: &Ip<Self>,
+        end: End,
+        old: Self,
+        new: Self,
+    ) -> Result<(), ()>;
+    /// Replaces the `end` address and port of a flow's packet, `(old, new)` each (see
+    /// [`address_and_port`]).
+    fn rewrite_address_and_port(
+        ctx: &TcContext,
+        ip: &Ip<Self>,
+        end: End,
+        addresses: (Self, Self),
+        ports: (u16, u16),
+    ) -> Result<(), ()>;
+    /// Updates the internet checksum `check` for the address `old` in the data it covers
+    /// becoming `new`.
+    fn replace_in_checksum(check: u16, old: Self, new: Self) -> u16;
+}
+
+impl Rewrite for [u8; 4] {
+    #[inline(always)]
+    fn rewrite_address(
+        ctx: &TcContext,
+        ip: &Ip<Self>,
+        end: End,
+        old: Self,
+        new: Self,
+    ) -> Result<(), ()> {
+        address_v4(ctx, ip, end, old, new)
+    }
+
+    #[inline(always)]
+    fn rewrite_address_and_port(
+        ctx: &TcContext,
+        ip: &Ip<Self>,
+        end: End,
+        addresses: (Self, Self),
+        ports: (u16, u16),
+    ) -> Result<(), ()> {
+        address_and_port_v4(ctx, ip, end, addresses, ports)
+    }
+
+    #[inline(always)]
+    fn replace_in_checksum(check: u16, old: Self, new: Self) -> u16 {
+        replace32(check, old, new)
+    }
+}
+
+impl Rewrite for V6 {
+    #[inline(always)]
+    fn rewrite_address(
+        ctx: &TcContext,
+        ip: &Ip<Self>,
+        end: End,
+        old: Self,
+        new: Self,
+    ) -> Result<(), ()> {
+        address_v6(ctx, ip, end, old, new)
+    }
+
+    #[inline(always)]
+    fn rewrite_address_and_port(
+        ctx: &TcContext,
+        ip: &Ip<Self>,
+        end: End,
+        addresses: (Self, Self),
+        ports: (u16, u16),
+    ) -> Result<(), ()> {
+        address_and_port_v6(ctx, ip, end, addresses, ports)
+    }
+
+    #[inline(always)]
+    fn replace_in_checksum(check: u16, old: Self, new: Self) -> u16 {
+        // As eight 16-bit words, not sixteen bytes: LLVM keeps each byte of an array it takes
+        // apart in a stack slot of its own, eight bytes wide, and the program's stack is 512.
+        // SAFETY: 16 bytes either way; every bit pattern is a valid `[u16; 8]`.
+        let (old, new) = unsafe {
+            (
+                core::mem::transmute::<Self, [u16; 8]>(old),
+                core::mem::transmute::<Self, [u16; 8]>(new),
+            )
+        };
+        old.iter().zip(new).fold(check, |check, (old, new)| {
+            replace16(check, u16::from_be(*old), u16::from_be(new))
+        })
+    }
+}
+
 /// Offset of the transport checksum within the transport header and the extra helper flags it
 /// needs, for protocols whose checksum covers the addresses or the ports.
 #[inline(always)]
@@ -71,7 +166,7 @@ struct AddressFields {
 /// IPv4 header's, and for protocols whose checksum covers a pseudo-header (TCP, UDP; ICMPv6 too)
 /// that one, when the packet carries its transport header.
 #[inline(always)]
-pub(crate) fn address<A: Family>(ctx: &TcContext, ip: &Ip<A>, end: End, new: A) -> Result<(), ()> {
+pub(crate) fn address<A: Rewrite>(ctx: &TcContext, ip: &Ip<A>, end: End, new: A) -> Result<(), ()> {
     let old = match end {
         End::Source => ip.src,
         End::Destination => ip.dst,
@@ -85,13 +180,7 @@ pub(crate) fn address<A: Family>(ctx: &TcContext, ip: &Ip<A>, end: End, new: A) 
 /// [`address`] for IPv4: the transport checksum by the helper, then the IPv4 checksum computed
 /// here and stored with the address in one call.
 #[inline(always)]
-pub(crate) fn address_v4(
-    ctx: &TcContext,
-    ip: &Ipv4,
-    end: End,
-    old: [u8; 4],
-    new: [u8; 4],
-) -> Result<(), ()> {
+fn address_v4(ctx: &TcContext, ip: &Ipv4, end: End, old: [u8; 4], new: [u8; 4]) -> Result<(), ()> {
     if !ip.is_later_fragment()
         && let Some((offset, flags)) = l4_checksum(ip.protocol)
     {
@@ -134,7 +223,7 @@ const PLAIN_IPV4_HEADER: usize = 20;
 /// queries, the identifier): [`address`] then [`port`], in as few helper calls as the packet
 /// allows (see [`address_and_port_v4`]).
 #[inline(always)]
-pub(crate) fn address_and_port<A: Family>(
+pub(crate) fn address_and_port<A: Rewrite>(
     ctx: &TcContext,
     ip: &Ip<A>,
     end: End,
@@ -155,7 +244,7 @@ pub(crate) fn address_and_port<A: Family>(
 /// that kernels mitigating return-stack attacks make cost about 30 ns. Other packets take the
 /// two steps one after the other.
 #[inline(always)]
-pub(crate) fn address_and_port_v4(
+fn address_and_port_v4(
     ctx: &TcContext,
     ip: &Ipv4,
     end: End,
@@ -223,7 +312,7 @@ pub(crate) fn address_and_port_v4(
 /// goes into the transport checksum (ICMPv6's covers a pseudo-header too), then the address is
 /// stored.
 #[inline(always)]
-pub(crate) fn address_v6(ctx: &TcContext, ip: &Ipv6, end: End, old: V6, new: V6) -> Result<(), ()> {
+fn address_v6(ctx: &TcContext, ip: &Ipv6, end: End, old: V6, new: V6) -> Result<(), ()> {
     if !ip.is_later_fragment()
         && let Some((offset, flags)) = l4_checksum_v6(ip.protocol)
     {
@@ -318,7 +407,7 @@ const PLAIN_IPV6_HEADER: usize = 40;
 /// after the IPv6 header, the transport checksum's updates and one store of addresses and
 /// ports.
 #[inline(always)]
-pub(crate) fn address_and_port_v6(
+fn address_and_port_v6(
     ctx: &TcContext,
     ip: &Ipv6,
     end: End,
