@@ -1,4 +1,6 @@
-//! The egress classifier: source NAT towards masqueraded destinations.
+//! The egress classifier: source NAT towards masqueraded destinations. Its programs:
+//! `masq_egress` and `masq_egress6` (every leaving packet), `masq_icmp6_egress` (an ICMPv6
+//! error), and `masq_source_nat`, where a packet the fast path handed on ends its tail calls.
 //!
 //! Order of decisions for a packet leaving the uplink:
 //!
@@ -252,9 +254,29 @@ fn classify_ip<A: Parse + Rewrite>(
     Verdict::Drop
 }
 
+/// Entry point of `masq_source_nat`: rewrites a leaving packet's source with the translation in
+/// the hand-off (a new flow's, or one a flow event settled).
+#[inline(always)]
+pub(crate) fn source_nat<A: Parse + Rewrite>(ctx: &TcContext) -> i32 {
+    let Some((key, mapping, counter)) = handoff::settled::<A>() else {
+        count_in::<A>(Counter::EgressDropNoAllocator);
+        return Verdict::Drop.tc_action();
+    };
+    let counter = Counter::of(counter).unwrap_or(Counter::EgressNewMapping);
+    if counter == Counter::EgressNewMapping {
+        A::log_new_mapping(ctx, &key, mapping.port);
+    }
+    // The egress program parsed these same headers a moment ago; parsing them again gives the
+    // verifier the bounds it needs to rewrite them.
+    let Some(ip) = A::parse_again(ctx, Counter::EgressMalformed) else {
+        return Verdict::Pass.tc_action();
+    };
+    translate(ctx, &ip, &key, &mapping, counter).tc_action()
+}
+
 /// Rewrites the packet's source to the mapping's address and port.
 #[inline(always)]
-pub(crate) fn translate<A: Rewrite>(
+fn translate<A: Rewrite>(
     ctx: &TcContext,
     ip: &Ip<A>,
     key: &NatKey<A>,

@@ -1,5 +1,6 @@
 //! Handing a packet on: to the program the fast path leaves it to, and, at the end of its tail
-//! calls, to the program that rewrites it with the mapping settled for it.
+//! calls, to the program that rewrites it with the mapping settled for it (which reads it back
+//! with [`settled`]).
 //!
 //! The verifier checks a program from its entry, once per distinct state it can reach a point
 //! with, and every program's stack is 512 bytes. The egress and ingress programs, which every
@@ -15,10 +16,7 @@ use masq_common::{
     nat::{NO_INDEX_SLOT, NatKey},
 };
 
-use crate::{
-    counters::count_in, egress, family::Family, ingress, maps::PROGS, nat::Mapping, packet::Parse,
-    rewrite::Rewrite, table::copy_key, verdict::Verdict,
-};
+use crate::{family::Family, maps::PROGS, nat::Mapping, table::copy_key};
 
 /// What a program hands on with a packet (see `FlowRequest`).
 pub(crate) struct Request<'a, A> {
@@ -103,9 +101,10 @@ pub(crate) fn rewrite_with<A: Family>(
     }
 }
 
-/// The key and the translation in the hand-off, and the counter to count under.
+/// The key and the translation in the hand-off, and the counter to count under: what the
+/// rewrite programs (`egress::source_nat`, `ingress::reverse_nat`) apply.
 #[inline(always)]
-fn settled<A: Family>() -> Option<(NatKey<A>, Mapping<A>, u16)> {
+pub(crate) fn settled<A: Family>() -> Option<(NatKey<A>, Mapping<A>, u16)> {
     let slot = A::handoff().get_ptr(0)?;
     let mut key = core::mem::MaybeUninit::<NatKey<A>>::uninit();
     // SAFETY: only this CPU writes its slot; the key and the translation are copied out field
@@ -124,39 +123,4 @@ fn settled<A: Family>() -> Option<(NatKey<A>, Mapping<A>, u16)> {
             core::ptr::read_volatile(&raw const (*slot).request.counter),
         ))
     }
-}
-
-/// Entry point of `masq_source_nat`: rewrites a leaving packet's source with the translation in
-/// the hand-off (a new flow's, or one a flow event settled).
-#[inline(always)]
-pub(crate) fn source_nat<A: Parse + Rewrite>(ctx: &TcContext) -> i32 {
-    let Some((key, mapping, counter)) = settled::<A>() else {
-        count_in::<A>(Counter::EgressDropNoAllocator);
-        return Verdict::Drop.tc_action();
-    };
-    let counter = Counter::of(counter).unwrap_or(Counter::EgressNewMapping);
-    if counter == Counter::EgressNewMapping {
-        A::log_new_mapping(ctx, &key, mapping.port);
-    }
-    // The egress program parsed these same headers a moment ago; parsing them again gives the
-    // verifier the bounds it needs to rewrite them.
-    let Some(ip) = A::parse_again(ctx, Counter::EgressMalformed) else {
-        return Verdict::Pass.tc_action();
-    };
-    egress::translate(ctx, &ip, &key, &mapping, counter).tc_action()
-}
-
-/// Entry point of `masq_reverse_nat`: rewrites an arriving packet's destination with the
-/// translation in the hand-off (one a flow event settled).
-#[inline(always)]
-pub(crate) fn reverse_nat<A: Parse + Rewrite>(ctx: &TcContext) -> i32 {
-    let Some((key, mapping, counter)) = settled::<A>() else {
-        count_in::<A>(Counter::IngressPassed);
-        return Verdict::Pass.tc_action();
-    };
-    let counter = Counter::of(counter).unwrap_or(Counter::IngressReverseNat);
-    let Some(ip) = A::parse_again(ctx, Counter::IngressMalformed) else {
-        return Verdict::Pass.tc_action();
-    };
-    ingress::translate(ctx, &ip, &key, &mapping, counter).tc_action()
 }

@@ -1,4 +1,7 @@
-//! The ingress classifier: restores pod addresses on replies of masqueraded flows.
+//! The ingress classifier: restores pod addresses on replies of masqueraded flows. Its
+//! programs: `masq_ingress` and `masq_ingress6` (every arriving packet), `masq_icmp6_ingress`
+//! (an ICMPv6 error), and `masq_reverse_nat`, where a packet the fast path handed on ends its
+//! tail calls.
 //!
 //! Only packets addressed to the node can be replies; of those, only the ones whose tuple has
 //! an ingress mapping are touched. Everything else (the node's own traffic, traffic routed to
@@ -187,9 +190,24 @@ fn classify_ip<A: Parse + Rewrite>(ctx: &TcContext, ip: &Ip<A>) -> Verdict {
     translate(ctx, &ip, key, &mapping, Counter::IngressReverseNat)
 }
 
+/// Entry point of `masq_reverse_nat`: rewrites an arriving packet's destination with the
+/// translation in the hand-off (one a flow event settled).
+#[inline(always)]
+pub(crate) fn reverse_nat<A: Parse + Rewrite>(ctx: &TcContext) -> i32 {
+    let Some((key, mapping, counter)) = handoff::settled::<A>() else {
+        count_in::<A>(Counter::IngressPassed);
+        return Verdict::Pass.tc_action();
+    };
+    let counter = Counter::of(counter).unwrap_or(Counter::IngressReverseNat);
+    let Some(ip) = A::parse_again(ctx, Counter::IngressMalformed) else {
+        return Verdict::Pass.tc_action();
+    };
+    translate(ctx, &ip, &key, &mapping, counter).tc_action()
+}
+
 /// Rewrites an arriving packet's destination to the mapping's address and port.
 #[inline(always)]
-pub(crate) fn translate<A: Rewrite>(
+fn translate<A: Rewrite>(
     ctx: &TcContext,
     ip: &Ip<A>,
     key: &NatKey<A>,

@@ -92,7 +92,7 @@ fn masq_allocator(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_source_nat(ctx: TcContext) -> i32 {
-    handoff::source_nat::<[u8; 4]>(&ctx)
+    egress::source_nat::<[u8; 4]>(&ctx)
 }
 
 /// Rewrites an arriving packet's destination with the mapping its hand-off holds; tail-called by
@@ -103,7 +103,7 @@ fn masq_source_nat(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_reverse_nat(ctx: TcContext) -> i32 {
-    handoff::reverse_nat::<[u8; 4]>(&ctx)
+    ingress::reverse_nat::<[u8; 4]>(&ctx)
 }
 
 /// Handles what the egress and ingress programs leave to it (see `event`): a packet that moves
@@ -177,7 +177,7 @@ fn masq_icmp6_ingress(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_source_nat6(ctx: TcContext) -> i32 {
-    handoff::source_nat::<address::V6>(&ctx)
+    egress::source_nat::<address::V6>(&ctx)
 }
 
 /// IPv6 `masq_reverse_nat`.
@@ -187,7 +187,7 @@ fn masq_source_nat6(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_reverse_nat6(ctx: TcContext) -> i32 {
-    handoff::reverse_nat::<address::V6>(&ctx)
+    ingress::reverse_nat::<address::V6>(&ctx)
 }
 
 /// Takes a port for a pod's new flow that found none from a pod holding more of the remote's
