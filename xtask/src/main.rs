@@ -19,6 +19,8 @@
 
 mod arch;
 mod command;
+#[cfg(test)]
+mod floors;
 mod image;
 mod kernels;
 mod setup;
