@@ -20,33 +20,43 @@
 // The holders' counts are added to atomically by an instruction written out (see `atomic`).
 #![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 
+// The modules, floor by floor (see docs/datapath.md, "The code"); each imports only from the
+// floors below it, which xtask's `ebpf_modules_form_floors` test keeps so.
+//
+// Leaf types and helpers.
 mod address;
-mod allocator;
 mod atomic;
 mod clock;
+mod header;
+mod verdict;
+// The maps, and what differs per family.
 mod counters;
-mod egress;
-mod event;
-mod evict;
 mod family;
 mod forget;
-mod frag;
-mod handoff;
-mod header;
-mod holders;
-mod icmp;
-mod ingress;
 mod maps;
-mod nat;
-mod packet;
 mod policy;
+// Parsing and rewriting packets.
+mod frag;
+mod icmp;
+mod packet;
 mod rewrite;
+// NAT state.
+mod evict;
+mod holders;
+mod nat;
 mod sockets;
 mod table;
 mod track;
-mod verdict;
+// The programs: their entry points, and the hand-over between them.
+mod allocator;
+mod egress;
+mod event;
+mod handoff;
+mod ingress;
 
 use aya_ebpf::{macros::classifier, programs::TcContext};
+
+use crate::address::V6;
 
 /// TC egress classifier for the uplink: masquerades pod traffic towards destinations outside
 /// the non-masquerade CIDRs. Attached by the agent first on the hook (tcx link first in the chain,
@@ -145,7 +155,7 @@ fn masq_ingress6(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_allocator6(ctx: TcContext) -> i32 {
-    allocator::allocate::<address::V6>(&ctx)
+    allocator::allocate::<V6>(&ctx)
 }
 
 /// Translates an ICMPv6 error leaving by an uplink (its quoted packet too); tail-called by
@@ -177,7 +187,7 @@ fn masq_icmp6_ingress(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_source_nat6(ctx: TcContext) -> i32 {
-    egress::source_nat::<address::V6>(&ctx)
+    egress::source_nat::<V6>(&ctx)
 }
 
 /// IPv6 `masq_reverse_nat`.
@@ -187,7 +197,7 @@ fn masq_source_nat6(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_reverse_nat6(ctx: TcContext) -> i32 {
-    ingress::reverse_nat::<address::V6>(&ctx)
+    ingress::reverse_nat::<V6>(&ctx)
 }
 
 /// Takes a port for a pod's new flow that found none from a pod holding more of the remote's
@@ -208,7 +218,7 @@ fn masq_port_share(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_port_share6(ctx: TcContext) -> i32 {
-    allocator::share_port::<address::V6>(&ctx)
+    allocator::share_port::<V6>(&ctx)
 }
 
 /// IPv6 `masq_flow_event`.
@@ -218,7 +228,7 @@ fn masq_port_share6(ctx: TcContext) -> i32 {
     reason = "the classifier macro fixes the signature"
 )]
 fn masq_flow_event6(ctx: TcContext) -> i32 {
-    event::handle::<address::V6>(&ctx)
+    event::handle::<V6>(&ctx)
 }
 
 /// The kernel requires a GPL-compatible license for the helpers the programs call.
