@@ -371,10 +371,11 @@ pub(crate) const MATRIX: &[Series] = &[
             prefix: "linux-image-6.12.",
             suffix: "-amd64",
         },
+        // The BPF_PROG_TEST_RUN suite runs on the oldest kernel here (6.1) and on the host's
+        // (the newest): on 6.12 the verifier's check of every program and the end-to-end steps
+        // cover the datapath, which keeps `cargo xtask test` well under 30 minutes.
         steps: &[
             CHECK_TCX,
-            DATAPATH_V4,
-            DATAPATH_V6,
             E2E_TCX,
             E2E_TC,
             E2E_CONNTRACK,
