@@ -3,8 +3,6 @@
 //! ([`crate::node::uplinks`]) and the take-over of upstream's chain
 //! ([`crate::iptables::take_over`]), in the order that keeps every flow translated.
 
-use crate::causes::WithCauses;
-
 use std::{
     collections::BTreeMap,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
@@ -19,9 +17,10 @@ use masq_common::{
 
 use super::{
     AgentError, Backend,
-    status::{KernelStatus, SharedStatus, UplinkIpv6, UplinkStatus},
+    status::{KernelStatus, SharedStatus, UplinkStatus},
 };
 use crate::{
+    causes::WithCauses,
     datapath::{
         DatapathError,
         attach::{AttachMode, HookPositions, attach_uplink, detach_uplink},
@@ -37,7 +36,7 @@ use crate::{
     node::{
         interfaces,
         kernel::supported_kernel,
-        uplinks::{self, Strictness, UplinkOptions, WantedUplink, wanted_uplinks},
+        uplinks::{self, Strictness, UplinkIpv6, UplinkOptions, WantedUplink, wanted_uplinks},
     },
     policy::Policy,
     ports::SnatPorts,

@@ -21,8 +21,6 @@
 //!
 //! The iptables backend instead rewrites upstream's chain on every sync, like upstream.
 
-use crate::causes::WithCauses;
-
 mod ebpf;
 mod iptables_backend;
 pub mod metrics;
@@ -41,15 +39,19 @@ use tokio::time::{Instant, sleep_until};
 use self::{
     ebpf::EbpfBackend,
     iptables_backend::IptablesBackend,
-    status::{BypassedPolicy, ConfigFailure, IpsecStatus, SharedStatus, UplinkIpv6},
+    status::{BypassedPolicy, ConfigFailure, IpsecStatus, SharedStatus},
 };
 pub use self::{ebpf::EbpfOptions, iptables_backend::IptablesOptions};
 use crate::{
+    causes::WithCauses,
     config::source::{ConfigSource, EffectiveConfig, ReadOptions, load as load_config},
     datapath::{DatapathError, lifecycle::LifecycleError},
     ipsec::{self, SnatUplink},
     iptables::{apply::IptablesError, take_over::TakeOverError},
-    node::{interfaces, uplinks::UplinkError},
+    node::{
+        interfaces,
+        uplinks::{UplinkError, UplinkIpv6},
+    },
     policy::Policy,
     sys::{inotify::DirectoryWatch, interface_watch::InterfaceWatch},
 };

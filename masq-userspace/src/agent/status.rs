@@ -1,14 +1,14 @@
 //! What the agent knows about itself, shared with the metrics and health endpoints.
 
 use std::{
-    net::{Ipv4Addr, Ipv6Addr},
+    net::Ipv4Addr,
     sync::{Arc, Mutex, MutexGuard},
     time::SystemTime,
 };
 
 use masq_common::flow::FlowClass;
 
-use crate::datapath::gc::GcReports;
+use crate::{datapath::gc::GcReports, node::uplinks::UplinkIpv6};
 
 /// A snapshot of the agent's state.
 #[derive(Clone, Debug, Default)]
@@ -144,19 +144,6 @@ pub struct UplinkStatus {
     pub address_is_local: bool,
     /// What IPv6 traffic leaving by it is masqueraded to.
     pub ipv6: UplinkIpv6,
-}
-
-/// How an uplink treats IPv6.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum UplinkIpv6 {
-    /// IPv6 is not translated anywhere (no `--enable-ipv6`).
-    #[default]
-    NotTranslated,
-    /// IPv6 should be translated, but the interface has no global IPv6 address to
-    /// masquerade to: IPv6 traffic leaving by it passes untranslated.
-    NoAddress,
-    /// Masqueraded to this address.
-    Address(Ipv6Addr),
 }
 
 /// The status behind a lock, cheap to clone.

@@ -1,7 +1,5 @@
 //! `masq agent`.
 
-use masq::causes::WithCauses;
-
 use std::{
     net::{Ipv4Addr, SocketAddr},
     path::PathBuf,
@@ -13,6 +11,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use masq::{
     agent::{self, AgentOptions, BackendOptions, EbpfOptions, IptablesOptions},
+    causes::WithCauses,
     config::GoDuration,
     datapath::{
         attach::{AttachMode, HookPosition, HookPositions},

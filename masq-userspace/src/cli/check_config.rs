@@ -1,7 +1,5 @@
 //! `masq check-config`.
 
-use masq::causes::WithCauses;
-
 use std::{
     io::{self, Write as _},
     process::ExitCode,
@@ -9,6 +7,7 @@ use std::{
 
 use clap::Args;
 use masq::{
+    causes::WithCauses,
     config::{
         MASQUERADE_CIDRS_KEY, NON_MASQUERADE_SRC_CIDRS_KEY,
         cidr::Family,

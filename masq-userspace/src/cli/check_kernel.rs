@@ -1,7 +1,5 @@
 //! `masq check-kernel`: whether this node's kernel runs masq's datapath, proven by loading it.
 
-use masq::causes::WithCauses;
-
 use std::{
     io::{self, Write as _},
     process::ExitCode,
@@ -9,6 +7,7 @@ use std::{
 
 use clap::Args;
 use masq::{
+    causes::WithCauses,
     datapath::{
         attach::AttachMode,
         object::{Datapath, LoadOptions},

@@ -1,7 +1,5 @@
 //! `masq explain`.
 
-use masq::causes::WithCauses;
-
 use std::{
     io::{self, Write as _},
     net::IpAddr,
@@ -10,6 +8,7 @@ use std::{
 
 use clap::Args;
 use masq::{
+    causes::WithCauses,
     config::{MASQUERADE_CIDRS_KEY, NON_MASQUERADE_SRC_CIDRS_KEY, source::load},
     policy::{Decision, Policy, Reason, Rule, RuleKind},
 };

@@ -1,8 +1,6 @@
 //! The pinned datapath as the commands working on it (`masq status`, `masq nat list`,
 //! `masq uninstall`) name and open it, while an agent runs or after it stopped.
 
-use masq::causes::WithCauses;
-
 use std::{
     path::{Path, PathBuf},
     process::ExitCode,
@@ -12,6 +10,7 @@ use clap::Args;
 use masq::datapath::{maps::DatapathMaps, pins::DEFAULT_PIN_PATH};
 
 use super::check_config::fail;
+use masq::causes::WithCauses;
 
 /// Where the agent pins its maps and links.
 #[derive(Args, Debug)]

@@ -1,7 +1,5 @@
 //! `masq render-iptables`.
 
-use masq::causes::WithCauses;
-
 use std::{
     io::{self, Write as _},
     process::ExitCode,
@@ -9,6 +7,7 @@ use std::{
 
 use clap::{Args, ValueEnum};
 use masq::{
+    causes::WithCauses,
     config::{cidr::Family, source::load},
     iptables::render::restore_input,
     policy::Policy,

@@ -1,7 +1,5 @@
 //! `masq status`: the pinned datapath at a glance, as text for people or JSON for programs.
 
-use masq::causes::WithCauses;
-
 use std::{
     io::{self, Write},
     net::{Ipv4Addr, Ipv6Addr},
@@ -11,6 +9,7 @@ use std::{
 
 use clap::Args;
 use masq::{
+    causes::WithCauses,
     datapath::{
         attach::{AttachMode, programs_on},
         gc,

@@ -11,8 +11,6 @@
 //! that: masq's own links or filters, and a clsact qdisc only if masq created it and nothing
 //! else uses it. No call here needs CAP_SYS_ADMIN.
 
-use crate::causes::WithCauses;
-
 use aya::{
     programs::{
         LinkOrder, SchedClassifier, TcAttachType,
@@ -29,7 +27,7 @@ use super::{
     pins::{Hook, PinDir},
     tc_netlink::{self, ClsactHook},
 };
-use crate::sys::bpf;
+use crate::{causes::WithCauses, sys::bpf};
 
 /// How the programs hang on an interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

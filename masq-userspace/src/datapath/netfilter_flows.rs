@@ -2,8 +2,6 @@
 //! ones upstream's chain masqueraded become masq's once masq took over from it, and the others
 //! keep their ports, which masq then never gives to a pod's flow.
 
-use crate::causes::WithCauses;
-
 use std::net::IpAddr;
 
 use masq_common::ports::PortRange;
@@ -12,7 +10,7 @@ use super::{
     gc,
     maps::{DatapathMaps, KernelFlow},
 };
-use crate::node::conntrack;
+use crate::{causes::WithCauses, node::conntrack};
 
 /// What is done with the flows netfilter translates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,5 @@
 //! The compiled datapath object and how it is loaded.
 
-use crate::causes::WithCauses;
-
 use std::path::PathBuf;
 
 use aya::{
@@ -24,6 +22,7 @@ use masq_common::layout::{
 };
 
 use super::{error::DatapathError, maps::DatapathMaps};
+use crate::causes::WithCauses;
 
 /// The eBPF object built from `masq-ebpf`, embedded at build time.
 pub static DATAPATH_OBJECT: &[u8] =

@@ -1,7 +1,5 @@
 //! Bringing the datapath maps in line with the policy and the agent's settings.
 
-use crate::causes::WithCauses;
-
 use std::{
     cmp::Ordering,
     net::{Ipv4Addr, Ipv6Addr},
@@ -16,6 +14,7 @@ use masq_common::{
 };
 
 use crate::{
+    causes::WithCauses,
     config::cidr::Family,
     policy::{NomasqEntries, TrieAddress as _},
 };

@@ -9,8 +9,6 @@
 //! masq's image, the one of `iptables-nft` and `iptables-legacy` that holds the node's rules,
 //! chosen the way Kubernetes' iptables-wrapper chooses (see [`Variant`]).
 
-use crate::causes::WithCauses;
-
 use std::{
     env,
     io::Write as _,
@@ -21,7 +19,7 @@ use std::{
 };
 
 use super::render::postrouting_jump_args;
-use crate::config::cidr::Family;
+use crate::{causes::WithCauses, config::cidr::Family};
 
 /// An iptables command failed.
 #[derive(Debug, thiserror::Error)]

@@ -3,12 +3,10 @@
 //! to take over, and then removes the chain and its POSTROUTING jumps. A reconciled
 //! ip-masq-agent (AKS, GKE) recreates the chain, so it is looked for again at every resync.
 
-use crate::causes::WithCauses;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::apply::{Iptables, IptablesError};
-use crate::config::cidr::Family;
+use crate::{causes::WithCauses, config::cidr::Family};
 
 /// What the agent does about upstream's chain.
 #[derive(Clone, Debug, PartialEq, Eq)]

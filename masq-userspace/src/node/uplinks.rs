@@ -6,8 +6,6 @@
 //! what a change of address does to the record and to the flows of the old address does not,
 //! so it is tested here without one.
 
-use crate::causes::WithCauses;
-
 use std::{
     collections::BTreeMap,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
@@ -19,7 +17,20 @@ use super::{
     interfaces::{self, InterfaceError},
     renumbering,
 };
-use crate::agent::status::UplinkIpv6;
+use crate::causes::WithCauses;
+
+/// How an uplink treats IPv6.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UplinkIpv6 {
+    /// IPv6 is not translated anywhere (no `--enable-ipv6`).
+    #[default]
+    NotTranslated,
+    /// IPv6 should be translated, but the interface has no global IPv6 address to
+    /// masquerade to: IPv6 traffic leaving by it passes untranslated.
+    NoAddress,
+    /// Masqueraded to this address.
+    Address(Ipv6Addr),
+}
 
 /// Which interfaces to translate on, and with which addresses.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

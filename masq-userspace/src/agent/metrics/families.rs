@@ -2,8 +2,6 @@
 //! tables hold and did, and the config in force. Each scrape reads the agent's status and the
 //! datapath's counts anew.
 
-use crate::causes::WithCauses;
-
 use std::{
     fmt,
     path::{Path, PathBuf},
@@ -23,11 +21,13 @@ use prometheus_client::{
 
 use super::{counter, counters, family, gauge, gauges};
 use crate::{
-    agent::status::{AgentStatus, IpsecStatus, SharedStatus, UplinkIpv6},
+    agent::status::{AgentStatus, IpsecStatus, SharedStatus},
+    causes::WithCauses,
     datapath::{
         maps::DatapathMaps,
         snapshot::{DatapathCounts, FAMILIES},
     },
+    node::uplinks::UplinkIpv6,
 };
 
 /// The datapath's counts as the maps pinned under `pin_path` hold them now: none at all for an

@@ -6,8 +6,6 @@
 //! when a scrape asks for it: the agent's status and the pinned datapath maps ([`families`]),
 //! and `/proc/self` ([`process`]).
 
-use crate::causes::WithCauses;
-
 mod families;
 mod process;
 
@@ -33,7 +31,7 @@ use tokio::{net::TcpListener, task::JoinHandle};
 
 use self::{families::AgentCollector, process::ProcessCollector};
 use super::status::{AgentStatus, SharedStatus};
-use crate::datapath::snapshot::DatapathCounts;
+use crate::{causes::WithCauses, datapath::snapshot::DatapathCounts};
 
 /// How long one connection may take, request and response together: a slow or stuck client
 /// must not hold a task (and a file descriptor) for ever.

@@ -1,7 +1,5 @@
 //! `masq uninstall`: undoing what an agent did to the node, each step reported as it is done.
 
-use crate::causes::WithCauses;
-
 use std::{
     fmt,
     path::{Path, PathBuf},
@@ -11,6 +9,7 @@ use masq_common::ports::PortRange;
 
 use super::LifecycleError;
 use crate::{
+    causes::WithCauses,
     datapath::{
         attach::{AttachMode, detach_uplink},
         maps::DatapathMaps,
