@@ -144,22 +144,10 @@ fn evict_sampled<A: Family>(
     let mut sample = 0;
     while sample < samples {
         sample += 1;
-        // SAFETY: the helper takes no arguments and has no preconditions.
-        let slot = unsafe { bpf_get_prandom_u32() } % slots;
-        let Some(indexed) = A::flow_index().get_ptr(slot) else {
+        let Some((slot, key)) = sample_egress_key::<A>(slots) else {
             continue;
         };
-        // The key is copied out before anything is judged: another CPU may write the slot
-        // meanwhile, and the flow removed must be the flow judged.
-        let mut key = core::mem::MaybeUninit::<NatKey<A>>::uninit();
-        // SAFETY: `indexed` is a valid map value; `copy_key` writes every field of `key`.
-        let key = unsafe {
-            copy_key(key.as_mut_ptr(), indexed);
-            key.assume_init()
-        };
-        if holder.is_some_and(|holder| key.src_addr != holder)
-            || key.direction() != Some(Direction::Egress)
-        {
+        if holder.is_some_and(|holder| key.src_addr != holder) {
             continue;
         }
         if let Some((class, _)) = evict::<A>(&key) {
@@ -169,6 +157,24 @@ fn evict_sampled<A: Family>(
         }
     }
     false
+}
+
+/// One random slot of the flow index out of `slots`, with the egress key it holds; `None` if the
+/// slot is empty or holds another direction's key.
+#[inline(always)]
+fn sample_egress_key<A: Family>(slots: u32) -> Option<(u32, NatKey<A>)> {
+    // SAFETY: the helper takes no arguments and has no preconditions.
+    let slot = unsafe { bpf_get_prandom_u32() } % slots;
+    let indexed = A::flow_index().get_ptr(slot)?;
+    // The key is copied out before anything is judged: another CPU may write the slot
+    // meanwhile, and the flow removed must be the flow judged.
+    let mut key = core::mem::MaybeUninit::<NatKey<A>>::uninit();
+    // SAFETY: `indexed` is a valid map value; `copy_key` writes every field of `key`.
+    let key = unsafe {
+        copy_key(key.as_mut_ptr(), indexed);
+        key.assume_init()
+    };
+    (key.direction() == Some(Direction::Egress)).then_some((slot, key))
 }
 
 /// Removes the flow whose egress key is `key` if it is there and unassured; returns its class
@@ -239,22 +245,13 @@ pub(crate) fn take_from_busier<A: Family>(settings: &Settings) -> Option<u16> {
     let mut sample = 0;
     while sample < HOLDER_SAMPLES {
         sample += 1;
-        // SAFETY: the helper takes no arguments and has no preconditions.
-        let slot = unsafe { bpf_get_prandom_u32() } % slots;
-        let Some(indexed) = A::flow_index().get_ptr(slot) else {
+        let Some((slot, key)) = sample_egress_key::<A>(slots) else {
             continue;
-        };
-        let mut key = core::mem::MaybeUninit::<NatKey<A>>::uninit();
-        // SAFETY: `indexed` is a valid map value; `copy_key` writes every field of `key`.
-        let key = unsafe {
-            copy_key(key.as_mut_ptr(), indexed);
-            key.assume_init()
         };
         if key.dst_addr != mine.remote
             || key.dst_port != mine.remote_port
             || key.protocol != mine.protocol
             || key.src_addr == mine.holder
-            || key.direction() != Some(Direction::Egress)
         {
             continue;
         }
